@@ -1,0 +1,60 @@
+"""`kv-cache-tester` command line: `replay` and `analyze`, imported only when used.
+
+Each subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+
+from kv_cache_tester import __version__
+from kv_cache_tester.errors import KVTesterError
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "replay": ("kv_cache_tester.replay.cli", "replay traces at N concurrent users against an engine"),
+    "analyze": ("kv_cache_tester.traces.cli", "trace statistics and theoretical prefix-cache hits"),
+}
+
+
+def run_subcommand(name: str, rest: list[str], debug: bool = False) -> int:
+    module_name, help_ = SUBCOMMANDS[name]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"kv-cache-tester {name}", description=help_)
+    module.add_arguments(parser)
+    args = parser.parse_args(rest)
+    try:
+        return int(module.run(args) or 0)
+    except KVTesterError as err:
+        if debug:
+            traceback.print_exception(err)
+        print(err.render(), file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    if debug:
+        argv.remove("--debug")
+    if not argv or argv[0] in ("-h", "--help"):
+        print(f"usage: kv-cache-tester [--version] [--debug] {{{','.join(SUBCOMMANDS)}}} ...")
+        for name, (_, help_) in SUBCOMMANDS.items():
+            print(f"  {name:<8} {help_}")
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"kv-cache-tester {__version__}")
+        return 0
+    if argv[0] not in SUBCOMMANDS:
+        print(f"error: unknown command '{argv[0]}'; choose from {', '.join(SUBCOMMANDS)}", file=sys.stderr)
+        return 2
+    return run_subcommand(argv[0], argv[1:], debug)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

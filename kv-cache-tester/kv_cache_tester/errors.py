@@ -1,0 +1,35 @@
+"""Errors the replayer reports as one line and exit status 2 (bad input) or 1 (broken run).
+
+Kept independent of agentsweep: the replayer installs and runs on its own.
+"""
+
+from __future__ import annotations
+
+
+class KVTesterError(Exception):
+    exit_code = 1
+    prefix = "error"
+
+    def render(self) -> str:
+        return f"{self.prefix}: {self}"
+
+
+class TraceError(KVTesterError):
+    """A trace file or dataset is malformed. Message: `<file>: request <i>: <field>: <what>`."""
+
+    exit_code = 2
+    prefix = "trace error"
+
+
+class UsageError(KVTesterError):
+    """A command-line value is wrong."""
+
+    exit_code = 2
+    prefix = "usage error"
+
+
+class RunAborted(KVTesterError):
+    """The run could not go on (for example the circuit breaker saw the server gone)."""
+
+    exit_code = 1
+    prefix = "run aborted"

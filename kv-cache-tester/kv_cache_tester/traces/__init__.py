@@ -1,0 +1,1 @@
+"""The trace library: loading, validation, prompt synthesis and cache analysis."""

@@ -1,0 +1,33 @@
+"""The two console scripts dispatch and report unknown commands with exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from agentsweep.cli import main as agentsweep_main
+from kv_cache_tester.cli import main as kvt_main
+
+
+def test_agentsweep_unknown_command(capsys):
+    assert agentsweep_main(["matrx"]) == 2
+    assert "did you mean 'matrix'" in capsys.readouterr().err
+
+
+def test_agentsweep_help_lists_commands(capsys):
+    assert agentsweep_main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in ("matrix", "engine-sim", "collect", "sweep"):
+        assert name in out
+
+
+def test_kv_cache_tester_unknown_command(capsys):
+    assert kvt_main(["nope"]) == 2
+    assert "unknown command" in capsys.readouterr().err
+
+
+def test_console_scripts_installed():
+    out = subprocess.run(
+        [sys.executable, "-m", "kv_cache_tester.cli", "--version"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.startswith("kv-cache-tester ")

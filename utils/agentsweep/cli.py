@@ -1,0 +1,94 @@
+"""`agentsweep` command line: one subcommand per part, imported only when used.
+
+Each subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+
+from agentsweep import __version__
+from agentsweep.errors import AgentsweepError
+
+# name -> (module, one-line help). Importing lazily keeps `engine-sim` and
+# `metrics-collector` start-up free of pandas/matplotlib.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "matrix": ("agentsweep.config.cli", "expand a sweep config key into the matrix of cells (dry run)"),
+    "sweep": ("agentsweep.sweep.cli", "run a config key's cells on this machine, then collect"),
+    "cell": ("agentsweep.cell.cli", "run one matrix cell (engine, scraper, replayer) into a result dir"),
+    "engine-sim": ("agentsweep.engine_sim.cli", "serve the simulated vLLM/SGLang engine"),
+    "metrics-collector": ("agentsweep.metrics.cli", "scrape an engine's /metrics into server_metrics.csv"),
+    "collect": ("agentsweep.collect.cli_collect", "turn cell result dirs into summary, frontiers, report"),
+    "pareto": ("agentsweep.collect.cli_pareto", "Pareto frontiers and plots from a summary.csv"),
+    "compare": ("agentsweep.collect.cli_compare", "compare two collected sweeps cell by cell"),
+}
+
+
+def _top_help() -> str:
+    width = max(len(n) for n in SUBCOMMANDS)
+    lines = [
+        f"usage: agentsweep [--version] [--debug] COMMAND [ARGS...]  (agentsweep {__version__})",
+        "",
+        "commands:",
+    ]
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+    lines += ["", "Run `agentsweep COMMAND --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def _report(err: BaseException, debug: bool) -> None:
+    if debug:
+        traceback.print_exception(err)
+    line = err.render() if isinstance(err, AgentsweepError) else f"error: {err}"
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        print(f"::error::{line}", file=sys.stderr)
+    else:
+        print(line, file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    if debug:
+        argv.remove("--debug")
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_top_help())
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"agentsweep {__version__}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        import difflib
+
+        close = difflib.get_close_matches(name, SUBCOMMANDS, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        print(f"error: unknown command '{name}'{hint}; run `agentsweep --help`", file=sys.stderr)
+        return 2
+    module_name, help_ = SUBCOMMANDS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name and module_name.startswith(err.name):
+            print(f"error: command '{name}' is not available in this build", file=sys.stderr)
+            return 2
+        raise
+    parser = argparse.ArgumentParser(prog=f"agentsweep {name}", description=help_)
+    module.add_arguments(parser)
+    args = parser.parse_args(rest)
+    try:
+        return int(module.run(args) or 0)
+    except AgentsweepError as err:
+        _report(err, debug)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
