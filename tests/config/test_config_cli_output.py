@@ -1,0 +1,179 @@
+"""`agentsweep matrix` outputs: table and count, JSON round trip, GitHub output files, splitting hints."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from agentsweep.config import CELL_FIELDS, Cell, select_cells
+
+
+def test_demo_table_has_every_cell_and_the_count(cli) -> None:
+    result = cli("--key", "demo", "--table")
+    assert result.rc == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[0].split()[:4] == ["exp_name", "runner", "engine", "model"]
+    rows = [line for line in lines[2:] if line.startswith("demo-")]
+    assert len(rows) == 18
+    assert lines[-1].startswith("18 cells (demo: 18)")
+    assert {row.split()[0] for row in rows} == {c.exp_name for c in select_cells(None, ["demo"])}
+
+
+def test_json_round_trips_into_the_github_matrix_shape(cli) -> None:
+    result = cli("--key", "demo", "--json")
+    assert result.rc == 0, result.err
+    data = json.loads(result.out)
+    assert list(data) == ["include"]
+    cells = [Cell.from_dict(item) for item in data["include"]]
+    assert cells == select_cells(None, ["demo"])
+    for item in data["include"]:
+        assert tuple(item) == CELL_FIELDS
+        assert all(isinstance(v, str | int | float | bool) for v in item.values())
+    assert json.loads(json.dumps([c.to_dict() for c in cells])) == data["include"]
+
+
+def test_default_output_off_a_terminal_is_json(cli) -> None:
+    result = cli("--key", "demo-mini")
+    assert len(json.loads(result.out)["include"]) == 3
+
+
+def test_env_round_trip() -> None:
+    for cell in select_cells(None, ["demo", "dsr1-fp4-b200-vllm"]):
+        env = cell.to_env()
+        assert set(env) == {f.upper() for f in CELL_FIELDS}
+        assert Cell.from_env(env) == cell
+    assert select_cells(None, ["demo"])[0].to_env()["IGNORE_EOS"] == "true"
+
+
+def test_github_output_writes_both_files(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out, summary = tmp_path / "out", tmp_path / "summary.md"
+    out.write_text("earlier=1\n")
+    monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = cli("--key", "dsr1-fp4-b200-vllm", "--tp", "4", "--users", "1,2", "--github-output")
+    assert result.rc == 0, result.err
+    lines = out.read_text().splitlines()
+    assert lines[0] == "earlier=1"  # appended, never truncated
+    outputs = dict(line.split("=", 1) for line in lines[1:])
+    matrix = json.loads(outputs["matrix"])
+    assert [c["exp_name"] for c in matrix["include"]] == [
+        f"dsr1-fp4-b200-vllm-tp4-ep4-u{u}-{m}" for u in (1, 2) for m in ("on", "off", "noprefix")
+    ]
+    assert outputs["count"] == "6"
+    assert outputs["max_parallel"] == "4"
+    text = summary.read_text()
+    assert text.startswith("### Sweep matrix: 6 cells")
+    assert text.count("| `dsr1-fp4-b200-vllm-tp4-") == 6
+    assert "6 cells" in result.out  # the table goes to the log
+
+
+def test_github_output_without_variables_prints_json_and_says_so(cli) -> None:
+    result = cli("--key", "demo-mini", "--github-output")
+    assert result.rc == 0
+    assert len(json.loads(result.out)["include"]) == 3
+    assert result.err == "note: $GITHUB_OUTPUT and $GITHUB_STEP_SUMMARY not set; printed the matrix instead\n"
+
+
+def test_filters_and_overrides(cli) -> None:
+    cells = select_cells(None, ["demo"], tp=[2], users=[4, 8], offload=["on"], duration=5)
+    assert [(c.tp, c.users, c.offload, c.duration) for c in cells] == [(2, 4, "on", 5), (2, 8, "on", 5)]
+    assert [c.tp for c in select_cells(None, ["llama70b-*"], max_tp=4)] == [2] * 18 + [4] * 21
+
+
+def test_glob_keys_dedupe_and_keep_file_order() -> None:
+    cells = select_cells(None, ["demo*", "demo"])
+    assert [c.config_key for c in cells] == ["demo"] * 18 + ["demo-mini"] * 3
+
+
+def test_offload_budget_scales_with_gpus() -> None:
+    cells = select_cells(None, ["llama70b-fp8-h200-vllm"], users=[1], offload=["on", "off"])
+    budget = {(c.tp, c.offload): c.cpu_dram_gb for c in cells}
+    # h200: 1536 GiB per 8-GPU node
+    assert budget == {
+        (2, "on"): 384.0,
+        (2, "off"): 0.0,
+        (4, "on"): 768.0,
+        (4, "off"): 0.0,
+        (8, "on"): 1536.0,
+        (8, "off"): 0.0,
+    }
+
+
+def test_too_many_cells_names_the_split(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    users = ", ".join(str(u) for u in range(1, 51))
+    body = (
+        "  runner: local\n  engine: sim\n  model: m\n  precision: fp8\n  duration: 5\n  traces: t\n"
+        f"  search_space:\n    tp1: {{users: [{users}], offload: [on, off, noprefix]}}\n"
+        f"    tp2: {{users: [{users}], offload: [on, off]}}\n"
+    )
+    (tmp_path / "big.yaml").write_text("a:\n" + body + "b:\n" + body)
+    result = cli("--config", "big.yaml", "--key", "*")
+    assert result.rc == 2
+    assert result.err == (
+        "config error: big.yaml:*: 500 cells exceed GitHub's 256-job matrix limit; split the sweep "
+        "by --key (a: 250, b: 250); by --tp (1: 300, 2: 200); by --offload (on: 200, off: 200, noprefix: 100)\n"
+    )
+    ok = cli("--config", "big.yaml", "--key", "a", "--offload", "on,off", "--json")
+    assert ok.rc == 0 and len(json.loads(ok.out)["include"]) == 200
+    assert len(select_cells("big.yaml", ["*"], max_cells=None)) == 500
+
+
+def test_list_keys(cli) -> None:
+    result = cli("--list")
+    keys = [line.split()[0] for line in result.out.splitlines()]
+    assert "demo" in keys and "demo-mini" in keys and not any(k.startswith(".") for k in keys)
+
+
+def test_no_key_is_an_error(cli) -> None:
+    result = cli()
+    assert (result.rc, result.err) == (
+        2,
+        "input error: give at least one --key (globs allowed; `agentsweep matrix --list` shows the keys)\n",
+    )
+
+
+def test_default_config_found_from_the_repo_root(repo_root: Path, tmp_path: Path) -> None:
+    # Outside the checkout, the default configs/agentic.yaml still resolves (to the repo's copy).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentsweep.cli", "matrix", "--key", "demo-mini", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [c["offload"] for c in json.loads(proc.stdout)["include"]] == ["on", "off", "noprefix"]
+    bad = subprocess.run(
+        [sys.executable, "-m", "agentsweep.cli", "matrix", "--key", "dmeo"],
+        cwd=repo_root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (bad.returncode, bad.stderr) == (
+        2,
+        "config error: configs/agentic.yaml:dmeo: no config key matches (did you mean 'demo'?)\n",
+    )
+
+
+def test_keys_that_sanitize_alike_are_refused(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    body = "  runner: local\n  engine: sim\n  model: m\n  precision: fp8\n  duration: 5\n  traces: t\n"
+    body += "  search_space: {tp1: {users: 1, offload: off}}\n"
+    (tmp_path / "c.yaml").write_text("'a b':\n" + body + "a/b:\n" + body)
+    result = cli("--config", "c.yaml", "--key", "a*")
+    assert (result.rc, result.err) == (
+        2,
+        "config error: c.yaml:a/b: exp_name a-b-tp1-ep1-u1-off collides with key 'a b' "
+        "(keys differ only in characters outside [A-Za-z0-9._-])\n",
+    )

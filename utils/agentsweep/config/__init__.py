@@ -1,0 +1,45 @@
+"""Sweep configs and the matrix of cells.
+
+Python API (every error is an ``agentsweep.errors.ConfigError`` or ``InputError``: one line, exit 2):
+
+- ``load_runners(path=None) -> dict[str, RunnerSpec]``: configs/runners.yaml (default:
+  ``$AGENTSWEEP_RUNNERS``, else configs/runners.yaml under the repo root).
+- ``load_sweep(path, key) -> SweepSpec``: one validated config key (``path=None``: the default
+  configs/agentic.yaml, found in the current directory, then in the repo root).
+- ``expand(spec, runners, *, tp=None, users=None, offload=None, max_tp=None, duration=None)
+  -> list[Cell]``: the entry's cells, deduped, in config order, after the filters.
+- ``select_cells(config_path, keys, tp=None, users=None, offload=None, max_tp=None, duration=None,
+  *, runners=None, max_cells=256) -> list[Cell]``: glob keys, expand, filter, and refuse what GitHub
+  would refuse; the one entry ``agentsweep matrix`` and the local sweep share (``max_cells=None``
+  lifts the 256-cell limit for local runs).
+- ``Cell``: frozen; ``to_dict()`` (the flat matrix object), ``to_env()`` (FIELD -> str, booleans as
+  true/false), ``Cell.from_dict(d)``, ``Cell.from_env(environ)``; ``CELL_FIELDS`` lists the fields.
+"""
+
+from agentsweep.config.loader import load_runners, load_sweep
+from agentsweep.config.matrix import (
+    CELL_FIELDS,
+    MAX_MATRIX_CELLS,
+    Cell,
+    exp_name,
+    expand,
+    offload_budget_gb,
+    select_cells,
+)
+from agentsweep.config.schema import ReplaySpec, RunnerSpec, SearchPoint, SweepSpec
+
+__all__ = [
+    "CELL_FIELDS",
+    "MAX_MATRIX_CELLS",
+    "Cell",
+    "ReplaySpec",
+    "RunnerSpec",
+    "SearchPoint",
+    "SweepSpec",
+    "exp_name",
+    "expand",
+    "load_runners",
+    "load_sweep",
+    "offload_budget_gb",
+    "select_cells",
+]

@@ -1,0 +1,110 @@
+"""`agentsweep matrix`: expand config keys into the matrix of cells and show it (a dry run)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+from agentsweep.config import render
+from agentsweep.config.loader import read_config_file
+from agentsweep.config.matrix import MAX_MATRIX_CELLS, select
+from agentsweep.errors import InputError
+
+T = TypeVar("T")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="sweep config file (default: configs/agentic.yaml in the current directory, else the repo's)",
+    )
+    parser.add_argument(
+        "--key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="config key or glob (repeatable), e.g. --key demo --key 'b200-*'",
+    )
+    parser.add_argument("--tp", metavar="N,N", help="keep only these TP sizes (comma list)")
+    parser.add_argument("--users", metavar="N,N", help="keep only these user counts (comma list)")
+    parser.add_argument("--offload", metavar="MODE,MODE", help="keep only these modes: on, off, noprefix")
+    parser.add_argument("--max-tp", metavar="N", help="drop cells with TP above N")
+    parser.add_argument("--duration", metavar="S", help="override every cell's replay duration (seconds)")
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help='print {"include": [...]} (GitHub matrix shape)')
+    out.add_argument(
+        "--github-output",
+        action="store_true",
+        help="write matrix=<json>, count=, max_parallel= to $GITHUB_OUTPUT and a table to "
+        "$GITHUB_STEP_SUMMARY",
+    )
+    out.add_argument(
+        "--table", action="store_true", help="print the table even when stdout is not a terminal"
+    )
+    out.add_argument("--list", action="store_true", help="list the config keys of the file and exit")
+
+
+def _positive_int(flag: str, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0 or str(value) != text.strip().lstrip("+"):
+        raise InputError(f"{flag}: {text!r} is not a positive integer")
+    return value
+
+
+def _comma_list(flag: str, text: str | None, convert: Callable[[str, str], T]) -> list[T] | None:
+    if text is None:
+        return None
+    items = [part.strip() for part in text.split(",")]
+    if not all(items):
+        raise InputError(f"{flag}: empty item in {text!r} (use a comma list like 1,2,4)")
+    return [convert(flag, item) for item in items]
+
+
+def _list_keys(config_path: str | None) -> int:
+    config = read_config_file(config_path)
+    width = max(len(k) for k in config.entries)
+    for key, raw in config.entries.items():
+        desc = raw.get("description", "") if isinstance(raw, dict) else ""
+        print(f"{key:<{width}}  {desc}".rstrip())
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        return _list_keys(args.config)
+    if not args.key:
+        raise InputError("give at least one --key (globs allowed; `agentsweep matrix --list` shows the keys)")
+    tp = _comma_list("--tp", args.tp, _positive_int)
+    users = _comma_list("--users", args.users, _positive_int)
+    offload = _comma_list("--offload", args.offload, lambda _flag, item: item)
+    max_tp = None if args.max_tp is None else _positive_int("--max-tp", args.max_tp)
+    duration = None if args.duration is None else _positive_int("--duration", args.duration)
+
+    selection = select(
+        args.config, args.key, tp, users, offload, max_tp, duration, max_cells=MAX_MATRIX_CELLS
+    )
+    cells = selection.cells
+    if args.github_output:
+        limits = {spec.key: spec.max_parallel for spec in selection.specs}
+        missing = render.write_github_output(cells, os.environ, limits)
+        if missing:
+            print(render.matrix_json(cells))
+            print(
+                f"note: {' and '.join('$' + m for m in missing)} not set; printed the matrix instead",
+                file=sys.stderr,
+            )
+        else:
+            print(render.table(cells))
+        return 0
+    if args.json or (not args.table and not sys.stdout.isatty()):
+        print(render.matrix_json(cells))
+        return 0
+    print(render.table(cells))
+    return 0

@@ -1,0 +1,108 @@
+"""Show a list of cells: a terminal table, the GitHub matrix JSON, a markdown job summary."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from agentsweep.config.matrix import Cell
+
+# Columns of the human table and the markdown summary (the JSON always has every field).
+TABLE_COLUMNS: tuple[str, ...] = (
+    "exp_name",
+    "runner",
+    "engine",
+    "model",
+    "tp",
+    "ep",
+    "users",
+    "offload",
+    "cpu_dram_gb",
+    "duration",
+)
+
+
+def _cell_text(cell: Cell, column: str) -> str:
+    value = getattr(cell, column)
+    if column == "cpu_dram_gb":
+        return f"{value:g}" if value else "-"
+    return str(value)
+
+
+def count_line(cells: Sequence[Cell]) -> str:
+    """`18 cells (demo: 18); replay time 9.0 GPU-min in total` (GPUs x duration, summed)."""
+    per_key: dict[str, int] = {}
+    for cell in cells:
+        per_key[cell.config_key] = per_key.get(cell.config_key, 0) + 1
+    keys = ", ".join(f"{k}: {n}" for k, n in per_key.items())
+    gpu_s = sum(c.gpus * c.duration for c in cells)
+    noun = "cell" if len(cells) == 1 else "cells"
+    total = f"{gpu_s / 60:.1f} GPU-min" if gpu_s < 7200 else f"{gpu_s / 3600:.1f} GPU-h"
+    return f"{len(cells)} {noun} ({keys}); replay time {total} in total"
+
+
+def table(cells: Sequence[Cell]) -> str:
+    rows = [list(TABLE_COLUMNS)] + [[_cell_text(c, col) for col in TABLE_COLUMNS] for c in cells]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]
+    numeric = {"tp", "ep", "users", "cpu_dram_gb", "duration"}
+    lines = []
+    for row in rows:
+        parts = [
+            text.rjust(w) if col in numeric else text.ljust(w)
+            for text, w, col in zip(row, widths, TABLE_COLUMNS, strict=True)
+        ]
+        lines.append("  ".join(parts).rstrip())
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join([*lines, "", count_line(cells)])
+
+
+def matrix_json(cells: Sequence[Cell], indent: int | None = None) -> str:
+    """The GitHub matrix shape: {"include": [cell, ...]}."""
+    separators = None if indent else (",", ":")
+    return json.dumps({"include": [c.to_dict() for c in cells]}, indent=indent, separators=separators)
+
+
+def markdown(cells: Sequence[Cell]) -> str:
+    head = "| " + " | ".join(TABLE_COLUMNS) + " |"
+    rule = "|" + "|".join("---" for _ in TABLE_COLUMNS) + "|"
+    body = [
+        "| "
+        + " | ".join(
+            f"`{_cell_text(c, col)}`" if col == "exp_name" else _cell_text(c, col) for col in TABLE_COLUMNS
+        )
+        + " |"
+        for c in cells
+    ]
+    return "\n".join([f"### Sweep matrix: {count_line(cells)}", "", head, rule, *body, ""])
+
+
+def max_parallel(cells: Sequence[Cell], limits: Mapping[str, int | None]) -> int:
+    """The smallest `max_parallel` among the selected keys, else the cell count (at least 1)."""
+    wanted = [n for key, n in limits.items() if n is not None and any(c.config_key == key for c in cells)]
+    return max(1, min(wanted) if wanted else len(cells))
+
+
+def write_github_output(
+    cells: Sequence[Cell], env: Mapping[str, str], limits: Mapping[str, int | None] | None = None
+) -> list[str]:
+    """Append `matrix=`, `count=`, `max_parallel=` to $GITHUB_OUTPUT and a table to $GITHUB_STEP_SUMMARY.
+
+    Returns the names of the variables that were not set (nothing is written for those).
+    """
+    missing = []
+    output = env.get("GITHUB_OUTPUT")
+    if output:
+        with Path(output).open("a", encoding="utf-8") as fh:
+            fh.write(f"matrix={matrix_json(cells)}\n")
+            fh.write(f"count={len(cells)}\n")
+            fh.write(f"max_parallel={max_parallel(cells, limits or {})}\n")
+    else:
+        missing.append("GITHUB_OUTPUT")
+    summary = env.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with Path(summary).open("a", encoding="utf-8") as fh:
+            fh.write(markdown(cells) + "\n")
+    else:
+        missing.append("GITHUB_STEP_SUMMARY")
+    return missing
