@@ -31,6 +31,10 @@ class Request:
     ttft: float | None = None  # recorded time to first token, when the source has it
     model: str | None = None
 
+    def full_blocks(self, block_size: int) -> int:
+        """Number of whole ``block_size`` blocks among this request's hash ids."""
+        return min(len(self.hash_ids), self.in_tokens // block_size)
+
 
 @dataclass(slots=True)
 class SubAgent:
@@ -67,6 +71,15 @@ class Trace:
     tool_tokens: int = 0
     system_tokens: int = 0
     models: list[str] = field(default_factory=list)
+    dataset: str = ""  # name of the dataset the trace came from; the content scope of "global" ids
+    t0: float = 0.0  # session start in dataset time (s); 0 unless the source has arrival times
+
+    @property
+    def scope_key(self) -> str:
+        """Key of the content scope of this trace's hash ids (sub-agents share it)."""
+        if self.hash_id_scope == "global":
+            return f"dataset:{self.dataset}"
+        return f"trace:{self.trace_id}"
 
     def steps(self) -> Iterator[Request | SubAgentGroup]:
         """The parent's timeline: requests and groups in order (a group before the request joining it)."""
@@ -90,3 +103,16 @@ class Trace:
     @property
     def num_requests(self) -> int:
         return len(self.requests) + sum(len(a.requests) for g in self.groups for a in g.agents)
+
+    def timeline(self) -> Iterator[tuple[float, SubAgent | None, Request]]:
+        """Every request with its start in session time (s) and its sub-agent (None for the parent).
+
+        Order is the trace's own order (parent steps; a group's agents one after the other), not sorted.
+        """
+        for step in self.steps():
+            if isinstance(step, SubAgentGroup):
+                for agent in step.agents:
+                    for req in agent.requests:
+                        yield agent.t + req.t, agent, req
+            else:
+                yield step.t, None, step

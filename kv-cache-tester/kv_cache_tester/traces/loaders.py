@@ -1,0 +1,219 @@
+"""Load traces from a directory, a file, or ``hf:<org>/<dataset>`` into the normalized model.
+
+Accepted inputs (``.gz`` variants too):
+
+* ``*.json``: one kv-cache-tester trace object (or a JSON list of them);
+* ``*.jsonl``: one trace object per line (the Hugging Face weka layout), or mooncake_trace rows
+  (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``; global ids), detected from
+  the first row; each mooncake row becomes a one-request trace with its arrival time in ``Trace.t0``;
+* a directory: every ``*.json`` / ``*.jsonl`` below it, in sorted path order;
+* ``hf:<org>/<dataset>``: the dataset's JSON/JSONL files, downloaded into the Hugging Face cache and
+  read locally (offline from the cache when the hub cannot be reached).
+
+Files are parsed one at a time and only the normalized traces are kept.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from kv_cache_tester.errors import TraceError
+from kv_cache_tester.traces.filters import FilterReport, MaxContextMode, apply_filters
+from kv_cache_tester.traces.model import Trace
+from kv_cache_tester.traces.validate import is_mooncake_row, parse_mooncake_row, parse_trace
+
+TRACE_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
+MOONCAKE_BLOCK_SIZE = 512
+
+try:  # optional speed-up (extra "fast")
+    import orjson
+
+    _loads: Any = orjson.loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _loads = json.loads
+
+
+@dataclass(slots=True)
+class LoadResult:
+    """Loaded traces plus what the filters removed (print ``report.lines()``)."""
+
+    traces: list[Trace]
+    report: FilterReport
+    source: str
+    dataset: str
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def num_requests(self) -> int:
+        return sum(t.num_requests for t in self.traces)
+
+
+def _open(path: Path) -> IO[bytes]:
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+
+
+def _strip_gz(name: str) -> str:
+    return name[:-3] if name.endswith(".gz") else name
+
+
+def _json_problem(data: bytes) -> tuple[str, int, int]:
+    """(message, line, column) of the first JSON syntax error in ``data``, from the stdlib parser."""
+    try:
+        json.loads(data)
+    except json.JSONDecodeError as err:
+        return err.msg, err.lineno, err.colno
+    except UnicodeDecodeError as err:
+        return f"not UTF-8 text ({err.reason})", 1, err.start + 1
+    return "unreadable", 1, 1
+
+
+def _load_json(path: Path, shown: str) -> Any:
+    try:
+        with _open(path) as fh:
+            data = fh.read()
+    except OSError as err:
+        raise TraceError(f"{shown}: cannot read: {err.strerror or err}") from None
+    try:
+        return _loads(data)
+    except ValueError:
+        msg, line, col = _json_problem(data)
+        raise TraceError(f"{shown}: bad JSON at line {line} column {col}: {msg}") from None
+
+
+def iter_file(
+    path: Path, *, shown: str | None = None, dataset: str = "", mooncake_block_size: int = MOONCAKE_BLOCK_SIZE
+) -> Iterator[Trace]:
+    """Traces of one file, parsed lazily (JSONL line by line)."""
+    shown = shown or str(path)
+    stem = _strip_gz(path.name).rsplit(".", 1)[0]
+    if _strip_gz(path.name).endswith(".jsonl"):
+        yield from _iter_jsonl(path, shown, stem, dataset, mooncake_block_size)
+        return
+    obj = _load_json(path, shown)
+    if isinstance(obj, list):
+        if not obj:
+            raise TraceError(f"{shown}: requests: empty trace")
+        for k, item in enumerate(obj):
+            yield parse_trace(item, f"{shown}[{k}]", default_id=f"{stem}-{k}", dataset=dataset)
+    else:
+        yield parse_trace(obj, shown, default_id=stem, dataset=dataset)
+
+
+def _iter_jsonl(path: Path, shown: str, stem: str, dataset: str, mooncake_block_size: int) -> Iterator[Trace]:
+    mooncake: bool | None = None
+    seen = False
+    try:
+        fh = _open(path)
+    except OSError as err:
+        raise TraceError(f"{shown}: cannot read: {err.strerror or err}") from None
+    with fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{shown}:{lineno}"
+            try:
+                obj = _loads(line)
+            except ValueError:
+                msg, _, col = _json_problem(line)
+                raise TraceError(f"{shown}: line {lineno}: bad JSON at column {col}: {msg}") from None
+            if mooncake is None:
+                mooncake = is_mooncake_row(obj)
+            seen = True
+            if mooncake:
+                yield parse_mooncake_row(
+                    obj, where, trace_id=f"{stem}-{lineno}", dataset=dataset, block_size=mooncake_block_size
+                )
+            else:
+                yield parse_trace(obj, where, default_id=f"{stem}-{lineno}", dataset=dataset)
+    if not seen:
+        raise TraceError(f"{shown}: requests: empty trace file")
+
+
+def resolve_source(source: str | Path) -> tuple[list[tuple[Path, str]], str]:
+    """The files a source names (path, name shown in messages) and its dataset name."""
+    text = str(source)
+    if text.startswith("hf:"):
+        from kv_cache_tester.traces.hf import hf_dataset_dir
+
+        repo_id = text[3:]
+        root = hf_dataset_dir(repo_id)
+        files = _trace_files(root)
+        if not files:
+            raise TraceError(f"{text}: no .json or .jsonl trace files in the dataset")
+        return [(p, f"{text}/{p.relative_to(root).as_posix()}") for p in files], repo_id
+    path = Path(source)
+    if not path.exists():
+        raise TraceError(f"{text}: no such file or directory")
+    if path.is_dir():
+        files = _trace_files(path)
+        if not files:
+            raise TraceError(f"{text}: no .json or .jsonl trace files in this directory")
+        return [(p, str(p)) for p in files], path.resolve().name
+    if not path.name.endswith(TRACE_SUFFIXES):
+        raise TraceError(f"{text}: not a trace file (expected {', '.join(TRACE_SUFFIXES)})")
+    return [(path, text)], _strip_gz(path.name).rsplit(".", 1)[0]
+
+
+def _trace_files(root: Path) -> list[Path]:
+    found = []
+    for p in root.rglob("*"):
+        rel = p.relative_to(root).parts
+        if any(part.startswith(".") for part in rel):
+            continue
+        if p.is_file() and p.name.endswith(TRACE_SUFFIXES):
+            found.append(p)
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def iter_traces(source: str | Path, *, mooncake_block_size: int = MOONCAKE_BLOCK_SIZE) -> Iterator[Trace]:
+    """Every trace of a source, unfiltered, one file at a time."""
+    files, dataset = resolve_source(source)
+    for path, shown in files:
+        yield from iter_file(path, shown=shown, dataset=dataset, mooncake_block_size=mooncake_block_size)
+
+
+def load_traces(
+    source: str | Path,
+    *,
+    max_context: int | None = None,
+    max_context_mode: MaxContextMode = "drop",
+    min_requests: int = 1,
+    mooncake_block_size: int = MOONCAKE_BLOCK_SIZE,
+) -> LoadResult:
+    """Load, validate and filter a trace source. Raises :class:`TraceError` on bad input.
+
+    Trace ids are made unique (a repeated id gets ``~2``, ``~3``...; reported) because the id is the
+    content scope of local hash ids. Zero traces left after filtering is an error.
+    """
+    if max_context_mode not in ("drop", "truncate"):
+        raise TraceError(f"{source}: max_context_mode: expected drop or truncate, got {max_context_mode!r}")
+    if max_context is not None and max_context < 1:
+        raise TraceError(f"{source}: max_context: must be a positive integer, got {max_context}")
+    files, dataset = resolve_source(source)
+    report = FilterReport()
+    traces: list[Trace] = []
+    seen: dict[str, int] = {}
+    for path, shown in files:
+        for trace in iter_file(path, shown=shown, dataset=dataset, mooncake_block_size=mooncake_block_size):
+            count = seen.get(trace.trace_id, 0) + 1
+            seen[trace.trace_id] = count
+            if count > 1:
+                new_id = f"{trace.trace_id}~{count}"
+                report.renamed_duplicates[new_id] = trace.trace_id
+                trace.trace_id = new_id
+            traces.append(trace)
+    report.traces_in = len(traces)
+    report.requests_in = sum(t.num_requests for t in traces)
+    kept = apply_filters(
+        traces, report, max_context=max_context, max_context_mode=max_context_mode, min_requests=min_requests
+    )
+    if not kept:
+        raise TraceError(f"{source}: no traces left after filters ({'; '.join(report.lines()[1:])})")
+    return LoadResult(
+        traces=kept, report=report, source=str(source), dataset=dataset, files=[s for _, s in files]
+    )

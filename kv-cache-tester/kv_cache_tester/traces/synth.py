@@ -1,0 +1,416 @@
+"""Deterministic prompt synthesis from hash ids: same (seed, salt, scope, hash_id) -> same block content.
+
+API
+---
+::
+
+    synth = PromptSynthesizer(mode="words", seed=0, tokenizer=None, shared_prefix=False,
+                              split_system=False)
+    play = synth.start_play(trace, salt)        # one per play of a trace; warmup uses the same play
+    p = play.prompt(request, agent)             # agent: the request's SubAgent, or None for the parent
+    p.text / p.token_ids / p.system / p.prompt_text / p.expected_prompt_tokens
+    play.cache_scope                            # scope key for PrefixTracker (includes the salt)
+
+Modes:
+
+* ``"words"``: text of words from a fixed 256-word vocabulary, one word = one token for the
+  simulated engine (which counts whitespace-separated words). Words are separated by single spaces;
+  a block is exactly ``block_size`` words. ``expected_prompt_tokens == request.in_tokens``.
+* ``"chat"``: text from a vocabulary calibrated on the served model's tokenizer (``tokenizer`` = a
+  ``tokenizers.Tokenizer``, a path to ``tokenizer.json`` or its folder, or a Hugging Face model id read
+  from the HF cache). Every word is one token with its leading space (``" word"``), so a block is
+  exactly ``block_size`` tokens and blocks never merge across boundaries; the text starts with a space.
+  The content is exactly ``in_tokens`` tokens; the server's chat template adds its own per-message
+  tokens on top (not counted in ``expected_prompt_tokens``).
+* ``"ids"``: ``token_ids`` (completions with token ids; exact and tokenizer-free). Without a tokenizer
+  ids are drawn from ``[1000, 1000 + 16384)``; with one, from the calibrated vocabulary (then
+  ``token_ids`` is the tokenization of the chat-mode text).
+
+Content rules:
+
+* A whole block is a pure function of ``(seed, salt, scope, hash_id)`` through SHAKE-256 (never
+  Python's salted ``hash()``); ``scope`` is the trace id for "local" ids (sub-agents use their parent
+  trace's scope) and the dataset name for "global" ids. Different traces thus never share content.
+* ``salt`` busts the server cache between plays (a recycled trace, a rerun on a warm server). Keep it
+  fixed for a whole play, warmup included. For "global"-scope datasets, pass the same salt to every
+  play of a run, or the intended cross-trace sharing is lost.
+* The part after the last hash block (``in_tokens`` not covered by ids) is the start of the blocks
+  that would come next: the weka layout's partial last id, or ids ``last+1, last+2...`` in the
+  kv-cache-tester layout (which numbers new blocks in order). So when request n+1's ids extend
+  request n's, n's prompt is a byte (token) prefix of n+1's.
+* ``shared_prefix=True``: the whole blocks inside an owner's system + tools tokens (taken from the
+  owner's first request) get content shared by all traces: keyed by (seed, "main" or the sub-agent
+  type, block position), without salt. This is the one deliberate cross-trace sharing.
+* ``split_system=True`` (text modes): ``system`` holds those system/tools blocks, ``text`` the rest (for a system
+  message + user message); otherwise ``system`` is None and ``text`` is the whole prompt.
+  ``prompt_text`` always gives the whole prompt as one string.
+
+Cost: block contents are cached per play and each owner's last prompt is kept, so a 200k-token prompt
+after a 199k-token one costs the new blocks plus one string copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import struct
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+from kv_cache_tester.errors import UsageError
+from kv_cache_tester.traces.model import Request, SubAgent, Trace
+
+Mode = Literal["words", "chat", "ids"]
+MODES = ("words", "chat", "ids")
+FORMAT_VERSION = 1  # bump when synthesized content changes (keys on-disk caches of derived prompts)
+BLOCK_CACHE_LIMIT = 8192  # blocks cached per play (the owners' last prompts are kept apart from it)
+IDS_BASE = 1000
+IDS_RANGE = 16384
+
+
+@cache
+def words_vocabulary() -> tuple[str, ...]:
+    """The words-mode vocabulary: 256 distinct pronounceable lowercase words (one byte per word).
+
+    Small on purpose: block content stays unique (256**64 blocks) while the lookups stay in CPU cache.
+    """
+    consonants = "bdfghjklmnprstvz"
+    vowels = ["a", "e", "i", "o", "u", "ai", "au", "ea", "ee", "ei", "ia", "ie", "io", "oa", "oo", "ou"]
+    syllables = [c + v for c in consonants for v in vowels]
+    return tuple(syllables[i] + syllables[(i * 97 + 31) % 256] for i in range(256))
+
+
+@cache
+def _words_vocab() -> _Vocab:
+    return _Vocab(list(words_vocabulary()), " ", bits=8)
+
+
+@dataclass(slots=True)
+class SynthPrompt:
+    """One synthesized prompt. Text modes fill ``text`` (and ``system`` when split); ids mode ``token_ids``."""
+
+    text: str | None
+    token_ids: list[int] | None
+    expected_prompt_tokens: int
+    system: str | None = None
+    separator: str = " "
+
+    @property
+    def prompt_text(self) -> str:
+        """The whole prompt as one string (system part included)."""
+        if self.system is None:
+            return self.text or ""
+        if not self.text:
+            return self.system
+        return self.system + self.separator + self.text
+
+
+class _Vocab:
+    """A token vocabulary: block contents are 8- or 16-bit draws mapped through ``table``."""
+
+    def __init__(self, tokens: list[Any], separator: str, bits: int = 16) -> None:
+        if not tokens:
+            raise UsageError("empty synthesis vocabulary")
+        self.size = len(tokens)
+        self.bits = bits
+        self.table = [tokens[i % len(tokens)] for i in range(1 << bits)]
+        self.separator = separator
+
+
+class PromptSynthesizer:
+    """Builds prompts for traces; one instance per run (it holds the vocabulary)."""
+
+    def __init__(
+        self,
+        mode: Mode = "words",
+        seed: int = 0,
+        tokenizer: Any = None,
+        shared_prefix: bool = False,
+        split_system: bool = False,
+    ) -> None:
+        if mode not in MODES:
+            raise UsageError(f"synthesis mode: expected one of {', '.join(MODES)}, got {mode!r}")
+        self.mode: Mode = mode
+        self.seed = int(seed)
+        self.shared_prefix = shared_prefix
+        self.split_system = split_system
+        self.tokenizer = None
+        if mode == "chat" and tokenizer is None:
+            raise UsageError("synthesis mode chat needs a tokenizer (path or Hugging Face model id)")
+        if tokenizer is not None and mode != "words":
+            self.tokenizer = load_tokenizer(tokenizer)
+        if mode == "words":
+            self.vocab = _words_vocab()
+        elif self.tokenizer is not None:
+            words = calibrate_vocabulary(self.tokenizer)
+            if mode == "chat":
+                self.vocab = _Vocab([" " + w for w, _ in words], "")
+            else:
+                self.vocab = _Vocab([i for _, i in words], "")
+        else:
+            self.vocab = _Vocab(list(range(IDS_BASE, IDS_BASE + IDS_RANGE)), "")
+
+    @property
+    def text_mode(self) -> bool:
+        return self.mode != "ids"
+
+    def start_play(self, trace: Trace, salt: str | int = "") -> PlaySynth:
+        return PlaySynth(self, trace, str(salt))
+
+    def block_tokens(self, key: bytes, count: int) -> list[Any]:
+        """``count`` vocabulary entries drawn from ``key`` (the content of one block)."""
+        table = self.vocab.table
+        if self.vocab.bits == 8:
+            return list(map(table.__getitem__, hashlib.shake_256(key).digest(count)))
+        digest = hashlib.shake_256(key).digest(2 * count)
+        return list(map(table.__getitem__, struct.unpack(f"<{count}H", digest)))
+
+
+class _OwnerMemo:
+    """The last prompt body built for one owner (the parent or one sub-agent)."""
+
+    __slots__ = ("body", "ends", "ids")
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.ends: list[int] = []  # body length after each block (chars, or tokens in ids mode)
+        self.body: Any = ""
+
+
+class PlaySynth:
+    """Synthesis state for one play of one trace (fixed salt)."""
+
+    def __init__(self, synth: PromptSynthesizer, trace: Trace, salt: str) -> None:
+        self.synth = synth
+        self.trace = trace
+        self.salt = salt
+        self.block_size = trace.block_size
+        self._prefix = f"{synth.seed}\x1f{salt}\x1f{trace.scope_key}\x1f".encode()
+        self._blocks: dict[int, Any] = {}  # hash id -> block content (str, or list of ids)
+        self._overrides: dict[int, bytes] = {}  # hash id -> key of shared-prefix content
+        self._memos: dict[str, _OwnerMemo] = {}
+        self._system_blocks: dict[str, int] = {}
+        self._setup_system(None, trace.system_tokens + trace.tool_tokens, trace.requests[:1])
+        for group in trace.groups:
+            for agent in group.agents:
+                self._setup_system(agent, agent.system_tokens + agent.tool_tokens, agent.requests[:1])
+
+    @property
+    def cache_scope(self) -> str:
+        """Content scope including the salt: the key to give :class:`PrefixTracker`."""
+        return f"{self.trace.scope_key}|{self.salt}"
+
+    def _setup_system(self, agent: SubAgent | None, prefix_tokens: int, first: list[Request]) -> None:
+        owner = self._owner(agent)
+        if not first:
+            self._system_blocks[owner] = 0
+            return
+        req = first[0]
+        n = min(prefix_tokens // self.block_size, req.full_blocks(self.block_size))
+        self._system_blocks[owner] = n
+        if not self.synth.shared_prefix:
+            return
+        kind = "main" if agent is None else f"agent:{agent.subagent_type}"
+        for pos in range(n):
+            hid = req.hash_ids[pos]
+            self._overrides.setdefault(hid, f"{self.synth.seed}\x1fshared\x1f{kind}\x1f{pos}".encode())
+
+    @staticmethod
+    def _owner(agent: SubAgent | None) -> str:
+        return "" if agent is None else f"agent:{agent.agent_id}"
+
+    def block(self, hash_id: int) -> Any:
+        """Content of a whole block: a string of ``block_size`` tokens, or a list of token ids."""
+        content = self._blocks.get(hash_id)
+        if content is None:
+            key = self._overrides.get(hash_id) or self._prefix + str(hash_id).encode()
+            tokens = self.synth.block_tokens(key, self.block_size)
+            if self.synth.mode == "words":
+                content = " ".join(tokens)
+            elif self.synth.mode == "chat":
+                content = "".join(tokens)
+            else:
+                content = tokens
+            if len(self._blocks) >= BLOCK_CACHE_LIMIT:
+                self._blocks.clear()  # bounded memory; contents are recomputed identically
+            self._blocks[hash_id] = content
+        return content
+
+    def _tail(self, request: Request, nfull: int) -> Any:
+        """Tokens after the last whole block: the start of the next block(s); see module doc."""
+        bs = self.block_size
+        remaining = request.in_tokens - nfull * bs
+        ids = request.hash_ids
+        if len(ids) > nfull:  # weka layout: the last id names the partial block
+            next_ids = [ids[nfull]]
+        else:
+            last = ids[-1] if ids else 0
+            next_ids = [last + 1 + k for k in range(-(-remaining // bs))]
+        out: list[Any] = []
+        for hid in next_ids:
+            take = min(bs, remaining - len(out))
+            content = self.block(hid)
+            if self.synth.mode == "ids":
+                out.extend(content[:take])
+            elif self.synth.mode == "words":
+                out.extend(content.split(" ", take)[:take])
+            else:
+                out.extend(self.synth.block_tokens(self._key(hid), bs)[:take])
+        return out
+
+    def _key(self, hash_id: int) -> bytes:
+        return self._overrides.get(hash_id) or self._prefix + str(hash_id).encode()
+
+    def prompt(self, request: Request, agent: SubAgent | None = None) -> SynthPrompt:
+        bs = self.block_size
+        owner = self._owner(agent)
+        memo = self._memos.get(owner)
+        if memo is None:
+            memo = self._memos[owner] = _OwnerMemo()
+            if self.synth.mode == "ids":
+                memo.body = []
+        nfull = request.full_blocks(bs)
+        full_ids = request.hash_ids[:nfull]
+        common = _common_prefix(memo.ids, full_ids)
+        ids_mode = self.synth.mode == "ids"
+        sep = " " if self.synth.mode == "words" else ""
+        if common < len(memo.ids) or common < nfull:
+            base_len = memo.ends[common - 1] if common else 0
+            ends = memo.ends[:common]
+            if ids_mode:
+                body = memo.body[:base_len]
+                for hid in full_ids[common:]:
+                    body.extend(self.block(hid))
+                    ends.append(len(body))
+            else:
+                parts = [memo.body[:base_len]]
+                size = base_len
+                for hid in full_ids[common:]:
+                    text = self.block(hid)
+                    if size:
+                        parts.append(sep)
+                        size += len(sep)
+                    parts.append(text)
+                    size += len(text)
+                    ends.append(size)
+                body = "".join(parts)
+            memo.ids, memo.ends, memo.body = full_ids, ends, body
+        tail = self._tail(request, nfull) if request.in_tokens > nfull * bs else []
+
+        nsys = min(self._system_blocks.get(owner, 0), nfull) if self.synth.split_system else 0
+        if ids_mode:
+            token_ids = memo.body + tail if tail else list(memo.body)
+            return SynthPrompt(text=None, token_ids=token_ids, expected_prompt_tokens=request.in_tokens)
+        body: str = memo.body
+        if tail:
+            tail_text = sep.join(tail)
+            body = body + sep + tail_text if body else tail_text
+        system = None
+        if nsys:
+            cut = memo.ends[nsys - 1]
+            system, body = body[:cut], body[cut + len(sep) :]
+        return SynthPrompt(
+            text=body,
+            token_ids=None,
+            expected_prompt_tokens=request.in_tokens,
+            system=system,
+            separator=sep,
+        )
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+# --- tokenizer support (chat and ids modes) -------------------------------------------------------
+
+_WORD = re.compile(r"^ [a-z]{2,12}$")
+
+
+def load_tokenizer(spec: Any) -> Any:
+    """A ``tokenizers.Tokenizer`` from an instance, a tokenizer.json path/folder, or an HF model id."""
+    if hasattr(spec, "encode") and hasattr(spec, "get_vocab"):
+        return spec
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise UsageError(
+            "chat/ids synthesis with a tokenizer needs the tokenizers package "
+            "(pip install 'kv-cache-tester[tokenizer]')"
+        ) from None
+    path = Path(str(spec))
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if path.is_file():
+        try:
+            return Tokenizer.from_file(str(path))
+        except Exception as err:
+            raise UsageError(f"{path}: cannot load tokenizer: {err}") from None
+    return _tokenizer_from_hf(str(spec))
+
+
+def _tokenizer_from_hf(repo_id: str) -> Any:
+    from tokenizers import Tokenizer
+
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        raise UsageError(
+            f"tokenizer {repo_id}: not a local file, and loading from Hugging Face needs huggingface_hub"
+        ) from None
+    from kv_cache_tester.traces.hf import hub_cache_dir, offline
+
+    errors = []
+    for local_only in (True,) if offline() else (False, True):
+        try:
+            file = hf_hub_download(
+                repo_id, "tokenizer.json", cache_dir=str(hub_cache_dir()), local_files_only=local_only
+            )
+            return Tokenizer.from_file(file)
+        except Exception as err:
+            errors.append(err)
+    raise UsageError(
+        f"tokenizer {repo_id}: not a local tokenizer.json and not in the Hugging Face cache "
+        f"({type(errors[-1]).__name__})"
+    )
+
+
+def calibrate_vocabulary(tokenizer: Any, chunk: int = 512) -> list[tuple[str, int]]:
+    """Words that are exactly one token with a leading space and never merge with each other.
+
+    Candidates are vocabulary entries decoding to a space plus 2-12 lowercase letters, each checked
+    alone and then in long runs (a run whose tokenization is not exactly its words drops out).
+    Sorted by token id, so the result only depends on the tokenizer.
+    """
+    vocab = tokenizer.get_vocab()
+    ids = sorted(vocab.values())
+    texts = tokenizer.decode_batch([[i] for i in ids], skip_special_tokens=True)
+    cand = [(t, i) for t, i in zip(texts, ids, strict=True) if _WORD.match(t)]
+    encoded = tokenizer.encode_batch([t for t, _ in cand], add_special_tokens=False)
+    single = [(t[1:], i) for (t, i), e in zip(cand, encoded, strict=True) if e.ids == [i]]
+    good: list[tuple[str, int]] = []
+    for start in range(0, len(single), chunk):
+        part = single[start : start + chunk]
+        for run in (part, part[::-1]):
+            got = tokenizer.encode("".join(" " + w for w, _ in run), add_special_tokens=False).ids
+            if got != [i for _, i in run]:
+                break
+        else:
+            good.extend(part)
+    if len(good) < 256:
+        raise UsageError(
+            f"tokenizer has only {len(good)} usable single-token words (need 256) for chat/ids synthesis"
+        )
+    return good
