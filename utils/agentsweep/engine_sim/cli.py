@@ -1,0 +1,304 @@
+"""`agentsweep engine-sim MODEL ...`: the simulated engine's command line, shaped like `vllm serve`.
+
+SGLang spellings are accepted where they map cleanly (--model-path, --tp-size,
+--disable-radix-cache, --enable-hierarchical-cache with --hicache-size / --hicache-ratio,
+--chunked-prefill-size, --max-running-requests, --mem-fraction-static, --context-length).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+
+from agentsweep.engine_sim.faults import Faults
+from agentsweep.engine_sim.kv_cache import KVCache
+from agentsweep.engine_sim.metrics import DIALECTS
+from agentsweep.engine_sim.profiles import GIB, HARDWARE, Deployment, deploy
+from agentsweep.engine_sim.scheduler import Engine, SimClock
+from agentsweep.engine_sim.server import ServerConfig, SimServer
+from agentsweep.errors import InputError
+
+STATS_INTERVAL_S = 10.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    p = parser
+    p.add_argument("model_tag", nargs="?", metavar="MODEL", help="model name (selects the model profile)")
+    p.add_argument("--model", "--model-path", dest="model", help="model name (same as MODEL)")
+    p.add_argument("--served-model-name", nargs="+", help="name(s) the API answers to (default: MODEL)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed at startup)")
+    p.add_argument("--dialect", choices=DIALECTS, default="vllm", help="metrics and log dialect")
+    p.add_argument("--hardware", choices=sorted(HARDWARE), default="h200")
+    p.add_argument("--tensor-parallel-size", "--tp-size", "--tp", "-tp", dest="tp", type=int, default=1)
+    p.add_argument(
+        "--enable-expert-parallel", action="store_true", help="accepted (EP keeps TP's memory split)"
+    )
+    p.add_argument(
+        "--speed", type=float, default=1.0, help="simulated clock runs F times faster than wall time"
+    )
+    p.add_argument("--block-size", "--page-size", dest="block_size", type=int, default=16)
+    p.add_argument(
+        "--gpu-memory-utilization", "--mem-fraction-static", dest="mem_util", type=float, default=0.9
+    )
+    p.add_argument(
+        "--max-num-batched-tokens", "--chunked-prefill-size", dest="max_batched", type=int, default=8192
+    )
+    p.add_argument("--max-num-seqs", "--max-running-requests", dest="max_seqs", type=int, default=1024)
+    p.add_argument("--max-model-len", "--context-length", dest="max_model_len", type=int, default=None)
+    p.add_argument(
+        "--num-gpu-blocks-override", type=int, default=None, help="fix the GPU pool size in blocks"
+    )
+    p.add_argument("--kv-cache-dtype", default="auto", help="auto | fp8 (fp8 halves KV bytes per token)")
+    p.add_argument("--quantization", default=None, help="weights precision override: bf16 | fp8 | fp4")
+    p.add_argument(
+        "--kv-offloading-size", type=float, default=0.0, help="CPU offload tier, GiB over all ranks"
+    )
+    p.add_argument("--kv-offloading-backend", default="native", help="accepted (native | lmcache)")
+    p.add_argument("--enable-hierarchical-cache", action="store_true", help="SGLang: enable the host tier")
+    p.add_argument("--hicache-size", type=float, default=0.0, help="SGLang: host tier GiB per rank")
+    p.add_argument("--hicache-ratio", type=float, default=2.0, help="SGLang: host tier / device pool")
+    p.add_argument(
+        "--no-enable-prefix-caching",
+        "--disable-radix-cache",
+        dest="prefix_caching",
+        action="store_false",
+        help="disable prefix caching (no reuse, no offload)",
+    )
+    p.add_argument("--enable-prefix-caching", dest="prefix_caching", action="store_true")
+    p.add_argument(
+        "--enable-prompt-tokens-details", "--enable-cache-report", action="store_true", help="accepted"
+    )
+    p.add_argument("--default-max-tokens", type=int, default=256, help="max_tokens when a request sets none")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fail-rate", type=float, default=0.0, help="fault: fraction of requests answered 500")
+    p.add_argument("--fail-after", type=int, default=None, help="fault: 500 for every request after the N-th")
+    p.add_argument(
+        "--stall-after", type=int, default=None, help="fault: responses after the N-th stop midway"
+    )
+    p.add_argument("--crash-after", type=int, default=None, help="fault: exit when request N+1 arrives")
+    p.add_argument("--slow-start", type=float, default=0.0, help="fault: /health answers 503 for S seconds")
+    p.set_defaults(prefix_caching=True)
+
+
+@dataclass(slots=True)
+class Setup:
+    model: str
+    deployment: Deployment
+    gpu_blocks: int
+    cpu_blocks: int
+    max_model_len: int
+
+
+def _check(args: argparse.Namespace) -> None:
+    def bad(flag: str, what: str) -> InputError:
+        return InputError(f"engine-sim {flag}: {what}")
+
+    if args.speed <= 0:
+        raise bad("--speed", f"must be > 0, got {args.speed}")
+    if args.tp < 1:
+        raise bad("--tensor-parallel-size", f"must be >= 1, got {args.tp}")
+    if args.block_size < 1:
+        raise bad("--block-size", f"must be >= 1, got {args.block_size}")
+    if not 0 < args.mem_util <= 1:
+        raise bad("--gpu-memory-utilization", f"must be in (0, 1], got {args.mem_util}")
+    if args.max_batched < 1 or args.max_seqs < 1:
+        raise bad("--max-num-batched-tokens/--max-num-seqs", "must be >= 1")
+    if not 0 <= args.fail_rate <= 1:
+        raise bad("--fail-rate", f"must be in [0, 1], got {args.fail_rate}")
+    if args.kv_offloading_size < 0 or args.hicache_size < 0:
+        raise bad("--kv-offloading-size", "must be >= 0")
+    if args.num_gpu_blocks_override is not None and args.num_gpu_blocks_override < 1:
+        raise bad("--num-gpu-blocks-override", "must be >= 1")
+    if not 0 <= args.port <= 65535:
+        raise bad("--port", f"must be in 0..65535, got {args.port}")
+    for flag in ("fail_after", "stall_after", "crash_after"):
+        value = getattr(args, flag)
+        if value is not None and value < 0:
+            raise bad("--" + flag.replace("_", "-"), f"must be >= 0, got {value}")
+
+
+def resolve(args: argparse.Namespace) -> Setup:
+    """Check the flags and size the GPU pool and the CPU tier."""
+    model = args.model or args.model_tag
+    if not model:
+        raise InputError("engine-sim: a MODEL is required (positional or --model)")
+    if args.model and args.model_tag and args.model != args.model_tag:
+        raise InputError(f"engine-sim: MODEL {args.model_tag!r} and --model {args.model!r} disagree")
+    _check(args)
+    if args.quantization not in (None, "bf16", "fp8", "fp4"):
+        raise InputError(f"engine-sim --quantization: expected bf16, fp8 or fp4, got {args.quantization!r}")
+    dep = deploy(model, args.hardware, args.tp, args.kv_cache_dtype, args.quantization)
+    if args.num_gpu_blocks_override is not None:
+        gpu_blocks = args.num_gpu_blocks_override
+    else:
+        gpu_blocks = dep.gpu_blocks(args.block_size, args.mem_util)
+        if gpu_blocks < 1:
+            raise InputError(
+                f"engine-sim: {model} ({dep.precision}, {dep.weight_bytes_gpu / 1e9:.0f} GB of weights per GPU "
+                f"at TP {args.tp}) leaves no KV cache room on {args.hardware} at --gpu-memory-utilization "
+                f"{args.mem_util}; raise --tensor-parallel-size or set --num-gpu-blocks-override"
+            )
+    block_bytes = dep.kv_bytes_per_token_all * args.block_size
+    cpu_bytes = args.kv_offloading_size * GIB
+    if args.enable_hierarchical_cache:
+        if args.hicache_size:
+            cpu_bytes = args.hicache_size * GIB * args.tp
+        else:
+            cpu_bytes = args.hicache_ratio * gpu_blocks * block_bytes
+    cpu_blocks = int(cpu_bytes // block_bytes) if args.prefix_caching else 0
+    max_model_len = args.max_model_len or dep.model.max_model_len
+    return Setup(model, dep, gpu_blocks, cpu_blocks, max_model_len)
+
+
+def build_server(args: argparse.Namespace, setup: Setup) -> SimServer:
+    """Engine + HTTP app for resolved flags (the caller starts it)."""
+    dep = setup.deployment
+    cache = KVCache(
+        setup.gpu_blocks,
+        cpu_blocks=setup.cpu_blocks,
+        prefix_caching=args.prefix_caching,
+        block_bytes=dep.kv_bytes_per_token_all * args.block_size,
+    )
+    engine = Engine(
+        cache,
+        dep.cost,
+        SimClock(args.speed),
+        block_size=args.block_size,
+        max_num_batched_tokens=args.max_batched,
+        max_num_seqs=args.max_seqs,
+        host_link_bw=dep.hardware.host_link_bw * args.tp,
+    )
+    faults = Faults(
+        fail_rate=args.fail_rate,
+        fail_after=args.fail_after,
+        stall_after=args.stall_after,
+        crash_after=args.crash_after,
+        slow_start=args.slow_start,
+        seed=args.seed,
+    )
+    config = ServerConfig(
+        model=setup.model,
+        served_names=list(args.served_model_name or [setup.model]),
+        dialect=args.dialect,
+        max_model_len=setup.max_model_len,
+        default_max_tokens=args.default_max_tokens,
+        faults=faults,
+    )
+    return SimServer(config, engine)
+
+
+def _log(line: str) -> None:
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    print(f"INFO {stamp} {line}", flush=True)
+
+
+def startup_lines(args: argparse.Namespace, setup: Setup) -> list[str]:
+    dep = setup.deployment
+    tokens = setup.gpu_blocks * args.block_size
+    conc = tokens / setup.max_model_len
+    lines = [
+        f"[engine_sim] simulated {args.dialect} engine: model={setup.model} profile={dep.model.key} "
+        f"hardware={args.hardware} tp={args.tp} precision={dep.precision} speed={args.speed:g}",
+        f"[engine_sim] step time = {dep.cost.a * 1e3:.3f} ms + {dep.cost.b * 1e6:.3f} us/prefill token + "
+        f"{dep.cost.c * 1e6:.3f} us/decode seq + {dep.cost.d * 1e9:.3f} ns/KV token read",
+        f"[kv_cache_utils.py] GPU KV cache size: {tokens:,} tokens",
+        f"[kv_cache_utils.py] Maximum concurrency for {setup.max_model_len:,} tokens per request: {conc:.2f}x",
+    ]
+    if setup.cpu_blocks:
+        lines.append(f"[engine_sim] CPU offload tier: {setup.cpu_blocks * args.block_size:,} tokens")
+    if not args.prefix_caching:
+        lines.append("[engine_sim] prefix caching disabled")
+    if args.dialect == "sglang":
+        lines.append(
+            f"KV Cache is allocated. #tokens: {tokens}, max_total_num_tokens={tokens}, "
+            f"chunked_prefill_size={args.max_batched}, max_running_requests={args.max_seqs}, "
+            f"context_len={setup.max_model_len}"
+        )
+    return lines
+
+
+async def _serve(args: argparse.Namespace, setup: Setup) -> int:
+    from aiohttp import web
+
+    server = build_server(args, setup)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as err:
+        sock.close()
+        raise InputError(
+            f"engine-sim --host/--port: cannot bind {args.host}:{args.port}: {err.strerror}"
+        ) from None
+    sock.listen(1024)
+    sock.setblocking(False)
+    port = sock.getsockname()[1]
+    runner = web.AppRunner(server.app, access_log=None)
+    await runner.setup()
+    site = web.SockSite(runner, sock)
+    await site.start()
+    for line in startup_lines(args, setup):
+        _log(line)
+    url = f"http://{args.host}:{port}"
+    _log(f"Starting {args.dialect} API server on {url}")
+    print(f"INFO:     Started server process [{os.getpid()}]", flush=True)
+    print("INFO:     Application startup complete.", flush=True)
+    print(f"INFO:     Uvicorn running on {url} (Press CTRL+C to quit)", flush=True)
+    if args.dialect == "sglang":
+        _log("The server is fired up and ready to roll!")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    stats_task = loop.create_task(_stats_logger(server, stop))
+    await stop.wait()
+    _log("Shutting down")
+    stats_task.cancel()
+    await runner.cleanup()
+    return 0
+
+
+async def _stats_logger(server: SimServer, stop: asyncio.Event) -> None:
+    """A periodic line like vLLM's 'Avg prompt throughput ...' log (wall-clock rates)."""
+    st = server.engine.stats
+    last = (time.monotonic(), st.prompt_tokens, st.generation_tokens)
+    while not stop.is_set():
+        await asyncio.sleep(STATS_INTERVAL_S)
+        now = (time.monotonic(), st.prompt_tokens, st.generation_tokens)
+        span = now[0] - last[0]
+        if now[1:] == last[1:] and not server.engine.num_running:
+            last = now
+            continue
+        e = server.engine
+        hit = st.prefix_hits / st.prefix_queries * 100 if st.prefix_queries else 0.0
+        _log(
+            f"Engine 000: Avg prompt throughput: {(now[1] - last[1]) / span:.1f} tokens/s, "
+            f"Avg generation throughput: {(now[2] - last[2]) / span:.1f} tokens/s, Running: {e.num_running} reqs, "
+            f"Waiting: {e.num_waiting} reqs, GPU KV cache usage: {e.kv.usage * 100:.1f}%, "
+            f"Prefix cache hit rate: {hit:.1f}%"
+        )
+        last = now
+
+
+def run(args: argparse.Namespace) -> int:
+    setup = resolve(args)
+    try:
+        import uvloop  # optional, faster event loop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover
+        runner = asyncio.run
+    try:
+        return runner(_serve(args, setup))
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        sys.stdout.flush()

@@ -1,0 +1,253 @@
+"""Prometheus exposition of the engine's state in the vLLM or the SGLang dialect.
+
+Each server gets its own ``CollectorRegistry`` with one custom collector that reads the engine's
+plain counters at scrape time, so the engine loop never touches a Prometheus object (cheap steps)
+and two servers in one process never share series. Counters are exposed with the ``_total``
+suffix by prometheus_client, as the real engines expose them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from agentsweep.engine_sim.stats import EngineStats, Histogram
+
+DIALECTS = ("vllm", "sglang")
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Instantaneous engine state the gauges report."""
+
+    running: int
+    waiting: int
+    gpu_usage: float  # 0..1 of the GPU block pool in use
+    gpu_blocks: int
+    block_size: int
+    used_tokens: int
+    cpu_used_tokens: int
+    cpu_total_tokens: int
+    bytes_gpu_to_cpu: int
+    bytes_cpu_to_gpu: int
+    evicted_tokens: int
+    retracted_last: int  # SGLang: retractions of the most recent step
+
+
+def _hist(name: str, doc: str, labels: dict[str, str], h: Histogram) -> HistogramMetricFamily:
+    fam = HistogramMetricFamily(name, doc, labels=list(labels))
+    fam.add_metric(list(labels.values()), h.cumulative(), h.sum)
+    return fam
+
+
+class _Base(Collector):
+    def __init__(self, stats: EngineStats, snapshot: Callable[[], Snapshot], labels: dict[str, str]) -> None:
+        self.stats = stats
+        self.snapshot = snapshot
+        self.labels = labels
+
+    def _gauge(self, name: str, doc: str, value: float) -> GaugeMetricFamily:
+        fam = GaugeMetricFamily(name, doc, labels=list(self.labels))
+        fam.add_metric(list(self.labels.values()), value)
+        return fam
+
+    def _counter(self, name: str, doc: str, value: float) -> CounterMetricFamily:
+        fam = CounterMetricFamily(name, doc, labels=list(self.labels))
+        fam.add_metric(list(self.labels.values()), value)
+        return fam
+
+    def _by(self, name: str, doc: str, label: str, values: dict[str, float]) -> CounterMetricFamily:
+        fam = CounterMetricFamily(name, doc, labels=[*self.labels, label])
+        for key, value in values.items():
+            fam.add_metric([*self.labels.values(), key], value)
+        return fam
+
+
+class VllmCollector(_Base):
+    def collect(self) -> Iterator[Metric]:
+        st, s = self.stats, self.snapshot()
+        yield self._gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches.", s.running
+        )
+        yield self._gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", s.waiting
+        )
+        yield self._gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.gpu_usage
+        )
+        info = GaugeMetricFamily(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            labels=[*self.labels, "block_size", "num_gpu_blocks", "num_cpu_blocks"],
+        )
+        cpu_blocks = s.cpu_total_tokens // s.block_size
+        info.add_metric([*self.labels.values(), str(s.block_size), str(s.gpu_blocks), str(cpu_blocks)], 1.0)
+        yield info
+        yield self._counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            st.prefix_queries,
+        )
+        yield self._counter(
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            st.prefix_hits,
+        )
+        yield self._counter(
+            "vllm:external_prefix_cache_queries",
+            "External prefix cache queries from KV connector, in terms of number of queried tokens.",
+            st.external_queries,
+        )
+        yield self._counter(
+            "vllm:external_prefix_cache_hits",
+            "External prefix cache hits from KV connector, in terms of number of cached tokens.",
+            st.external_hits,
+        )
+        yield self._by(
+            "vllm:prompt_tokens_by_source",
+            "Number of prompt tokens by source.",
+            "source",
+            {
+                "local_compute": st.prompt_local_compute,
+                "local_cache_hit": st.prompt_local_hit,
+                "external_kv_transfer": st.prompt_external_hit,
+            },
+        )
+        yield self._by(
+            "vllm:prompt_tokens_cached_by_source",
+            "Number of cached prompt tokens by the tier they were found in.",
+            "source",
+            {"device": st.prompt_local_hit, "host": st.prompt_external_hit},
+        )
+        yield self._counter(
+            "vllm:prompt_tokens_cached",
+            "Number of cached prompt tokens (local + external).",
+            st.prompt_local_hit + st.prompt_external_hit,
+        )
+        yield self._counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine.", st.preemptions
+        )
+        yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.", st.prompt_tokens)
+        yield self._counter(
+            "vllm:generation_tokens", "Number of generation tokens processed.", st.generation_tokens
+        )
+        yield self._by(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            "finished_reason",
+            {k: v for k, v in st.requests_finished.items() if k != "abort"},
+        )
+        yield self._by(
+            "vllm:kv_offload_total_bytes",
+            "Number of bytes offloaded by KV connector",
+            "transfer_type",
+            {"GPU_to_CPU": s.bytes_gpu_to_cpu, "CPU_to_GPU": s.bytes_cpu_to_gpu},
+        )
+        yield _hist(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            self.labels,
+            st.ttft,
+        )
+        yield _hist(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            self.labels,
+            st.itl,
+        )
+        yield _hist(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            self.labels,
+            st.e2e,
+        )
+
+
+class SglangCollector(_Base):
+    def collect(self) -> Iterator[Metric]:
+        st, s = self.stats, self.snapshot()
+        yield self._gauge("sglang:num_running_reqs", "The number of running requests.", s.running)
+        yield self._gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", s.waiting)
+        yield self._gauge("sglang:token_usage", "The token usage.", s.gpu_usage)
+        yield self._gauge("sglang:num_used_tokens", "The number of used tokens.", s.used_tokens)
+        yield self._gauge(
+            "sglang:max_total_num_tokens",
+            "Maximum total number of tokens in the KV pool.",
+            s.gpu_blocks * s.block_size,
+        )
+        hit_rate = (st.prefix_hits + st.external_hits) / st.prefix_queries if st.prefix_queries else 0.0
+        yield self._gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", hit_rate)
+        yield self._by(
+            "sglang:cached_tokens",
+            "Number of cached prompt tokens by the tier they were found in.",
+            "cache_source",
+            {"device": st.prompt_local_hit, "host": st.prompt_external_hit},
+        )
+        yield self._counter("sglang:prompt_tokens", "Number of prefill tokens processed.", st.prompt_tokens)
+        yield self._counter(
+            "sglang:generation_tokens", "Number of generation tokens processed.", st.generation_tokens
+        )
+        yield self._gauge("sglang:num_retracted_reqs", "The number of retracted requests.", s.retracted_last)
+        yield self._counter(
+            "sglang:num_retracted_requests", "Total number of retracted requests.", st.preemptions
+        )
+        yield self._counter(
+            "sglang:evicted_tokens", "Tokens evicted from the device cache.", s.evicted_tokens
+        )
+        yield self._counter(
+            "sglang:load_back_tokens",
+            "Tokens loaded back from host memory to device.",
+            st.external_hits,
+        )
+        yield self._gauge(
+            "sglang:hicache_host_used_tokens", "Tokens in the host KV cache.", s.cpu_used_tokens
+        )
+        yield self._gauge(
+            "sglang:hicache_host_total_tokens", "Host KV cache capacity in tokens.", s.cpu_total_tokens
+        )
+        yield _hist(
+            "sglang:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            self.labels,
+            st.ttft,
+        )
+        yield _hist(
+            "sglang:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            self.labels,
+            st.itl,
+        )
+        yield _hist(
+            "sglang:e2e_request_latency_seconds",
+            "Histogram of E2E request latency in seconds.",
+            self.labels,
+            st.e2e,
+        )
+
+
+def build_registry(
+    dialect: str, model_name: str, stats: EngineStats, snapshot: Callable[[], Snapshot]
+) -> CollectorRegistry:
+    """A fresh registry exposing ``stats`` and ``snapshot()`` in ``dialect``."""
+    registry = CollectorRegistry(auto_describe=False)
+    if dialect == "vllm":
+        registry.register(VllmCollector(stats, snapshot, {"model_name": model_name, "engine": "0"}))
+    elif dialect == "sglang":
+        registry.register(SglangCollector(stats, snapshot, {"model_name": model_name}))
+    else:
+        raise ValueError(f"unknown metrics dialect {dialect!r} (choose from {', '.join(DIALECTS)})")
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

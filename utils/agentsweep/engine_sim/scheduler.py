@@ -1,0 +1,432 @@
+"""Continuous batching on a simulated clock: chunked prefill, prefix-cache admission, preemption.
+
+The engine is a discrete-event loop. Simulated time ``t`` advances by one step time per iteration
+(``profiles.StepCost``); the loop sleeps until the wall clock reaches ``t / speed`` so the simulated
+clock runs ``speed`` times faster than real time. It never runs ahead of the wall clock. When Python
+falls behind (many streams at a high speed-up), consecutive pure-decode steps whose start times are
+already past are applied in one batch: their tokens reach each stream in one SSE chunk, the way vLLM
+merges outputs for a consumer that lags, while the simulated timeline stays the same.
+
+Per step (vLLM V1 order): running requests first (decodes take one token, prefills a chunk of the
+remaining budget), then waiting requests in arrival order while the token budget, ``max_num_seqs``
+and free blocks allow. When a running request needs a block and none is free, the most recently
+admitted running request is preempted (its blocks freed, recomputed later) and counted.
+
+Prefix-cache hits are looked up when a request is admitted, over whole blocks resident at that
+moment, capped at ``(prompt_tokens - 1) // block_size`` blocks (the last prompt token is always
+computed, as in vLLM). Blocks found in the CPU tier are copied back before the request runs: it
+waits ``bytes / host link bandwidth`` of simulated time while other requests keep stepping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from agentsweep.engine_sim.kv_cache import KVCache, block_hashes
+from agentsweep.engine_sim.profiles import StepCost
+from agentsweep.engine_sim.stats import EngineStats
+
+log = logging.getLogger("agentsweep.engine_sim")
+
+WAITING, LOADING, RUNNING, FINISHED = "waiting", "loading", "running", "finished"
+MAX_BATCHED_STEPS = 100_000
+
+
+class SimClock:
+    """Simulated seconds = wall seconds since start x speed."""
+
+    def __init__(self, speed: float) -> None:
+        self.speed = speed
+        self._t0 = time.perf_counter()
+
+    def now(self) -> float:
+        return (time.perf_counter() - self._t0) * self.speed
+
+    async def sleep_until(self, t: float) -> None:
+        delay = (t - self.now()) / self.speed
+        await asyncio.sleep(delay if delay > 0 else 0)
+
+
+@dataclass(slots=True, eq=False)
+class SimRequest:
+    rid: str
+    tokens_len: int
+    hashes: list[int]  # chained hashes of the prompt's full blocks
+    max_tokens: int
+    arrival: float
+    status: str = WAITING
+    prefill_len: int = 0  # tokens to compute before decoding (prompt, or prompt + output after preemption)
+    computed: int = 0
+    generated: int = 0
+    held: int = 0  # GPU blocks held
+    cached: list[int] = field(default_factory=list)  # cached block hashes this request references
+    registered: int = 0  # prompt blocks already considered for caching
+    ready_at: float = 0.0
+    cached_tokens: int = -1  # prefix hits at first admission (usage.prompt_tokens_details)
+    gpu_hit_tokens: int = 0
+    cpu_hit_tokens: int = 0
+    first_token_at: float | None = None
+    last_token_at: float = 0.0
+    finished_at: float | None = None
+    counted_prompt: bool = False
+    aborted: bool = False
+    finish_reason: str = "length"
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Engine:
+    def __init__(
+        self,
+        cache: KVCache,
+        cost: StepCost,
+        clock: SimClock,
+        *,
+        block_size: int = 16,
+        max_num_batched_tokens: int = 8192,
+        max_num_seqs: int = 1024,
+        host_link_bw: float = 50e9,
+        stats: EngineStats | None = None,
+    ) -> None:
+        self.kv = cache
+        self.cost = cost
+        self.clock = clock
+        self.block_size = block_size
+        self.max_batched = max_num_batched_tokens
+        self.max_seqs = max_num_seqs
+        self.host_link_bw = host_link_bw  # bytes/s for all ranks together
+        self.stats = stats or EngineStats()
+        self.waiting: deque[SimRequest] = deque()
+        self.loading: list[SimRequest] = []
+        self.running: list[SimRequest] = []
+        self.t = 0.0
+        self.steps = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._ids = itertools.count(1)
+        self._aborts = 0  # aborted requests not yet dropped
+
+    # -- requests ------------------------------------------------------------------------------
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def fits(self, tokens: int) -> bool:
+        """Whether a request of ``tokens`` (prompt + output) can ever be held by the GPU pool."""
+        return self.blocks_for(tokens) <= self.kv.total
+
+    def submit(self, tokens: list[int], max_tokens: int) -> SimRequest:
+        hashes = block_hashes(tokens, self.block_size) if self.kv.prefix_caching else []
+        req = SimRequest(f"{next(self._ids)}", len(tokens), hashes, max(1, max_tokens), self.clock.now())
+        req.prefill_len = req.tokens_len
+        self.waiting.append(req)
+        self._wake.set()
+        return req
+
+    def abort(self, req: SimRequest) -> None:
+        """The client went away: drop the request at the next step boundary."""
+        if req.status != FINISHED and not req.aborted:
+            req.aborted = True
+            self._aborts += 1
+            self._wake.set()
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting) + len(self.loading)
+
+    # -- loop ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="engine-sim-loop")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _loop(self) -> None:
+        while True:
+            self._drop_aborted()
+            if not (self.running or self.waiting or self.loading):
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if not self.running and not self.loading:
+                self.t = max(self.t, self.waiting[0].arrival)
+            self._promote_loaded()
+            sched, admitted_or_preempted = self._schedule()
+            if not sched:
+                nxt = [r.ready_at for r in self.loading]
+                nxt += [r.arrival for r in self.waiting if r.arrival > self.t][:1]
+                if not nxt:
+                    # Nothing can run until something finishes or arrives: wait for a wake-up.
+                    self._wake.clear()
+                    await self._wake.wait()
+                    self.t = max(self.t, self.clock.now())
+                    continue
+                self.t = max(self.t, min(nxt))
+                await self.clock.sleep_until(self.t)
+                continue
+            prefill = decode = kv_read = 0
+            for r, n in sched:
+                if n == 1 and r.computed >= r.prefill_len:
+                    decode += 1
+                else:
+                    prefill += n
+                kv_read += r.computed + n
+            dt = self.cost.time(prefill, decode, kv_read)
+            k = 1
+            if not prefill and not admitted_or_preempted:
+                k = self._batch_steps(sched, dt, decode, kv_read)
+            if k > 1:
+                total = k * (dt - self.cost.d * kv_read) + self.cost.d * (
+                    k * kv_read + decode * k * (k - 1) // 2
+                )
+            else:
+                total = dt
+            end = self.t + total
+            await self.clock.sleep_until(end)
+            self.t = end
+            self.steps += k
+            self._apply(sched, k, total / k)
+
+    def _drop_aborted(self) -> None:
+        if not self._aborts:
+            return
+        self._aborts = 0
+        for queue in (self.running, self.loading):
+            if any(r.aborted for r in queue):
+                for r in [r for r in queue if r.aborted]:
+                    queue.remove(r)
+                    self._free(r)
+                    self._finish(r, "abort")
+        if any(r.aborted for r in self.waiting):
+            for r in [r for r in self.waiting if r.aborted]:
+                self.waiting.remove(r)
+                self._finish(r, "abort")
+
+    def _promote_loaded(self) -> None:
+        if self.loading:
+            ready = [r for r in self.loading if r.ready_at <= self.t]
+            for r in ready:
+                self.loading.remove(r)
+                r.status = RUNNING
+                self.running.append(r)
+
+    # -- scheduling ----------------------------------------------------------------------------
+    def _schedule(self) -> tuple[list[tuple[SimRequest, int]], bool]:
+        budget = self.max_batched
+        sched: list[tuple[SimRequest, int]] = []
+        kv = self.kv
+        bs = self.block_size
+        preempted = False
+        i = 0
+        running = self.running
+        while i < len(running) and budget > 0:
+            r = running[i]
+            n = 1 if r.computed >= r.prefill_len else min(r.prefill_len - r.computed, budget)
+            need = -(-(r.computed + n) // bs) - r.held
+            while need > kv.available:
+                victim = running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is r:
+                    break
+            if r.status != RUNNING:
+                break
+            kv.allocate(need)
+            r.held += need
+            sched.append((r, n))
+            budget -= n
+            i += 1
+        admitted = False
+        if not preempted:
+            while self.waiting and budget > 0 and len(running) + len(self.loading) < self.max_seqs:
+                r = self.waiting[0]
+                if r.arrival > self.t:
+                    break
+                n = self._admit(r, budget)
+                if n < 0:
+                    break
+                self.waiting.popleft()
+                admitted = True
+                if r.status == RUNNING:
+                    running.append(r)
+                    sched.append((r, n))
+                    budget -= n
+        return sched, preempted or admitted
+
+    def _admit(self, r: SimRequest, budget: int) -> int:
+        """Look the prompt up and take its blocks; returns the first chunk size, or -1 if no room."""
+        kv = self.kv
+        bs = self.block_size
+        hit = kv.lookup(r.hashes, (r.prefill_len - 1) // bs)
+        g, c = hit.gpu_blocks, hit.cpu_blocks
+        hits = r.hashes[:g]
+        reclaim = sum(1 for h in hits if kv.refs[h] == 0)  # evictable blocks the hit pins
+        computed = (g + c) * bs
+        n = 0 if c else min(r.prefill_len - computed, budget)
+        need = c + self.blocks_for(computed + n) - (g + c)
+        if need > kv.available - reclaim:
+            return -1
+        kv.acquire(hits)
+        kv.allocate(need)
+        if c:
+            kv.load_from_cpu(r.hashes[g : g + c])
+        r.cached = list(r.hashes[: g + c])
+        r.held = g + need
+        r.registered = g + c
+        r.computed = computed
+        st = self.stats
+        if kv.prefix_caching:
+            st.prefix_queries += r.prefill_len
+            st.prefix_hits += g * bs
+            if kv.cpu_capacity:
+                st.external_queries += r.prefill_len - g * bs
+                st.external_hits += c * bs
+        if r.cached_tokens < 0:
+            r.cached_tokens = computed
+            r.gpu_hit_tokens = g * bs
+            r.cpu_hit_tokens = c * bs
+        if c:
+            r.status = LOADING
+            r.ready_at = self.t + c * kv.block_bytes / self.host_link_bw
+            self.loading.append(r)
+        else:
+            r.status = RUNNING
+        return n
+
+    def _preempt(self, r: SimRequest) -> None:
+        self._free(r)
+        r.status = WAITING
+        r.prefill_len = r.tokens_len + r.generated
+        self.waiting.appendleft(r)
+        self.stats.preemptions += 1
+
+    def _free(self, r: SimRequest) -> None:
+        self.kv.release(r.cached, r.held - len(r.cached))
+        r.cached = []
+        r.held = 0
+        r.computed = 0
+        r.registered = 0
+
+    def _batch_steps(self, sched: list[tuple[SimRequest, int]], dt: float, batch: int, kv_read: int) -> int:
+        """How many identical decode steps to apply at once (only steps already due by the clock)."""
+        limit = self.clock.now()
+        for w in self.waiting:  # requests already due could not be admitted; the next arrival could
+            if w.arrival > self.t:
+                limit = min(limit, w.arrival)
+                break
+        if self.loading:
+            limit = min(limit, min(r.ready_at for r in self.loading))
+        if limit - self.t <= dt:
+            return 1
+        k = min(MAX_BATCHED_STEPS, 1 + int((limit - self.t) / dt))
+        k = min(k, min(r.max_tokens - r.generated for r, _ in sched))
+        d = self.cost.d
+        base = dt - d * kv_read
+        # Drop steps that would start after the limit (step i reads i*batch more KV tokens).
+        while (
+            k > 1
+            and self.t + (k - 1) * base + d * ((k - 1) * kv_read + batch * (k - 1) * (k - 2) // 2) > limit
+        ):
+            k = max(1, k // 2)
+        if k <= 1:
+            return 1
+        bs = self.block_size
+        extra = sum(-(-(r.computed + k) // bs) - r.held for r, _ in sched)
+        return k if extra <= self.kv.available else 1
+
+    # -- applying a step -----------------------------------------------------------------------
+    def _apply(self, sched: list[tuple[SimRequest, int]], k: int, dt: float) -> None:
+        st = self.stats
+        kv = self.kv
+        t = self.t
+        bs = self.block_size
+        itl = st.itl
+        decoded = 0
+        finished: list[SimRequest] = []
+        if k > 1:
+            extra = 0
+            for r, _ in sched:
+                if r.aborted:
+                    continue
+                r.computed += k
+                r.generated += k
+                need = -(-r.computed // bs) - r.held
+                r.held += need
+                extra += need
+                r.last_token_at = t
+                r.event.set()
+                if r.generated >= r.max_tokens:
+                    finished.append(r)
+            kv.allocate(extra)
+            decoded = k * len(sched)
+            itl.observe(dt, decoded)
+        else:
+            for r, n in sched:
+                if r.aborted:
+                    continue
+                was_decoding = r.computed >= r.prefill_len
+                r.computed += n
+                if not was_decoding:
+                    self._register_blocks(r)
+                    if r.computed < r.prefill_len:
+                        continue
+                r.generated += 1
+                decoded += 1
+                if r.first_token_at is None:
+                    r.first_token_at = t
+                    st.ttft.observe(t - r.arrival)
+                    self._count_prompt(r)
+                elif was_decoding:
+                    itl.observe(t - r.last_token_at)
+                r.last_token_at = t
+                r.event.set()
+                if r.generated >= r.max_tokens:
+                    finished.append(r)
+        st.generation_tokens += decoded
+        for r in finished:
+            self.running.remove(r)
+            self._free(r)
+            self._finish(r, "length")
+
+    def _register_blocks(self, r: SimRequest) -> None:
+        full = min(r.computed, r.tokens_len) // self.block_size
+        if full > r.registered:
+            kv = self.kv
+            for h in r.hashes[r.registered : full]:
+                if kv.register(h):
+                    r.cached.append(h)
+            r.registered = full
+
+    def _count_prompt(self, r: SimRequest) -> None:
+        if r.counted_prompt:
+            return
+        r.counted_prompt = True
+        st = self.stats
+        st.prompt_tokens += r.tokens_len
+        st.prompt_local_hit += r.gpu_hit_tokens
+        st.prompt_external_hit += r.cpu_hit_tokens
+        st.prompt_local_compute += r.tokens_len - r.gpu_hit_tokens - r.cpu_hit_tokens
+
+    def _finish(self, r: SimRequest, reason: str) -> None:
+        r.status = FINISHED
+        r.finish_reason = reason
+        r.finished_at = self.t
+        self.stats.requests_finished[reason] = self.stats.requests_finished.get(reason, 0) + 1
+        if reason != "abort":
+            self.stats.e2e.observe(self.t - r.arrival)
+        r.event.set()
+
+    def reset_prefix_cache(self) -> None:
+        self.kv.reset()

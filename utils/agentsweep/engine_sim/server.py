@@ -1,0 +1,371 @@
+"""The HTTP front end (aiohttp.web): OpenAI-compatible routes shaped as vLLM returns them.
+
+Routes: POST /v1/chat/completions, POST /v1/completions (streaming and not; prompt as text or token
+ids), GET /v1/models, GET /health (SGLang: also /health_generate), GET /metrics, POST /tokenize,
+POST /reset_prefix_cache (SGLang: /flush_cache), GET /version, GET /get_model_info.
+
+Streaming follows vLLM: ``data: {json}\\n\\n`` events, the chat role delta with the first token, the
+finish reason on the last content chunk, a final usage chunk (``choices: []``) when
+``stream_options.include_usage`` is set, then ``data: [DONE]``. A chunk carries every token the
+engine produced since the previous chunk (one per step when the client keeps up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from agentsweep import __version__
+from agentsweep.engine_sim import tokenizer
+from agentsweep.engine_sim.faults import CRASH, FAIL, STALL, Faults
+from agentsweep.engine_sim.metrics import CONTENT_TYPE, Snapshot, build_registry, render
+from agentsweep.engine_sim.scheduler import FINISHED, Engine, SimRequest
+
+try:  # optional speed-up
+    import orjson
+
+    def _loads(data: bytes) -> Any:
+        return orjson.loads(data)
+
+    def _dumps(obj: Any) -> str:
+        return orjson.dumps(obj).decode()
+
+except ImportError:  # pragma: no cover - orjson is installed with the fast extra
+
+    def _loads(data: bytes) -> Any:
+        return json.loads(data)
+
+    def _dumps(obj: Any) -> str:
+        return json.dumps(obj, separators=(",", ":"))
+
+
+DEFAULT_MAX_TOKENS = 256
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400, kind: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
+def error_response(message: str, status: int, kind: str) -> web.Response:
+    body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    return web.json_response(body, status=status)
+
+
+def _crash() -> None:
+    print("ERROR [core.py] EngineCore encountered a fatal error; engine core process died", flush=True)
+    sys.stdout.flush()
+    os._exit(1)
+
+
+@dataclass(slots=True)
+class ServerConfig:
+    model: str
+    served_names: list[str]
+    dialect: str = "vllm"
+    max_model_len: int = 131072
+    default_max_tokens: int = DEFAULT_MAX_TOKENS
+    faults: Faults = field(default_factory=Faults)
+    crash: Callable[[], None] = _crash
+
+
+class SimServer:
+    def __init__(self, config: ServerConfig, engine: Engine) -> None:
+        self.config = config
+        self.engine = engine
+        self.name = config.served_names[0]
+        self._name_json = _dumps(self.name)
+        self.started = time.monotonic()
+        self.retracted_seen = 0
+        self.registry = build_registry(config.dialect, self.name, engine.stats, self.snapshot)
+        self.app = web.Application(client_max_size=1 << 30)
+        self.app.on_startup.append(self._on_startup)
+        self.app.on_cleanup.append(self._on_cleanup)
+        r = self.app.router
+        r.add_post("/v1/chat/completions", self.chat_completions)
+        r.add_post("/v1/completions", self.completions)
+        r.add_get("/v1/models", self.models)
+        r.add_get("/health", self.health)
+        r.add_get("/health_generate", self.health)
+        r.add_get("/metrics", self.metrics)
+        r.add_post("/tokenize", self.tokenize)
+        r.add_post("/reset_prefix_cache", self.reset_prefix_cache)
+        r.add_route("*", "/flush_cache", self.reset_prefix_cache)
+        r.add_get("/version", self.version)
+        r.add_get("/get_model_info", self.model_info)
+
+    async def _on_startup(self, _app: web.Application) -> None:
+        self.engine.start()
+
+    async def _on_cleanup(self, _app: web.Application) -> None:
+        await self.engine.stop()
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return time.monotonic() - self.started >= self.config.faults.slow_start
+
+    def snapshot(self) -> Snapshot:
+        e = self.engine
+        kv = e.kv
+        bs = e.block_size
+        retracted = e.stats.preemptions - self.retracted_seen
+        self.retracted_seen = e.stats.preemptions
+        return Snapshot(
+            running=e.num_running,
+            waiting=e.num_waiting,
+            gpu_usage=kv.usage,
+            gpu_blocks=kv.total,
+            block_size=bs,
+            used_tokens=kv.used * bs,
+            cpu_used_tokens=kv.cpu_used * bs,
+            cpu_total_tokens=kv.cpu_capacity * bs,
+            bytes_gpu_to_cpu=kv.bytes_gpu_to_cpu,
+            bytes_cpu_to_gpu=kv.bytes_cpu_to_gpu,
+            evicted_tokens=kv.evicted_blocks * bs,
+            retracted_last=retracted,
+        )
+
+    # -- simple routes -------------------------------------------------------------------------
+    async def health(self, _request: web.Request) -> web.Response:
+        if not self.ready:
+            return web.Response(status=503, text="starting")
+        return web.Response(status=200)
+
+    async def metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(body=render(self.registry), headers={"Content-Type": CONTENT_TYPE})
+
+    async def version(self, _request: web.Request) -> web.Response:
+        return web.json_response({"version": f"{__version__}+engine-sim"})
+
+    async def models(self, _request: web.Request) -> web.Response:
+        created = int(time.time())
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": created,
+                "owned_by": self.config.dialect,
+                "root": self.config.model,
+                "parent": None,
+                "max_model_len": self.config.max_model_len,
+            }
+            for name in self.config.served_names
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def model_info(self, _request: web.Request) -> web.Response:
+        return web.json_response(
+            {"model_path": self.config.model, "tokenizer_path": self.config.model, "is_generation": True}
+        )
+
+    async def reset_prefix_cache(self, _request: web.Request) -> web.Response:
+        self.engine.reset_prefix_cache()
+        return web.Response(status=200, text="Cache flushed." if self.config.dialect == "sglang" else "")
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._body(request)
+            if "messages" in body:
+                ids = self._chat_tokens(body)
+            else:
+                ids = self._prompt_tokens(body)
+        except BadRequest as err:
+            return error_response(str(err), err.status, err.kind)
+        return web.json_response(
+            {"count": len(ids), "max_model_len": self.config.max_model_len, "tokens": ids, "token_strs": None}
+        )
+
+    # -- request parsing -----------------------------------------------------------------------
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        try:
+            body = _loads(await request.read())
+        except ValueError as err:
+            raise BadRequest(f"request body is not valid JSON: {err}") from None
+        if not isinstance(body, dict):
+            raise BadRequest("request body must be a JSON object")
+        model = body.get("model")
+        if model is not None and model not in self.config.served_names and model != self.config.model:
+            raise BadRequest(f"The model `{model}` does not exist.", 404, "NotFoundError")
+        return body
+
+    def _chat_tokens(self, body: dict[str, Any]) -> list[int]:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("'messages' must be a non-empty list")
+        try:
+            return tokenizer.render_chat(messages, bool(body.get("add_generation_prompt", True)))
+        except ValueError as err:
+            raise BadRequest(str(err)) from None
+
+    def _prompt_tokens(self, body: dict[str, Any]) -> list[int]:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, str):
+            return tokenizer.encode(prompt)
+        if isinstance(prompt, list) and prompt and tokenizer.is_token_ids(prompt):
+            return list(prompt)
+        raise BadRequest("'prompt' must be a string or a list of token ids (one prompt per request)")
+
+    def _max_tokens(self, body: dict[str, Any], prompt_len: int) -> int:
+        value = body.get("max_completion_tokens", body.get("max_tokens"))
+        limit = self.config.max_model_len
+        if value is None:
+            value = max(1, min(self.config.default_max_tokens, limit - prompt_len))
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise BadRequest("'max_tokens' must be a positive integer")
+        if prompt_len + value > limit:
+            raise BadRequest(
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{prompt_len + value} tokens ({prompt_len} in the messages, {value} in the completion). "
+                "Please reduce the length of the messages or completion."
+            )
+        if not self.engine.fits(prompt_len + value):
+            raise BadRequest(
+                f"the request needs {prompt_len + value} tokens of KV cache but the GPU pool holds "
+                f"{self.engine.kv.total * self.engine.block_size}"
+            )
+        n = body.get("n", 1)
+        if n != 1:
+            raise BadRequest("only n=1 is supported")
+        return value
+
+    # -- completions ---------------------------------------------------------------------------
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._complete(request, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._complete(request, chat=False)
+
+    async def _complete(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        if not self.ready:
+            return error_response("server is starting", 503, "ServiceUnavailableError")
+        try:
+            body = await self._body(request)
+            tokens = self._chat_tokens(body) if chat else self._prompt_tokens(body)
+            max_tokens = self._max_tokens(body, len(tokens))
+        except BadRequest as err:
+            return error_response(str(err), err.status, err.kind)
+        fault = self.config.faults.next_request()
+        if fault == CRASH:
+            self.config.crash()
+        if fault == FAIL:
+            return error_response("simulated engine failure", 500, "InternalServerError")
+        req = self.engine.submit(tokens, max_tokens)
+        stall_at = max(1, max_tokens // 2) if fault == STALL else None
+        try:
+            if body.get("stream"):
+                opts = body.get("stream_options") or {}
+                return await self._stream(request, req, chat, bool(opts.get("include_usage")), stall_at)
+            return await self._whole(request, req, chat, stall_at)
+        finally:
+            if req.status != FINISHED:
+                self.engine.abort(req)
+
+    def _usage(self, req: SimRequest) -> str:
+        return (
+            f'{{"prompt_tokens":{req.tokens_len},"total_tokens":{req.tokens_len + req.generated},'
+            f'"completion_tokens":{req.generated},"prompt_tokens_details":{{"cached_tokens":{max(0, req.cached_tokens)}}}}}'
+        )
+
+    async def _wait_disconnect(self, request: web.Request) -> None:
+        while request.transport is not None and not request.transport.is_closing():
+            await asyncio.sleep(0.05)
+
+    async def _stream(
+        self, request: web.Request, req: SimRequest, chat: bool, include_usage: bool, stall_at: int | None
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        await resp.prepare(request)
+        created = int(time.time())
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        head = (
+            f'data: {{"id":"{rid}","object":"{obj}","created":{created},"model":{self._name_json},"choices":'
+        )
+        if chat:
+            role = f'{head}[{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}}\n\n'
+            open_ = head + '[{"index":0,"delta":{"content":"'
+            mid = '"},"logprobs":null,"finish_reason":'
+            close = "}]}\n\n"
+        else:
+            role = ""
+            open_ = head + '[{"index":0,"text":"'
+            mid = '","logprobs":null,"finish_reason":'
+            close = ',"stop_reason":null}]}\n\n'
+        sent = 0
+        limit = req.max_tokens if stall_at is None else stall_at
+        try:
+            while True:
+                if req.generated == sent and req.status != FINISHED:
+                    req.event.clear()
+                    await req.event.wait()
+                    continue
+                n = min(req.generated, limit) - sent
+                if n <= 0 and req.status != FINISHED:
+                    break  # stalled
+                last = req.status == FINISHED and sent + n >= req.generated
+                parts = []
+                if sent == 0 and role:
+                    parts.append(role)
+                if n > 0 or last:
+                    reason = f'"{req.finish_reason}"' if last else "null"
+                    parts.append(f"{open_}{tokenizer.output_text(sent, n)}{mid}{reason}{close}")
+                sent += max(n, 0)
+                if last:
+                    if include_usage:
+                        parts.append(f'{head}[],"usage":{self._usage(req)}}}\n\n')
+                    parts.append("data: [DONE]\n\n")
+                await resp.write("".join(parts).encode())
+                if last:
+                    break
+                if sent >= limit:
+                    break
+            if stall_at is not None:
+                await self._wait_disconnect(request)
+                return resp
+            await resp.write_eof()
+        except (ConnectionError, asyncio.CancelledError):
+            self.engine.abort(req)
+            raise
+        return resp
+
+    async def _whole(
+        self, request: web.Request, req: SimRequest, chat: bool, stall_at: int | None
+    ) -> web.Response:
+        if stall_at is not None:
+            await self._wait_disconnect(request)
+            self.engine.abort(req)
+            return web.Response(status=500)
+        while req.status != FINISHED:
+            req.event.clear()
+            await req.event.wait()
+        text = tokenizer.output_text(0, req.generated)
+        created = int(time.time())
+        if chat:
+            choice = (
+                f'{{"index":0,"message":{{"role":"assistant","content":"{text}","tool_calls":[]}},'
+                f'"logprobs":null,"finish_reason":"{req.finish_reason}","stop_reason":null}}'
+            )
+            rid, obj = f"chatcmpl-{uuid.uuid4().hex}", "chat.completion"
+        else:
+            choice = f'{{"index":0,"text":"{text}","logprobs":null,"finish_reason":"{req.finish_reason}","stop_reason":null}}'
+            rid, obj = f"cmpl-{uuid.uuid4().hex}", "text_completion"
+        body = (
+            f'{{"id":"{rid}","object":"{obj}","created":{created},"model":{self._name_json},'
+            f'"choices":[{choice}],"usage":{self._usage(req)}}}'
+        )
+        return web.Response(body=body.encode(), content_type="application/json")

@@ -1,0 +1,63 @@
+"""Plain counters the engine updates; the metrics module renders them in a dialect at scrape time."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+ITL_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+)  # fmt: skip
+E2E_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+
+
+class Histogram:
+    """Cumulative-ready bucket counts; ``observe`` takes a count so batched steps cost one call."""
+
+    __slots__ = ("bounds", "counts", "sum", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # last = +Inf
+        self.sum = 0.0
+        self.total = 0
+
+    def observe(self, value: float, count: int = 1) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += count
+        self.sum += value * count
+        self.total += count
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        out = []
+        acc = 0
+        for bound, n in zip(self.bounds, self.counts, strict=False):
+            acc += n
+            out.append((repr(float(bound)), acc))
+        out.append(("+Inf", self.total))
+        return out
+
+
+@dataclass(slots=True)
+class EngineStats:
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    prefix_queries: int = 0  # tokens looked up in the GPU prefix cache
+    prefix_hits: int = 0  # tokens found there
+    external_queries: int = 0  # tokens looked up in the offload tier
+    external_hits: int = 0
+    prompt_local_compute: int = 0  # prompt tokens by source, counted once per request
+    prompt_local_hit: int = 0
+    prompt_external_hit: int = 0
+    preemptions: int = 0
+    requests_finished: dict[str, int] = field(default_factory=lambda: {"length": 0, "stop": 0, "abort": 0})
+    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
+    itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
+    e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
