@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""Benchmark the replayer itself against an instant streaming server; prints one table.
+
+Method: the server (instant_server.py) is pinned to core 0, the replayer to core 1 (taskset, when
+there are two cores). Workload: the sample traces with every request cut to at most 20k input
+tokens (its first hash blocks) and 64 output tokens, copied under new ids until there are more
+traces than users; --recycle, no delays. Throughput counts requests completed inside the window
+(after --warmup seconds). TTFT overhead = client TTFT - the server's own TTFT, per request id, in
+a run paced to about 50 req/s (32 users, 10 ms between tokens). RSS is sampled every second.
+
+    python kv-cache-tester/benchmarks/bench_replay.py [--duration 20] [--warmup 5] [--users 64,256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+ENTRY = ROOT / "trace_replay_tester.py"
+SERVER = HERE / "instant_server.py"
+MAX_IN = 20000
+OUT_TOKENS = 64
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    v = sorted(values)
+    pos = (len(v) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def cut_request(r: dict, block: int) -> dict:
+    r = dict(r)
+    if r.get("type") == "subagent":
+        r["requests"] = [cut_request(x, block) for x in r["requests"]]
+        return r
+    if r["in"] > MAX_IN:
+        r["in"] = MAX_IN
+        r["hash_ids"] = r["hash_ids"][: -(-MAX_IN // block)]
+    r["out"] = OUT_TOKENS
+    return r
+
+
+def prepare_traces(src: Path, dst: Path, copies_needed: int) -> int:
+    """Cut every request to MAX_IN tokens and OUT_TOKENS outputs; copy until enough traces."""
+    dst.mkdir(parents=True, exist_ok=True)
+    base = [json.loads(p.read_text()) for p in sorted(src.glob("*.json"))]
+    n = 0
+    copy = 0
+    while n < copies_needed:
+        for tr in base:
+            t = dict(tr)
+            t["id"] = f"{tr['id']}_c{copy}"
+            t["requests"] = [cut_request(r, tr.get("block_size", 64)) for r in tr["requests"][:120]]
+            (dst / f"{t['id']}.json").write_text(json.dumps(t))
+            n += 1
+        copy += 1
+    return n
+
+
+def taskset(core: int) -> list[str]:
+    if shutil.which("taskset") and (os.cpu_count() or 1) >= 2:
+        return ["taskset", "-c", str(core)]
+    return []
+
+
+def rss_mib(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def start_server(itl_ms: float, record: Path) -> tuple[subprocess.Popen[str], int]:
+    cmd = [*taskset(0), sys.executable, str(SERVER), "--port", "0", "--itl-ms", str(itl_ms)]
+    cmd += ["--force-output-tokens", str(OUT_TOKENS), "--record", str(record)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("PORT "):
+        proc.kill()
+        raise SystemExit(f"instant server did not start: {line!r}")
+    return proc, int(line.split()[1])
+
+
+def scenario(
+    name: str, users: int, itl_ms: float, traces: Path, work: Path, args: argparse.Namespace
+) -> dict:
+    out = work / name
+    record = work / f"{name}_server.jsonl"
+    server, port = start_server(itl_ms, record)
+    total = args.warmup + args.duration
+    cmd = [*taskset(1), sys.executable, str(ENTRY), "--api-endpoint", f"http://127.0.0.1:{port}"]
+    cmd += ["--trace-directory", str(traces), "--output-dir", str(out), "--max-users", str(users)]
+    cmd += ["--recycle", "--time-scale", "1e-9", "--max-context", "0", "--test-duration", str(total)]
+    cmd += ["--no-plot", "--no-color", "--grace-period", "5", "--model", "instant"]
+    cmd += ["--workers", str(args.workers)]
+    t_start = time.monotonic()
+    rep = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    rss: list[tuple[float, float]] = []
+    while rep.poll() is None:
+        r = rss_mib(rep.pid)
+        if r is not None:
+            rss.append((time.monotonic() - t_start, r))
+        time.sleep(1.0)
+    err = rep.stderr.read() if rep.stderr else ""
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=30)
+    if server.stdout:
+        server.stdout.close()
+    if rep.returncode != 0:
+        raise SystemExit(f"{name}: replayer exited {rep.returncode}: {err[-2000:]}")
+    summ = json.loads((out / "summary.json").read_text())
+    recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    first_t = min(r["t_dispatch"] for r in recs)
+    w0, w1 = first_t + args.warmup, first_t + total
+    win = [r for r in recs if r["status"] == "ok" and w0 <= r["t_done"] <= w1]
+    busy = sum(
+        min(r["t_done"], w1) - max(r["t_dispatch"], w0)
+        for r in recs
+        if r["t_done"] >= w0 and r["t_dispatch"] <= w1
+    )
+    server_ttft = {}
+    if record.exists():
+        for line in record.read_text().splitlines():
+            d = json.loads(line)
+            server_ttft[d["request_id"]] = d["ttft_s"]
+    over = [r["ttft_s"] - server_ttft[r["request_id"]] for r in win if r["request_id"] in server_ttft]
+    sent = len(recs)
+    in_win_rss = [m for t, m in rss if t >= args.warmup]
+    return {
+        "scenario": name,
+        "users": users,
+        "req_s": len(win) / args.duration,
+        "in_flight": busy / args.duration,
+        "cpu_ms_req": 1000 * summ["self_audit"]["client_cpu_s"] / max(1, sent),
+        "ttft_p50_ms": 1000 * pct([r["ttft_s"] for r in win], 50),
+        "over_p50_ms": 1000 * pct(over, 50),
+        "over_p99_ms": 1000 * pct(over, 99),
+        "spread_ms": 1000 * (summ["self_audit"]["first_dispatch_spread_s"] or 0),
+        "rss_start": in_win_rss[0] if in_win_rss else float("nan"),
+        "rss_end": in_win_rss[-1] if in_win_rss else float("nan"),
+        "failed": summ["counts"]["failed"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", type=float, default=20.0, help="measured window (s)")
+    ap.add_argument("--warmup", type=float, default=5.0, help="seconds before the window")
+    ap.add_argument("--users", default="64,256", help="user counts of the throughput runs")
+    ap.add_argument("--paced-users", type=int, default=32, help="users of the ~50 req/s overhead run")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--traces", type=Path, default=ROOT / "sample_traces")
+    ap.add_argument("--keep", type=Path, help="keep the work files here")
+    args = ap.parse_args()
+    users = [int(u) for u in args.users.split(",") if u]
+    work = args.keep or Path(tempfile.mkdtemp(prefix="bench_replay_"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        traces = work / "traces"
+        n = prepare_traces(args.traces, traces, max([*users, args.paced_users]) + 20)
+        print(f"{n} traces (requests cut to {MAX_IN} input tokens, {OUT_TOKENS} output tokens)", flush=True)
+        rows = [scenario(f"u{u}", u, 0.0, traces, work, args) for u in users]
+        rows.append(scenario(f"paced{args.paced_users}", args.paced_users, 10.0, traces, work, args))
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    cols = [
+        ("scenario", "{:<9}"), ("users", "{:>5}"), ("req_s", "{:>8.1f}"), ("in_flight", "{:>9.1f}"),
+        ("cpu_ms_req", "{:>10.2f}"), ("ttft_p50_ms", "{:>11.2f}"), ("over_p50_ms", "{:>11.2f}"),
+        ("over_p99_ms", "{:>11.2f}"), ("spread_ms", "{:>9.1f}"), ("rss_start", "{:>9.0f}"),
+        ("rss_end", "{:>7.0f}"), ("failed", "{:>6}"),
+    ]  # fmt: skip
+    print(" | ".join(f"{c:>{len(fmt.format(rows[0][c]))}}" for c, fmt in cols))
+    for row in rows:
+        print(" | ".join(fmt.format(row[c]) for c, fmt in cols))
+    print(
+        f"(window {args.duration:.0f} s after {args.warmup:.0f} s warmup; in_flight = mean requests in flight; "
+        "over = client TTFT - server TTFT; rss in MiB at window start/end; pinning: "
+        f"{'server core 0, client core 1' if taskset(0) else 'none'})"
+    )
+
+
+if __name__ == "__main__":
+    main()

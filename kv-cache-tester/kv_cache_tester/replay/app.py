@@ -1,0 +1,187 @@
+"""One replay run: load traces, find the model, run the lanes (here or in worker processes), write
+summary.json and the plot, return the exit status."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from kv_cache_tester.errors import RunAborted, UsageError
+from kv_cache_tester.replay.config import ReplayConfig
+from kv_cache_tester.replay.pool import TracePool
+from kv_cache_tester.replay.progress import Progress
+from kv_cache_tester.replay.prompts import PayloadBuilder
+from kv_cache_tester.replay.recorder import DEBUG_FILE, REQUESTS_FILE, Recorder
+from kv_cache_tester.replay.runner import Replayer, RunMeta
+from kv_cache_tester.replay.summary import build_summary, write_summary
+from kv_cache_tester.traces.loaders import load_traces
+from kv_cache_tester.traces.model import Trace
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_loop(main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """Run a coroutine on uvloop when importable, else the default loop."""
+    factory = None
+    try:
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - optional extra
+        pass
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main())
+
+
+def load(cfg: ReplayConfig) -> list[Trace]:
+    source = cfg.trace_directory if cfg.trace_directory else f"hf:{cfg.hf_dataset}"
+    if cfg.trace_directory and not Path(cfg.trace_directory).exists():
+        raise UsageError(f"--trace-directory {cfg.trace_directory}: no such file or directory")
+    result = load_traces(
+        source, max_context=cfg.max_context or None, max_context_mode="truncate", min_requests=1
+    )
+    for line in result.report.lines():
+        log(f"traces: {line}")
+    if len(result.traces) < cfg.users:
+        log(
+            f"warning: {len(result.traces)} traces for {cfg.users} users: a trace is never live in two "
+            f"lanes, so {cfg.users - len(result.traces)} lanes stay idle"
+        )
+    return result.traces
+
+
+async def resolve_model(cfg: ReplayConfig) -> str:
+    """--model, else the first model the server lists at /v1/models."""
+    if cfg.model:
+        return cfg.model
+    url = cfg.api_endpoint + "/v1/models"
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session,
+            session.get(url) as resp,
+        ):
+            if resp.status != 200:
+                raise RunAborted(f"{url}: HTTP {resp.status}; pass --model to skip the lookup")
+            data = await resp.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+        raise RunAborted(f"cannot reach {url}: {type(err).__name__}: {err}") from None
+    try:
+        return str(data["data"][0]["id"])
+    except (KeyError, IndexError, TypeError):
+        raise RunAborted(f"{url}: no model listed; pass --model") from None
+
+
+def prepare_output(cfg: ReplayConfig) -> Path:
+    out = Path(cfg.output_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--output-dir {out}: {err.strerror or err}") from None
+    for name in (REQUESTS_FILE, DEBUG_FILE, "summary.json"):
+        (out / name).unlink(missing_ok=True)
+    (out / REQUESTS_FILE).touch()
+    return out
+
+
+def make_builder(cfg: ReplayConfig, model: str) -> PayloadBuilder:
+    return PayloadBuilder(
+        api=cfg.api,
+        model=model,
+        seed=cfg.seed,
+        ignore_eos=cfg.ignore_eos,
+        send_max_tokens=not cfg.no_max_tokens,
+        mode=cfg.prompt_mode,
+        tokenizer=cfg.tokenizer,
+    )
+
+
+def pool_for(cfg: ReplayConfig, n_traces: int, worker: int = 0, workers: int = 1) -> TracePool:
+    """This process's share of the traces (disjoint across workers, so a trace is never live twice)."""
+    return TracePool([i for i in range(n_traces) if i % workers == worker], cfg.seed, cfg.recycle)
+
+
+def lanes_for(cfg: ReplayConfig, worker: int = 0, workers: int = 1) -> list[int]:
+    return [i for i in range(cfg.users) if i % workers == worker]
+
+
+async def _single(cfg: ReplayConfig, traces: list[Trace], out: Path, model: str) -> RunMeta:
+    recorder = Recorder(out, cfg.debug_trace)
+    replayer = Replayer(
+        cfg, traces, lanes_for(cfg), pool_for(cfg, len(traces)), make_builder(cfg, model), recorder
+    )
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, replayer.on_signal, sig)
+    progress = Progress(cfg.users, cfg.test_duration, color=not cfg.no_color, max_ttft=cfg.max_ttft)
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(cfg.progress_interval)
+            if replayer.t0:
+                progress.update(time.perf_counter() - replayer.t0, replayer.snapshot())
+
+    ticker = loop.create_task(tick())
+    try:
+        return await replayer.run()
+    finally:
+        ticker.cancel()
+        progress.close()
+        recorder.close()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def finish(cfg: ReplayConfig, out: Path, metas: list[RunMeta], options: dict[str, Any]) -> int:
+    summary = build_summary(
+        out / REQUESTS_FILE,
+        metas,
+        users=cfg.users,
+        options=options,
+        slo_ttft=cfg.slo_ttft,
+        slo_tpot=cfg.slo_tpot,
+    )
+    write_summary(out, summary)
+    if cfg.plot:
+        from kv_cache_tester.replay.plots import write_plot
+
+        note = write_plot(out)
+        if note:
+            log(note)
+    c, th, lat = summary["counts"], summary["throughput"], summary["latency"]
+    p50 = lat["ttft_s"]["p50"]
+    rps = th["requests_per_s"]
+    log(
+        f"done: {c['ok']} ok, {c['failed']} failed, {c['warmup']} warmup in {summary['window']['duration_s']:.1f} s"
+        f" | {rps or 0:.1f} req/s | p50 TTFT {(p50 or 0) * 1000:.1f} ms | results in {out}"
+    )
+    breakers = [m.breaker for m in metas if m.breaker]
+    if breakers:
+        raise RunAborted(breakers[0] + f"; {c['ok'] + c['failed'] + c['warmup']} requests recorded in {out}")
+    signums = [m.signum for m in metas if m.signum]
+    return 128 + signums[0] if signums else 0
+
+
+def replay(cfg: ReplayConfig, options: dict[str, Any]) -> int:
+    traces = load(cfg)
+    model = run_loop(lambda: resolve_model(cfg))
+    out = prepare_output(cfg)
+    if cfg.workers > 1:
+        from kv_cache_tester.replay.workers import run_workers
+
+        metas = run_workers(cfg, traces, out, model)
+    else:
+        metas = [run_loop(lambda: _single(cfg, traces, out, model))]
+    options = {**options, "resolved_model": model}
+    with contextlib.suppress(BrokenPipeError):
+        return finish(cfg, out, metas, options)
+    return 1

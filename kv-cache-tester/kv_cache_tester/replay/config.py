@@ -1,0 +1,154 @@
+"""The resolved replay options (picklable, shared by the main process and its workers)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from kv_cache_tester.errors import UsageError
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayConfig:
+    api_endpoint: str  # base URL, e.g. http://127.0.0.1:8000 (no trailing /v1)
+    trace_directory: str | None
+    hf_dataset: str | None
+    output_dir: str
+    users: int
+    test_duration: float | None
+    recycle: bool
+    max_delay: float
+    time_scale: float
+    timing_strategy: str
+    api_time_scale: float
+    advance_min: float
+    advance_max: float
+    seed: int
+    max_context: int
+    ignore_eos: bool
+    no_max_tokens: bool
+    debug_trace: bool
+    no_color: bool
+    max_concurrent_requests: int
+    warmup_requests_per_user: int
+    api: str
+    tokenizer: str | None
+    slo_ttft: float | None
+    slo_tpot: float | None
+    request_timeout: float
+    workers: int
+    model: str | None
+    grace_period: float
+    progress_interval: float
+    plot: bool
+    max_ttft: float | None = None
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        parts = urlsplit(self.api_endpoint)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return parts.hostname or "127.0.0.1", port
+
+    @property
+    def url(self) -> str:
+        path = "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
+        return self.api_endpoint + path
+
+    @property
+    def prompt_mode(self) -> str:
+        if self.tokenizer:
+            return "chat"
+        return "ids" if self.api == "completions" else "words"
+
+
+def _endpoint(raw: str) -> str:
+    value = raw.strip().rstrip("/")
+    if value.endswith("/v1"):
+        value = value[:-3]
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--api-endpoint {raw!r}: expected a URL like http://127.0.0.1:8000")
+    try:
+        parts.port  # noqa: B018 - validates the port number
+    except ValueError as exc:
+        raise UsageError(f"--api-endpoint {raw!r}: {exc}") from None
+    return value
+
+
+def from_args(ns: argparse.Namespace) -> ReplayConfig:
+    """Validate the parsed flags; every problem is one UsageError line naming the flag."""
+
+    def need(cond: bool, msg: str) -> None:
+        if not cond:
+            raise UsageError(msg)
+
+    need(
+        bool(ns.trace_directory) != bool(ns.hf_dataset), "give exactly one of --trace-directory, --hf-dataset"
+    )
+    users = ns.max_users if ns.max_users is not None else (ns.start_users or 1)
+    need(users >= 1, f"--max-users {users}: must be at least 1")
+    if ns.start_users is not None:
+        need(ns.start_users >= 1, f"--start-users {ns.start_users}: must be at least 1")
+    need(ns.test_duration is None or ns.test_duration > 0, "--test-duration: must be > 0 seconds")
+    need(ns.max_delay >= 0, "--max-delay: must be >= 0")
+    need(ns.time_scale > 0, "--time-scale: must be > 0")
+    need(ns.api_time_scale >= 0, "--api-time-scale: must be >= 0")
+    need(
+        0.0 <= ns.advance_min <= ns.advance_max < 1.0,
+        f"--advance-min {ns.advance_min} / --advance-max {ns.advance_max}: need 0 <= min <= max < 1",
+    )
+    need(ns.max_context >= 0, "--max-context: must be >= 0 (0 = no limit)")
+    need(ns.max_concurrent_requests >= 0, "--max-concurrent-requests: must be >= 0 (0 = unlimited)")
+    need(ns.warmup_requests_per_user >= 0, "--warmup-requests-per-user: must be >= 0")
+    need(ns.slo_ttft is None or ns.slo_ttft > 0, "--slo-ttft: must be > 0 seconds")
+    need(ns.slo_tpot is None or ns.slo_tpot > 0, "--slo-tpot: must be > 0 seconds")
+    need(ns.request_timeout > 0, "--request-timeout: must be > 0 seconds")
+    need(ns.workers >= 1, "--workers: must be >= 1")
+    need(ns.grace_period >= 0, "--grace-period: must be >= 0 seconds")
+    need(ns.hash_block_mode, "--no-hash-block-mode: only hash-block content is supported")
+    need(not (ns.tokenizer and ns.api == "completions"), "--tokenizer works with --api chat only")
+    return ReplayConfig(
+        api_endpoint=_endpoint(ns.api_endpoint),
+        trace_directory=ns.trace_directory,
+        hf_dataset=ns.hf_dataset,
+        output_dir=ns.output_dir,
+        users=users,
+        test_duration=ns.test_duration,
+        recycle=ns.recycle,
+        max_delay=ns.max_delay,
+        time_scale=ns.time_scale,
+        timing_strategy=ns.timing_strategy,
+        api_time_scale=ns.api_time_scale,
+        advance_min=ns.advance_min,
+        advance_max=ns.advance_max,
+        seed=ns.seed,
+        max_context=ns.max_context,
+        ignore_eos=ns.ignore_eos,
+        no_max_tokens=ns.no_max_tokens,
+        debug_trace=ns.debug_trace,
+        no_color=ns.no_color,
+        max_concurrent_requests=ns.max_concurrent_requests,
+        warmup_requests_per_user=ns.warmup_requests_per_user,
+        api=ns.api,
+        tokenizer=ns.tokenizer,
+        slo_ttft=ns.slo_ttft,
+        slo_tpot=ns.slo_tpot,
+        request_timeout=ns.request_timeout,
+        workers=min(ns.workers, users),
+        model=ns.model,
+        grace_period=ns.grace_period,
+        progress_interval=ns.progress_interval,
+        plot=not ns.no_plot,
+        max_ttft=ns.max_ttft,
+    )
+
+
+def options_dict(ns: argparse.Namespace) -> dict[str, Any]:
+    """Every flag value as given (for summary.json ``options``)."""
+    return {k: v for k, v in sorted(vars(ns).items()) if not callable(v)}
+
+
+def config_dict(cfg: ReplayConfig) -> dict[str, Any]:
+    return asdict(cfg)

@@ -1,0 +1,446 @@
+"""The lane scheduler: N users replaying traces concurrently against one server.
+
+A lane (user) leases a trace, plays it request by request (sleeping the trace's delays, fanning out
+sub-agent groups and joining them before the parent's next request), releases it and, with
+--recycle, leases the next one. Every request's body is built *before* the lane sleeps, so the
+dispatch itself is one HTTP write; all lanes build their first request, then start together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from kv_cache_tester.replay.breaker import CircuitBreaker
+from kv_cache_tester.replay.client import Outcome, send
+from kv_cache_tester.replay.config import ReplayConfig
+from kv_cache_tester.replay.pool import TracePool
+from kv_cache_tester.replay.prompts import Built, PayloadBuilder, Scope
+from kv_cache_tester.replay.recorder import Recorder
+from kv_cache_tester.replay.stats import itl_summary
+from kv_cache_tester.replay.timing import scaled_delay
+from kv_cache_tester.traces.model import Request, SubAgent, SubAgentGroup, Trace
+
+clock = time.perf_counter
+
+
+class _Stopped(Exception):
+    """Raised inside a lane when the run stops while it waits."""
+
+
+@dataclass(slots=True)
+class _Lane:
+    index: int
+    warm_left: int
+    started: bool = False
+    rng: random.Random = field(default_factory=random.Random)
+
+
+@dataclass(slots=True)
+class RunMeta:
+    """What the summary needs beyond requests.jsonl (one per process; merged across workers)."""
+
+    t0_unix: float
+    stop_rel: float  # dispatching stopped, seconds after t0
+    end_rel: float  # last request finished or abandoned
+    reason: str  # duration | signal | breaker | exhausted
+    first_dispatch: list[float]  # per lane that dispatched, seconds after t0
+    abandoned: int
+    idle_lanes: int
+    cpu_s: float
+    wall_s: float
+    itl_hist: dict[str, Any]
+    breaker: str | None = None
+    signum: int | None = None
+
+
+class Replayer:
+    def __init__(
+        self,
+        cfg: ReplayConfig,
+        traces: list[Trace],
+        lanes: list[int],
+        pool: TracePool,
+        builder: PayloadBuilder,
+        recorder: Recorder,
+        start_gate: Callable[[], Awaitable[float]] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.traces = traces
+        self.lanes = lanes
+        self.pool = pool
+        self.builder = builder
+        self.recorder = recorder
+        self._start_gate = start_gate
+        self.stopping = False
+        self.stop_reason: str | None = None
+        self.t0 = 0.0
+        self.t_stop: float | None = None
+        self.active_users = 0
+        self.in_flight = 0
+        self.idle_lanes = 0
+        self._sleepers: set[asyncio.Task[Any]] = set()
+        self._children: set[asyncio.Task[Any]] = set()
+        self._first_dispatch: dict[int, float] = {}
+        self._ready = 0
+        self._all_ready = asyncio.Event()
+        self._start = asyncio.Event()
+        self._stop_event = asyncio.Event()
+        self._force = asyncio.Event()
+        self.signum: int | None = None
+        self._sem = asyncio.Semaphore(cfg.max_concurrent_requests) if cfg.max_concurrent_requests else None
+        host, port = cfg.host_port
+        self.breaker = CircuitBreaker(host, port, on_trip=lambda msg: self.stop("breaker"))
+        self._timeout = aiohttp.ClientTimeout(total=cfg.request_timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    # -- control ---------------------------------------------------------------------------------
+    def stop(self, reason: str) -> None:
+        """Stop dispatching: lanes waiting on a delay end now, requests in flight may finish."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.stop_reason = reason
+        self.t_stop = clock()
+        for task in list(self._sleepers):
+            task.cancel()
+        self._stop_event.set()
+
+    def on_signal(self, signum: int) -> None:
+        """First SIGINT/SIGTERM: stop dispatching and let requests in flight finish (grace period).
+        A second one: abandon them now."""
+        if self.stopping:
+            self._force.set()
+            return
+        self.signum = signum
+        self.stop("signal")
+
+    async def _sleep_until(self, target: float) -> None:
+        if self.stopping:
+            raise _Stopped
+        delay = target - clock()
+        if delay <= 0:
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._sleepers.add(task)
+        try:
+            await asyncio.sleep(delay)
+        except asyncio.CancelledError:
+            if self.stopping and task.cancelling():
+                task.uncancel()
+                raise _Stopped from None
+            raise
+        finally:
+            self._sleepers.discard(task)
+
+    async def _wait_children(self, tasks: list[asyncio.Task[Any]]) -> None:
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _mark_ready(self) -> None:
+        self._ready += 1
+        if self._ready >= len(self.lanes):
+            self._all_ready.set()
+
+    async def _begin(self, lane: _Lane) -> None:
+        """First action of a lane: say it is ready, then wait for the common start."""
+        if not lane.started:
+            lane.started = True
+            self._mark_ready()
+            await self._start.wait()
+            if self.stopping:
+                raise _Stopped
+
+    # -- lanes -----------------------------------------------------------------------------------
+    async def _lane(self, index: int) -> None:
+        cfg = self.cfg
+        lane = _Lane(index, cfg.warmup_requests_per_user, rng=random.Random(f"{cfg.seed}:lane:{index}"))
+        first_trace = True
+        try:
+            while not self.stopping:
+                lease = self.pool.lease()
+                if lease is None:
+                    if first_trace:
+                        self.idle_lanes += 1
+                    return
+                idx, play = lease
+                trace = self.traces[idx]
+                start = 0
+                if first_trace and cfg.advance_max > 0 and len(trace.requests) > 1:
+                    frac = lane.rng.uniform(cfg.advance_min, cfg.advance_max)
+                    start = min(int(frac * len(trace.requests)), len(trace.requests) - 1)
+                    if start > 0:
+                        lane.warm_left = max(lane.warm_left, 1)
+                first_trace = False
+                self.active_users += 1
+                try:
+                    await self._play(lane, trace, play, start)
+                finally:
+                    self.active_users -= 1
+                    self.pool.release(idx)
+        except _Stopped:
+            return
+        finally:
+            if not lane.started:
+                lane.started = True
+                self._mark_ready()
+
+    def _phase(self, lane: _Lane) -> str:
+        if lane.warm_left > 0:
+            lane.warm_left -= 1
+            return "warmup"
+        return "profile"
+
+    async def _play(self, lane: _Lane, trace: Trace, play: int, start: int) -> None:
+        """One play of one trace, from parent request ``start`` (earlier groups count as finished)."""
+        cfg = self.cfg
+        scope = self.builder.open_scope(trace, play)
+        session_id = trace.trace_id
+        prev: Request | None = None
+        prev_end = 0.0
+        group: list[asyncio.Task[Any]] = []
+        try:
+            for step in trace.steps():
+                if isinstance(step, SubAgentGroup):
+                    if step.join_index <= start:
+                        continue
+                    await self._begin(lane)
+                    group = [self._spawn(lane, trace, play, scope, agent) for agent in step.agents]
+                    continue
+                req = step
+                if req.index < start:
+                    continue
+                built = self.builder.build(scope, None, req)
+                if prev is None:
+                    await self._begin(lane)
+                    target = clock()
+                else:
+                    target = prev_end + scaled_delay(
+                        cfg.timing_strategy,
+                        req,
+                        prev,
+                        max_delay=cfg.max_delay,
+                        time_scale=cfg.time_scale,
+                        api_time_scale=cfg.api_time_scale,
+                    )
+                await self._sleep_until(target)
+                if group:  # the join: wait for every sub-agent of the group, whatever became of them
+                    await self._wait_children(group)
+                    group = []
+                    target = max(target, clock())
+                if self.stopping:
+                    raise _Stopped
+                await self._dispatch(lane, trace, play, scope, session_id, req, built, target)
+                prev, prev_end = req, clock()
+            await self._wait_children(group)
+        finally:
+            for task in group:
+                task.cancel()
+            self.builder.close_scope(scope)
+
+    def _spawn(
+        self, lane: _Lane, trace: Trace, play: int, scope: Scope, agent: SubAgent
+    ) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(self._agent(lane, trace, play, scope, agent))
+        self._children.add(task)
+        task.add_done_callback(self._children.discard)
+        return task
+
+    async def _agent(self, lane: _Lane, trace: Trace, play: int, scope: Scope, agent: SubAgent) -> None:
+        cfg = self.cfg
+        session_id = f"{trace.trace_id}:{agent.agent_id}"
+        prev: Request | None = None
+        prev_end = clock()  # the spawn
+        try:
+            for req in agent.requests:
+                built = self.builder.build(scope, agent, req)
+                target = prev_end + scaled_delay(
+                    cfg.timing_strategy,
+                    req,
+                    prev,
+                    max_delay=cfg.max_delay,
+                    time_scale=cfg.time_scale,
+                    api_time_scale=cfg.api_time_scale,
+                )
+                await self._sleep_until(target)
+                if self.stopping:
+                    return
+                await self._dispatch(lane, trace, play, scope, session_id, req, built, target)
+                prev, prev_end = req, clock()
+        except _Stopped:
+            return
+
+    # -- one request -----------------------------------------------------------------------------
+    async def _dispatch(
+        self,
+        lane: _Lane,
+        trace: Trace,
+        play: int,
+        scope: Scope,
+        session_id: str,
+        req: Request,
+        built: Built,
+        target: float,
+    ) -> Outcome:
+        assert self._session is not None
+        phase = self._phase(lane)
+        header_sid = f"{session_id}/{scope.salt}" if scope.salt else session_id
+        request_id = f"{header_sid}#{req.index}"
+        headers = {"X-Session-ID": header_sid, "X-Request-ID": request_id}
+        debug: list[tuple[float, bytes]] | None = [] if self.cfg.debug_trace else None
+        if not self.breaker.healthy.is_set():  # a connection error is being probed: hold on
+            await self.breaker.healthy.wait()
+            if self.stopping:
+                raise _Stopped
+        if self._sem is not None:
+            await self._sem.acquire()
+        self.in_flight += 1
+        t_send = clock()
+        try:
+            self._first_dispatch.setdefault(lane.index, t_send - self.t0)
+            out = await send(self._session, self.cfg.url, built.body, headers, self._timeout, clock, debug)
+            t_done = clock()
+        finally:
+            self.in_flight -= 1
+            if self._sem is not None:
+                self._sem.release()
+        self.breaker.observe(None if out.ok else out.error_class)
+        rec = {
+            "trace_id": trace.trace_id,
+            "session_id": session_id,
+            "user": lane.index,
+            "turn": req.index,
+            "phase": phase,
+            "play": play,
+            "salt": scope.salt,
+            "request_id": request_id,
+            "t_dispatch": t_send - self.t0,
+            "t_done": t_done - self.t0,
+            "dispatch_lag_s": max(0.0, t_send - target),
+            "ttft_s": out.ttft,
+            "e2e_s": out.e2e,
+            "itl_s": itl_summary(out.itls),
+            "tpot_s": out.tpot,
+            "prompt_tokens": out.prompt_tokens
+            if out.prompt_tokens is not None
+            else built.expected_prompt_tokens,
+            "prompt_tokens_source": "server" if out.prompt_tokens is not None else "synthesized",
+            "cached_tokens": out.cached_tokens,
+            "expected_prompt_tokens": built.expected_prompt_tokens,
+            "output_tokens": out.output_tokens,
+            "expected_output_tokens": req.out_tokens,
+            "theoretical_hit_blocks": built.hit_blocks,
+            "total_blocks": built.total_blocks,
+            "status": "ok" if out.ok else "error",
+            "error": None if out.ok else {"class": out.error_class, "message": out.error_message},
+        }
+        self.recorder.write(rec, out.itls)
+        if debug:
+            self.recorder.write_debug(request_id, debug)
+        return out
+
+    # -- the run ---------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        r = self.recorder
+        return {
+            "active": self.active_users,
+            "in_flight": self.in_flight,
+            "done": r.done,
+            "failed": r.failed,
+            "tokens": r.in_tokens + r.out_tokens,
+            "out_tokens": r.out_tokens,
+            "ttft_p50": r.take_recent_ttft_p50(),
+        }
+
+    async def _drain(self, lane_tasks: list[asyncio.Task[Any]], grace: float) -> None:
+        """Wait up to ``grace`` seconds for requests in flight, or until a second signal."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        force_wait = loop.create_task(self._force.wait())
+        try:
+            pending = {t for t in lane_tasks if not t.done()}
+            while pending and not self._force.is_set():
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                await asyncio.wait(
+                    pending | {force_wait}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                )
+                pending = {t for t in lane_tasks if not t.done()}
+        finally:
+            force_wait.cancel()
+
+    async def run(self, connector_limit: int | None = None) -> RunMeta:
+        cfg = self.cfg
+        loop = asyncio.get_running_loop()
+        cpu0 = time.process_time()
+        connector = aiohttp.TCPConnector(
+            limit=connector_limit or 2 * len(self.lanes) + 16,  # sub-agents add to the users
+            limit_per_host=0,
+            ttl_dns_cache=None,
+            use_dns_cache=True,
+        )
+        session = aiohttp.ClientSession(
+            connector=connector,
+            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+            auto_decompress=False,
+            read_bufsize=1 << 18,
+            skip_auto_headers=("User-Agent",),
+        )
+        self._session = session
+        lane_tasks = [loop.create_task(self._lane(i)) for i in self.lanes]
+        if not self.lanes:
+            self._all_ready.set()
+        abandoned = 0
+        duration_handle = None
+        try:
+            await self._all_ready.wait()
+            self.t0 = await self._start_gate() if self._start_gate is not None else clock()
+            t0_unix = time.time() - (clock() - self.t0)
+            wall0 = clock()
+            self._start.set()
+            if cfg.test_duration is not None:
+                duration_handle = loop.call_later(
+                    max(0.0, self.t0 + cfg.test_duration - clock()), self.stop, "duration"
+                )
+            lanes_done = asyncio.gather(*lane_tasks, return_exceptions=True)
+            stop_wait = loop.create_task(self._stop_event.wait())
+            await asyncio.wait({lanes_done, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            self.stop("exhausted")  # no-op when already stopped for another reason
+            stop_wait.cancel()
+            if not lanes_done.done():
+                await self._drain(lane_tasks, 1.0 if self.stop_reason == "breaker" else cfg.grace_period)
+                if not lanes_done.done() or self._children:
+                    abandoned = self.in_flight
+                    for task in [*lane_tasks, *self._children]:
+                        task.cancel()
+                    await asyncio.gather(*lane_tasks, *list(self._children), return_exceptions=True)
+                await lanes_done
+        finally:
+            if duration_handle is not None:
+                duration_handle.cancel()
+            self.breaker.close()
+            await session.close()
+        end = clock()
+        assert self.t_stop is not None
+        return RunMeta(
+            t0_unix=t0_unix,
+            stop_rel=self.t_stop - self.t0,
+            end_rel=end - self.t0,
+            reason=self.stop_reason or "exhausted",
+            first_dispatch=sorted(self._first_dispatch.values()),
+            abandoned=abandoned,
+            idle_lanes=self.idle_lanes,
+            cpu_s=time.process_time() - cpu0,
+            wall_s=end - wall0,
+            itl_hist=self.recorder.itl_hist.to_dict(),
+            breaker=self.breaker.tripped,
+            signum=self.signum,
+        )
