@@ -31,3 +31,12 @@ def test_console_scripts_installed():
         [sys.executable, "-m", "kv_cache_tester.cli", "--version"], capture_output=True, text=True, check=True
     )
     assert out.stdout.startswith("kv-cache-tester ")
+
+
+def test_bad_flags_are_one_line_exit_2():
+    for argv in (["agentsweep", "matrix", "--bogus"], ["kv-cache-tester", "replay", "--max-users", "x"]):
+        module = "agentsweep.cli" if argv[0] == "agentsweep" else "kv_cache_tester.cli"
+        proc = subprocess.run([sys.executable, "-m", module, *argv[1:]], capture_output=True, text=True)
+        assert proc.returncode == 2
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("usage error: "), proc.stderr

@@ -13,6 +13,14 @@ import traceback
 from kv_cache_tester import __version__
 from kv_cache_tester.errors import KVTesterError
 
+
+class OneLineParser(argparse.ArgumentParser):
+    """Reports a bad command line as one line (and exit 2) instead of the usage block."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"usage error: {self.prog}: {message} (see --help)\n")
+
+
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("kv_cache_tester.replay.cli", "replay traces at N concurrent users against an engine"),
     "analyze": ("kv_cache_tester.traces.cli", "trace statistics and theoretical prefix-cache hits"),
@@ -22,7 +30,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 def run_subcommand(name: str, rest: list[str], debug: bool = False) -> int:
     module_name, help_ = SUBCOMMANDS[name]
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"kv-cache-tester {name}", description=help_)
+    parser = OneLineParser(prog=f"kv-cache-tester {name}", description=help_)
     module.add_arguments(parser)
     args = parser.parse_args(rest)
     try:

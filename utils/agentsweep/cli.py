@@ -14,6 +14,14 @@ import traceback
 from agentsweep import __version__
 from agentsweep.errors import AgentsweepError
 
+
+class OneLineParser(argparse.ArgumentParser):
+    """Reports a bad command line as one line (and exit 2) instead of the usage block."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"usage error: {self.prog}: {message} (see --help)\n")
+
+
 # name -> (module, one-line help). Importing lazily keeps `engine-sim` and
 # `metrics-collector` start-up free of pandas/matplotlib.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -77,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: command '{name}' is not available in this build", file=sys.stderr)
             return 2
         raise
-    parser = argparse.ArgumentParser(prog=f"agentsweep {name}", description=help_)
+    parser = OneLineParser(prog=f"agentsweep {name}", description=help_)
     module.add_arguments(parser)
     args = parser.parse_args(rest)
     try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,20 +65,52 @@ def _strip_gz(name: str) -> str:
 def _json_problem(data: bytes) -> tuple[str, int, int]:
     """(message, line, column) of the first JSON syntax error in ``data``, from the stdlib parser."""
     try:
-        json.loads(data)
+        json.loads(data, parse_constant=_no_constant)
     except json.JSONDecodeError as err:
         return err.msg, err.lineno, err.colno
     except UnicodeDecodeError as err:
         return f"not UTF-8 text ({err.reason})", 1, err.start + 1
+    except _NonStandard as err:
+        return f"{err} is not valid JSON (write a number or null)", 1, 1
     return "unreadable", 1, 1
+
+
+class _NonStandard(ValueError):
+    """NaN / Infinity: Python's json reads them, strict parsers (orjson) do not."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NonStandard(name)
+
+
+# What reading a damaged file raises: OSError (gzip.BadGzipFile too), EOFError (a truncated .gz),
+# zlib.error (corrupt compressed data).
+_READ_ERRORS = (OSError, EOFError, zlib.error)
+
+
+def _read_problem(err: BaseException) -> str:
+    if isinstance(err, EOFError):
+        return "truncated compressed file"
+    text = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+    return text or type(err).__name__
+
+
+def _lines(fh: IO[bytes], shown: str) -> Iterator[bytes]:
+    """The lines of ``fh``; a read error part way (a truncated .gz) is a TraceError naming the line."""
+    lineno = 0
+    try:
+        for lineno, line in enumerate(fh, start=1):  # noqa: B007 - lineno is read after the loop
+            yield line
+    except _READ_ERRORS as err:
+        raise TraceError(f"{shown}: line {lineno + 1}: cannot read: {_read_problem(err)}") from None
 
 
 def _load_json(path: Path, shown: str) -> Any:
     try:
         with _open(path) as fh:
             data = fh.read()
-    except OSError as err:
-        raise TraceError(f"{shown}: cannot read: {err.strerror or err}") from None
+    except _READ_ERRORS as err:
+        raise TraceError(f"{shown}: cannot read: {_read_problem(err)}") from None
     try:
         return _loads(data)
     except ValueError:
@@ -112,7 +145,7 @@ def _iter_jsonl(path: Path, shown: str, stem: str, dataset: str, mooncake_block_
     except OSError as err:
         raise TraceError(f"{shown}: cannot read: {err.strerror or err}") from None
     with fh:
-        for lineno, line in enumerate(fh, start=1):
+        for lineno, line in enumerate(_lines(fh, shown), start=1):
             if not line.strip():
                 continue
             where = f"{shown}:{lineno}"

@@ -17,6 +17,7 @@ from kv_cache_tester.errors import TraceError
 from kv_cache_tester.traces.model import Request, SubAgent, SubAgentGroup, Trace
 
 SCOPES = ("local", "global")
+MAX_TOKENS = 2**31 - 1  # far above any context length; beyond it a count is a corrupt value
 
 
 def _describe(value: Any) -> str:
@@ -47,6 +48,8 @@ class _RequestParser:
         if value < minimum:
             kind = "a positive" if minimum == 1 else "a non-negative"
             raise self.fail(label, fld, f"must be {kind} integer, got {value}")
+        if value > MAX_TOKENS:  # 1e308 is an integral float: it would ask for a prompt of 10**308 tokens
+            raise self.fail(label, fld, f"must be at most {MAX_TOKENS} tokens, got {_describe(value)}")
         return value
 
     def float_field(self, raw: dict, label: str, fld: str, *, required: bool) -> float | None:

@@ -207,6 +207,8 @@ def _describe(error: Any, root: type[BaseModel], loc: tuple[str | int, ...]) -> 
         return f"{value!r} is not one of {', '.join(allowed)}{suggest(str(value), allowed)}"
     if kind in _TYPE_WORDS:
         return f"expected {_TYPE_WORDS[kind]}, got {value!r}"
+    if kind == "finite_number":
+        return f"must be a finite number, got {value!r}"
     if kind == "greater_than":
         return f"must be > {ctx.get('gt')}, got {value!r}"
     if kind == "greater_than_equal":

@@ -9,6 +9,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -120,8 +121,13 @@ def exp_name(config_key: str, tp: int, ep: int, users: int, offload: str) -> str
 
 
 def offload_budget_gb(runner: RunnerSpec, gpus: int) -> float:
-    """The runner's per-node DRAM budget scaled to the cell's share of the node, floored to 0.1 GiB."""
-    return math.floor(runner.cpu_dram_gb * gpus / runner.gpus_per_node * 10) / 10
+    """The runner's per-node DRAM budget scaled to the cell's share of the node, floored to 0.1 GiB.
+
+    Computed in decimal from the value as written: in binary floating point 2.8 * 3 / 4 * 10 is
+    20.999..., which would floor a 2.1 GiB share to 2.0.
+    """
+    share = Decimal(repr(runner.cpu_dram_gb)) * gpus / runner.gpus_per_node
+    return float(math.floor(share * 10) / Decimal(10))
 
 
 def _check_point(spec: SweepSpec, runner_key: str, runner: RunnerSpec, point: SearchPoint) -> None:

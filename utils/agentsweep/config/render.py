@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from agentsweep.config.matrix import Cell
+from agentsweep.errors import InputError
 
 # Columns of the human table and the markdown summary (the JSON always has every field).
 TABLE_COLUMNS: tuple[str, ...] = (
@@ -93,16 +94,26 @@ def write_github_output(
     missing = []
     output = env.get("GITHUB_OUTPUT")
     if output:
-        with Path(output).open("a", encoding="utf-8") as fh:
-            fh.write(f"matrix={matrix_json(cells)}\n")
-            fh.write(f"count={len(cells)}\n")
-            fh.write(f"max_parallel={max_parallel(cells, limits or {})}\n")
+        _append(
+            "GITHUB_OUTPUT",
+            output,
+            f"matrix={matrix_json(cells)}\ncount={len(cells)}\n"
+            f"max_parallel={max_parallel(cells, limits or {})}\n",
+        )
     else:
         missing.append("GITHUB_OUTPUT")
     summary = env.get("GITHUB_STEP_SUMMARY")
     if summary:
-        with Path(summary).open("a", encoding="utf-8") as fh:
-            fh.write(markdown(cells) + "\n")
+        _append("GITHUB_STEP_SUMMARY", summary, markdown(cells) + "\n")
     else:
         missing.append("GITHUB_STEP_SUMMARY")
     return missing
+
+
+def _append(variable: str, path: str, text: str) -> None:
+    """Append to the file an Actions variable names; a path that cannot be written is bad input."""
+    try:
+        with Path(path).open("a", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as err:
+        raise InputError(f"${variable} ({path}): cannot append: {err.strerror or err}") from None

@@ -42,7 +42,9 @@ NonEmptyStr = Annotated[str, Field(min_length=1)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # allow_inf_nan=False: `.inf`/`.nan` in YAML are floats, but no field means anything with them
+    # (an infinite speed or budget would also leave the matrix JSON invalid).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class RunnerSpec(_Strict):

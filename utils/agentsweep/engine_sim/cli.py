@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import signal
 import socket
@@ -96,32 +97,48 @@ class Setup:
     max_model_len: int
 
 
+KV_CACHE_DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp16", "half")  # plus every fp8* spelling
+
+
 def _check(args: argparse.Namespace) -> None:
     def bad(flag: str, what: str) -> InputError:
         return InputError(f"engine-sim {flag}: {what}")
 
-    if args.speed <= 0:
-        raise bad("--speed", f"must be > 0, got {args.speed}")
-    if args.tp < 1:
-        raise bad("--tensor-parallel-size", f"must be >= 1, got {args.tp}")
-    if args.block_size < 1:
-        raise bad("--block-size", f"must be >= 1, got {args.block_size}")
-    if not 0 < args.mem_util <= 1:
-        raise bad("--gpu-memory-utilization", f"must be in (0, 1], got {args.mem_util}")
-    if args.max_batched < 1 or args.max_seqs < 1:
-        raise bad("--max-num-batched-tokens/--max-num-seqs", "must be >= 1")
-    if not 0 <= args.fail_rate <= 1:
-        raise bad("--fail-rate", f"must be in [0, 1], got {args.fail_rate}")
-    if args.kv_offloading_size < 0 or args.hicache_size < 0:
-        raise bad("--kv-offloading-size", "must be >= 0")
-    if args.num_gpu_blocks_override is not None and args.num_gpu_blocks_override < 1:
-        raise bad("--num-gpu-blocks-override", "must be >= 1")
+    # Floats first: NaN fails every comparison, so each range is written as what must hold.
+    for flag, value, low, low_open, high in (
+        ("--speed", args.speed, 0.0, True, math.inf),
+        ("--gpu-memory-utilization", args.mem_util, 0.0, True, 1.0),
+        ("--fail-rate", args.fail_rate, 0.0, False, 1.0),
+        ("--kv-offloading-size", args.kv_offloading_size, 0.0, False, math.inf),
+        ("--hicache-size", args.hicache_size, 0.0, False, math.inf),
+        ("--hicache-ratio", args.hicache_ratio, 0.0, False, math.inf),
+        ("--slow-start", args.slow_start, 0.0, False, math.inf),
+    ):
+        above = value > low if low_open else value >= low
+        if not (math.isfinite(value) and above and value <= high):
+            span = f"{'(' if low_open else '['}{low:g}, {high:g}]" if math.isfinite(high) else ""
+            rule = f"in {span}" if span else f"{'>' if low_open else '>='} {low:g} and finite"
+            raise bad(flag, f"must be {rule}, got {value}")
+    for flag, value in (
+        ("--tensor-parallel-size", args.tp),
+        ("--block-size", args.block_size),
+        ("--max-num-batched-tokens", args.max_batched),
+        ("--max-num-seqs", args.max_seqs),
+        ("--default-max-tokens", args.default_max_tokens),
+        ("--max-model-len", args.max_model_len),
+        ("--num-gpu-blocks-override", args.num_gpu_blocks_override),
+    ):
+        if value is not None and value < 1:
+            raise bad(flag, f"must be >= 1, got {value}")
     if not 0 <= args.port <= 65535:
         raise bad("--port", f"must be in 0..65535, got {args.port}")
     for flag in ("fail_after", "stall_after", "crash_after"):
         value = getattr(args, flag)
         if value is not None and value < 0:
             raise bad("--" + flag.replace("_", "-"), f"must be >= 0, got {value}")
+    dtype = args.kv_cache_dtype
+    if dtype not in KV_CACHE_DTYPES and not dtype.startswith("fp8"):
+        raise bad("--kv-cache-dtype", f"expected auto, bfloat16, fp16 or fp8[_e4m3|_e5m2], got {dtype!r}")
 
 
 def resolve(args: argparse.Namespace) -> Setup:

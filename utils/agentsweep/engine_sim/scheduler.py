@@ -14,8 +14,11 @@ admitted running request is preempted (its blocks freed, recomputed later) and c
 
 Prefix-cache hits are looked up when a request is admitted, over whole blocks resident at that
 moment, capped at ``(prompt_tokens - 1) // block_size`` blocks (the last prompt token is always
-computed, as in vLLM). Blocks found in the CPU tier are copied back before the request runs: it
-waits ``bytes / host link bandwidth`` of simulated time while other requests keep stepping.
+computed, as in vLLM). A preempted request's later lookups are counted apart from the exported
+prefix-cache queries and hits (vLLM's ``preempted_queries``), so re-finding its own blocks neither
+inflates the hit rate nor the queries. Blocks found in the CPU tier are copied back before the
+request runs: it waits ``bytes / host link bandwidth`` of simulated time while other requests keep
+stepping; a request that hits blocks still on their way back waits for them too.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ class SimRequest:
     last_token_at: float = 0.0
     finished_at: float | None = None
     counted_prompt: bool = False
+    preemptions: int = 0
     aborted: bool = False
     finish_reason: str = "length"
     event: asyncio.Event = field(default_factory=asyncio.Event)
@@ -110,6 +114,8 @@ class Engine:
         self._task: asyncio.Task[None] | None = None
         self._ids = itertools.count(1)
         self._aborts = 0  # aborted requests not yet dropped
+        # Blocks on their way back from the CPU tier -> simulated time they are resident on the GPU.
+        self._arriving: dict[int, float] = {}
 
     # -- requests ------------------------------------------------------------------------------
     def blocks_for(self, tokens: int) -> int:
@@ -215,6 +221,8 @@ class Engine:
                 self._finish(r, "abort")
 
     def _promote_loaded(self) -> None:
+        if self._arriving:
+            self._arriving = {h: t for h, t in self._arriving.items() if t > self.t}
         if self.loading:
             ready = [r for r in self.loading if r.ready_at <= self.t]
             for r in ready:
@@ -274,7 +282,14 @@ class Engine:
         hits = r.hashes[:g]
         reclaim = sum(1 for h in hits if kv.refs[h] == 0)  # evictable blocks the hit pins
         computed = (g + c) * bs
-        n = 0 if c else min(r.prefill_len - computed, budget)
+        # A GPU hit on blocks another request is still copying back from the CPU tier: they count
+        # as hits, but this request runs only once they are resident.
+        arrive = 0.0
+        if self._arriving:
+            arriving = self._arriving
+            arrive = max((arriving.get(h, 0.0) for h in hits), default=0.0)
+        wait = arrive > self.t
+        n = 0 if c or wait else min(r.prefill_len - computed, budget)
         need = c + self.blocks_for(computed + n) - (g + c)
         if need > kv.available - reclaim:
             return -1
@@ -288,18 +303,26 @@ class Engine:
         r.computed = computed
         st = self.stats
         if kv.prefix_caching:
-            st.prefix_queries += r.prefill_len
-            st.prefix_hits += g * bs
-            if kv.cpu_capacity:
-                st.external_queries += r.prefill_len - g * bs
-                st.external_hits += c * bs
+            if r.preemptions:
+                # As vLLM's PrefixCacheStats: a preempted request's new lookup is kept apart, so a
+                # victim finding its own blocks again does not inflate the exported queries or hits.
+                st.preempted_queries += r.prefill_len
+                st.preempted_hits += (g + c) * bs
+            else:
+                st.prefix_queries += r.prefill_len
+                st.prefix_hits += g * bs
+                if kv.cpu_capacity:
+                    st.external_queries += r.prefill_len - g * bs
+                    st.external_hits += c * bs
         if r.cached_tokens < 0:
             r.cached_tokens = computed
             r.gpu_hit_tokens = g * bs
             r.cpu_hit_tokens = c * bs
-        if c:
+        if c or wait:
             r.status = LOADING
-            r.ready_at = self.t + c * kv.block_bytes / self.host_link_bw
+            r.ready_at = max(arrive, self.t + c * kv.block_bytes / self.host_link_bw)
+            for h in r.hashes[g : g + c]:
+                self._arriving[h] = r.ready_at
             self.loading.append(r)
         else:
             r.status = RUNNING
@@ -309,6 +332,7 @@ class Engine:
         self._free(r)
         r.status = WAITING
         r.prefill_len = r.tokens_len + r.generated
+        r.preemptions += 1
         self.waiting.appendleft(r)
         self.stats.preemptions += 1
 

@@ -256,7 +256,12 @@ class SimServer:
         try:
             body = await self._body(request)
             tokens = self._chat_tokens(body) if chat else self._prompt_tokens(body)
+            if not tokens:
+                raise BadRequest("The decoder prompt cannot be empty")
             max_tokens = self._max_tokens(body, len(tokens))
+            opts = body.get("stream_options")
+            if opts is not None and not isinstance(opts, dict):
+                raise BadRequest("'stream_options' must be an object")
         except BadRequest as err:
             return error_response(str(err), err.status, err.kind)
         fault = self.config.faults.next_request()
@@ -268,8 +273,8 @@ class SimServer:
         stall_at = max(1, max_tokens // 2) if fault == STALL else None
         try:
             if body.get("stream"):
-                opts = body.get("stream_options") or {}
-                return await self._stream(request, req, chat, bool(opts.get("include_usage")), stall_at)
+                include_usage = bool((opts or {}).get("include_usage"))
+                return await self._stream(request, req, chat, include_usage, stall_at)
             return await self._whole(request, req, chat, stall_at)
         finally:
             if req.status != FINISHED:

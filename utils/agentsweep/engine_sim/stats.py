@@ -49,8 +49,10 @@ class Histogram:
 class EngineStats:
     prompt_tokens: int = 0
     generation_tokens: int = 0
-    prefix_queries: int = 0  # tokens looked up in the GPU prefix cache
+    prefix_queries: int = 0  # tokens looked up in the GPU prefix cache (first lookups only)
     prefix_hits: int = 0  # tokens found there
+    preempted_queries: int = 0  # lookups of preempted requests, kept apart (not exported, as vLLM)
+    preempted_hits: int = 0  # their hits (GPU and CPU tier)
     external_queries: int = 0  # tokens looked up in the offload tier
     external_hits: int = 0
     prompt_local_compute: int = 0  # prompt tokens by source, counted once per request
