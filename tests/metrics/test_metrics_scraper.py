@@ -1,0 +1,179 @@
+"""The scraper against a real HTTP server on loopback: gaps on failure, SIGTERM, unknown dialect."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from agentsweep.metrics.dialects import COLUMNS
+from agentsweep.metrics.scraper import Scraper
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+class _Script:
+    """Replies served in turn (status, body); the last one repeats."""
+
+    def __init__(self, replies: list[tuple[int, str]]) -> None:
+        self.replies = replies
+        self.served = 0
+        self.lock = threading.Lock()
+
+    def next(self) -> tuple[int, str]:
+        with self.lock:
+            reply = self.replies[min(self.served, len(self.replies) - 1)]
+            self.served += 1
+            return reply
+
+
+def _serve(script: _Script) -> Iterator[str]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, body = script.next()
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def vllm_text() -> str:
+    return (FIXTURES / "vllm_recent_dp2_offload.prom").read_text()
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.02)
+
+
+def test_failed_scrapes_leave_gaps_not_zeros(tmp_path, vllm_text):
+    script = _Script([(200, vllm_text), (500, "engine busy"), (200, "not prometheus {{{"), (200, vllm_text)])
+    for url in _serve(script):
+        out = tmp_path / "server_metrics.csv"
+        log = io.StringIO()
+        scraper = Scraper(url, out, interval=0.02, log=log)
+        thread = threading.Thread(target=scraper.run)
+        thread.start()
+        _wait_for(lambda: script.served >= 6)
+        scraper.stop.set()
+        thread.join(timeout=5)
+    assert scraper.stats.failed == 2
+    assert scraper.stats.ok == script.served - 2 or scraper.stats.ok == script.served - 3
+    rows = _rows(out)
+    assert list(rows[0]) == list(COLUMNS)
+    assert len(rows) == scraper.stats.ok
+    assert all(r["prefix_cache_queries_total"] == "500000" for r in rows)
+    times = [float(r["time_s"]) for r in rows]
+    assert times == sorted(times) and abs(times[0] - time.time()) < 60
+    assert "failed (1 so far): HTTPError" in log.getvalue()
+    assert scraper.dialect == "vllm"
+
+
+def test_appends_to_an_existing_file_without_a_second_header(tmp_path, vllm_text):
+    out = tmp_path / "server_metrics.csv"
+    for url in _serve(_Script([(200, vllm_text)])):
+        for _ in range(2):
+            scraper = Scraper(url, out, interval=0.01, log=io.StringIO())
+            scraper.stop.set()  # exactly one scrape, then stop
+            scraper.run()
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("time_s,") and len(lines) == 3
+    assert not lines[2].startswith("time_s")
+
+
+def _cli(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentsweep.cli", "metrics-collector", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_cli_runs_until_sigterm(tmp_path, vllm_text):
+    out = tmp_path / "cell" / "server_metrics.csv"
+    for url in _serve(_Script([(200, vllm_text)])):
+        proc = _cli("--endpoint", url, "--output", str(out), "--interval", "0.05")
+        try:
+            _wait_for(lambda: out.exists() and len(out.read_text().splitlines()) >= 4)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, err
+    assert "rows written" in err and "Traceback" not in err
+    rows = _rows(out)
+    assert len(rows) >= 3 and all(r["requests_running"] == "8" for r in rows)
+
+
+def test_cli_unknown_dialect_exits_2(tmp_path):
+    for url in _serve(_Script([(200, "# TYPE tgi_queue_size gauge\ntgi_queue_size 3\n")])):
+        proc = _cli("--endpoint", url, "--output", str(tmp_path / "m.csv"), "--interval", "0.05")
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines[-1].startswith("input error: metrics are neither vLLM") and "Traceback" not in err
+
+
+def test_cli_bad_endpoint_exits_2(tmp_path):
+    proc = _cli("--endpoint", "localhost:8000", "--output", str(tmp_path / "m.csv"))
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 2 and "not an http(s) URL" in err
+
+
+def test_unreachable_endpoint_counts_failures(tmp_path):
+    # A port nobody listens on: bind, read the number, close.
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = _cli(
+        "--endpoint",
+        f"http://127.0.0.1:{port}/metrics",
+        "--output",
+        str(tmp_path / "m.csv"),
+        "--interval",
+        "0.05",
+    )
+    time.sleep(0.6)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert "0 rows written" in err and "no successful scrape" in err
+    assert (tmp_path / "m.csv").read_text().strip() == ",".join(COLUMNS)

@@ -1,0 +1,263 @@
+"""A real single-node Slurm cluster for the launcher tests, started once per test session.
+
+munged, slurmctld and slurmd run by hand (no systemd) from a temporary directory, on free ports,
+with the config templates kept beside this file; they are stopped by pid when the session ends.
+When Slurm is not installed or cannot start here, every test that needs it skips with one line.
+Set AGENTSWEEP_REQUIRE_SLURM=1 to turn that skip into a failure (CI on a machine that has Slurm).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+NODE = "gpunode1"
+GPU_TYPES = ("h200", "b200", "mi355x")
+GPUS_PER_TYPE = 8
+# The daemons live in sbin, which a non-login PATH may lack.
+SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "salloc", "srun", "squeue", "scancel", "sinfo")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class SlurmCluster:
+    """A running test cluster: `env` points Slurm's client commands at it."""
+
+    root: Path
+    env: dict[str, str]
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, env=self.env, capture_output=True, text=True, check=check, timeout=60)
+
+    def jobs(self) -> list[str]:
+        """Every job Slurm still knows about (any state squeue shows, completing included)."""
+        out = self.run("squeue", "-h", "-o", "%i %T").stdout
+        return [line for line in out.splitlines() if line.strip()]
+
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        path = self.root / "log" / name
+        if not path.exists():
+            return f"({path.name} missing)"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if "slurmctld" in self.procs:
+            self.run("scancel", "--full", "--quiet", "--user", getpass.getuser(), check=False)
+        for name in ("slurmd", "slurmctld", "munged"):
+            proc = self.procs.pop(name, None)
+            if proc is None or proc.poll() is not None:
+                continue
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+
+
+def _exe(name: str) -> str:
+    return shutil.which(name, path=SEARCH_PATH) or name
+
+
+def _write_configs(root: Path, munge_socket: Path) -> Path:
+    for sub in ("state", "spool", "run", "log", "dev"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    for kind in GPU_TYPES:
+        for i in range(GPUS_PER_TYPE):
+            (root / "dev" / f"{kind}-{i}").symlink_to("/dev/null")
+    fields = {
+        "host": socket.gethostname().split(".")[0],
+        "node": NODE,
+        "ctld_port": free_port(),
+        "slurmd_port": free_port(),
+        "user": getpass.getuser(),
+        "root": root,
+        "munge_socket": munge_socket,
+    }
+    conf = root / "slurm.conf"
+    conf.write_text((HERE / "slurm.conf.in").read_text().format(**fields))
+    (root / "gres.conf").write_text((HERE / "gres.conf.in").read_text().format(**fields))
+    # An empty plugin stack keeps any site SPANK plugins (pyxis...) out of the test cluster.
+    (root / "plugstack.conf").write_text("")
+    return conf
+
+
+def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def start_cluster(root: Path) -> SlurmCluster:
+    """Start munged, slurmctld and slurmd under `root`; raise RuntimeError saying what failed."""
+    munge_dir = root / "munge"
+    munge_dir.mkdir(parents=True, mode=0o700)
+    munge_socket = munge_dir / "munge.socket"
+    key = munge_dir / "munge.key"
+    subprocess.run([_exe("mungekey"), "--create", "--keyfile", str(key)], check=True, capture_output=True)
+    conf = _write_configs(root, munge_socket)
+    env = {**os.environ, "SLURM_CONF": str(conf), "PATH": SEARCH_PATH}
+    for name in list(env):
+        if name.startswith(("SLURM_", "SALLOC_", "SRUN_", "SQUEUE_", "SBATCH_")) and name != "SLURM_CONF":
+            del env[name]
+    cluster = SlurmCluster(root=root, env=env)
+    logs = root / "log"
+    try:
+        cluster.procs["munged"] = subprocess.Popen(
+            [
+                _exe("munged"), "--foreground", "--force",
+                f"--key-file={key}", f"--socket={munge_socket}",
+                f"--pid-file={munge_dir / 'munged.pid'}", f"--log-file={logs / 'munged.log'}",
+                f"--seed-file={munge_dir / 'munged.seed'}",
+            ],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        _wait(munge_socket.exists, 10, "munged's socket")
+        cluster.procs["slurmctld"] = subprocess.Popen(
+            [_exe("slurmctld"), "-D", "-i", "-f", str(conf)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        cluster.procs["slurmd"] = subprocess.Popen(
+            [_exe("slurmd"), "-D", "-N", NODE, "-f", str(conf)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+        def node_idle() -> bool:
+            for name, proc in cluster.procs.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {proc.returncode}")
+            out = cluster.run("sinfo", "-h", "-N", "-n", NODE, "-o", "%T", check=False).stdout
+            return out.strip().startswith("idle")
+
+        _wait(node_idle, 30, f"node {NODE} to be idle")
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as err:
+        tails = "; ".join(f"{n}: {cluster.log_tail(n, 3)!r}" for n in ("slurmctld.log", f"slurmd-{NODE}.log"))
+        cluster.stop()
+        raise RuntimeError(f"{err} ({tails})") from err
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """The session's Slurm cluster, or a one-line skip when this machine cannot run one."""
+    required = os.environ.get("AGENTSWEEP_REQUIRE_SLURM") == "1"
+
+    def unavailable(why: str) -> None:
+        line = f"real Slurm unavailable: {why}"
+        if required:
+            pytest.fail(line + " (AGENTSWEEP_REQUIRE_SLURM=1)", pytrace=False)
+        pytest.skip(line)
+
+    missing = [d for d in DAEMONS if shutil.which(d, path=SEARCH_PATH) is None]
+    if missing:
+        unavailable(f"{', '.join(missing)} not found (apt-get install slurm-wlm munge)")
+    if os.geteuid() != 0:
+        unavailable("slurmd must run as root to start job steps")
+    try:
+        cluster = start_cluster(tmp_path_factory.mktemp("slurm", numbered=True))
+    except RuntimeError as err:
+        unavailable(f"could not start the test cluster: {err}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+RUNNER_KINDS = {"h200": "nvidia", "b200": "nvidia", "mi355x": "amd"}
+
+
+def write_runners(path: Path, runtime: str = "none", gpus_per_node: int = GPUS_PER_TYPE) -> Path:
+    """A runners file for the test cluster: one runner per GPU type, its partition named alike."""
+    lines = [
+        f"{key}: {{runs_on: [self-hosted, slurm, {key}], launcher: runners/launch_{key}.sh,"
+        f" gpus_per_node: {gpus_per_node}, gres_type: {key}, cpu_dram_gb: 64, partition: {key},"
+        f" account: null, time_limit_min: 30, exclude: [], container_runtime: {runtime}, hf_cache: null}}"
+        for key in RUNNER_KINDS
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
+    """The cluster, checked empty before and after a test (no allocation may outlive its launcher)."""
+    leftovers = slurm_cluster.jobs()
+    if leftovers:
+        slurm_cluster.run("scancel", "--full", "--user", getpass.getuser(), check=False)
+        _wait(lambda: not slurm_cluster.jobs(), 30, "leftover jobs to go")
+    yield slurm_cluster
+
+
+@pytest.fixture
+def make_runners() -> Callable[..., Path]:
+    return write_runners
+
+
+SWEEP_TEMPLATE = """\
+{key}:
+  runner: {runner}
+  engine: sim
+  model: meta-llama/Llama-3.3-70B-Instruct
+  precision: fp8
+  image: "{image}"
+  duration: {duration}
+  speed: 50
+  traces: kv-cache-tester/sample_traces
+  replay: {{max_context: 131072, warmup_requests: 0}}
+  engine_args: --hardware {runner} --num-gpu-blocks-override 4096
+  search_space:
+    tp{tp}: {{users: {users}, offload: [{offload}]}}
+"""
+
+
+@pytest.fixture
+def cell_env(tmp_path: Path) -> Callable[..., dict[str, str]]:
+    """Build one cell's launcher environment through the real matrix generator (agentsweep.config)."""
+    from agentsweep.config import load_runners, select_cells
+
+    def build(
+        runner: str,
+        runners_path: Path,
+        *,
+        tp: int = 2,
+        users: int = 2,
+        offload: str = "off",
+        duration: int = 4,
+        image: str = "",
+        base_env: dict[str, str] | None = None,
+    ) -> dict[str, str]:
+        key = f"t-{runner}"
+        sweep = tmp_path / f"sweep-{runner}-{tp}-{offload}.yaml"
+        sweep.write_text(
+            SWEEP_TEMPLATE.format(
+                key=key, runner=runner, image=image, duration=duration, tp=tp, users=users, offload=offload
+            )
+        )
+        (cell,) = select_cells(sweep, [key], runners=load_runners(runners_path))
+        env = {**(base_env or os.environ), **cell.to_env()}
+        env["RESULT_DIR"] = str(tmp_path / "results" / cell.exp_name)
+        env["AGENTSWEEP_RUNNERS"] = str(runners_path)
+        return env
+
+    return build

@@ -1,0 +1,296 @@
+"""The launcher library's pieces, without a cluster: job id parsing, export list, enroot import, dry runs."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from agentsweep.config import CELL_FIELDS
+from agentsweep.launch.runner_env import main as runner_env_main
+from agentsweep.launch.runner_env import mem_gb, time_limit_min
+
+REPO = Path(__file__).resolve().parents[2]
+LIB = REPO / "runners" / "lib"
+
+
+def bash(script: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `script` with the library sourced."""
+    prelude = f"set -euo pipefail; source {LIB}/common.sh; source {LIB}/slurm.sh; source {LIB}/container.sh\n"
+    return subprocess.run(
+        ["bash", "-c", prelude + script],
+        env=env if env is not None else dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+@pytest.mark.parametrize(
+    ("salloc_output", "job_id"),
+    [
+        ("salloc: Granted job allocation 4242\n", "4242"),
+        (
+            "salloc: Pending job allocation 77\nsalloc: job 77 queued and waiting for resources\n"
+            "salloc: job 77 has been allocated resources\nsalloc: Granted job allocation 77\n",
+            "77",
+        ),
+        ("salloc: Granted job allocation 12 \nsalloc: Waiting for resource configuration\n", "12"),
+    ],
+)
+def test_parse_job_id_finds_the_one_id(tmp_path, salloc_output, job_id):
+    log = tmp_path / "salloc.log"
+    log.write_text(salloc_output)
+    proc = bash(f"as_parse_job_id {log}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{job_id}\n"
+
+
+@pytest.mark.parametrize(
+    ("salloc_output", "message"),
+    [
+        ("salloc: error: Job submit/allocate failed: Invalid account\n", "no job id"),
+        ("", "no job id"),
+        (
+            "salloc: Granted job allocation 1\nsalloc: Granted job allocation 2\n",
+            "more than one job id in salloc's output: 1 2",
+        ),
+        ("salloc: Granted job allocation 99x\n", "no job id"),
+    ],
+)
+def test_parse_job_id_refuses_zero_or_many(tmp_path, salloc_output, message):
+    log = tmp_path / "salloc.log"
+    log.write_text(salloc_output)
+    proc = bash(f"as_parse_job_id {log}")
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert message in proc.stderr
+
+
+def test_gres_is_typed_when_the_runner_names_a_type():
+    assert bash("as_gres h200 4").stdout == "gpu:h200:4"
+    assert bash("as_gres '' 2").stdout == "gpu:2"
+
+
+def test_cell_field_list_matches_the_matrix_contract():
+    proc = bash('printf "%s\\n" "${AS_CELL_FIELDS[@]}"')
+    assert proc.stdout.split() == [f.upper() for f in CELL_FIELDS]
+
+
+def test_export_list_names_only_what_is_set_and_never_all():
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": "/root",
+        "EXP_NAME": "k-tp1-ep1-u1-off",
+        "GPUS": "1",
+        "HF_TOKEN": "hf_secret,with=odd chars",
+        "AGENTSWEEP_CELL_SCRIPT": "/x.sh",
+        "UNRELATED_SECRET": "nope",
+    }
+    proc = bash("as_export_list", env)
+    names = proc.stdout.split(",")
+    assert "HF_TOKEN" in names and "EXP_NAME" in names and "AGENTSWEEP_CELL_SCRIPT" in names
+    assert "ALL" not in names and "UNRELATED_SECRET" not in names and "TP" not in names
+    assert "hf_secret" not in proc.stdout and "=" not in proc.stdout
+    assert len(names) == len(set(names))
+
+
+def test_export_list_keeps_host_python_out_of_containers():
+    env = {"PATH": os.environ["PATH"], "VIRTUAL_ENV": "/v", "AGENTSWEEP_PYTHON": "/v/bin/python", "GPUS": "1"}
+    on_host = bash("as_export_list", {**env, "AS_CONTAINER_RUNTIME": "none"}).stdout.split(",")
+    assert {"VIRTUAL_ENV", "AGENTSWEEP_PYTHON", "PATH", "GPUS"} <= set(on_host)
+    for runtime in ("pyxis", "docker"):
+        in_container = bash("as_export_list", {**env, "AS_CONTAINER_RUNTIME": runtime}).stdout.split(",")
+        assert "VIRTUAL_ENV" not in in_container and "AGENTSWEEP_PYTHON" not in in_container
+        assert "GPUS" in in_container
+
+
+@pytest.mark.parametrize(
+    ("image", "uri"),
+    [
+        ("vllm/vllm-openai:v0.21.0", "docker://vllm/vllm-openai:v0.21.0"),
+        ("ubuntu", "docker://ubuntu"),
+        ("nvcr.io/nvidia/pytorch:25.01-py3", "docker://nvcr.io#nvidia/pytorch:25.01-py3"),
+        ("localhost:5000/team/img:1", "docker://localhost:5000#team/img:1"),
+    ],
+)
+def test_enroot_uri_marks_the_registry(image, uri):
+    assert bash(f"as_enroot_uri {shlex.quote(image)}").stdout == uri
+
+
+def fake_enroot(tmp_path: Path, fail: bool = False) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    enroot = bin_dir / "enroot"
+    body = "exit 1" if fail else 'sleep 0.5; echo squash >"$3"'
+    enroot.write_text(f'#!/usr/bin/env bash\necho "$*" >>"{tmp_path}/enroot.calls"\n{body}\n')
+    enroot.chmod(enroot.stat().st_mode | stat.S_IXUSR)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_squash_import_runs_once_under_concurrency(tmp_path):
+    env = fake_enroot(tmp_path)
+    sqsh = tmp_path / "squash" / "img.sqsh"
+    script = f"as_import_squash nvcr.io/nvidia/img:1 {sqsh}"
+    procs = [
+        subprocess.Popen(
+            ["bash", "-c", f"source {LIB}/common.sh; source {LIB}/container.sh; {script}"],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    for proc in procs:
+        assert proc.wait(timeout=30) == 0
+    calls = (tmp_path / "enroot.calls").read_text().splitlines()
+    assert len(calls) == 1
+    assert calls[0].startswith("import --output ") and calls[0].endswith(" docker://nvcr.io#nvidia/img:1")
+    assert sqsh.read_text() == "squash\n"
+    assert not list(sqsh.parent.glob("*.partial.*"))
+
+
+def test_failed_squash_import_leaves_no_file(tmp_path):
+    env = fake_enroot(tmp_path, fail=True)
+    sqsh = tmp_path / "squash" / "img.sqsh"
+    proc = bash(f"as_import_squash vllm/vllm-openai:v1 {sqsh}", env)
+    assert proc.returncode == 1
+    assert not sqsh.exists() and not list(sqsh.parent.glob("*.partial.*"))
+
+
+# --- the Python helper ------------------------------------------------------------------------
+
+
+def test_time_limit_is_duration_plus_margins():
+    assert time_limit_min(3600, "vllm", {}, 240) == 95  # 3600 + 1800 + 300 s
+    assert time_limit_min(20, "sim", {}, 240) == 8  # 20 + 120 + 300 s, rounded up
+    assert time_limit_min(0, "vllm", {}, 240) == 240  # no duration: the runner's default
+    env = {"AGENTSWEEP_STARTUP_MARGIN_S": "60", "AGENTSWEEP_DRAIN_MARGIN_S": "0"}
+    assert time_limit_min(61, "vllm", env, 240) == 3
+
+
+def test_memory_covers_the_offload_budget():
+    assert mem_gb(0.0, {}) == 0
+    assert mem_gb(192.5, {}) == 193 + 32
+    assert mem_gb(10, {"AGENTSWEEP_MEM_OVERHEAD_GB": "0"}) == 10
+
+
+def test_runner_env_prints_quoted_assignments(tmp_path, make_runners, monkeypatch, capsys):
+    runners = make_runners(tmp_path / "runners.yaml")
+    for name, value in {"GPUS": "4", "DURATION": "600", "ENGINE": "vllm", "RUNNER": "b200"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("RESULT_DIR", str(tmp_path / "r"))
+    monkeypatch.setenv("EXP_NAME", "k-tp4-ep1-u8-off")
+    monkeypatch.setenv("CPU_DRAM_GB", "0")
+    assert runner_env_main(["b200", "--runners", str(runners)]) == 0
+    values = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())
+    assert values["AS_GRES_TYPE"] == "b200" and values["AS_PARTITION"] == "b200"
+    assert values["AS_GPUS"] == "4" and values["AS_TIME_LIMIT_MIN"] == "45"
+    assert values["AS_ACCOUNT"] == "''" and values["AS_MEM_GB"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("runner", "env", "message"),
+    [
+        ("h999", {"GPUS": "1"}, "no runner 'h999' (known: b200, h200, mi355x)"),
+        ("h200", {"GPUS": "two"}, "input error: cell env GPUS='two': not an integer"),
+        ("h200", {"GPUS": "1", "RUNNER": "b200"}, "cell env RUNNER='b200' but this is the 'h200' launcher"),
+        ("h200", {}, "cell env GPUS is not set"),
+    ],
+)
+def test_runner_env_bad_input_is_one_line_exit_2(
+    tmp_path, make_runners, monkeypatch, capsys, runner, env, message
+):
+    runners = make_runners(tmp_path / "runners.yaml")
+    for name in ("GPUS", "RUNNER", "DURATION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RESULT_DIR", str(tmp_path))
+    monkeypatch.setenv("EXP_NAME", "x")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert runner_env_main([runner, "--runners", str(runners)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+# --- whole launchers in dry-run mode (no Slurm needed) -------------------------------------
+
+
+def dry_run(runner: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    env = {**env, "AGENTSWEEP_DRY_RUN": "1"}
+    return subprocess.run(
+        ["bash", str(REPO / "runners" / f"launch_{runner}.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def pyxis_runners(path: Path, hf_cache: Path) -> Path:
+    path.write_text(
+        "h200: {runs_on: [self-hosted], launcher: runners/launch_h200.sh, gpus_per_node: 8, gres_type: h200,"
+        " cpu_dram_gb: 1536, partition: gpu-h200, account: bench, time_limit_min: 240,"
+        f" exclude: [node7, node9], container_runtime: pyxis, hf_cache: {hf_cache}}}\n"
+        "mi355x: {runs_on: [self-hosted], launcher: runners/launch_mi355x.sh, gpus_per_node: 8,"
+        " gres_type: mi355x, cpu_dram_gb: 2304, partition: amd, time_limit_min: 240,"
+        f" container_runtime: docker, hf_cache: {hf_cache}}}\n"
+    )
+    return path
+
+
+def test_pyxis_dry_run_shows_allocation_import_and_container(tmp_path, cell_env):
+    runners = pyxis_runners(tmp_path / "runners.yaml", tmp_path / "hf")
+    env = cell_env("h200", runners, tp=4, duration=600, image="vllm/vllm-openai:v0.21.0")
+    env.update(HF_TOKEN="hf_dry_secret", AGENTSWEEP_SQUASH_DIR=str(tmp_path / "sq"))
+    proc = dry_run("h200", env)
+    assert proc.returncode == 0, proc.stderr
+    salloc, comment, enroot, srun = proc.stdout.splitlines()
+    assert salloc.startswith("salloc --no-shell ")
+    # --time: 600 s of replay + 120 s start-up (engine sim) + 300 s drain = 17 min.
+    for part in ("--gres=gpu:h200:4", "--time=17", "--partition=gpu-h200", "--account=bench"):
+        assert part in shlex.split(salloc)
+    assert "--exclude=node7,node9" in shlex.split(salloc)
+    sqsh = tmp_path / "sq" / "vllm_vllm-openai_v0.21.0.sqsh"
+    assert "flock" in comment
+    assert enroot == f"enroot import --output {sqsh} docker://vllm/vllm-openai:v0.21.0"
+    words = shlex.split(srun)
+    assert f"--container-image={sqsh}" in words
+    mounts = next(w for w in words if w.startswith("--container-mounts=")).split("=", 1)[1].split(",")
+    assert f"{REPO}:{REPO}" in mounts and f"{tmp_path / 'hf'}:{tmp_path / 'hf'}" in mounts
+    assert f"{env['RESULT_DIR']}:{env['RESULT_DIR']}" in mounts
+    exported = next(w for w in words if w.startswith("--export=")).split("=", 1)[1].split(",")
+    assert {"HF_TOKEN", "HF_HUB_CACHE", "EXP_NAME", "RESULT_DIR"} <= set(exported)
+    assert "hf_dry_secret" not in proc.stdout + proc.stderr
+
+
+def test_docker_dry_run_shows_the_named_container(tmp_path, cell_env):
+    runners = pyxis_runners(tmp_path / "runners.yaml", tmp_path / "hf")
+    env = cell_env("mi355x", runners, tp=8, image="rocm/vllm:latest")
+    proc = dry_run("mi355x", env)
+    assert proc.returncode == 0, proc.stderr
+    docker = shlex.split(proc.stdout.splitlines()[-1])
+    assert docker[:2] == ["docker", "run"]
+    assert docker[docker.index("--name") + 1] == f"agentsweep-{env['EXP_NAME']}-JOBID"
+    assert "/dev/kfd" in docker and "/dev/dri" in docker and "video" in docker
+    assert docker[-3:] == ["rocm/vllm:latest", "bash", str(REPO / "benchmarks" / "run_cell.sh")]
+
+
+def test_container_runtime_without_image_is_refused(tmp_path, cell_env):
+    runners = pyxis_runners(tmp_path / "runners.yaml", tmp_path / "hf")
+    proc = dry_run("h200", cell_env("h200", runners, tp=1))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "launch[h200]: cell IMAGE is empty but runner h200 runs cells in pyxis"
+
+
+def test_bad_runners_file_is_one_line_exit_2(tmp_path, cell_env, make_runners):
+    env = cell_env("h200", make_runners(tmp_path / "runners.yaml"), tp=1)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("h200: {gpus_per_node: 8}\n")
+    env["AGENTSWEEP_RUNNERS"] = str(bad)
+    proc = dry_run("h200", env)
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "bad.yaml" in proc.stderr

@@ -1,0 +1,51 @@
+"""The demo path end to end, reduced: `agentsweep sweep --key demo-mini` -> 3 SUCCESS cells -> report.html."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_demo_mini_sweep_end_to_end(repo_root, tmp_path):
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "agentsweep.cli", "sweep", "--key", "demo-mini", "--results", str(results)]
+    proc = subprocess.run(
+        [*cmd, "--duration", "5"], cwd=repo_root, capture_output=True, text=True, timeout=120
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    key_dir = results / "demo-mini"
+    report = key_dir / "aggregated" / "report.html"
+    assert f"sweep: report: {report}" in out
+    assert report.stat().st_size > 10_000
+    cells = {d.name: d for d in key_dir.iterdir() if d.name != "aggregated"}
+    assert sorted(cells) == [
+        "demo-mini-tp1-ep1-u2-noprefix",
+        "demo-mini-tp1-ep1-u2-off",
+        "demo-mini-tp1-ep1-u2-on",
+    ]
+    cached = {}
+    for name, d in cells.items():
+        assert (d / "status.txt").read_text() == "SUCCESS\n", name
+        cached[name.rsplit("-", 1)[1]] = json.loads((d / "summary.json").read_text())["cache"][
+            "cached_tokens"
+        ]
+    # The three offload modes really differ: no prefix reuse at all without prefix caching.
+    assert cached["noprefix"] == 0 and cached["off"] > 0 and cached["on"] > 0
+    with open(key_dir / "aggregated" / "summary.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 3 and {r["status"] for r in rows} == {"SUCCESS"}
+
+    # Everything finished: --resume has nothing to do, and a plain rerun is refused.
+    again = subprocess.run(
+        [*cmd, "--resume", "--no-collect"], cwd=repo_root, capture_output=True, text=True, timeout=60
+    )
+    assert again.returncode == 0 and "3 cells, 0 to run, 3 already SUCCESS" in again.stdout
+    refused = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "use --resume" in refused.stderr

@@ -1,0 +1,161 @@
+"""The local sweep through a real (stand-in) launcher: order, refusal, --resume, --force, dry run, Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from agentsweep.cli import main
+
+CONFIG = textwrap.dedent(
+    """
+    mini:
+      runner: local
+      engine: sim
+      model: m
+      precision: fp8
+      duration: 5
+      speed: 10
+      traces: kv-cache-tester/sample_traces
+      search_space:
+        tp1: {users: [1, 2], offload: [on, off]}
+    """
+)
+
+# A launcher with the real contract (cell in the env, RESULT_DIR, exit status of the cell) that runs no
+# engine: it logs the cell, fails the cells named in FAIL_CELLS, and sleeps SLEEP_S (killable by SIGTERM).
+LAUNCHER = textwrap.dedent(
+    """\
+    #!/usr/bin/env bash
+    set -u
+    echo "$EXP_NAME $OFFLOAD $USERS $RESULT_DIR" >> "$LAUNCH_LOG"
+    mkdir -p "$RESULT_DIR"
+    trap 'printf "FAILED\\ninterrupted by SIGTERM\\n" > "$RESULT_DIR/status.txt"; exit 1' TERM
+    sleep "${SLEEP_S:-0}" & wait $!
+    case " ${FAIL_CELLS:-} " in
+      *" $EXP_NAME "*) printf 'FAILED\\nengine exited with status 1\\n' > "$RESULT_DIR/status.txt"; exit 1 ;;
+    esac
+    echo SUCCESS > "$RESULT_DIR/status.txt"
+    """
+)
+
+
+@pytest.fixture
+def setup(tmp_path, monkeypatch):
+    config = tmp_path / "sweep.yaml"
+    config.write_text(CONFIG)
+    launcher = tmp_path / "launch_stub.sh"
+    launcher.write_text(LAUNCHER)
+    launcher.chmod(0o755)
+    log = tmp_path / "launch.log"
+    monkeypatch.setenv("LAUNCH_LOG", str(log))
+    monkeypatch.delenv("FAIL_CELLS", raising=False)
+    monkeypatch.delenv("SLEEP_S", raising=False)
+    base = ["sweep", "--key", "mini", "--config", str(config), "--results", str(tmp_path / "results")]
+    base += ["--launcher", str(launcher), "--no-collect"]
+    return base, log, tmp_path / "results" / "mini"
+
+
+def _launched(log: Path) -> list[str]:
+    lines = log.read_text().splitlines() if log.exists() else []
+    log.unlink(missing_ok=True)
+    return [line.split()[0] for line in lines]
+
+
+ALL = ["mini-tp1-ep1-u1-on", "mini-tp1-ep1-u1-off", "mini-tp1-ep1-u2-on", "mini-tp1-ep1-u2-off"]
+
+
+def test_runs_every_cell_in_order_then_resume_reruns_only_unfinished(setup, monkeypatch, capsys):
+    base, log, key_dir = setup
+    monkeypatch.setenv("FAIL_CELLS", "mini-tp1-ep1-u1-off mini-tp1-ep1-u2-on")
+    assert main(base) == 1
+    assert _launched(log) == ALL
+    out = capsys.readouterr().out
+    assert "sweep: [2/4] mini-tp1-ep1-u1-off FAILED: engine exited with status 1" in out
+    assert "sweep: finished in" in out and "2 FAILED, 2 SUCCESS" in out
+
+    # Reusing the results directory without --resume is refused, and nothing runs.
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert "already holds results (2 of 4 selected cells SUCCESS); use --resume" in err
+    assert _launched(log) == []
+
+    monkeypatch.setenv("FAIL_CELLS", "")
+    (key_dir / "mini-tp1-ep1-u2-on" / "leftover.txt").write_text("from the failed run")
+    assert main([*base, "--resume"]) == 0
+    assert _launched(log) == ["mini-tp1-ep1-u1-off", "mini-tp1-ep1-u2-on"]
+    assert not (key_dir / "mini-tp1-ep1-u2-on" / "leftover.txt").exists()  # a rerun starts clean
+    assert "4 cells, 2 to run, 2 already SUCCESS (skipped)" in capsys.readouterr().out
+
+    assert main([*base, "--resume"]) == 0
+    assert _launched(log) == []
+    assert main([*base, "--force"]) == 0
+    assert _launched(log) == ALL
+
+
+def test_filters_and_only(setup):
+    base, log, _ = setup
+    assert main([*base, "--offload", "off", "--only", "*-u2-*"]) == 0
+    assert _launched(log) == ["mini-tp1-ep1-u2-off"]
+
+
+def test_bad_options_are_one_line_errors(setup, capsys):
+    base, _, _ = setup
+    assert main([*base, "--resume", "--force"]) == 2
+    assert "--resume and --force contradict each other" in capsys.readouterr().err
+    assert main([*base, "--only", "nothing-*"]) == 2
+    assert "--only nothing-*: matches no cell" in capsys.readouterr().err
+    assert main([*base, "--users", "x"]) == 2
+    assert "--users x: 'x' is not a positive integer" in capsys.readouterr().err
+
+
+def test_dry_run_prints_exact_commands_and_touches_nothing(setup, capsys, tmp_path):
+    base, log, key_dir = setup
+    assert main([*base, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert not key_dir.exists() and not log.exists()
+    assert out.count("[BEGIN CELL") == 4 and "[END CELL 4/4]" in out
+    assert f"RESULT_DIR={key_dir}/mini-tp1-ep1-u1-on {tmp_path}/launch_stub.sh" in out
+    assert (
+        f"engine:  {sys.executable} -m agentsweep.cli engine-sim m --host 127.0.0.1 --port '$PORT' "
+        "--tensor-parallel-size 1 --hardware h200 --speed 10 --kv-offloading-size 8"
+    ) in out
+    assert (
+        f"--output-dir {key_dir}/mini-tp1-ep1-u2-off --start-users 2 --max-users 2 --test-duration 5" in out
+    )
+    assert f"collect: {sys.executable} -m agentsweep.cli collect {key_dir} {key_dir}/aggregated" in out
+
+
+def test_ctrl_c_stops_the_current_cell_cleanly_and_still_collects(setup, tmp_path):
+    base, log, key_dir = setup
+    base = [a for a in base if a != "--no-collect"]
+    env = {**os.environ, "SLEEP_S": "30"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentsweep.cli", *base],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not log.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out
+    assert _launched(log) == ["mini-tp1-ep1-u1-on"]  # nothing after the interrupted cell
+    assert (key_dir / "mini-tp1-ep1-u1-on" / "status.txt").read_text() == "FAILED\ninterrupted by SIGTERM\n"
+    assert "interrupted; rerun with --resume" in out
+    assert f"agentsweep.cli collect {key_dir} {key_dir}/aggregated" in out
+    assert (key_dir / "aggregated" / "summary.csv").exists()  # what finished (here: nothing) is collected

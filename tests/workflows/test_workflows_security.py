@@ -1,0 +1,165 @@
+"""Hardening rules every workflow and local action keeps (read from the files themselves)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+GITHUB = REPO / ".github"
+WORKFLOW_FILES = sorted((GITHUB / "workflows").glob("*.yml"))
+ACTION_FILES = sorted((GITHUB / "actions").glob("*/action.yml"))
+ALL_FILES = WORKFLOW_FILES + ACTION_FILES
+EXPECTED_WORKFLOWS = {"agentic-sweep.yml", "agentic-cell.yml", "ci.yml"}
+
+_USES_LINE = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>[^\s#]+)\s*(?:#\s*(?P<comment>.*))?$")
+_PINNED = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+@[0-9a-f]{40}$")
+_VERSION = re.compile(r"^v\d+(\.\d+){0,2}$")
+
+
+def _load(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if True in data:  # PyYAML reads the key `on` as a boolean
+        data["on"] = data.pop(True)
+    return data
+
+
+def _walk(node: Any, path: str = ""):
+    """Yield (path, key, value) for every mapping entry in a YAML tree."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield path, key, value
+            yield from _walk(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            yield from _walk(item, f"{path}[{i}]")
+
+
+def _steps(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    if "jobs" in data:
+        return [(job_id, step) for job_id, job in data["jobs"].items() for step in job.get("steps", [])]
+    return [("runs", step) for step in data["runs"].get("steps", [])]
+
+
+def test_the_three_workflows_exist() -> None:
+    assert {p.name for p in WORKFLOW_FILES} == EXPECTED_WORKFLOWS
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_uses_is_pinned_to_a_commit_with_its_version(path: Path) -> None:
+    seen = 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        m = _USES_LINE.match(line)
+        if not m:
+            continue
+        seen += 1
+        ref = m.group("ref")
+        if ref.startswith("$/"):
+            continue  # this repository, at the workflow's own commit
+        assert not ref.startswith("./"), f"{path.name}: use the self-repository form $/ instead of {ref}"
+        assert _PINNED.match(ref), f"{path.name}: {ref} is not pinned to a full commit SHA"
+        comment = (m.group("comment") or "").strip()
+        assert _VERSION.match(comment), f"{path.name}: {ref} needs its version as a comment (# vX.Y.Z)"
+    # Every uses: was seen by the line scan (none hides in a flow mapping).
+    parsed = sum(1 for _, key, _ in _walk(_load(path)) if key == "uses")
+    assert seen == parsed > 0
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_expression_inside_a_run_script(path: Path) -> None:
+    for where, key, value in _walk(_load(path)):
+        if key == "run":
+            assert "${{" not in str(value), f"{path.name}{where}: inputs reach scripts through env: only"
+
+
+@pytest.mark.parametrize("path", WORKFLOW_FILES, ids=lambda p: p.name)
+def test_permissions_are_read_only_everywhere(path: Path) -> None:
+    data = _load(path)
+    assert data.get("permissions") in ({"contents": "read"}, {}), "top-level permissions"
+    for job_id, job in data["jobs"].items():
+        assert "permissions" in job, f"{job_id} declares no permissions"
+        perms = job["permissions"] or {}
+        assert all(level in ("read", "none") for level in perms.values()), f"{job_id}: {perms}"
+
+
+@pytest.mark.parametrize("path", WORKFLOW_FILES, ids=lambda p: p.name)
+def test_jobs_have_time_limits(path: Path) -> None:
+    for job_id, job in _load(path)["jobs"].items():
+        if "uses" in job:
+            continue  # a reusable-workflow call: the called jobs carry the limit
+        assert "timeout-minutes" in job, job_id
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_checkout_never_keeps_credentials(path: Path) -> None:
+    checkouts = [s for _, s in _steps(_load(path)) if str(s.get("uses", "")).startswith("actions/checkout@")]
+    for step in checkouts:
+        assert step.get("with", {}).get("persist-credentials") is False
+
+
+def test_no_dangerous_triggers() -> None:
+    for path in WORKFLOW_FILES:
+        triggers = _load(path)["on"]
+        names = (
+            set(triggers)
+            if isinstance(triggers, dict)
+            else set(triggers if isinstance(triggers, list) else [triggers])
+        )
+        assert not names & {"pull_request_target", "workflow_run", "issue_comment"}, path.name
+
+
+def test_secrets_only_where_the_cell_runs() -> None:
+    """HF_TOKEN goes from the sweep's cells call to the cell's launch step, nowhere else."""
+    places: list[str] = []
+    for path in WORKFLOW_FILES + ACTION_FILES:
+        text = path.read_text(encoding="utf-8")
+        assert "secrets: inherit" not in text, path.name
+        for _, key, value in _walk(_load(path)):
+            if isinstance(value, str) and "secrets." in value:
+                places.append(f"{path.name}:{key}={value}")
+    assert sorted(places) == sorted(
+        [
+            "agentic-sweep.yml:HF_TOKEN=${{ secrets.HF_TOKEN }}",
+            "agentic-cell.yml:HF_TOKEN=${{ secrets.HF_TOKEN }}",
+        ]
+    )
+    cell = _load(GITHUB / "workflows" / "agentic-cell.yml")
+    holders = [s["name"] for s in cell["jobs"]["cell"]["steps"] if "HF_TOKEN" in s.get("env", {})]
+    assert holders == ["Run the cell"]
+    assert "HF_TOKEN" not in cell["jobs"]["cell"].get("env", {})
+
+
+def test_sweep_inputs_are_typed() -> None:
+    inputs = _load(GITHUB / "workflows" / "agentic-sweep.yml")["on"]["workflow_dispatch"]["inputs"]
+    assert all("type" in spec for spec in inputs.values())
+    assert inputs["config_key"]["required"] is True
+    assert inputs["duration"]["type"] == inputs["max_parallel"]["type"] == "number"
+    assert inputs["offload"]["type"] == "choice"
+    # Quoted in YAML: on/off must stay strings (PyYAML would read bare on/off as booleans).
+    assert inputs["offload"]["options"] == ["all", "on", "off", "noprefix", "on,off"]
+    assert inputs["offload"]["default"] in inputs["offload"]["options"]
+
+
+def test_sweep_runs_once_per_config_key() -> None:
+    data = _load(GITHUB / "workflows" / "agentic-sweep.yml")
+    assert "inputs.config_key" in data["concurrency"]["group"]
+    assert data["concurrency"]["cancel-in-progress"] is False  # never kill a running GPU sweep
+    assert "inputs.config_key" in data["run-name"]
+
+
+def test_cell_artifacts_are_uploaded_even_when_the_cell_fails() -> None:
+    steps = _load(GITHUB / "workflows" / "agentic-cell.yml")["jobs"]["cell"]["steps"]
+    uploads = [s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+    assert [u["with"]["name"] for u in uploads] == [
+        "agentic_${{ inputs.exp_name }}",
+        "serverlog_${{ inputs.exp_name }}",
+    ]
+    assert all(u.get("if") == "${{ always() }}" for u in uploads)
+    # The cell directory leaves raw per-chunk dumps out.
+    assert "!${{ env.RESULT_DIR }}/debug_trace.jsonl" in uploads[0]["with"]["path"]
+    # Only cell directories match the collect job's download pattern.
+    assert not "serverlog_".startswith("agentic_")

@@ -1,0 +1,106 @@
+"""`agentsweep cell`: run the matrix cell described by the environment into $RESULT_DIR.
+
+Exit status: 0 SUCCESS, 1 FAILED (status.txt says why), 2 bad input (one line naming the variable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from agentsweep.cell import record
+from agentsweep.cell.runner import (
+    CellOptions,
+    check_result_dir,
+    free_port,
+    install_signal_handlers,
+    plan_cell,
+    resolve_hardware,
+    run_cell,
+)
+from agentsweep.cell.spec import CellSpec
+from agentsweep.errors import AgentsweepError, InputError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (
+        "The cell comes from the environment: every matrix field upper-cased (EXP_NAME, ENGINE, MODEL, TP, "
+        "USERS, OFFLOAD, CPU_DRAM_GB, DURATION, TRACES, ...), plus RESULT_DIR, optional PORT and "
+        "AGENTSWEEP_RUNNERS."
+    )
+    parser.add_argument("--result-dir", type=Path, help="result directory (default: $RESULT_DIR)")
+    parser.add_argument(
+        "--health-timeout", type=float, help="seconds to wait for the engine (sim 120, real 1800)"
+    )
+    parser.add_argument("--stop-grace", type=float, help="seconds between SIGTERM and SIGKILL for the engine")
+    parser.add_argument(
+        "--replay-timeout", type=float, help="seconds the replayer may run (2 x duration + 600)"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the resolved commands and exit")
+
+
+def run(args: argparse.Namespace) -> int:
+    env = os.environ
+    result_text = str(args.result_dir) if args.result_dir else env.get("RESULT_DIR", "")
+    if not result_text.strip():
+        raise InputError("environment variable RESULT_DIR is required (the directory this cell fills)")
+    result_dir = Path(result_text).resolve()
+    if not args.dry_run:
+        check_result_dir(result_dir)
+    try:
+        cell = CellSpec.from_env(env)
+        port = _port(env, args.dry_run)
+        runners_path = Path(env["AGENTSWEEP_RUNNERS"]) if env.get("AGENTSWEEP_RUNNERS") else None
+        hardware = resolve_hardware(cell, runners_path)
+        plan = plan_cell(cell, result_dir, port=port, hardware=hardware)
+    except AgentsweepError as err:
+        if not args.dry_run:
+            _record_refusal(result_dir, env, err)
+        raise
+    if args.dry_run:
+        print("\n".join(plan.describe()))
+        return 0
+    options = CellOptions(
+        health_timeout_s=args.health_timeout,
+        engine_stop_grace_s=args.stop_grace,
+        replay_timeout_s=args.replay_timeout,
+    )
+    restore = install_signal_handlers()
+    try:
+        status, _reason = run_cell(plan, options)
+    finally:
+        restore()
+    return 0 if status == "SUCCESS" else 1
+
+
+def _port(env: os._Environ[str], dry_run: bool) -> int | str:
+    raw = env.get("PORT", "").strip()
+    if not raw:
+        return "$PORT" if dry_run else free_port()
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise InputError(f"environment variable PORT={raw!r}: expected a TCP port number 1-65535")
+    return int(raw)
+
+
+def _record_refusal(result_dir: Path, env: os._Environ[str], err: AgentsweepError) -> None:
+    """A cell refused for bad input still leaves a FAILED verdict when its result dir is usable."""
+    try:
+        check_result_dir(result_dir)
+        cell = {k.lower(): env[k] for k in _CELL_VARS if k in env}
+        record.write_result(
+            result_dir,
+            cell=cell,
+            engine_command=[],
+            engine_env={},
+            replay_command=[],
+            versions={},
+            start_utc=record.utc_now(),
+            status="FAILED",
+            reason=err.render(),
+        )
+    except (AgentsweepError, OSError):
+        pass
+
+
+_CELL_VARS = tuple(f.upper() for f in CellSpec.__dataclass_fields__)

@@ -1,0 +1,69 @@
+"""The one place where a cell's replay options become `kv-cache-tester replay` flags."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from agentsweep.cell.recipes import fmt_num
+from agentsweep.cell.spec import CellSpec
+
+# The replayer's own grace period (s) for in-flight requests when the duration ends. A simulated engine
+# running `speed` times faster finishes them that much sooner, so its cells get a shorter one.
+REPLAY_GRACE_S = 30.0
+MIN_SIM_GRACE_S = 5.0
+
+
+def replay_command(
+    cell: CellSpec,
+    *,
+    endpoint: str,
+    output_dir: Path | str,
+    python: str = sys.executable,
+    tokenizer: str | None = None,
+) -> list[str]:
+    """argv of the replayer for ``cell`` against ``endpoint`` (``http://HOST:PORT``).
+
+    Options the cell leaves unset (None) are left to the replayer's defaults. The simulated engine runs
+    its clock ``speed`` times faster, so think times and delays shrink by the same factor.
+    """
+    argv = [python, "-m", "kv_cache_tester.cli", "replay", "--api-endpoint", endpoint, "--model", cell.model]
+    if cell.traces.startswith("hf:"):
+        argv += ["--hf-dataset", cell.traces.removeprefix("hf:")]
+    else:
+        argv += ["--trace-directory", cell.traces]
+    argv += [
+        "--output-dir",
+        str(output_dir),
+        "--start-users",
+        str(cell.users),
+        "--max-users",
+        str(cell.users),
+        "--test-duration",
+        str(cell.duration),
+        "--recycle",
+        "--api",
+        cell.api,
+        "--time-scale",
+        fmt_num(1.0 / cell.speed),
+        "--no-color",
+    ]
+    optional: list[tuple[str, object]] = [
+        ("--seed", cell.seed),
+        ("--warmup-requests-per-user", cell.warmup_requests),
+        ("--timing-strategy", cell.timing_strategy),
+        ("--max-delay", cell.max_delay),
+        ("--advance-min", cell.advance_min),
+        ("--advance-max", cell.advance_max),
+        ("--max-context", cell.max_context or None),
+    ]
+    for flag, value in optional:
+        if value is not None:
+            argv += [flag, fmt_num(value) if isinstance(value, float) else str(value)]
+    if cell.speed != 1:
+        argv += ["--grace-period", fmt_num(max(MIN_SIM_GRACE_S, REPLAY_GRACE_S / cell.speed))]
+    if cell.ignore_eos:
+        argv.append("--ignore-eos")
+    if tokenizer and cell.api == "chat":  # completions send token ids: no tokenizer needed
+        argv += ["--tokenizer", tokenizer]
+    return argv

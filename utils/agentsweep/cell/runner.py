@@ -1,0 +1,358 @@
+"""One cell's lifecycle: engine -> health wait -> scraper -> replayer -> stop all -> cell.json + status.txt.
+
+``plan_cell`` resolves every command once (the dry run prints exactly this plan); ``run_cell`` executes it
+and writes the verdict on every exit path: success, failure, a bug, SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+import agentsweep
+from agentsweep.cell import record
+from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
+from agentsweep.cell.recipes import VLLM_API_SERVER_PYTHON_VAR, EngineLaunch, build_engine_launch
+from agentsweep.cell.replay_flags import replay_command
+from agentsweep.cell.spec import CellSpec
+from agentsweep.errors import ConfigError, InputError
+
+RESULT_FILES = ("cell.json", "status.txt", "requests.jsonl", "summary.json")
+
+
+class CellInterrupted(Exception):
+    """SIGTERM or SIGINT reached the cell; unwinding stops every child and still writes the verdict."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+
+@dataclass(frozen=True)
+class CellOptions:
+    """Timeouts; None = the engine's default (short for sim, long for real engines loading weights)."""
+
+    health_timeout_s: float | None = None
+    engine_stop_grace_s: float | None = None
+    replay_timeout_s: float | None = None
+    replay_stop_grace_s: float = 30.0
+    # After the engine dies, time left to the replayer's circuit breaker before the cell SIGTERMs it.
+    engine_death_wait_s: float = 30.0
+    scrape_interval_s: float = 1.0
+
+    def health_timeout(self, engine: str) -> float:
+        if self.health_timeout_s is not None:
+            return self.health_timeout_s
+        return 120.0 if engine == "sim" else 1800.0
+
+    def engine_grace(self, engine: str) -> float:
+        if self.engine_stop_grace_s is not None:
+            return self.engine_stop_grace_s
+        return 5.0 if engine == "sim" else 30.0
+
+    def replay_timeout(self, duration: int) -> float:
+        if self.replay_timeout_s is not None:
+            return self.replay_timeout_s
+        return 2.0 * duration + 600.0
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    """Everything resolved for one cell: the exact commands and where results go."""
+
+    cell: CellSpec
+    result_dir: Path
+    port: int | str
+    hardware: str | None
+    engine: EngineLaunch
+    replay_argv: list[str]
+    scraper_argv: list[str]
+    base_url: str
+    env_overrides: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> list[str]:
+        """Human lines: the exact commands (secrets masked)."""
+        env = record.mask_env(self.engine.env)
+        env_text = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+        return [
+            f"engine:  {env_text + ' ' if env_text else ''}{shlex.join(record.mask_argv(self.engine.argv))}",
+            f"health:  {self.base_url}{self.engine.health_path}",
+            f"scraper: {shlex.join(self.scraper_argv)}",
+            f"replay:  {shlex.join(self.replay_argv)}",
+            f"results: {self.result_dir}",
+        ]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def resolve_hardware(cell: CellSpec, runners_path: Path | None = None) -> str | None:
+    """The runner's GRES type (h200|b200|mi355x) from configs/runners.yaml; None for a local runner."""
+    from agentsweep.config import load_runners
+
+    runners = load_runners(runners_path)
+    if cell.runner not in runners:
+        raise ConfigError(
+            f"environment variable RUNNER={cell.runner!r}: not a runner in runners.yaml "
+            f"(known: {', '.join(sorted(runners))})"
+        )
+    gres = getattr(runners[cell.runner], "gres_type", None)
+    return str(gres) if gres else None
+
+
+def plan_cell(
+    cell: CellSpec,
+    result_dir: Path,
+    *,
+    port: int | str,
+    hardware: str | None,
+    host: str = "127.0.0.1",
+    python: str = sys.executable,
+    environ: Mapping[str, str] = os.environ,
+    scrape_interval_s: float = 1.0,
+) -> CellPlan:
+    engine = build_engine_launch(
+        cell,
+        hardware=hardware,
+        port=port,
+        host=host,
+        python=python,
+        vllm_api_server_python=environ.get(VLLM_API_SERVER_PYTHON_VAR) or None,
+    )
+    base_url = f"http://{host}:{port}"
+    tokenizer = None if cell.engine == "sim" else cell.model
+    replay = replay_command(
+        cell, endpoint=base_url, output_dir=result_dir, python=python, tokenizer=tokenizer
+    )
+    scraper = [
+        python,
+        "-m",
+        "agentsweep.cli",
+        "metrics-collector",
+        "--endpoint",
+        base_url + engine.metrics_path,
+        "--output",
+        str(result_dir / "server_metrics.csv"),
+        "--interval",
+        f"{scrape_interval_s:g}",
+    ]
+    return CellPlan(cell, result_dir, port, hardware, engine, replay, scraper, base_url)
+
+
+def check_result_dir(result_dir: Path) -> None:
+    """Refuse a directory that already holds a cell's results (nothing is overwritten silently)."""
+    if result_dir.exists() and not result_dir.is_dir():
+        raise InputError(f"RESULT_DIR={result_dir}: exists and is not a directory")
+    present = [name for name in RESULT_FILES if (result_dir / name).exists()]
+    if present:
+        raise InputError(
+            f"RESULT_DIR={result_dir}: already holds a cell result ({', '.join(present)}); use an empty directory"
+        )
+
+
+def install_signal_handlers() -> Callable[[], None]:
+    """SIGTERM/SIGINT raise CellInterrupted once; later signals are ignored so cleanup can finish."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise CellInterrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore
+
+
+def run_cell(
+    plan: CellPlan, options: CellOptions, *, log: Callable[[str], None] | None = None
+) -> tuple[str, str | None]:
+    """Run the plan; returns (status, reason) after writing cell.json and status.txt."""
+    say = log or (lambda line: print(f"[cell {plan.cell.exp_name}] {line}", flush=True))
+    plan.result_dir.mkdir(parents=True, exist_ok=True)
+    start_utc = record.utc_now()
+    versions: dict[str, str | None] = {
+        "agentsweep": agentsweep.__version__,
+        "kv_cache_tester": _kv_cache_tester_version(),
+        "engine": None,
+    }
+    status, reason = "FAILED", "the cell did not finish"
+    try:
+        reason = _execute(plan, options, versions, say)
+        status = "SUCCESS" if reason is None else "FAILED"
+    except CellInterrupted as err:
+        reason = str(err)
+    except EngineFailed as err:
+        reason = str(err)
+        _show_tail(plan.result_dir / "server.log", say)
+    except Exception as err:  # a bug or an unexpected OS error: still leave a verdict
+        reason = f"{type(err).__name__}: {err}"
+        raise
+    finally:
+        trim_log(plan.result_dir / "server.log")
+        record.write_result(
+            plan.result_dir,
+            cell=plan.cell.to_dict(),
+            engine_command=plan.engine.argv,
+            engine_env=plan.engine.env,
+            replay_command=plan.replay_argv,
+            versions=versions,
+            start_utc=start_utc,
+            status=status,
+            reason=(reason or "unknown failure") if status == "FAILED" else None,
+        )
+        say(f"{status}" + (f": {reason}" if status == "FAILED" else ""))
+    return status, reason
+
+
+def _execute(
+    plan: CellPlan, options: CellOptions, versions: dict[str, str | None], say: Callable[[str], None]
+) -> str | None:
+    cell = plan.cell
+    rd = plan.result_dir
+    engine = EngineProcess(
+        plan.engine.argv,
+        log_path=rd / "server.log",
+        base_url=plan.base_url,
+        health_path=plan.engine.health_path,
+        env={**os.environ, **plan.engine.env},
+        stop_grace_s=options.engine_grace(cell.engine),
+    )
+    say(f"starting engine: {shlex.join(record.mask_argv(plan.engine.argv))}")
+    with engine:
+        waited = engine.wait_healthy(options.health_timeout(cell.engine))
+        say(f"engine healthy after {waited:.1f} s")
+        versions["engine"] = engine_version(cell.engine, plan.base_url)
+        scraper = ManagedProcess(
+            plan.scraper_argv,
+            log_path=rd / "metrics-collector.log",
+            name="metrics collector",
+            stop_grace_s=10.0,
+        )
+        with scraper:
+            replayer = ManagedProcess(
+                plan.replay_argv,
+                log_path=rd / "replay.log",
+                name="replayer",
+                stop_grace_s=options.replay_stop_grace_s,
+            )
+            say(f"replaying {cell.users} users for {cell.duration} s")
+            try:
+                reason = _watch_replay(engine, replayer, options, cell.duration)
+            finally:
+                replayer.stop()  # no-op when it already exited; on an interrupt it flushes its files
+            if reason is None and scraper.poll() is not None:
+                reason = f"metrics collector exited early with status {scraper.poll()}{_hint(scraper)}"
+        if engine.poll() is not None:  # died on its own during the replay
+            _show_tail(rd / "server.log", say)
+    return reason or _check_outputs(rd)
+
+
+def _watch_replay(
+    engine: EngineProcess, replayer: ManagedProcess, options: CellOptions, duration: int
+) -> str | None:
+    """Wait for the replayer; notice a dead engine, give the replayer's circuit breaker time, then stop it."""
+    timeout_s = options.replay_timeout(duration)
+    replayer.start()
+    deadline = time.monotonic() + timeout_s
+    died_reason: str | None = None
+    died_at = 0.0
+    while True:
+        code = replayer.wait(0.25)
+        if code is not None:
+            break
+        now = time.monotonic()
+        if died_reason is None:
+            died_reason = engine.died_reason()
+            died_at = now
+        elif now - died_at > options.engine_death_wait_s:
+            replayer.stop()
+            break
+        if now > deadline:
+            replayer.stop()
+            return f"replayer still running {timeout_s:g} s after it started; stopped it"
+    died_reason = died_reason or engine.died_reason()
+    if died_reason:
+        return died_reason
+    code = replayer.poll()
+    if code != 0:
+        return f"replayer exited with status {code}{_hint(replayer)}"
+    return None
+
+
+def _check_outputs(result_dir: Path) -> str | None:
+    summary_path = result_dir / "summary.json"
+    if not (result_dir / "requests.jsonl").exists():
+        return "the replayer left no requests.jsonl"
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "the replayer left no summary.json"
+    except json.JSONDecodeError as err:
+        return f"summary.json is not valid JSON ({err.msg} at line {err.lineno})"
+    counts = summary.get("counts") if isinstance(summary, dict) else None
+    if not isinstance(counts, dict):
+        return "summary.json has no counts"
+    if not counts.get("sent") and not counts.get("warmup"):
+        return "the replayer sent no request"
+    if not counts.get("ok") and counts.get("failed"):
+        by_class = ", ".join(f"{k} {v}" for k, v in sorted((counts.get("failed_by_class") or {}).items()))
+        return (
+            f"every request in the profiling window failed ({counts['failed']}: {by_class or 'unclassified'})"
+        )
+    # ok == 0 with no failure: the engine finished nothing inside the window (overloaded); that is a
+    # measurement, not a broken cell.
+    return None
+
+
+def _show_tail(log_path: Path, say: Callable[[str], None], n: int = 15) -> None:
+    lines = tail_lines(log_path, n)
+    if lines:
+        say(f"last {len(lines)} lines of {log_path.name}:")
+        for line in lines:
+            say(f"  | {line}")
+
+
+def _hint(proc: ManagedProcess) -> str:
+    lines = [ln.strip() for ln in proc.last_lines(40) if ln.strip()]
+    return f"; last line of {proc.log_path.name}: {lines[-1][:300]}" if lines else ""
+
+
+def engine_version(engine: str, base_url: str, timeout_s: float = 3.0) -> str | None:
+    """The serving engine's version as it reports it (vLLM /version, SGLang /get_server_info)."""
+    if engine == "sim":
+        return agentsweep.__version__
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    for path in ("/version", "/get_server_info"):
+        try:
+            with opener.open(base_url + path, timeout=timeout_s) as resp:
+                data = json.loads(resp.read())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("version"):
+            return str(data["version"])
+    return None
+
+
+def _kv_cache_tester_version() -> str | None:
+    try:
+        import kv_cache_tester
+    except ImportError:
+        return None
+    return str(getattr(kv_cache_tester, "__version__", None))

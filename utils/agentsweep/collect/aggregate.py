@@ -1,0 +1,325 @@
+"""Validate cell result directories and turn each into one row of summary.csv.
+
+A row always comes out: SUCCESS, FAILED (the cell says so), MALFORMED (the directory breaks the
+contract of ARCHITECTURE.md §3-6) or MISSING (the matrix names it, nothing was found). The
+``reason`` column says why; ``notes`` carries warnings that do not change the status.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from agentsweep.collect.discover import FoundCell
+from agentsweep.collect.stream import RequestStats, stream_requests
+from agentsweep.collect.window import SERVER_COLUMNS, window_figures
+
+STATUSES = ("SUCCESS", "FAILED", "MALFORMED", "MISSING")
+# Cell fields first, in this order; any other field of cell.json's `cell` follows them.
+CELL_FIELDS = (
+    "config_key",
+    "runner",
+    "engine",
+    "model",
+    "precision",
+    "tp",
+    "ep",
+    "gpus",
+    "users",
+    "offload",
+    "cpu_dram_gb",
+    "offload_connector",
+    "duration",
+    "traces",
+    "max_context",
+    "max_delay",
+    "advance_min",
+    "advance_max",
+    "timing_strategy",
+    "ignore_eos",
+    "seed",
+    "warmup_requests",
+    "api",
+    "speed",
+    "client",
+    "image",
+    "engine_args",
+    "engine_env",
+)
+LATENCY_STATS = ("mean", "p50", "p90", "p95", "p99", "p99.9")
+THROUGHPUTS = ("input_tok_per_s", "output_tok_per_s", "total_tok_per_s")
+
+
+class Malformed(Exception):
+    """The result directory breaks the contract; the message is the row's reason."""
+
+
+@dataclass
+class Row:
+    exp_name: str
+    status: str = "SUCCESS"
+    reason: str = ""
+    notes: list[str] = field(default_factory=list)
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "exp_name": self.exp_name,
+            "status": self.status,
+            "reason": self.reason,
+            "notes": "; ".join(self.notes),
+            **self.values,
+        }
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise Malformed(f"{path.name} missing") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise Malformed(f"{path.name}: unreadable ({err})") from None
+    except ValueError as err:
+        raise Malformed(f"{path.name}: not JSON ({err})") from None
+
+
+def _obj(data: Any, where: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise Malformed(f"{where}: expected an object, got {type(data).__name__}")
+    return data
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _flat(value: Any) -> Any:
+    """Cell values stay scalar in the CSV; anything nested becomes compact JSON."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def read_cell_json(path: Path) -> dict[str, Any]:
+    data = _obj(_read_json(path / "cell.json"), "cell.json")
+    if data.get("schema_version") != 1:
+        raise Malformed(f"cell.json: schema_version {data.get('schema_version')!r}, expected 1")
+    _obj(data.get("cell"), "cell.json: cell")
+    if data.get("status") not in ("SUCCESS", "FAILED"):
+        raise Malformed(f"cell.json: status {data.get('status')!r}, expected SUCCESS or FAILED")
+    return data
+
+
+def read_status(path: Path) -> tuple[str, str]:
+    try:
+        lines = (path / "status.txt").read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        raise Malformed("status.txt missing") from None
+    except OSError as err:
+        raise Malformed(f"status.txt: unreadable ({err})") from None
+    first = lines[0].strip() if lines else ""
+    if first not in ("SUCCESS", "FAILED"):
+        raise Malformed(f"status.txt: first line {first[:40]!r}, expected SUCCESS or FAILED")
+    reason = next((line.strip() for line in lines[1:] if line.strip()), "")
+    return first, reason
+
+
+def summary_columns(summary: dict[str, Any]) -> dict[str, Any]:
+    """The replayer's summary.json flattened into summary.csv columns; Malformed when invalid."""
+    if summary.get("schema_version") != 1:
+        raise Malformed(f"summary.json: schema_version {summary.get('schema_version')!r}, expected 1")
+    counts = _obj(summary.get("counts"), "summary.json: counts")
+    window = _obj(summary.get("window"), "summary.json: window")
+    throughput = _obj(summary.get("throughput"), "summary.json: throughput")
+    latency = _obj(summary.get("latency"), "summary.json: latency")
+    start, end = _number(window.get("start_unix")), _number(window.get("end_unix"))
+    if start is None or end is None or end < start:
+        raise Malformed(
+            f"summary.json: window {window.get('start_unix')!r}..{window.get('end_unix')!r} is invalid"
+        )
+    out: dict[str, Any] = {
+        "requests_sent": _number(counts.get("sent")),
+        "requests_ok": _number(counts.get("ok")),
+        "requests_failed": _number(counts.get("failed")),
+        "requests_warmup": _number(counts.get("warmup")),
+        "failed_by_class": _flat(counts.get("failed_by_class") or {}),
+        "window_start_unix": start,
+        "window_end_unix": end,
+        "window_s": _number(window.get("duration_s")) or end - start,
+        "requests_per_s": _number(throughput.get("requests_per_s")),
+    }
+    for key in THROUGHPUTS:
+        out[key] = _number(throughput.get(key))
+    for metric, unit in (("ttft", "s"), ("tpot", "s"), ("itl", "s"), ("e2e", "s")):
+        stats = latency.get(f"{metric}_s")
+        stats = stats if isinstance(stats, dict) else {}
+        for stat in LATENCY_STATS:
+            out[f"{metric}_{stat.replace('.', '')}_{unit}"] = _number(stats.get(stat))
+    slo = summary.get("slo") if isinstance(summary.get("slo"), dict) else {}
+    out["goodput_requests_per_s"] = _number(slo.get("goodput_requests_per_s"))
+    out["slo_attainment"] = _number(slo.get("attainment"))
+    cache = summary.get("cache") if isinstance(summary.get("cache"), dict) else {}
+    out["theoretical_hit_rate"] = _number(cache.get("theoretical_hit_rate"))
+    out["client_hit_rate"] = _number(cache.get("client_hit_rate"))
+    audit = summary.get("self_audit") if isinstance(summary.get("self_audit"), dict) else {}
+    lag = audit.get("dispatch_lag_s") if isinstance(audit.get("dispatch_lag_s"), dict) else {}
+    out["dispatch_lag_p99_s"] = _number(lag.get("p99"))
+    out["client_cpu_share"] = _number(audit.get("client_cpu_share"))
+    return out
+
+
+def derived_columns(values: dict[str, Any]) -> dict[str, Any]:
+    """Per-GPU throughput and interactivity (1/TPOT at each percentile, tokens/s per user)."""
+    out: dict[str, Any] = {}
+    gpus = _number(values.get("gpus")) or _number(values.get("tp"))
+    for key in THROUGHPUTS:
+        tput = values.get(key)
+        out[f"{key}_per_gpu"] = tput / gpus if tput is not None and gpus else None
+    for stat in ("p50", "p90", "p99"):
+        tpot = values.get(f"tpot_{stat}_s")
+        out[f"interactivity_{stat}_tok_per_s"] = 1.0 / tpot if tpot else None
+    return out
+
+
+def load_cell(found: FoundCell) -> Row:
+    """One row for one result directory; never raises for bad content."""
+    row = Row(found.exp_name)
+    row.values["result_dir"] = str(found.path)
+    try:
+        _fill(row, found.path)
+    except Malformed as err:
+        row.status, row.reason = "MALFORMED", str(err)
+    except Exception as err:  # defensive: a collect run must list every cell, whatever it holds
+        row.status, row.reason = "MALFORMED", f"unexpected {type(err).__name__}: {err}"
+    return row
+
+
+def _fill(row: Row, path: Path) -> None:
+    doc = read_cell_json(path)
+    cell = doc["cell"]
+    for key, value in cell.items():
+        row.values[key] = _flat(value)
+    versions = doc.get("versions") if isinstance(doc.get("versions"), dict) else {}
+    row.values["engine_version"] = _flat(versions.get("engine"))
+    row.values["agentsweep_version"] = _flat(versions.get("agentsweep"))
+    row.values["start_utc"] = doc.get("start_utc")
+    row.values["end_utc"] = doc.get("end_utc")
+
+    status, reason = read_status(path)
+    if status != doc["status"]:
+        raise Malformed(f"status.txt says {status} but cell.json says {doc['status']}")
+    if status == "FAILED":
+        row.status = "FAILED"
+        row.reason = reason or (doc.get("reason") or "") or "no reason given"
+        return
+    summary = _obj(_read_json(path / "summary.json"), "summary.json")
+    row.values.update(summary_columns(summary))
+    row.values.update(derived_columns(row.values))
+
+    requests = path / "requests.jsonl"
+    if not requests.is_file():
+        raise Malformed("requests.jsonl missing")
+    stats = stream_requests(requests)
+    row.values.update(stats.as_columns())
+    if stats.bad_lines:
+        row.notes.append(
+            f"requests.jsonl: {stats.bad_lines} undecodable lines (first at line {stats.first_bad_line})"
+        )
+    if row.values.get("theoretical_hit_rate") is None:
+        row.values["theoretical_hit_rate"] = row.values["req_theoretical_hit_rate"]
+
+    metrics = path / "server_metrics.csv"
+    if metrics.is_file():
+        figures, notes = window_figures(
+            metrics, row.values["window_start_unix"], row.values["window_end_unix"]
+        )
+        row.values.update(figures)
+        row.notes.extend(notes)
+    else:
+        row.notes.append("server_metrics.csv missing: no server-side figures")
+
+
+def natural_key(text: str) -> list[tuple[int, int | str]]:
+    """Sort key that orders u8 before u32."""
+    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text)]
+
+
+def missing_row(cell: dict[str, Any]) -> Row:
+    row = Row(
+        str(cell["exp_name"]), "MISSING", "no result directory found (cell never ran or its upload failed)"
+    )
+    for key, value in cell.items():
+        if key != "exp_name":
+            row.values[key] = _flat(value)
+    return row
+
+
+def build_rows(found: list[FoundCell], matrix: list[dict[str, Any]] | None = None) -> list[Row]:
+    """Rows for every found directory and every matrix cell, in matrix order then by name."""
+    rows: dict[str, Row] = {}
+    extra: list[Row] = []
+    for cell in found:
+        row = load_cell(cell)
+        if row.exp_name in rows:
+            dup = Row(
+                row.exp_name,
+                "MALFORMED",
+                f"duplicate exp_name (also at {rows[row.exp_name].values['result_dir']})",
+            )
+            dup.values["result_dir"] = str(cell.path)
+            extra.append(dup)
+            continue
+        rows[row.exp_name] = row
+    ordered: list[Row] = []
+    if matrix is not None:
+        for cell in matrix:
+            name = str(cell["exp_name"])
+            if name in rows:
+                row = rows.pop(name)
+                for key, value in cell.items():  # a malformed cell.json still gets its fields
+                    row.values.setdefault(key, _flat(value))
+                ordered.append(row)
+            elif name not in {r.exp_name for r in ordered}:
+                ordered.append(missing_row(cell))
+        for row in rows.values():
+            row.notes.append("not in the matrix")
+    ordered.extend(sorted(rows.values(), key=lambda r: natural_key(r.exp_name)))
+    ordered.extend(extra)
+    return ordered
+
+
+def _metric_columns() -> list[str]:
+    """Every metric column, in summary.csv order, whether or not any cell has a value for it."""
+    window = {"start_unix": 0.0, "end_unix": 1.0, "duration_s": 1.0}
+    sample = {"schema_version": 1, "counts": {}, "window": window, "throughput": {}, "latency": {}}
+    values = summary_columns(sample)
+    values.update(derived_columns(values))
+    return [*values, *SERVER_COLUMNS, *RequestStats().as_columns()]
+
+
+METRIC_COLUMNS = tuple(_metric_columns())
+
+
+def to_frame(rows: list[Row]) -> pd.DataFrame:
+    """summary.csv as a DataFrame: identity, cell fields, other cell facts, metrics, notes.
+
+    The metric columns are always all present (empty where no cell has a value), so readers
+    never depend on which cells happened to succeed.
+    """
+    df = pd.DataFrame.from_records([r.as_dict() for r in rows])
+    head = ["exp_name", "status", "reason", *[c for c in CELL_FIELDS if c in df.columns]]
+    tail = ["notes", "result_dir"]
+    facts = [c for c in df.columns if c not in head and c not in tail and c not in METRIC_COLUMNS]
+    df = df.reindex(columns=head + facts + list(METRIC_COLUMNS) + tail)
+    for column in METRIC_COLUMNS:
+        if column != "failed_by_class":
+            df[column] = pd.to_numeric(df[column], errors="coerce").astype(float)
+    return df

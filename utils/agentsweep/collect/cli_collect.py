@@ -1,0 +1,92 @@
+"""`agentsweep collect ARTIFACTS_DIR OUT_DIR [--matrix MATRIX_JSON]`.
+
+Writes summary.csv, frontier.csv, the PNG plots, report.html and summary.md into OUT_DIR (and
+appends summary.md to $GITHUB_STEP_SUMMARY when that is set). Exit 0 when every cell succeeded,
+1 when any cell is FAILED, MALFORMED or MISSING, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from agentsweep.collect.aggregate import build_rows, to_frame
+from agentsweep.collect.discover import find_cells, load_matrix
+from agentsweep.collect.pareto import frontier_table
+from agentsweep.collect.plots import write_plots
+from agentsweep.collect.report import summary_markdown, write_report
+from agentsweep.errors import InputError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "artifacts", type=Path, help="folder of cell result dirs (download-artifact or results/<key>)"
+    )
+    parser.add_argument("out_dir", type=Path, help="output folder (e.g. results/<key>/aggregated)")
+    parser.add_argument(
+        "--matrix", type=Path, default=None, help="`agentsweep matrix --json` output: expected cells"
+    )
+    parser.add_argument("--no-plots", action="store_true", help="skip PNGs and report.html (tables only)")
+
+
+def prepare_out_dir(path: Path) -> Path:
+    """Create the output folder; a path that cannot be one is bad input (one line, exit 2)."""
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{path}: exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # a parent is a file
+        raise InputError(f"{path}: cannot create: a parent is not a directory") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot create: {err.strerror or err}") from None
+    return path
+
+
+def append_step_summary(text: str) -> None:
+    """Append to $GITHUB_STEP_SUMMARY when it is set; a path that cannot be written is bad input."""
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not step_summary:
+        return
+    try:
+        with open(step_summary, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as err:
+        raise InputError(
+            f"$GITHUB_STEP_SUMMARY ({step_summary}): cannot append: {err.strerror or err}"
+        ) from None
+
+
+def render_outputs(df: pd.DataFrame, out_dir: Path, plots: bool = True) -> pd.DataFrame:
+    """frontier.csv, plots, report.html and summary.md from a summary table; returns the frontier."""
+    frontier = frontier_table(df)
+    frontier.to_csv(out_dir / "frontier.csv", index=False)
+    if plots:
+        write_report(df, write_plots(df, out_dir), out_dir)
+    (out_dir / "summary.md").write_text(summary_markdown(df, frontier), encoding="utf-8")
+    return frontier
+
+
+def run(args: argparse.Namespace) -> int:
+    matrix = load_matrix(args.matrix) if args.matrix else None
+    found = find_cells(args.artifacts)
+    if not found and not matrix:
+        raise InputError(
+            f"{args.artifacts}: no cell result directories found (looked for cell.json, status.txt...)"
+        )
+    rows = build_rows(found, matrix)
+    df = to_frame(rows)
+    prepare_out_dir(args.out_dir)
+    df.to_csv(args.out_dir / "summary.csv", index=False)
+    render_outputs(df, args.out_dir, plots=not args.no_plots)
+
+    append_step_summary((args.out_dir / "summary.md").read_text(encoding="utf-8"))
+
+    bad = [r for r in rows if r.status != "SUCCESS"]
+    print(f"collect: {len(rows)} cells, {len(rows) - len(bad)} SUCCESS -> {args.out_dir}", file=sys.stderr)
+    for row in bad:
+        print(f"collect: {row.exp_name}: {row.status}: {row.reason}", file=sys.stderr)
+    return 1 if bad else 0

@@ -1,0 +1,37 @@
+"""`agentsweep compare A B`: two collected sweeps (aggregated folders) side by side, B / A per cell."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from agentsweep.collect.cli_collect import prepare_out_dir
+from agentsweep.collect.cli_pareto import read_summary
+from agentsweep.collect.compare import DEFAULT_KEYS, compare, markdown
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("a", type=Path, help="baseline: an aggregated folder or its summary.csv")
+    parser.add_argument("b", type=Path, help="candidate: an aggregated folder or its summary.csv")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="folder for compare.csv and compare.md (default: B's)"
+    )
+    parser.add_argument(
+        "--on",
+        default=",".join(DEFAULT_KEYS),
+        help=f"comma-separated columns that match cells (default {','.join(DEFAULT_KEYS)}; exp_name for same-key sweeps)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    a, b = read_summary(args.a), read_summary(args.b)
+    keys = tuple(k.strip() for k in args.on.split(",") if k.strip())
+    table = compare(a, b, keys, names=(f"A ({args.a})", f"B ({args.b})"))
+    out = prepare_out_dir(args.out or (args.b if args.b.is_dir() else args.b.parent))
+    table.to_csv(out / "compare.csv", index=False)
+    text = markdown(table, str(args.a), str(args.b), keys)
+    (out / "compare.md").write_text(text, encoding="utf-8")
+    print(text)
+    print(f"compare: wrote {out / 'compare.csv'} and {out / 'compare.md'}", file=sys.stderr)
+    return 0

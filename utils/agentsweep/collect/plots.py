@@ -1,0 +1,338 @@
+"""PNG plots of a collected sweep: Pareto panels per throughput metric, cache panels, hit rates.
+
+Uses matplotlib's object API (no pyplot state), so it is safe in tests and headless CI.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, PercentFormatter
+
+from agentsweep.collect.pareto import X_METRICS, Y_METRICS, XMetric, frontier, successful
+
+OFFLOAD_COLORS = {"on": "#0f8b6d", "off": "#e07a1f", "noprefix": "#6a5acd"}
+OFFLOAD_NAMES = {
+    "on": "offload on (CPU KV tier)",
+    "off": "offload off (GPU prefix cache)",
+    "noprefix": "no prefix caching",
+}
+OTHER_COLOR = "#777777"
+TP_MARKERS = ("o", "s", "^", "D", "P", "X", "v", "*")
+ENGINE_STYLES = ("-", "--", ":", "-.")
+LABEL_ALL_MAX = 36  # label every point up to this many cells, else only frontier points
+DPI = 120
+
+
+def _color(offload: str) -> str:
+    return OFFLOAD_COLORS.get(offload, OTHER_COLOR)
+
+
+def _tp_text(tp: object) -> str:
+    try:
+        value = float(tp)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "?"
+    return str(int(value)) if math.isfinite(value) and value.is_integer() else "?"
+
+
+def _styles(ok: pd.DataFrame) -> tuple[dict[str, str], dict[str, str]]:
+    tps = sorted({_tp_text(t) for t in ok["tp"]}, key=lambda t: (len(t), t))
+    engines = sorted(set(ok["engine"]))
+    markers = {tp: TP_MARKERS[i % len(TP_MARKERS)] for i, tp in enumerate(tps)}
+    styles = {e: ENGINE_STYLES[i % len(ENGINE_STYLES)] for i, e in enumerate(engines)}
+    return markers, styles
+
+
+def _thousands(value: float, _pos: int) -> str:
+    if abs(value) >= 1000:
+        return f"{value / 1000:.0f}k" if value % 1000 == 0 else f"{value / 1000:.1f}k"
+    return f"{value:g}"
+
+
+def _point_label(row: pd.Series) -> str:
+    users = row.get("users")
+    u = _tp_text(users)
+    return f"u{u}·tp{_tp_text(row.get('tp'))}"
+
+
+def _panel(
+    ax, ok: pd.DataFrame, xm: XMetric, y: str, markers: dict[str, str], styles: dict[str, str]
+) -> None:
+    xs = pd.to_numeric(ok[xm.column], errors="coerce") if xm.column in ok else pd.Series(dtype=float)
+    ys = pd.to_numeric(ok[y], errors="coerce") if y in ok else pd.Series(dtype=float)
+    have = ok[np.isfinite(xs) & np.isfinite(ys)] if len(xs) else ok.iloc[0:0]
+    ax.set_title(xm.label.split(" (")[0], fontsize=11, loc="left", fontweight="bold")
+    ax.set_xlabel(xm.label + ("  ← better" if xm.minimize else "  → better"), fontsize=9)
+    ax.set_ylabel(Y_METRICS[y], fontsize=9)
+    ax.grid(True, which="major", color="#dddddd", linewidth=0.7)
+    ax.set_axisbelow(True)
+    ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
+    if have.empty:
+        ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="#999999")
+        return
+    hx = pd.to_numeric(have[xm.column], errors="coerce").to_numpy(float)
+    hy = pd.to_numeric(have[y], errors="coerce").to_numpy(float)
+    if hx.min() > 0 and hx.max() / hx.min() > 20:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    on_front: set[int] = set()
+    for (engine, offload), group in have.groupby(["engine", "offload"], sort=True):
+        gx = pd.to_numeric(group[xm.column], errors="coerce").to_numpy(float)
+        gy = pd.to_numeric(group[y], errors="coerce").to_numpy(float)
+        idx = frontier(list(zip(gx, gy, strict=True)), xm.minimize)
+        positions = [have.index.get_loc(group.index[i]) for i in idx]
+        on_front.update(positions)
+        if len(idx) > 1:
+            ax.plot(
+                gx[idx],
+                gy[idx],
+                linestyle=styles[engine],
+                color=_color(offload),
+                linewidth=1.8,
+                alpha=0.85,
+                zorder=2,
+            )
+    # One scatter call per (offload, TP, on-frontier) group: far fewer artists to lay out and draw.
+    groups: dict[tuple[str, str, bool], list[int]] = {}
+    for pos in range(len(have)):
+        row = have.iloc[pos]
+        key = (str(row["offload"]), _tp_text(row["tp"]), pos in on_front)
+        groups.setdefault(key, []).append(pos)
+        if pos in on_front or len(have) <= LABEL_ALL_MAX:
+            ax.annotate(
+                _point_label(row),
+                (hx[pos], hy[pos]),
+                xytext=(4, 4),
+                textcoords="offset points",
+                fontsize=6.5,
+                color="#333333" if pos in on_front else "#888888",
+                zorder=4,
+            )
+    for (offload, tp, front), positions in groups.items():
+        ax.scatter(
+            hx[positions],
+            hy[positions],
+            marker=markers[tp],
+            s=52 if front else 30,
+            color=_color(offload),
+            edgecolors="black" if front else "white",
+            linewidths=0.8 if front else 0.5,
+            alpha=1.0 if front else 0.55,
+            zorder=3,
+        )
+    ax.set_ylim(bottom=0, top=max(hy.max() * 1.12, 1e-9))
+
+
+def _legend_handles(ok: pd.DataFrame, markers: dict[str, str], styles: dict[str, str]) -> list[Line2D]:
+    handles: list[Line2D] = []
+    for offload in [o for o in OFFLOAD_COLORS if o in set(ok["offload"])] + sorted(
+        set(ok["offload"]) - set(OFFLOAD_COLORS)
+    ):
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color=_color(offload),
+                marker="o",
+                linestyle="-",
+                label=OFFLOAD_NAMES.get(offload, offload),
+            )
+        )
+    for tp, marker in markers.items():
+        handles.append(Line2D([], [], color="#444444", marker=marker, linestyle="none", label=f"TP={tp}"))
+    if len(styles) > 1:
+        for engine, style in styles.items():
+            handles.append(Line2D([], [], color="#444444", linestyle=style, label=f"engine {engine}"))
+    return handles
+
+
+def _title(df: pd.DataFrame) -> str:
+    parts = []
+    for column in ("config_key", "model", "runner"):
+        if column in df.columns:
+            values = sorted({str(v) for v in df[column].dropna()})
+            if values:
+                parts.append(", ".join(values[:3]) + ("…" if len(values) > 3 else ""))
+    return " · ".join(parts)
+
+
+def pareto_figure(df: pd.DataFrame, y: str, path: Path) -> Path:
+    """One PNG: every x metric against throughput-per-GPU metric ``y``, plus a legend panel."""
+    ok = successful(df)
+    markers, styles = _styles(ok) if not ok.empty else ({}, {})
+    fig = Figure(figsize=(21, 10), dpi=DPI)
+    # A fixed layout: constrained layout costs seconds per figure and the grid never changes.
+    fig.subplots_adjust(left=0.04, right=0.99, bottom=0.065, top=0.91, wspace=0.2, hspace=0.3)
+    axes = fig.subplots(2, 4).ravel()
+    for ax, xm in zip(axes, X_METRICS, strict=False):
+        _panel(ax, ok, xm, y, markers, styles)
+    legend_ax = axes[len(X_METRICS)]
+    legend_ax.axis("off")
+    if not ok.empty:
+        legend_ax.legend(
+            handles=_legend_handles(ok, markers, styles), loc="upper left", fontsize=10, frameon=False
+        )
+    legend_ax.text(
+        0.0,
+        0.02,
+        "Lines join each engine × offload series' Pareto frontier\n"
+        "(outlined points). Labels: concurrent users · TP.\n"
+        "Interactivity = 1 / TPOT at that percentile.\n"
+        f"{len(ok)} successful cells of {len(df)}.",
+        transform=legend_ax.transAxes,
+        fontsize=9,
+        color="#444444",
+        va="bottom",
+    )
+    fig.suptitle(f"{Y_METRICS[y]} — {_title(df)}", fontsize=14, x=0.01, ha="left")
+    fig.savefig(path)
+    return path
+
+
+def cache_figure(df: pd.DataFrame, path: Path) -> Path:
+    """GPU and CPU hit rate (server-side, profiling window) against output throughput per GPU."""
+    ok = successful(df)
+    markers, _ = _styles(ok) if not ok.empty else ({}, {})
+    fig = Figure(figsize=(15, 5.6), dpi=DPI, layout="constrained")
+    axes = fig.subplots(1, 2)
+    y = "output_tok_per_s_per_gpu"
+    for ax, column, title in (
+        (axes[0], "gpu_hit_rate", "GPU prefix-cache hit rate"),
+        (axes[1], "cpu_hit_rate", "CPU / external KV hit rate"),
+    ):
+        ax.set_title(f"{title} vs output throughput per GPU", fontsize=10.5, loc="left")
+        ax.set_xlabel(title + " (share of prompt tokens, profiling window)", fontsize=9)
+        ax.set_ylabel(Y_METRICS[y], fontsize=9)
+        ax.grid(True, color="#dddddd", linewidth=0.7)
+        ax.set_axisbelow(True)
+        ax.xaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
+        xs = pd.to_numeric(ok.get(column, pd.Series(dtype=float)), errors="coerce")
+        ys = pd.to_numeric(ok.get(y, pd.Series(dtype=float)), errors="coerce")
+        mask = np.isfinite(xs) & np.isfinite(ys) if len(ok) else pd.Series(dtype=bool)
+        if not len(ok) or not mask.any():
+            ax.text(
+                0.5, 0.5, "not reported", transform=ax.transAxes, ha="center", va="center", color="#999999"
+            )
+            ax.set_xlim(0, 1)
+            continue
+        for pos in np.flatnonzero(mask.to_numpy()):
+            row = ok.iloc[pos]
+            ax.scatter(
+                xs.iloc[pos],
+                ys.iloc[pos],
+                marker=markers[_tp_text(row["tp"])],
+                s=40,
+                color=_color(row["offload"]),
+                edgecolors="white",
+                linewidths=0.5,
+                zorder=3,
+            )
+            ax.annotate(
+                _point_label(row),
+                (xs.iloc[pos], ys.iloc[pos]),
+                xytext=(4, 3),
+                textcoords="offset points",
+                fontsize=6.5,
+            )
+        ax.set_xlim(-0.02, 1.02)
+        ax.set_ylim(bottom=0, top=max(float(ys[mask].max()) * 1.12, 1e-9))
+    if not ok.empty:
+        axes[1].legend(handles=_legend_handles(ok, markers, {}), loc="best", fontsize=8.5, framealpha=0.9)
+    fig.suptitle(f"KV cache — {_title(df)}", fontsize=13, x=0.01, ha="left")
+    fig.savefig(path)
+    return path
+
+
+def hit_rate_figure(df: pd.DataFrame, path: Path) -> Path:
+    """Per cell: ideal (infinite-cache) hit rate against what the engine's GPU and CPU tiers hit."""
+    ok = successful(df)
+    if not ok.empty:
+        order = {name: i for i, name in enumerate(OFFLOAD_COLORS)}
+        ok = ok.assign(_order=ok["offload"].map(lambda o: order.get(o, len(order))))
+    cells = ok.sort_values(["_order", "tp", "users"], kind="stable") if not ok.empty else ok
+    n = max(len(cells), 1)
+    fig = Figure(figsize=(11, 2.2 + 0.28 * n), dpi=DPI, layout="constrained")
+    ax = fig.subplots()
+    fig.suptitle(
+        "Ideal vs measured prefix-cache hit rate per cell (profiling window)", fontsize=11, x=0.01, ha="left"
+    )
+    ax.xaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_xlim(0, 1.0)
+    ax.grid(True, axis="x", color="#dddddd", linewidth=0.7)
+    ax.set_axisbelow(True)
+    if cells.empty:
+        ax.text(
+            0.5, 0.5, "no successful cells", transform=ax.transAxes, ha="center", va="center", color="#999999"
+        )
+        fig.savefig(path)
+        return path
+    ys = np.arange(len(cells))[::-1]
+
+    def col(name: str) -> np.ndarray:
+        return pd.to_numeric(cells.get(name, pd.Series([np.nan] * len(cells))), errors="coerce").to_numpy(
+            float
+        )
+
+    gpu, cpu, ideal = col("gpu_hit_rate"), col("cpu_hit_rate"), col("theoretical_hit_rate")
+    both = gpu + np.nan_to_num(cpu)
+    colors = [_color(o) for o in cells["offload"]]
+    ax.barh(ys, np.nan_to_num(gpu), color=colors, height=0.62)
+    ax.barh(
+        ys, np.nan_to_num(cpu), left=np.nan_to_num(gpu), color=colors, alpha=0.4, height=0.62, hatch="///"
+    )
+    ax.scatter(ideal, ys, marker="|", s=260, color="black", linewidths=2.2, zorder=4)
+    for yv, measured, best in zip(ys, both, ideal, strict=True):
+        text = (f"{measured:.0%}" if np.isfinite(measured) else "n/a") + (
+            f" / {best:.0%}" if np.isfinite(best) else ""
+        )
+        ax.text(
+            1.01, yv, text, va="center", fontsize=7.5, color="#333333", transform=ax.get_yaxis_transform()
+        )
+    handles = [
+        Patch(facecolor="#888888", label="GPU hits"),
+        Patch(facecolor="#888888", alpha=0.4, hatch="///", label="CPU / external hits"),
+        Line2D(
+            [],
+            [],
+            marker="|",
+            color="black",
+            linestyle="none",
+            markersize=12,
+            markeredgewidth=2.2,
+            label="ideal (infinite cache)",
+        ),
+    ] + [Patch(facecolor=_color(o), label=OFFLOAD_NAMES.get(o, o)) for o in dict.fromkeys(cells["offload"])]
+    ax.legend(
+        handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=8, frameon=False
+    )
+    ax.set_yticks(ys, [str(e) for e in cells["exp_name"]], fontsize=7.5)
+    ax.set_xlabel("share of prompt tokens served from cache (measured / ideal on the right)", fontsize=9)
+    fig.savefig(path)
+    return path
+
+
+PLOT_FILES = {
+    **{f"pareto_{y}.png": Y_METRICS[y] for y in Y_METRICS},
+    "cache.png": "KV cache hit rates vs throughput",
+    "hit_rates.png": "Ideal vs measured hit rate per cell",
+}
+
+
+def write_plots(df: pd.DataFrame, out_dir: Path) -> list[tuple[str, Path]]:
+    """Every plot of the sweep; returns (title, path) in report order."""
+    out: list[tuple[str, Path]] = []
+    for y in Y_METRICS:
+        out.append((Y_METRICS[y], pareto_figure(df, y, out_dir / f"pareto_{y}.png")))
+    out.append(("KV cache hit rates vs throughput", cache_figure(df, out_dir / "cache.png")))
+    out.append(("Ideal vs measured hit rate per cell", hit_rate_figure(df, out_dir / "hit_rates.png")))
+    return out

@@ -1,0 +1,203 @@
+"""report.html (self-contained: CSS inline, images as base64) and summary.md for the job summary."""
+
+from __future__ import annotations
+
+import base64
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from agentsweep import __version__
+
+TEMPLATES = Path(__file__).parent / "templates"
+# Identity of the sweep, read from the cells' own cell.json fields.
+IDENTITY_FIELDS = (
+    ("config_key", "Config key"),
+    ("model", "Model"),
+    ("engine", "Engine"),
+    ("engine_version", "Engine version"),
+    ("runner", "Hardware / runner"),
+    ("precision", "Precision"),
+    ("duration", "Replay duration (s)"),
+    ("traces", "Traces"),
+    ("client", "Client"),
+)
+REPLAY_OPTIONS = (
+    "timing_strategy",
+    "max_delay",
+    "advance_min",
+    "advance_max",
+    "max_context",
+    "warmup_requests",
+    "api",
+    "ignore_eos",
+    "seed",
+    "speed",
+)
+# (column, header, format) of the summary table.
+TABLE = (
+    ("exp_name", "Cell", "text"),
+    ("status", "Status", "text"),
+    ("tp", "TP", "int"),
+    ("users", "Users", "int"),
+    ("offload", "Offload", "text"),
+    ("output_tok_per_s_per_gpu", "Out tok/s/GPU", "num"),
+    ("total_tok_per_s_per_gpu", "Total tok/s/GPU", "num"),
+    ("ttft_p50_s", "TTFT p50 (s)", "sec"),
+    ("ttft_p99_s", "TTFT p99 (s)", "sec"),
+    ("interactivity_p50_tok_per_s", "Interact. p50 (tok/s)", "num"),
+    ("e2e_p50_s", "E2E p50 (s)", "sec"),
+    ("gpu_hit_rate", "GPU hit", "pct"),
+    ("cpu_hit_rate", "CPU hit", "pct"),
+    ("theoretical_hit_rate", "Ideal hit", "pct"),
+    ("kv_usage_peak", "KV peak", "pct"),
+    ("preemptions", "Preempt.", "int"),
+    ("requests_failed", "Req. failed", "int"),
+)
+
+
+def fmt(value: Any, kind: str) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    if kind == "text":
+        return str(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if kind == "int":
+        return f"{number:,.0f}"
+    if kind == "pct":
+        return f"{number:.1%}"
+    if kind == "sec":
+        return f"{number:.3f}" if number < 10 else f"{number:.1f}"
+    return f"{number:,.1f}" if abs(number) < 1e5 else f"{number:,.0f}"
+
+
+def _distinct(df: pd.DataFrame, column: str) -> str:
+    if column not in df.columns:
+        return "–"
+    values = []
+    for value in df[column].dropna().tolist():
+        text = fmt(value, "text")
+        if text not in values:
+            values.append(text)
+    return ", ".join(values) if values else "–"
+
+
+def identity(df: pd.DataFrame) -> list[tuple[str, str]]:
+    rows = [(label, _distinct(df, column)) for column, label in IDENTITY_FIELDS]
+    options = [
+        f"{o}={_distinct(df, o)}" for o in REPLAY_OPTIONS if o in df.columns and _distinct(df, o) != "–"
+    ]
+    rows.append(("Replay options", "; ".join(options) if options else "–"))
+    for column, label in (("tp", "TP"), ("users", "Users"), ("offload", "Offload modes")):
+        if column in df.columns:
+            distinct = set(df[column].dropna().tolist())
+            values = sorted(
+                distinct, key=lambda v: (isinstance(v, str), v if not isinstance(v, str) else 0, str(v))
+            )
+            kind = "text" if column == "offload" else "int"
+            rows.append((label, ", ".join(fmt(v, kind) for v in values)))
+    counts = df["status"].value_counts().to_dict() if "status" in df.columns else {}
+    rows.append(("Cells", ", ".join(f"{n} {s}" for s, n in counts.items()) or "none"))
+    return rows
+
+
+def table_rows(df: pd.DataFrame) -> list[list[str]]:
+    return [[fmt(row.get(col), kind) for col, _h, kind in TABLE] for row in df.to_dict("records")]
+
+
+def problem_cells(df: pd.DataFrame) -> list[dict[str, str]]:
+    if "status" not in df.columns:
+        return []
+    bad = df[df["status"] != "SUCCESS"]
+    return [
+        {"exp_name": str(r["exp_name"]), "status": str(r["status"]), "reason": str(r.get("reason") or "")}
+        for r in bad.to_dict("records")
+    ]
+
+
+def hit_rows(df: pd.DataFrame) -> list[list[str]]:
+    out = []
+    ok = df[df["status"] == "SUCCESS"] if "status" in df.columns else df.iloc[0:0]
+    for r in ok.to_dict("records"):
+        gpu, cpu, ideal = r.get("gpu_hit_rate"), r.get("cpu_hit_rate"), r.get("theoretical_hit_rate")
+        measured = None
+        if gpu is not None and math.isfinite(gpu):
+            measured = gpu + (cpu if cpu is not None and math.isfinite(cpu) else 0.0)
+        share = measured / ideal if measured is not None and ideal and math.isfinite(ideal) else None
+        out.append(
+            [
+                str(r["exp_name"]),
+                fmt(ideal, "pct"),
+                fmt(gpu, "pct"),
+                fmt(cpu, "pct"),
+                fmt(measured, "pct"),
+                fmt(share, "pct"),
+                fmt(r.get("client_hit_rate"), "pct"),
+            ]
+        )
+    return out
+
+
+def _data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def write_report(df: pd.DataFrame, plots: list[tuple[str, Path]], out_dir: Path) -> Path:
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
+    template = env.get_template("report.html.j2")
+    html = template.render(
+        title=f"agentsweep report — {_distinct(df, 'config_key')}",
+        identity=identity(df),
+        headers=[h for _c, h, _k in TABLE],
+        rows=table_rows(df),
+        statuses=[str(s) for s in df.get("status", pd.Series(dtype=str)).tolist()],
+        problems=problem_cells(df),
+        hit_headers=["Cell", "Ideal", "GPU", "CPU/ext.", "Measured", "Measured / ideal", "Client-seen"],
+        hit_rows=hit_rows(df),
+        plots=[{"title": title, "file": path.name, "src": _data_uri(path)} for title, path in plots],
+        version=__version__,
+    )
+    path = out_dir / "report.html"
+    path.write_text(html, encoding="utf-8")
+    return path
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def summary_markdown(df: pd.DataFrame, frontier: pd.DataFrame) -> str:
+    """A compact Markdown summary for $GITHUB_STEP_SUMMARY."""
+    lines = [f"## agentsweep — {_distinct(df, 'config_key')}", ""]
+    lines += ["| | |", "|---|---|"] + [f"| {k} | {_md_escape(v)} |" for k, v in identity(df)] + [""]
+    headers = [h for _c, h, _k in TABLE]
+    lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in table_rows(df)]
+    problems = problem_cells(df)
+    if problems:
+        lines += ["", f"### {len(problems)} cell(s) not successful", ""]
+        lines += [f"- **{p['exp_name']}** ({p['status']}): {_md_escape(p['reason'])}" for p in problems]
+    sub = (
+        frontier[
+            (frontier["series_kind"] == "engine_offload")
+            & (frontier["x_metric"] == "ttft_p50_s")
+            & (frontier["y_metric"] == "output_tok_per_s_per_gpu")
+        ]
+        if not frontier.empty
+        else frontier
+    )
+    if not sub.empty:
+        lines += ["", "### Best output tok/s/GPU on each engine × offload frontier (vs TTFT p50)", ""]
+        for series, group in sub.groupby("series"):
+            best = group.loc[group["y"].idxmax()]
+            lines.append(
+                f"- {series}: {best['y']:,.1f} tok/s/GPU at TTFT p50 {best['x']:.3f} s ({best['exp_name']})"
+            )
+    lines.append("")
+    return "\n".join(lines)

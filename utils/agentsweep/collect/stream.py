@@ -1,0 +1,148 @@
+"""Stream a cell's requests.jsonl in constant memory: counts, token sums and latency quantiles.
+
+Quantiles come from a log-spaced histogram (1 % relative bins from 0.1 ms to 28 h), so a
+million-record file costs the same memory as a ten-record one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:  # orjson is an optional speed-up (kv-cache-tester[fast]); json is the fallback
+    import orjson
+
+    _loads: Callable[[bytes], Any] = orjson.loads
+    _DecodeError: type[Exception] = orjson.JSONDecodeError
+except ImportError:  # pragma: no cover - exercised only without the extra
+    import json
+
+    _loads = json.loads
+    _DecodeError = ValueError
+
+
+class LogHistogram:
+    """Quantiles of positive values with bounded relative error (``ratio`` - 1) and fixed memory."""
+
+    def __init__(self, low: float = 1e-4, high: float = 1e5, ratio: float = 1.01) -> None:
+        self.low = low
+        self.log_ratio = math.log(ratio)
+        self.nbins = math.ceil(math.log(high / low) / self.log_ratio) + 2
+        self.counts = [0] * self.nbins
+        self.n = 0
+        self.total = 0.0
+
+    def add(self, value: float) -> None:
+        if value <= self.low:
+            idx = 0
+        else:
+            idx = min(self.nbins - 1, 1 + int(math.log(value / self.low) / self.log_ratio))
+        self.counts[idx] += 1
+        self.n += 1
+        self.total += value
+
+    def quantile(self, q: float) -> float | None:
+        """The q-quantile (0..1), as the geometric centre of its bin; None when empty."""
+        if self.n == 0:
+            return None
+        rank = q * (self.n - 1)
+        seen = 0
+        for idx, count in enumerate(self.counts):
+            seen += count
+            if seen > rank:
+                if idx == 0:
+                    return self.low
+                return self.low * math.exp((idx - 0.5) * self.log_ratio)
+        return self.low * math.exp((self.nbins - 1.5) * self.log_ratio)
+
+    def mean(self) -> float | None:
+        return self.total / self.n if self.n else None
+
+
+@dataclass
+class RequestStats:
+    records: int = 0
+    bad_lines: int = 0
+    warmup: int = 0
+    profile_ok: int = 0
+    profile_errors: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    theoretical_hit_blocks: int = 0
+    total_blocks: int = 0
+    first_bad_line: int | None = None
+    ttft: LogHistogram = field(default_factory=LogHistogram)
+    e2e: LogHistogram = field(default_factory=LogHistogram)
+    tpot: LogHistogram = field(default_factory=LogHistogram)
+
+    def as_columns(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "req_records": self.records,
+            "req_bad_lines": self.bad_lines,
+            "req_warmup": self.warmup,
+            "req_profile_ok": self.profile_ok,
+            "req_profile_errors": self.profile_errors,
+            "req_prompt_tokens": self.prompt_tokens,
+            "req_cached_tokens": self.cached_tokens,
+            "req_output_tokens": self.output_tokens,
+            "req_theoretical_hit_rate": (
+                self.theoretical_hit_blocks / self.total_blocks if self.total_blocks else None
+            ),
+            "req_client_hit_rate": self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None,
+        }
+        for name, hist in (("ttft", self.ttft), ("e2e", self.e2e), ("tpot", self.tpot)):
+            for q in (50, 90, 99):
+                out[f"req_{name}_p{q}_s"] = hist.quantile(q / 100)
+        return out
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _int(value: Any) -> int:
+    number = _num(value)
+    return int(number) if number is not None and number >= 0 else 0
+
+
+def stream_requests(path: Path) -> RequestStats:
+    """Read requests.jsonl line by line. Undecodable lines are counted, never fatal."""
+    stats = RequestStats()
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                rec = _loads(raw)
+            except _DecodeError:
+                rec = None
+            if not isinstance(rec, dict):
+                stats.bad_lines += 1
+                if stats.first_bad_line is None:
+                    stats.first_bad_line = lineno
+                continue
+            stats.records += 1
+            if rec.get("phase") == "warmup":
+                stats.warmup += 1
+                continue
+            # Blocks count for every profiled request: the ideal cache sees every prompt.
+            stats.theoretical_hit_blocks += _int(rec.get("theoretical_hit_blocks"))
+            stats.total_blocks += _int(rec.get("total_blocks"))
+            if rec.get("status") != "ok":
+                stats.profile_errors += 1
+                continue
+            stats.profile_ok += 1
+            stats.prompt_tokens += _int(rec.get("prompt_tokens"))
+            stats.cached_tokens += _int(rec.get("cached_tokens"))
+            stats.output_tokens += _int(rec.get("output_tokens"))
+            for key, hist in (("ttft_s", stats.ttft), ("e2e_s", stats.e2e), ("tpot_s", stats.tpot)):
+                value = _num(rec.get(key))
+                if value is not None and value >= 0:
+                    hist.add(value)
+    return stats

@@ -1,0 +1,199 @@
+"""Server-side figures of one cell over the replayer's profiling window only.
+
+Counters are read at the window's start and end by linear interpolation between the neighbouring
+scrapes (time_s is Unix time, as is the replayer's window), so warmup traffic before the window and
+the drain after it never count. A counter that goes down (engine restart) gives no figure. When the
+scrapes do not reach both edges of the window (the scraper started late or died), the figures are
+over the part they cover (rates divide by that part, not the whole window) and a note says so;
+scrapes that miss the window entirely give no counter figures.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from bisect import bisect_left, bisect_right
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from agentsweep.metrics.dialects import COLUMNS
+
+COUNTERS = (
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "prefix_cache_queries_total",
+    "prefix_cache_hits_total",
+    "cpu_cache_hits_total",
+    "preemptions_total",
+    "offload_bytes_gpu_to_cpu_total",
+    "offload_bytes_cpu_to_gpu_total",
+)
+GAUGES = ("kv_cache_usage", "cpu_kv_cache_usage", "requests_running", "requests_waiting")
+SERVER_COLUMNS = (
+    "gpu_hit_rate",
+    "cpu_hit_rate",
+    "kv_usage_peak",
+    "kv_usage_mean",
+    "cpu_kv_usage_peak",
+    "cpu_kv_usage_mean",
+    "requests_running_mean",
+    "requests_waiting_peak",
+    "preemptions",
+    "offload_bytes_gpu_to_cpu",
+    "offload_bytes_cpu_to_gpu",
+    "server_prompt_tok_per_s",
+    "server_generation_tok_per_s",
+    "server_rows_in_window",
+    "server_max_gap_s",
+)
+
+
+# Scrapes start before the window and end after it; only a shortfall beyond this is reported.
+COVERAGE_SLACK_S = 1.0
+
+
+def _float(text: str | None) -> float | None:
+    if text is None or text.strip() == "":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+class Series:
+    """(time, value) points of one column, time-sorted, gaps (empty cells) dropped."""
+
+    def __init__(self) -> None:
+        self.t: list[float] = []
+        self.v: list[float] = []
+
+    def at(self, when: float) -> float | None:
+        """Value at ``when``: interpolated between neighbours, else the nearest point."""
+        if not self.t:
+            return None
+        hi = bisect_left(self.t, when)
+        if hi < len(self.t) and self.t[hi] == when:
+            return self.v[hi]
+        if hi == 0:
+            return self.v[0]
+        if hi == len(self.t):
+            return self.v[-1]
+        t0, t1, v0, v1 = self.t[hi - 1], self.t[hi], self.v[hi - 1], self.v[hi]
+        return v0 + (v1 - v0) * (when - t0) / (t1 - t0)
+
+    def decreases(self, start: float, end: float) -> bool:
+        """True when the series goes down anywhere between the points that bracket [start, end]."""
+        lo = max(bisect_right(self.t, start) - 1, 0)
+        hi = min(bisect_left(self.t, end) + 1, len(self.t))
+        return any(b < a for a, b in pairwise(self.v[lo:hi]))
+
+    def inside(self, start: float, end: float) -> list[float]:
+        return self.v[bisect_left(self.t, start) : bisect_right(self.t, end)]
+
+
+def read_series(path: Path) -> tuple[dict[str, Series], list[float], list[str]]:
+    """Series per column, every row's time, and notes on what was wrong with the file."""
+    series = {name: Series() for name in COLUMNS[1:]}
+    times: list[float] = []
+    notes: list[str] = []
+    bad = 0
+    with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+        reader = csv.DictReader(fh)
+        header = reader.fieldnames or []
+        if "time_s" not in header:
+            return series, times, [f"{path.name}: no time_s column"]
+        missing = [c for c in COLUMNS[1:] if c not in header]
+        if missing:
+            notes.append(f"{path.name}: missing columns {', '.join(missing)}")
+        rows = []
+        for row in reader:
+            t = _float(row.get("time_s"))
+            if t is None:
+                bad += 1
+                continue
+            rows.append((t, row))
+        rows.sort(key=lambda item: item[0])
+        for t, row in rows:
+            times.append(t)
+            for name, s in series.items():
+                value = _float(row.get(name))
+                if value is not None:
+                    s.t.append(t)
+                    s.v.append(value)
+    if bad:
+        notes.append(f"{path.name}: {bad} unreadable rows skipped")
+    return series, times, notes
+
+
+def window_figures(path: Path, start: float, end: float) -> tuple[dict[str, Any], list[str]]:
+    """SERVER_COLUMNS for the window [start, end] (Unix seconds), plus notes."""
+    out: dict[str, Any] = dict.fromkeys(SERVER_COLUMNS)
+    series, times, notes = read_series(path)
+    inside_times = [t for t in times if start <= t <= end]
+    out["server_rows_in_window"] = len(inside_times)
+    if not inside_times and not any(s.t for s in series.values()):
+        notes.append(f"{path.name}: no scrapes")
+        return out, notes
+    edges = [start, *inside_times, end]
+    out["server_max_gap_s"] = max(b - a for a, b in pairwise(edges))
+    if not inside_times:
+        notes.append(f"{path.name}: no scrape inside the profiling window")
+
+    delta: dict[str, float | None] = {}
+    span: dict[str, float] = {}  # seconds of the window each counter's scrapes cover
+    short: list[str] = []
+    for name in COUNTERS:
+        s = series[name]
+        v0, v1 = s.at(start), s.at(end)
+        if s.t:
+            span[name] = min(end, s.t[-1]) - max(start, s.t[0])
+            if span[name] < end - start - COVERAGE_SLACK_S:
+                short.append(name)
+        if v0 is None or v1 is None or span.get(name, 0.0) <= 0 < end - start:
+            delta[name] = None
+        elif v1 < v0 or s.decreases(start, end):
+            delta[name] = None
+            notes.append(f"{path.name}: {name} went down in the window (engine restarted?)")
+        else:
+            delta[name] = v1 - v0
+    queries = delta["prefix_cache_queries_total"]
+    if queries:
+        for column, counter in (
+            ("gpu_hit_rate", "prefix_cache_hits_total"),
+            ("cpu_hit_rate", "cpu_cache_hits_total"),
+        ):
+            hits = delta[counter]
+            out[column] = hits / queries if hits is not None else None
+    out["preemptions"] = delta["preemptions_total"]
+    out["offload_bytes_gpu_to_cpu"] = delta["offload_bytes_gpu_to_cpu_total"]
+    out["offload_bytes_cpu_to_gpu"] = delta["offload_bytes_cpu_to_gpu_total"]
+    if short:
+        covered = min(span[name] for name in short)
+        notes.append(
+            f"{path.name}: scrapes cover only {max(covered, 0.0):.1f} s of the {end - start:.1f} s window; "
+            "server figures are over the covered part"
+        )
+    for column, counter in (
+        ("server_prompt_tok_per_s", "prompt_tokens_total"),
+        ("server_generation_tok_per_s", "generation_tokens_total"),
+    ):
+        # Over the seconds the scrapes cover: a counter frozen at its last scrape (scraper gone)
+        # divided by the whole window would understate the rate.
+        if delta[counter] is not None and span.get(counter, 0.0) > 0:
+            out[column] = delta[counter] / span[counter]
+
+    for prefix, name in (("kv_usage", "kv_cache_usage"), ("cpu_kv_usage", "cpu_kv_cache_usage")):
+        values = series[name].inside(start, end)
+        if values:
+            out[f"{prefix}_peak"] = max(values)
+            out[f"{prefix}_mean"] = sum(values) / len(values)
+    running = series["requests_running"].inside(start, end)
+    if running:
+        out["requests_running_mean"] = sum(running) / len(running)
+    waiting = series["requests_waiting"].inside(start, end)
+    if waiting:
+        out["requests_waiting_peak"] = max(waiting)
+    return out, notes

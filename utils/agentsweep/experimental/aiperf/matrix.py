@@ -1,0 +1,58 @@
+"""Run matrix cells locally with the AIPerf client through the cell runner's own plan and lifecycle.
+
+Until the cell runner dispatches on ``client`` itself, this swaps the replayer argv of
+``agentsweep.cell.runner.plan_cell`` for :func:`aiperf_command`'s; everything else (engine, health
+wait, scraper, cell.json with ``client: aiperf``, status.txt) is the cell runner's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from agentsweep.errors import InputError
+from agentsweep.experimental.aiperf.cell import aiperf_command
+
+
+def read_matrix(path: Path) -> list[dict[str, Any]]:
+    """Cells of ``agentsweep matrix --json`` output (``{"include": [...]}``) or a list of cells."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(f"{path}: cannot read: {err.strerror or err}") from None
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}: bad JSON at line {err.lineno}: {err.msg}") from None
+    cells = data.get("include") if isinstance(data, dict) else data
+    if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
+        raise InputError(f'{path}: expected {{"include": [cell, ...]}} (agentsweep matrix --json)')
+    return cells
+
+
+def run_cells(cells: list[dict[str, Any]], results: Path, *, health_timeout: float | None = None) -> int:
+    """Run each cell into ``results/<exp_name>``; returns the number of FAILED cells."""
+    from agentsweep.cell.runner import CellOptions, free_port, plan_cell, resolve_hardware, run_cell
+    from agentsweep.cell.spec import CellSpec
+
+    names = {f.name for f in dataclasses.fields(CellSpec)}
+    failed = 0
+    for raw in cells:
+        fields = {k: v for k, v in raw.items() if k in names}
+        fields["client"] = "aiperf"
+        try:
+            spec = CellSpec(**fields)
+        except TypeError as err:
+            raise InputError(f"matrix cell {raw.get('exp_name')!r}: {err}") from None
+        if spec.gpus == 0:
+            spec = dataclasses.replace(spec, gpus=spec.tp)
+        result_dir = results / spec.exp_name
+        if (result_dir / "status.txt").exists():
+            raise InputError(f"{result_dir}: already holds a cell result; use an empty results folder")
+        plan = plan_cell(spec, result_dir, port=free_port(), hardware=resolve_hardware(spec))
+        plan = dataclasses.replace(
+            plan, replay_argv=aiperf_command(spec, endpoint=plan.base_url, output_dir=result_dir)
+        )
+        status, _ = run_cell(plan, CellOptions(health_timeout_s=health_timeout))
+        failed += status != "SUCCESS"
+    return failed

@@ -1,0 +1,1 @@
+"""Helpers for the Slurm launchers in runners/ (the shell side lives in runners/lib/)."""

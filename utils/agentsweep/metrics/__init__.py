@@ -1,0 +1,1 @@
+"""Engine metrics: the Prometheus scraper and the vLLM/SGLang dialect mapping (ARCHITECTURE.md §6)."""

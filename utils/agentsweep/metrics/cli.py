@@ -1,0 +1,63 @@
+"""`agentsweep metrics-collector`: scrape /metrics into server_metrics.csv until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from urllib.parse import urlparse
+
+from agentsweep.errors import InputError
+from agentsweep.metrics.dialects import DIALECTS
+from agentsweep.metrics.scraper import Scraper
+
+MAX_SECONDS = 86400.0  # a day: beyond it a wait overflows the platform's timeout, and means nothing
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and value <= MAX_SECONDS):  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be > 0 and at most {MAX_SECONDS:g} seconds, got {text}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--endpoint", required=True, help="metrics URL, e.g. http://127.0.0.1:8000/metrics")
+    parser.add_argument("--output", required=True, type=Path, help="CSV to append to (server_metrics.csv)")
+    parser.add_argument("--interval", type=_positive, default=1.0, help="seconds between scrapes (default 1)")
+    parser.add_argument("--timeout", type=_positive, default=None, help="per-scrape timeout in seconds")
+    parser.add_argument(
+        "--dialect", choices=DIALECTS, default=None, help="force a dialect instead of detecting it"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    url = urlparse(args.endpoint)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise InputError(f"--endpoint: not an http(s) URL: {args.endpoint!r}")
+    if args.output.exists() and args.output.is_dir():
+        raise InputError(f"--output: {args.output} is a directory")
+    scraper = Scraper(args.endpoint, args.output, args.interval, args.timeout, args.dialect)
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        scraper.stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    stats = scraper.run()
+    print(
+        f"metrics-collector: stopped; {stats.ok} rows written to {args.output}, {stats.failed} scrapes failed",
+        file=sys.stderr,
+    )
+    if stats.ok == 0:
+        print(
+            f"metrics-collector: warning: no successful scrape of {args.endpoint}"
+            + (f" (last error: {stats.last_error})" if stats.last_error else ""),
+            file=sys.stderr,
+        )
+    return 0

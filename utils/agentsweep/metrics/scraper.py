@@ -1,0 +1,143 @@
+"""Poll an engine's /metrics and append one engine-neutral row per successful scrape.
+
+A failed scrape (refused, timeout, HTTP error, unparsable text) is counted and leaves a gap in
+the CSV; it never becomes a row of zeros. The dialect is fixed by the first successful scrape.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from agentsweep.errors import InputError
+from agentsweep.metrics.dialects import COLUMNS, format_row, map_text
+
+
+@dataclass
+class ScrapeStats:
+    ok: int = 0
+    failed: int = 0
+    last_error: str | None = None
+
+
+class Scraper:
+    """Scrape ``endpoint`` every ``interval`` seconds into ``output`` until ``stop`` is set."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        output: Path,
+        interval: float = 1.0,
+        timeout: float | None = None,
+        dialect: str | None = None,
+        log: TextIO = sys.stderr,
+    ) -> None:
+        self.endpoint = endpoint
+        self.output = output
+        self.interval = interval
+        self.timeout = timeout if timeout is not None else max(1.0, min(10.0, 2 * interval))
+        self.dialect = dialect
+        self.stats = ScrapeStats()
+        self.stop = threading.Event()
+        self._log = log
+
+    def _fetch(self) -> str:
+        req = urllib.request.Request(self.endpoint, headers={"Accept": "text/plain"})
+        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            return resp.read().decode("utf-8", errors="replace")
+
+    def _note_failure(self, err: BaseException) -> None:
+        self.stats.failed += 1
+        self.stats.last_error = f"{type(err).__name__}: {err}"
+        # The first failures and then every 30th: an engine still loading fails for minutes.
+        if self.stats.failed <= 3 or self.stats.failed % 30 == 0:
+            print(
+                f"metrics-collector: scrape {self.endpoint} failed ({self.stats.failed} so far): "
+                f"{self.stats.last_error}",
+                file=self._log,
+                flush=True,
+            )
+
+    def scrape_once(self) -> list[str] | None:
+        """One scrape mapped to a CSV row, or None when it failed. Unknown dialect raises InputError."""
+        try:
+            text = self._fetch()
+        except (urllib.error.URLError, OSError, TimeoutError, ValueError) as err:
+            self._note_failure(err)
+            return None
+        now = time.time()
+        try:
+            dialect, values = map_text(text, self.dialect)
+        except InputError:
+            raise
+        except ValueError as err:  # not Prometheus text (a proxy page, a truncated body)
+            self._note_failure(err)
+            return None
+        if self.dialect is None:
+            self.dialect = dialect
+            print(
+                f"metrics-collector: {self.endpoint} speaks the {dialect} dialect", file=self._log, flush=True
+            )
+        self.stats.ok += 1
+        return format_row(now, values)
+
+    def _check_output(self) -> bool:
+        """True for a new (absent or empty) file; an existing one must be a server_metrics.csv.
+
+        Appending rows to some other file would both damage it and leave a CSV collect cannot read.
+        """
+        try:
+            if not self.output.exists() or self.output.stat().st_size == 0:
+                return True
+            with self.output.open("rb") as fh:
+                first = fh.readline(4096)
+        except OSError as err:
+            raise InputError(f"--output {self.output}: cannot read: {err.strerror or err}") from None
+        header = ",".join(COLUMNS)
+        if first.rstrip(b"\r\n").decode("utf-8", errors="replace") != header:
+            raise InputError(
+                f"--output {self.output}: exists and is not a server_metrics.csv "
+                f"(first line is not the {COLUMNS[0]},... header); refusing to append to it"
+            )
+        return False
+
+    def run(self) -> ScrapeStats:
+        """Scrape until ``stop`` is set (plus one final scrape); every row is flushed as written."""
+        new_file = self._check_output()
+        try:
+            self.output.parent.mkdir(parents=True, exist_ok=True)
+            fh = self.output.open("a", newline="", encoding="utf-8")
+        except FileExistsError:  # mkdir met a file where the folder should be
+            raise InputError(f"--output {self.output}: {self.output.parent} is not a directory") from None
+        except OSError as err:
+            raise InputError(f"--output {self.output}: cannot write: {err.strerror or err}") from None
+        with fh:
+            writer = csv.writer(fh)
+            if new_file:
+                writer.writerow(COLUMNS)
+                fh.flush()
+            next_tick = time.monotonic()
+            while True:
+                # Scrape once more after a stop request: the last row then holds the counters
+                # as they stood when the replay ended.
+                stopping = self.stop.is_set()
+                row = self.scrape_once()
+                if row is not None:
+                    writer.writerow(row)
+                    fh.flush()
+                if stopping:
+                    break
+                next_tick += self.interval
+                delay = next_tick - time.monotonic()
+                if delay < 0:  # a slow scrape: skip the missed ticks instead of bursting
+                    next_tick = time.monotonic()
+                    delay = 0.0
+                self.stop.wait(delay)
+        return self.stats

@@ -1,0 +1,196 @@
+"""The local sweep: a key's cells one after another through a launcher, then collect.
+
+Results go to ``<results>/<config_key>/<exp_name>/``; a cell is done when its status.txt says SUCCESS.
+Reusing a results directory needs ``resume`` (rerun only unfinished cells) or ``force`` (start over).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentsweep.cell.record import read_status
+from agentsweep.cell.runner import plan_cell
+from agentsweep.cell.spec import CellSpec, cell_dict_to_env
+from agentsweep.errors import InputError
+
+# How long a cell may take to wind down after Ctrl-C (replayer flush + engine SIGTERM grace) before
+# its process group is killed.
+INTERRUPT_GRACE_S = 90.0
+
+
+@dataclass
+class CellRun:
+    """One cell of the sweep and what happened to it."""
+
+    cell: dict[str, Any]
+    result_dir: Path
+    state: str = "pending"  # pending | done (SUCCESS before this run) | SUCCESS | FAILED | interrupted
+    reason: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def exp_name(self) -> str:
+        return str(self.cell["exp_name"])
+
+
+@dataclass
+class SweepPlan:
+    key_dir: Path
+    runs: list[CellRun] = field(default_factory=list)
+
+    @property
+    def todo(self) -> list[CellRun]:
+        return [r for r in self.runs if r.state == "pending"]
+
+
+def plan_sweep(cells: Sequence[Mapping[str, Any]], results: Path) -> list[SweepPlan]:
+    """Group cells by config key and mark the ones whose result already says SUCCESS."""
+    plans: dict[str, SweepPlan] = {}
+    for cell in cells:
+        key = str(cell["config_key"])
+        plan = plans.setdefault(key, SweepPlan(key_dir=results.resolve() / _safe(key)))
+        result_dir = plan.key_dir / str(cell["exp_name"])
+        status, _ = read_status(result_dir)
+        plan.runs.append(CellRun(dict(cell), result_dir, state="done" if status == "SUCCESS" else "pending"))
+    return list(plans.values())
+
+
+def check_reuse(plans: Sequence[SweepPlan], *, resume: bool, force: bool) -> None:
+    """Refuse to write into a results directory that already holds results, unless told how."""
+    if resume or force:
+        return
+    for plan in plans:
+        if plan.key_dir.is_dir() and any(plan.key_dir.iterdir()):
+            done = sum(r.state == "done" for r in plan.runs)
+            raise InputError(
+                f"{plan.key_dir} already holds results ({done} of {len(plan.runs)} selected cells SUCCESS); "
+                "use --resume to run only the unfinished cells, or --force to delete them and start over"
+            )
+
+
+def prepare(plans: Sequence[SweepPlan], *, force: bool) -> None:
+    """Clear what will be rerun: every selected cell with --force, unfinished ones with --resume."""
+    for plan in plans:
+        for run in plan.runs:
+            if force:
+                run.state = "pending"
+            if run.state == "pending" and run.result_dir.exists():
+                shutil.rmtree(run.result_dir)
+        if force and (plan.key_dir / "aggregated").exists():
+            shutil.rmtree(plan.key_dir / "aggregated")
+
+
+def launcher_env(run: CellRun, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    env = dict(environ)
+    cell_env = _cell_env(run.cell)
+    CellSpec.from_env(cell_env)  # bad cell -> one-line InputError before anything starts
+    env.update(cell_env)
+    env["RESULT_DIR"] = str(run.result_dir)
+    env.pop("PORT", None)  # each cell picks a free port
+    return env
+
+
+def _cell_env(cell: Mapping[str, Any]) -> dict[str, str]:
+    return cell_dict_to_env(cell)
+
+
+def dry_run_lines(
+    plans: Sequence[SweepPlan], launcher: Path, hardware_of: Callable[[str], str | None]
+) -> list[str]:
+    """The exact commands a run would execute, cell by cell, then collect."""
+    lines: list[str] = []
+    for plan in plans:
+        total = len(plan.runs)
+        for i, run in enumerate(plan.runs, 1):
+            skip = " (SUCCESS, skipped with --resume)" if run.state == "done" else ""
+            lines.append(f"[BEGIN CELL {i}/{total}] {run.exp_name}{skip}")
+            env = _cell_env(run.cell) | {"RESULT_DIR": str(run.result_dir)}
+            lines.append(
+                "launch:  " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + f" {launcher}"
+            )
+            spec = CellSpec.from_env(_cell_env(run.cell))
+            cplan = plan_cell(spec, run.result_dir, port="$PORT", hardware=hardware_of(spec.runner))
+            lines += cplan.describe()
+            lines.append(f"[END CELL {i}/{total}]")
+        lines.append(f"collect: {shlex.join(collect_command(plan.key_dir))}")
+    return lines
+
+
+def collect_command(key_dir: Path, python: str = sys.executable) -> list[str]:
+    return [python, "-m", "agentsweep.cli", "collect", str(key_dir), str(key_dir / "aggregated")]
+
+
+class Interrupted(Exception):
+    """Ctrl-C stopped the sweep; the current cell was stopped cleanly."""
+
+
+def run_one(
+    run: CellRun,
+    launcher: Path,
+    *,
+    environ: Mapping[str, str] = os.environ,
+    grace_s: float = INTERRUPT_GRACE_S,
+) -> None:
+    """Run one cell through the launcher in its own process group; Ctrl-C stops it with SIGTERM."""
+    start = time.monotonic()
+    proc = subprocess.Popen([str(launcher)], env=launcher_env(run, environ), start_new_session=True)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        print(
+            f"\nsweep: stopping {run.exp_name} (SIGTERM, up to {grace_s:g} s; Ctrl-C again to kill)",
+            flush=True,
+        )
+        _signal(proc, signal.SIGTERM)
+        try:
+            proc.wait(grace_s)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            _signal(proc, signal.SIGKILL)
+            proc.wait()
+        run.seconds = time.monotonic() - start
+        status, reason = read_status(run.result_dir)
+        run.state, run.reason = "interrupted", reason or "interrupted"
+        raise Interrupted from None
+    run.seconds = time.monotonic() - start
+    status, reason = read_status(run.result_dir)
+    if status == "SUCCESS" and code == 0:
+        run.state, run.reason = "SUCCESS", None
+    else:
+        run.state = "FAILED"
+        run.reason = reason or f"launcher exited with status {code} and left no status.txt"
+
+
+def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+
+
+def run_collect(key_dir: Path) -> tuple[int, Path]:
+    """Run `agentsweep collect` on the key's results; (exit status, report.html path)."""
+    cmd = collect_command(key_dir)
+    print(f"sweep: {shlex.join(cmd)}", flush=True)
+    try:
+        code = subprocess.run(cmd, check=False).returncode
+    except KeyboardInterrupt:
+        code = 130
+    return code, key_dir / "aggregated" / "report.html"
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def _safe(key: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in key) or "config"
