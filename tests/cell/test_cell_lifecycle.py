@@ -188,3 +188,14 @@ def test_run_cell_sh_writes_a_verdict_when_the_cell_process_dies(repo_root, tmp_
         proc.stderr
         == "input error: environment variable RESULT_DIR is required (the directory this cell fills)\n"
     )
+
+
+def test_client_picks_the_load_generator(tmp_path):
+    """client=replay runs kv-cache-tester; client=aiperf the experimental AIPerf path, same result dir."""
+    replay = plan_cell(CELL, tmp_path, port=8000, hardware=None).replay_argv
+    assert replay[1:4] == ["-m", "kv_cache_tester.cli", "replay"]
+    aiperf = plan_cell(dataclasses.replace(CELL, client="aiperf"), tmp_path, port=8000, hardware=None)
+    assert aiperf.replay_argv[1:4] == ["-m", "agentsweep.experimental.aiperf", "run-cell"]
+    cell = json.loads(aiperf.replay_argv[aiperf.replay_argv.index("--cell") + 1])
+    assert cell["client"] == "aiperf" and cell["users"] == 2
+    assert aiperf.replay_argv[aiperf.replay_argv.index("--output-dir") + 1] == str(tmp_path)

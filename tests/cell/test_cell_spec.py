@@ -56,10 +56,7 @@ def test_parse_types_and_defaults():
         ({"ENGINE_ENV": "[1]"}, "environment variable ENGINE_ENV: must be a JSON object of NAME: value"),
         ({"ENGINE_ENV": "{"}, "environment variable ENGINE_ENV: not valid JSON"),
         ({"EXP_NAME": "a/b"}, "environment variable EXP_NAME='a/b': use only [A-Za-z0-9._-]"),
-        (
-            {"CLIENT": "aiperf"},
-            "environment variable CLIENT=aiperf: this cell runner drives kv-cache-tester replay",
-        ),
+        ({"CLIENT": "locust"}, "environment variable CLIENT='locust': expected one of replay, aiperf"),
         (
             {"ENGINE": "vllm"},
             "environment variable SPEED=50.0: only the sim engine runs faster than real time",

@@ -134,9 +134,15 @@ def plan_cell(
     )
     base_url = f"http://{host}:{port}"
     tokenizer = None if cell.engine == "sim" else cell.model
-    replay = replay_command(
-        cell, endpoint=base_url, output_dir=result_dir, python=python, tokenizer=tokenizer
-    )
+    if cell.client == "aiperf":
+        # Experimental alternative client: same engine, scraper and result files, AIPerf drives the load.
+        from agentsweep.experimental.aiperf.cell import aiperf_command
+
+        replay = aiperf_command(cell, endpoint=base_url, output_dir=result_dir, python=python)
+    else:
+        replay = replay_command(
+            cell, endpoint=base_url, output_dir=result_dir, python=python, tokenizer=tokenizer
+        )
     scraper = [
         python,
         "-m",

@@ -126,10 +126,6 @@ class CellSpec:
             )
         if self.cpu_dram_gb < 0:
             raise InputError(f"environment variable CPU_DRAM_GB={self.cpu_dram_gb}: must be >= 0")
-        if self.client != "replay":
-            raise InputError(
-                f"environment variable CLIENT={self.client}: this cell runner drives kv-cache-tester replay only"
-            )
         try:
             env = json.loads(self.engine_env or "{}")
         except json.JSONDecodeError as err:
