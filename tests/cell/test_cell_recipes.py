@@ -156,6 +156,17 @@ def test_sim_recipe_mirrors_vllm_meanings():
     assert noprefix.argv[-5:] == ["--hardware", "mi355x", "--speed", "50", "--no-enable-prefix-caching"]
 
 
+@pytest.mark.parametrize(
+    ("precision", "weights"), [("fp8", "fp8"), ("FP4", "fp4"), ("mxfp4", "fp4"), ("bf16", "bf16")]
+)
+def test_sim_weights_follow_the_cell_precision(precision, weights):
+    cell = dataclasses.replace(BASE, engine="sim", offload="off", precision=precision)
+    argv = build_engine_launch(cell, hardware=None, port=9, python="PY").argv
+    assert argv[argv.index("--quantization") + 1] == weights
+    unknown = dataclasses.replace(cell, precision="int3")
+    assert "--quantization" not in build_engine_launch(unknown, hardware=None, port=9, python="PY").argv
+
+
 def test_vllm_api_server_entry_for_cpu_wheels():
     launch = build_engine_launch(
         dataclasses.replace(BASE, offload="off"),

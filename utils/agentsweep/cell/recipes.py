@@ -118,12 +118,21 @@ def _sglang(cell: CellSpec, port: int | str, host: str) -> EngineLaunch:
     return EngineLaunch(argv=argv)
 
 
+# Cell precision -> the simulated engine's --quantization (weights bytes per parameter).
+SIM_WEIGHT_PRECISION = {
+    "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4",
+}  # fmt: skip
+
+
 def _sim(cell: CellSpec, hardware: str | None, port: int | str, host: str, python: str) -> EngineLaunch:
     argv = [python, "-m", "agentsweep.cli", "engine-sim", cell.model]
     argv += ["--host", host, "--port", str(port), "--tensor-parallel-size", str(cell.tp)]
     if cell.ep > 1:
         argv.append("--enable-expert-parallel")
     argv += ["--hardware", hardware or SIM_DEFAULT_HARDWARE, "--speed", fmt_num(cell.speed)]
+    weights = SIM_WEIGHT_PRECISION.get(cell.precision.lower())
+    if weights:  # the simulated weights footprint follows the cell's precision, not the model id
+        argv += ["--quantization", weights]
     if cell.offload == "on":
         argv += ["--kv-offloading-size", _fmt_gib(offload_gib(cell))]
     elif cell.offload == "noprefix":
