@@ -28,6 +28,7 @@ TTFT = {"on": 0.7, "off": 1.0, "noprefix": 2.6}
 class Spec:
     config_key: str = "demo"
     engine: str = "sim"
+    speed: float = 1.0
     tp: int = 1
     users: int = 4
     offload: str = "on"
@@ -64,7 +65,7 @@ class Spec:
             "seed": 7,
             "warmup_requests": 1,
             "api": "chat",
-            "speed": 20.0,
+            "speed": self.speed,
             "engine_args": "",
             "engine_env": "{}",
             "client": "replay",

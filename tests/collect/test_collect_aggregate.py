@@ -194,3 +194,26 @@ def test_stream_requests_counts_phases(tmp_path):
     assert cols["req_theoretical_hit_rate"] == pytest.approx(4 / 8)
     assert cols["req_client_hit_rate"] == pytest.approx(0.4)
     assert cols["req_ttft_p50_s"] == pytest.approx(0.5, rel=0.01)
+
+
+def test_sped_up_simulated_cells_are_reported_in_engine_time(tmp_path, cell_factory, spec_cls):
+    """speed S: wall latencies x S, wall rates / S, so a sim cell reads like the simulated hardware."""
+    wall = spec_cls(tp=2, users=8, offload="on")
+    fast = spec_cls(tp=2, users=8, offload="on", speed=20.0)
+    cell_factory(tmp_path / "wall", wall)
+    cell_factory(tmp_path / "fast", fast)
+    a = to_frame(build_rows(find_cells(tmp_path / "wall"))).iloc[0]
+    b = to_frame(build_rows(find_cells(tmp_path / "fast"))).iloc[0]
+    assert (a["clock_scale"], b["clock_scale"]) == (1.0, 20.0)
+    for col in ("ttft_p50_s", "tpot_p99_s", "e2e_p50_s", "req_ttft_p50_s"):
+        assert b[col] == pytest.approx(a[col] * 20)
+    for col in (
+        "requests_per_s",
+        "output_tok_per_s_per_gpu",
+        "interactivity_p50_tok_per_s",
+        "server_prompt_tok_per_s",
+    ):
+        assert b[col] == pytest.approx(a[col] / 20)
+    # Ratios and counts do not depend on the clock.
+    for col in ("gpu_hit_rate", "cpu_hit_rate", "preemptions", "requests_ok", "window_s"):
+        assert b[col] == pytest.approx(a[col])

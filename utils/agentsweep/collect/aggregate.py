@@ -189,6 +189,32 @@ def derived_columns(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Columns measured on the wall clock that the engine's clock rescales (see to_engine_clock).
+_LATENCY_PREFIXES = ("ttft_", "tpot_", "itl_", "e2e_", "req_ttft_", "req_tpot_", "req_e2e_")
+_RATE_SUFFIXES = ("_per_s", "_per_gpu")
+
+
+def to_engine_clock(values: dict[str, Any]) -> None:
+    """Express a sped-up simulated cell's figures in the engine's own clock, in place.
+
+    A simulated engine with ``speed`` S runs S times faster than the wall clock the replayer and the
+    scraper measure, so latencies are multiplied by S and rates divided by S: the table then reads
+    like the simulated hardware. ``clock_scale`` records S (1 for every real engine). The client's own
+    overhead is scaled too, so at high S small latencies carry S times the client's error.
+    """
+    speed = _number(values.get("speed")) or 1.0
+    values["clock_scale"] = speed
+    if speed == 1.0:
+        return
+    for key, value in values.items():
+        if not isinstance(value, int | float) or isinstance(value, bool) or key == "speed":
+            continue
+        if key.startswith(_LATENCY_PREFIXES) and key.endswith("_s"):
+            values[key] = value * speed
+        elif key.endswith(_RATE_SUFFIXES) or key.startswith("interactivity_"):
+            values[key] = value / speed
+
+
 def load_cell(found: FoundCell) -> Row:
     """One row for one result directory; never raises for bad content."""
     row = Row(found.exp_name)
@@ -245,6 +271,7 @@ def _fill(row: Row, path: Path) -> None:
         row.notes.extend(notes)
     else:
         row.notes.append("server_metrics.csv missing: no server-side figures")
+    to_engine_clock(row.values)
 
 
 def natural_key(text: str) -> list[tuple[int, int | str]]:
@@ -302,7 +329,7 @@ def _metric_columns() -> list[str]:
     sample = {"schema_version": 1, "counts": {}, "window": window, "throughput": {}, "latency": {}}
     values = summary_columns(sample)
     values.update(derived_columns(values))
-    return [*values, *SERVER_COLUMNS, *RequestStats().as_columns()]
+    return [*values, *SERVER_COLUMNS, *RequestStats().as_columns(), "clock_scale"]
 
 
 METRIC_COLUMNS = tuple(_metric_columns())

@@ -24,6 +24,7 @@ IDENTITY_FIELDS = (
     ("duration", "Replay duration (s)"),
     ("traces", "Traces"),
     ("client", "Client"),
+    ("clock_scale", "Engine clock speed-up (figures are in engine time)"),
 )
 REPLAY_OPTIONS = (
     "timing_strategy",
