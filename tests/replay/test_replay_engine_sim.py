@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -16,31 +15,9 @@ SIM = Path(sys.executable).parent / "agentsweep"
 
 
 @pytest.fixture
-def engine_sim() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [str(SIM), "engine-sim", "sim-model", "--host", "127.0.0.1", "--port", "0", "--speed", "200"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    url = None
-    try:
-        for line in proc.stdout:
-            m = re.search(r"running on (http://127\.0\.0\.1:\d+)", line)
-            if m:
-                url = m.group(1)
-                break
-        assert url, "engine-sim did not start"
+def engine_sim(engine_sim_factory) -> Iterator[str]:
+    with engine_sim_factory("--speed", "200") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
 
 
 @pytest.mark.slow
