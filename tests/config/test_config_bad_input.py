@@ -94,3 +94,30 @@ def test_unwritable_github_file_is_one_line(
     result = cli("--config", "ok.yaml", "--key", "k", "--github-output")
     assert result.rc == 2
     assert result.err == f"input error: ${variable} ({in_tmp / 'a-dir'}): cannot append: Is a directory\n"
+
+
+def test_site_gres_names_keep_the_hardware_identity(
+    cli, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster whose gres.conf says nvidia_h200 is set up through runners.yaml alone."""
+    base = RUNNERS.format(gpn=8, dram=8)
+    site = RunnerSpec(
+        runs_on=["x"], launcher="runners/launch_h200.sh", gpus_per_node=8, gres_type="nvidia_h200",
+        hardware="h200", cpu_dram_gb=1, container_runtime="none",
+    )  # fmt: skip
+    assert (site.gres_type, site.hardware) == ("nvidia_h200", "h200")
+    known = RunnerSpec(
+        runs_on=["x"], launcher="runners/launch_b200.sh", gpus_per_node=8, gres_type="b200",
+        cpu_dram_gb=1, container_runtime="none",
+    )  # fmt: skip
+    assert known.hardware == "b200"  # a known GRES name implies the hardware
+    monkeypatch.setenv("AGENTSWEEP_RUNNERS", "runners.yaml")
+    (in_tmp / "ok.yaml").write_text(ENTRY.format(speed=1))
+    for extra, message in (
+        ("  gres_type: nvidia h200\n", "local.gres_type: String should match pattern"),
+        ("  hardware: a100\n", "local.hardware: 'a100' is not one of h200, b200, mi355x"),
+    ):
+        (in_tmp / "runners.yaml").write_text(base + extra)
+        result = cli("--config", "ok.yaml", "--key", "k", "--json")
+        assert result.rc == 2 and result.err.count("\n") == 1, result.err
+        assert result.err.startswith("config error: runners.yaml:") and message in result.err, result.err

@@ -51,7 +51,7 @@ def build_engine_launch(
     """The engine command for ``cell``; ``hardware`` is the runner's GRES type (None on a local runner)."""
     if hardware is not None and hardware not in HARDWARE:
         raise InputError(
-            f"runner '{cell.runner}': unknown hardware (gres_type) {hardware!r}; expected one of {', '.join(HARDWARE)}"
+            f"runner '{cell.runner}': unknown hardware {hardware!r}; expected one of {', '.join(HARDWARE)}"
         )
     if cell.engine == "vllm":
         launch = _vllm(cell, hardware, port, host, vllm_api_server_python)

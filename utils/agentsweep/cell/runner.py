@@ -109,8 +109,8 @@ def resolve_hardware(cell: CellSpec, runners_path: Path | None = None) -> str | 
             f"environment variable RUNNER={cell.runner!r}: not a runner in runners.yaml "
             f"(known: {', '.join(sorted(runners))})"
         )
-    gres = getattr(runners[cell.runner], "gres_type", None)
-    return str(gres) if gres else None
+    hardware = runners[cell.runner].hardware
+    return str(hardware) if hardware else None
 
 
 def plan_cell(

@@ -28,7 +28,9 @@ TimingStrategy = Literal["think-only", "original", "api-scaled"]
 Api = Literal["chat", "completions"]
 Client = Literal["replay", "aiperf"]
 ContainerRuntime = Literal["pyxis", "docker", "none"]
-GresType = Literal["h200", "b200", "mi355x"]
+Hardware = Literal["h200", "b200", "mi355x"]
+# A Slurm GRES type as a site names it in gres.conf (gpu:<type>:N).
+GresType = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 
 OFFLOAD_MODES: tuple[str, ...] = ("on", "off", "noprefix")
 DEFAULT_OFFLOAD: tuple[str, ...] = ("on", "off")
@@ -54,6 +56,9 @@ class RunnerSpec(_Strict):
     launcher: str
     gpus_per_node: PositiveInt
     gres_type: GresType | None = None
+    # Which hardware the engine recipes' quirks and the simulated engine's profile follow; defaults
+    # to gres_type when the site's GRES type is one of the known names.
+    hardware: Hardware | None = None
     cpu_dram_gb: Annotated[float, Field(ge=0)]
     partition: str | None = None
     account: str | None = None
@@ -61,6 +66,12 @@ class RunnerSpec(_Strict):
     exclude: list[NonEmptyStr] = Field(default_factory=list)
     container_runtime: ContainerRuntime
     hf_cache: str | None = None
+
+    @model_validator(mode="after")
+    def _hardware_from_gres(self) -> RunnerSpec:
+        if self.hardware is None and self.gres_type in ("h200", "b200", "mi355x"):
+            object.__setattr__(self, "hardware", self.gres_type)
+        return self
 
     @field_validator("launcher")
     @classmethod

@@ -83,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
 
     def hardware_of(runner: str) -> str | None:
         spec = runners.get(runner)
-        gres = getattr(spec, "gres_type", None) if spec else None
-        return str(gres) if gres else None
+        hardware = spec.hardware if spec else None
+        return str(hardware) if hardware else None
 
     if args.dry_run:
         print("\n".join(dry_run_lines(plans, args.launcher, hardware_of)))
