@@ -9,6 +9,10 @@ traces than users; --recycle, no delays. Throughput counts requests completed in
 a run paced to about 50 req/s (32 users, 10 ms between tokens). RSS is sampled every second.
 
     python kv-cache-tester/benchmarks/bench_replay.py [--duration 20] [--warmup 5] [--users 64,256]
+
+RSS over a long run (one scenario, 10 minutes):
+
+    python kv-cache-tester/benchmarks/bench_replay.py --users 64 --paced-users 0 --duration 600 --warmup 10
 """
 
 from __future__ import annotations
@@ -143,7 +147,7 @@ def scenario(
             server_ttft[d["request_id"]] = d["ttft_s"]
     over = [r["ttft_s"] - server_ttft[r["request_id"]] for r in win if r["request_id"] in server_ttft]
     sent = len(recs)
-    in_win_rss = [m for t, m in rss if t >= args.warmup]
+    in_win_rss = [m for t, m in rss if args.warmup <= t <= total]
     return {
         "scenario": name,
         "users": users,
@@ -155,7 +159,9 @@ def scenario(
         "over_p99_ms": 1000 * pct(over, 99),
         "spread_ms": 1000 * (summ["self_audit"]["first_dispatch_spread_s"] or 0),
         "rss_start": in_win_rss[0] if in_win_rss else float("nan"),
+        "rss_mid": in_win_rss[len(in_win_rss) // 2] if in_win_rss else float("nan"),
         "rss_end": in_win_rss[-1] if in_win_rss else float("nan"),
+        "rss_max": max(in_win_rss) if in_win_rss else float("nan"),
         "failed": summ["counts"]["failed"],
     }
 
@@ -165,7 +171,9 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=20.0, help="measured window (s)")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds before the window")
     ap.add_argument("--users", default="64,256", help="user counts of the throughput runs")
-    ap.add_argument("--paced-users", type=int, default=32, help="users of the ~50 req/s overhead run")
+    ap.add_argument(
+        "--paced-users", type=int, default=32, help="users of the ~50 req/s overhead run (0: skip it)"
+    )
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--traces", type=Path, default=ROOT / "sample_traces")
     ap.add_argument("--keep", type=Path, help="keep the work files here")
@@ -178,7 +186,10 @@ def main() -> None:
         n = prepare_traces(args.traces, traces, max([*users, args.paced_users]) + 20)
         print(f"{n} traces (requests cut to {MAX_IN} input tokens, {OUT_TOKENS} output tokens)", flush=True)
         rows = [scenario(f"u{u}", u, 0.0, traces, work, args) for u in users]
-        rows.append(scenario(f"paced{args.paced_users}", args.paced_users, 10.0, traces, work, args))
+        if args.paced_users > 0:
+            rows.append(scenario(f"paced{args.paced_users}", args.paced_users, 10.0, traces, work, args))
+        if not rows:
+            raise SystemExit("nothing to run: give --users and/or --paced-users")
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -186,14 +197,14 @@ def main() -> None:
         ("scenario", "{:<9}"), ("users", "{:>5}"), ("req_s", "{:>8.1f}"), ("in_flight", "{:>9.1f}"),
         ("cpu_ms_req", "{:>10.2f}"), ("ttft_p50_ms", "{:>11.2f}"), ("over_p50_ms", "{:>11.2f}"),
         ("over_p99_ms", "{:>11.2f}"), ("spread_ms", "{:>9.1f}"), ("rss_start", "{:>9.0f}"),
-        ("rss_end", "{:>7.0f}"), ("failed", "{:>6}"),
+        ("rss_mid", "{:>7.0f}"), ("rss_end", "{:>7.0f}"), ("rss_max", "{:>7.0f}"), ("failed", "{:>6}"),
     ]  # fmt: skip
     print(" | ".join(f"{c:>{len(fmt.format(rows[0][c]))}}" for c, fmt in cols))
     for row in rows:
         print(" | ".join(fmt.format(row[c]) for c, fmt in cols))
     print(
         f"(window {args.duration:.0f} s after {args.warmup:.0f} s warmup; in_flight = mean requests in flight; "
-        "over = client TTFT - server TTFT; rss in MiB at window start/end; pinning: "
+        "over = client TTFT - server TTFT; rss in MiB at window start/middle/end, and its max; pinning: "
         f"{'server core 0, client core 1' if taskset(0) else 'none'})"
     )
 

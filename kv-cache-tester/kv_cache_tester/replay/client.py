@@ -32,6 +32,7 @@ _CONTEXT_RE = re.compile(
 ERROR_BODY_LIMIT = 2000
 
 CONNECTION_CLASSES = frozenset({"connect", "stream_cut"})
+_NO_AIOHTTP_TIMEOUT = aiohttp.ClientTimeout()  # send() enforces the request timeout itself
 
 
 @dataclass(slots=True)
@@ -192,12 +193,19 @@ async def send(
     clock: Clock = time.perf_counter,
     debug: list[tuple[float, bytes]] | None = None,
 ) -> Outcome:
-    """POST one streaming request and time it. Never raises for server or network trouble."""
+    """POST one streaming request and time it. Never raises for server or network trouble.
+
+    ``timeout.total`` bounds the whole request. It is enforced with one ``asyncio.timeout`` rather
+    than by aiohttp, whose timer is entered and left around every read of the stream.
+    """
     t0 = clock()
     timer = StreamTimer(t0, debug)
     got_headers = False
     try:
-        async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
+        async with (
+            asyncio.timeout(timeout.total),
+            session.post(url, data=body, headers=headers, timeout=_NO_AIOHTTP_TIMEOUT) as resp,
+        ):
             got_headers = True
             if resp.status != 200:
                 raw = await resp.content.read(64 * 1024)

@@ -77,15 +77,16 @@ class PayloadBuilder:
 
     def build(self, scope: Scope, agent: SubAgent | None, req: Request) -> Built:
         p = scope.play.prompt(req, agent)
-        tail = self._tail_fixed
-        if self._send_max_tokens:
-            tail += b',"max_tokens":%d' % max(1, req.out_tokens)
         if self.api == "chat":
-            content = b',"messages":[{"role":"user","content":' + dumps(p.prompt_text) + b"}]"
+            parts = [self._head, b',"messages":[{"role":"user","content":', dumps(p.prompt_text), b"}]"]
         elif p.token_ids is not None:
-            content = b',"prompt":' + dumps(p.token_ids)
+            parts = [self._head, b',"prompt":', dumps(p.token_ids)]
         else:
-            content = b',"prompt":' + dumps(p.prompt_text)
-        body = self._head + content + tail + b"}"
+            parts = [self._head, b',"prompt":', dumps(p.prompt_text)]
+        parts.append(self._tail_fixed)
+        if self._send_max_tokens:
+            parts.append(b',"max_tokens":%d' % max(1, req.out_tokens))
+        parts.append(b"}")
+        body = b"".join(parts)  # one copy of the (often 100+ KB) prompt, not one per concatenation
         hits = self.tracker.observe(req.hash_ids, scope.cache_scope)
         return Built(body, p.expected_prompt_tokens, hits, len(req.hash_ids))

@@ -9,6 +9,7 @@ dispatch itself is one HTTP write; all lanes build their first request, then sta
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -20,6 +21,7 @@ import aiohttp
 from kv_cache_tester.replay.breaker import CircuitBreaker
 from kv_cache_tester.replay.client import Outcome, send
 from kv_cache_tester.replay.config import ReplayConfig
+from kv_cache_tester.replay.eager import eager_body_writes
 from kv_cache_tester.replay.pool import TracePool
 from kv_cache_tester.replay.prompts import Built, PayloadBuilder, Scope
 from kv_cache_tester.replay.recorder import Recorder
@@ -378,6 +380,17 @@ class Replayer:
             force_wait.cancel()
 
     async def run(self, connector_limit: int | None = None) -> RunMeta:
+        # The traces and everything built so far live for the whole run: keep them out of the
+        # cyclic collector's scans, so its pauses (which stall every stream) stay short.
+        gc.collect()
+        gc.freeze()
+        try:
+            with eager_body_writes(asyncio.get_running_loop()):
+                return await self._run(connector_limit)
+        finally:
+            gc.unfreeze()
+
+    async def _run(self, connector_limit: int | None) -> RunMeta:
         cfg = self.cfg
         loop = asyncio.get_running_loop()
         cpu0 = time.process_time()
