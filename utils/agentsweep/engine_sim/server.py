@@ -89,6 +89,7 @@ class SimServer:
         self._name_json = _dumps(self.name)
         self.started = time.monotonic()
         self.retracted_seen = 0
+        self._encoder = tokenizer.IncrementalEncoder()  # prompts that extend earlier ones
         self.registry = build_registry(config.dialect, self.name, engine.stats, self.snapshot)
         self.app = web.Application(client_max_size=1 << 30)
         self.app.on_startup.append(self._on_startup)
@@ -206,7 +207,9 @@ class SimServer:
         if not isinstance(messages, list) or not messages:
             raise BadRequest("'messages' must be a non-empty list")
         try:
-            return tokenizer.render_chat(messages, bool(body.get("add_generation_prompt", True)))
+            return tokenizer.render_chat(
+                messages, bool(body.get("add_generation_prompt", True)), self._encoder.encode
+            )
         except ValueError as err:
             raise BadRequest(str(err)) from None
 
@@ -215,7 +218,7 @@ class SimServer:
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one
         if isinstance(prompt, str):
-            return tokenizer.encode(prompt)
+            return self._encoder.encode(prompt)
         if isinstance(prompt, list) and prompt and tokenizer.is_token_ids(prompt):
             return list(prompt)
         raise BadRequest("'prompt' must be a string or a list of token ids (one prompt per request)")
