@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 import signal
 import subprocess
 import sys
@@ -16,42 +15,6 @@ import pytest
 from agentsweep.metrics.dialects import COLUMNS
 
 PROMPT = " ".join(f"word{i}" for i in range(600))  # one word = one token in the simulated engine
-
-
-def _start_engine(dialect: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "agentsweep.cli",
-            "engine-sim",
-            "sim-model",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--dialect",
-            dialect,
-            "--speed",
-            "50",
-            "--num-gpu-blocks-override",
-            "4096",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    deadline = time.monotonic() + 30
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line and proc.poll() is not None:
-            break
-        match = re.search(r"running on (http://[\d.]+:\d+)", line)
-        if match:
-            return proc, match.group(1)
-    proc.kill()
-    raise AssertionError("engine-sim did not start")
 
 
 def _complete(base: str) -> dict:
@@ -69,45 +32,39 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.parametrize("dialect", ["vllm", "sglang"])
-def test_scrape_simulated_engine(tmp_path, dialect):
-    engine, base = _start_engine(dialect)
+def test_scrape_simulated_engine(tmp_path, dialect, engine_sim_factory):
     out = tmp_path / "server_metrics.csv"
-    scraper = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "agentsweep.cli",
-            "metrics-collector",
-            "--endpoint",
-            f"{base}/metrics",
-            "--output",
-            str(out),
-            "--interval",
-            "0.1",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while len(_rows(out)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        for _ in range(3):  # the same prompt three times: the 2nd and 3rd hit the prefix cache
-            _complete(base)
-        time.sleep(0.4)
-        scraper.send_signal(signal.SIGTERM)
-        _, err = scraper.communicate(timeout=15)
-    finally:
-        for proc in (scraper, engine):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        if engine.stdout:
-            engine.stdout.close()
+    flags = ("--dialect", dialect, "--speed", "50", "--num-gpu-blocks-override", "4096")
+    with engine_sim_factory(*flags) as base:
+        scraper = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agentsweep.cli",
+                "metrics-collector",
+                "--endpoint",
+                f"{base}/metrics",
+                "--output",
+                str(out),
+                "--interval",
+                "0.1",
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 20
+            while len(_rows(out)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            for _ in range(3):  # the same prompt three times: the 2nd and 3rd hit the prefix cache
+                _complete(base)
+            time.sleep(0.4)
+            scraper.send_signal(signal.SIGTERM)
+            _, err = scraper.communicate(timeout=15)
+        finally:
+            if scraper.poll() is None:
+                scraper.kill()
+                scraper.wait()
     assert scraper.returncode == 0, err
     assert f"speaks the {dialect} dialect" in err
     rows = _rows(out)
