@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from agentsweep.engine_sim import tokenizer
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 
@@ -44,38 +44,3 @@ def test_extended_conversation_is_a_token_prefix(first, more):
     assert a[-2:] == list(tokenizer.GENERATION_PROMPT)
     if more[0]["role"] == "assistant":
         assert b[: len(a)] == a
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(st.sampled_from(["a", "bb", "c", " ", "  ", "\n", "dd e"]), min_size=0, max_size=30),
-    st.lists(st.sampled_from(["a", "bb", "c", " ", "\n", "x"]), min_size=0, max_size=10),
-)
-def test_incremental_encoder_always_equals_a_fresh_encode(first, more):
-    """Reusing an earlier prompt's ids never changes the result, word boundaries included."""
-    enc = tokenizer.IncrementalEncoder()
-    enc.KEY_CHARS = 4  # both texts share this key, so the second one may reuse the first's ids
-    a = "key " + "".join(first)
-    b = a + "".join(more)
-    assert enc.encode(a) == tokenizer.encode(a)
-    got = enc.encode(b)
-    assert got == tokenizer.encode(b)
-    got.append(-1)  # the caller's copy is its own
-    assert enc.encode(b) == tokenizer.encode(b)
-    assert enc.reused >= 1  # the identical third text always reuses
-
-
-def test_incremental_encoder_reuses_a_grown_prompt():
-    enc = tokenizer.IncrementalEncoder()
-    base = " ".join(f"w{i}" for i in range(600))
-    enc.encode(base)
-    assert enc.encode(base + " more words") == tokenizer.encode(base + " more words")
-    assert enc.encode(base + "x tail") == tokenizer.encode(base + "x tail")  # mid-word: no reuse
-    assert enc.reused == 1
-
-
-def test_incremental_encoder_stays_within_its_token_budget():
-    enc = tokenizer.IncrementalEncoder(max_tokens=100)
-    for i in range(50):
-        enc.encode(f"p{i} " + "w " * 30)
-    assert enc._tokens <= 100

@@ -277,7 +277,8 @@ async def _serve(args: argparse.Namespace, setup: Setup) -> int:
         loop.add_signal_handler(sig, stop.set)
     stats_task = loop.create_task(_stats_logger(server, stop))
     await stop.wait()
-    _log("Shutting down")
+    memo = server.prompt_memo
+    _log(f"Shutting down ({memo.prompts} prompts, {memo.reused} extended an earlier one of their session)")
     stats_task.cancel()
     await runner.cleanup()
     return 0

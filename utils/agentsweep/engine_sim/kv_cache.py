@@ -20,9 +20,13 @@ tier evicts LRU when full.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress, filterfalse, islice, repeat, takewhile
+from operator import add, is_, not_, sub
+
+from agentsweep.engine_sim.lru import LruSet, consume
 
 
 def block_hashes(tokens: Sequence[int], block_size: int) -> list[int]:
@@ -42,6 +46,19 @@ class Lookup:
 
 
 class KVCache:
+    """Block accounting for one engine. Every operation takes a whole request's blocks at once and
+    runs per block in C (map, zip, compress, dict.update): a request touches thousands of blocks,
+    and a Python loop per block cost as much as everything else the simulator does.
+
+    ``refs`` maps each cached GPU block to its reference count while running requests use it, and
+    to its LRU run (a list, see below) while it is evictable: one map for both keeps it to one dict
+    access per block and step. The LRU order is a queue of runs, one per release, each in eviction
+    order; a block leaving the list (a hit, or evicted) is not searched for in the queue: its entry
+    turns stale (the block no longer maps to that run) and is skipped when the queue reaches it.
+    """
+
+    COMPACT_SLACK = 4096  # stale queue entries tolerated beyond one per evictable block
+
     def __init__(
         self,
         total_blocks: int,
@@ -56,9 +73,12 @@ class KVCache:
         self.prefix_caching = prefix_caching
         self.cpu_capacity = cpu_blocks if prefix_caching else 0
         self.block_bytes = block_bytes  # bytes one block moves between GPU and CPU (all ranks)
-        self.refs: dict[int, int] = {}  # cached block hash -> references by running requests
-        self.evictable: OrderedDict[int, None] = OrderedDict()  # refs == 0, oldest first
-        self.cpu: OrderedDict[int, None] = OrderedDict()
+        self.refs: dict[int, int | list[int]] = {}  # cached block -> reference count, or its LRU run
+        self._runs: deque[list[int]] = deque()  # released blocks, least recently released first
+        self._head = 0  # next unread position in _runs[0]
+        self._queued = 0  # queue entries from the head on, stale ones included
+        self._evictable = 0
+        self.cpu = LruSet()
         self.evicted_blocks = 0
         self.bytes_gpu_to_cpu = 0
         self.bytes_cpu_to_gpu = 0
@@ -67,7 +87,7 @@ class KVCache:
     @property
     def available(self) -> int:
         """Blocks an allocation may take (free + evictable)."""
-        return self.free + len(self.evictable)
+        return self.free + self._evictable
 
     @property
     def used(self) -> int:
@@ -81,92 +101,143 @@ class KVCache:
     def cpu_used(self) -> int:
         return len(self.cpu)
 
+    @property
+    def evictable(self) -> list[int]:
+        """Cached blocks no request uses, in eviction order (least recently released first)."""
+        get = self.refs.get
+        return [
+            h
+            for i, run in enumerate(self._runs)
+            for h in (run[self._head :] if i == 0 else run)
+            if get(h) is run
+        ]
+
+    def ref_counts(self) -> dict[int, int]:
+        """Cached block -> references (0: evictable)."""
+        return {h: r if r.__class__ is int else 0 for h, r in self.refs.items()}  # type: ignore[misc]
+
     # -- lookups -------------------------------------------------------------------------------
     def lookup(self, hashes: Sequence[int], max_blocks: int) -> Lookup:
         """Longest prefix of ``hashes[:max_blocks]`` on the GPU, then continued in the CPU tier."""
         if not self.prefix_caching:
             return Lookup(0, 0)
-        refs = self.refs
         n = min(len(hashes), max_blocks)
-        g = 0
-        while g < n and hashes[g] in refs:
-            g += 1
+        g = len(list(takewhile(self.refs.__contains__, islice(hashes, n))))
         c = 0
-        if self.cpu:
-            cpu = self.cpu
-            while g + c < n and hashes[g + c] in cpu:
-                c += 1
+        if self.cpu and g < n:
+            c = len(list(takewhile(self.cpu.contains, islice(hashes, g, n))))
         return Lookup(g, c)
+
+    def pinned_by(self, hashes: Sequence[int]) -> int:
+        """How many of these cached blocks are evictable now (a hit on them takes them off the list)."""
+        return list(map(type, map(self.refs.__getitem__, hashes))).count(list)
 
     # -- allocation ----------------------------------------------------------------------------
     def acquire(self, hashes: Sequence[int]) -> None:
         """Reference GPU-resident cached blocks (a hit): they leave the evictable list."""
         refs = self.refs
-        evictable = self.evictable
-        for h in hashes:
-            r = refs[h]
-            if r == 0:
-                del evictable[h]
-            refs[h] = r + 1
+        counts = list(map(refs.__getitem__, hashes))
+        pinned = list(map(type, counts)).count(list)
+        if pinned:
+            self._evictable -= pinned
+            refs.update(zip(hashes, [r + 1 if r.__class__ is int else 1 for r in counts], strict=True))  # type: ignore[operator]
+        else:
+            refs.update(zip(hashes, map(add, counts, repeat(1)), strict=True))
 
     def allocate(self, n: int) -> bool:
         """Take ``n`` blocks for new content, evicting LRU cached blocks as needed."""
         if n <= 0:
             return True
-        if n > self.free + len(self.evictable):
+        if n > self.free + self._evictable:
             return False
         take = min(n, self.free)
         self.free -= take
         n -= take
-        while n:
-            h, _ = self.evictable.popitem(last=False)
-            del self.refs[h]
-            self.evicted_blocks += 1
-            self._offload(h)
-            n -= 1
+        if n:
+            victims = self._pop_evictable(n)
+            self.evicted_blocks += n
+            self._offload(victims)
         return True
 
     def load_from_cpu(self, hashes: Sequence[int]) -> None:
         """Blocks hit in the CPU tier move to the GPU (already allocated) and are referenced."""
-        for h in hashes:
-            self.cpu.pop(h, None)
-            self.refs[h] = 1
+        self.cpu.discard(hashes)
+        self.refs.update(zip(hashes, repeat(1)))
         self.bytes_cpu_to_gpu += len(hashes) * self.block_bytes
 
-    def register(self, h: int) -> bool:
-        """A private block just filled with the content ``h``: cache it (False if already cached)."""
-        if not self.prefix_caching or h in self.refs:
-            return False
-        self.refs[h] = 1
-        return True
+    def register(self, hashes: Sequence[int]) -> list[int]:
+        """Private blocks just filled with these contents: cache those not cached yet (returned)."""
+        if not self.prefix_caching:
+            return []
+        new = list(filterfalse(self.refs.__contains__, hashes))
+        self.refs.update(zip(new, repeat(1)))
+        return new
 
     def release(self, cached: Sequence[int], private: int) -> None:
         """A request lets go of its blocks: cached ones in reverse order (tail evicted first)."""
         refs = self.refs
-        evictable = self.evictable
-        for h in reversed(cached):
-            r = refs[h] - 1
-            refs[h] = r
-            if r == 0:
-                evictable[h] = None
+        order = cached[::-1]
+        counts: list[int] = list(map(sub, map(refs.__getitem__, order), repeat(1)))  # type: ignore[arg-type]
+        zeros = counts.count(0)
+        if zeros:
+            run = list(compress(order, map(not_, counts))) if zeros < len(order) else list(order)
+            self._runs.append(run)
+            self._queued += zeros
+            self._evictable += zeros
+            if zeros == len(order):
+                refs.update(zip(order, repeat(run)))
+            else:
+                refs.update(zip(order, [r or run for r in counts], strict=True))
+            if self._queued > 2 * self._evictable + self.COMPACT_SLACK:
+                self._compact()
+        else:
+            refs.update(zip(order, counts, strict=True))
         self.free += private
 
     def reset(self) -> None:
         """Forget every unreferenced cached block (GPU and CPU tier), as /reset_prefix_cache does."""
-        for h in self.evictable:
-            del self.refs[h]
-        self.free += len(self.evictable)
-        self.evictable.clear()
+        consume(map(self.refs.__delitem__, self.evictable))
+        self.free += self._evictable
+        self._evictable = self._head = self._queued = 0
+        self._runs.clear()
         self.cpu.clear()
 
-    def _offload(self, h: int) -> None:
+    def _pop_evictable(self, n: int) -> list[int]:
+        """Remove and return the ``n`` least recently released evictable blocks."""
+        out: list[int] = []
+        refs = self.refs
+        get = refs.get
+        runs = self._runs
+        while len(out) < n:
+            run = runs[0]
+            start = self._head
+            seg = run[start : start + n - len(out)]
+            out.extend(compress(seg, map(is_, map(get, seg), repeat(run))))
+            self._head = start + len(seg)
+            self._queued -= len(seg)
+            if self._head >= len(run):
+                runs.popleft()
+                self._head = 0
+        consume(map(refs.__delitem__, out))
+        self._evictable -= n
+        return out
+
+    def _compact(self) -> None:
+        run = self.evictable
+        self._runs.clear()
+        self._head = 0
+        self._runs.append(run)
+        self._queued = len(run)
+        self.refs.update(zip(run, repeat(run)))
+
+    def _offload(self, victims: list[int]) -> None:
+        """Blocks evicted from the GPU, oldest first, enter the CPU tier in that order (LRU)."""
         if not self.cpu_capacity:
             return
         cpu = self.cpu
-        if h in cpu:
-            cpu.move_to_end(h)
-            return
-        if len(cpu) >= self.cpu_capacity:
-            cpu.popitem(last=False)
-        cpu[h] = None
-        self.bytes_gpu_to_cpu += self.block_bytes
+        copied = len(victims) - cpu.discard(victims)  # already there: moves to the end, no copy
+        cpu.extend(victims)
+        self.bytes_gpu_to_cpu += copied * self.block_bytes
+        over = len(cpu) - self.cpu_capacity
+        if over > 0:
+            cpu.pop_oldest(over)

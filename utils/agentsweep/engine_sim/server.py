@@ -28,6 +28,7 @@ from agentsweep import __version__
 from agentsweep.engine_sim import tokenizer
 from agentsweep.engine_sim.faults import CRASH, FAIL, STALL, Faults
 from agentsweep.engine_sim.metrics import CONTENT_TYPE, Snapshot, build_registry, render
+from agentsweep.engine_sim.prompt_memo import PromptBlocks, PromptMemo, Segment
 from agentsweep.engine_sim.scheduler import FINISHED, Engine, SimRequest
 
 try:  # optional speed-up
@@ -89,7 +90,8 @@ class SimServer:
         self._name_json = _dumps(self.name)
         self.started = time.monotonic()
         self.retracted_seen = 0
-        self._encoder = tokenizer.IncrementalEncoder()  # prompts that extend earlier ones
+        # Prompts that extend a session's earlier one are tokenized and hashed by their new part only.
+        self.prompt_memo = PromptMemo(engine.block_size, hashing=engine.kv.prefix_caching)
         self.registry = build_registry(config.dialect, self.name, engine.stats, self.snapshot)
         self.app = web.Application(client_max_size=1 << 30)
         self.app.on_startup.append(self._on_startup)
@@ -179,12 +181,14 @@ class SimServer:
     async def tokenize(self, request: web.Request) -> web.Response:
         try:
             body = await self._body(request)
-            if "messages" in body:
-                ids = self._chat_tokens(body)
-            else:
-                ids = self._prompt_tokens(body)
+            segments, closing = self._segments(body, "messages" in body)
         except BadRequest as err:
             return error_response(str(err), err.status, err.kind)
+        ids: list[int] = []
+        for head, content in segments:
+            ids.extend(head)
+            ids.extend(tokenizer.encode(content) if isinstance(content, str) else content)
+        ids.extend(closing)
         return web.json_response(
             {"count": len(ids), "max_model_len": self.config.max_model_len, "tokens": ids, "token_strs": None}
         )
@@ -202,26 +206,31 @@ class SimServer:
             raise BadRequest(f"The model `{model}` does not exist.", 404, "NotFoundError")
         return body
 
-    def _chat_tokens(self, body: dict[str, Any]) -> list[int]:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise BadRequest("'messages' must be a non-empty list")
-        try:
-            return tokenizer.render_chat(
-                messages, bool(body.get("add_generation_prompt", True)), self._encoder.encode
-            )
-        except ValueError as err:
-            raise BadRequest(str(err)) from None
-
-    def _prompt_tokens(self, body: dict[str, Any]) -> list[int]:
+    def _segments(self, body: dict[str, Any], chat: bool) -> tuple[list[Segment], tuple[int, ...]]:
+        """The prompt as segments and closing ids (see ``prompt_memo``)."""
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise BadRequest("'messages' must be a non-empty list")
+            try:
+                chat_segments, closing = tokenizer.chat_segments(
+                    messages, bool(body.get("add_generation_prompt", True))
+                )
+            except ValueError as err:
+                raise BadRequest(str(err)) from None
+            return list(chat_segments), closing
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one
         if isinstance(prompt, str):
-            return self._encoder.encode(prompt)
+            return [((), prompt)], ()
         if isinstance(prompt, list) and prompt and tokenizer.is_token_ids(prompt):
-            return list(prompt)
+            return [((), prompt)], ()
         raise BadRequest("'prompt' must be a string or a list of token ids (one prompt per request)")
+
+    def _prompt(self, request: web.Request, body: dict[str, Any], chat: bool) -> PromptBlocks:
+        segments, closing = self._segments(body, chat)
+        return self.prompt_memo.blocks(segments, closing, request.headers.get("X-Session-ID"))
 
     def _max_tokens(self, body: dict[str, Any], prompt_len: int) -> int:
         value = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -258,10 +267,10 @@ class SimServer:
             return error_response("server is starting", 503, "ServiceUnavailableError")
         try:
             body = await self._body(request)
-            tokens = self._chat_tokens(body) if chat else self._prompt_tokens(body)
-            if not tokens:
+            prompt = self._prompt(request, body, chat)
+            if not prompt.length:
                 raise BadRequest("The decoder prompt cannot be empty")
-            max_tokens = self._max_tokens(body, len(tokens))
+            max_tokens = self._max_tokens(body, prompt.length)
             opts = body.get("stream_options")
             if opts is not None and not isinstance(opts, dict):
                 raise BadRequest("'stream_options' must be an object")
@@ -272,7 +281,7 @@ class SimServer:
             self.config.crash()
         if fault == FAIL:
             return error_response("simulated engine failure", 500, "InternalServerError")
-        req = self.engine.submit(tokens, max_tokens)
+        req = self.engine.submit(prompt, max_tokens)
         stall_at = max(1, max_tokens // 2) if fault == STALL else None
         try:
             if body.get("stream"):

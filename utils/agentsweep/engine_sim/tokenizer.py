@@ -15,8 +15,7 @@ reply, the marker itself is reused: it equals the reply's role and separator tok
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 RESERVED_IDS = 1000  # ids below this are special tokens; word ids start here
@@ -63,45 +62,6 @@ def encode(text: str) -> list[int]:
     return list(map(_VOCAB.__getitem__, text.split()))
 
 
-class IncrementalEncoder:
-    """``encode`` that reuses the ids of an earlier text the new one extends.
-
-    Agentic prompts grow turn by turn, so most of a prompt was tokenized for the previous request.
-    Entries are keyed by a text's first ``KEY_CHARS`` characters; an entry is reused only when the
-    new text starts with the cached text and the cached text ends at a word boundary, so the result
-    is always exactly ``encode(text)``. Memory is bounded by ``max_tokens`` cached ids (LRU).
-    """
-
-    KEY_CHARS = 512
-
-    def __init__(self, max_tokens: int = 4_000_000) -> None:
-        self._entries: OrderedDict[str, tuple[str, list[int]]] = OrderedDict()
-        self._tokens = 0
-        self._max_tokens = max_tokens
-        self.reused = 0  # requests that reused an earlier prompt's ids
-
-    def encode(self, text: str) -> list[int]:
-        key = text[: self.KEY_CHARS]
-        hit = self._entries.pop(key, None)
-        ids: list[int] | None = None
-        if hit is not None:
-            old, old_ids = hit
-            self._tokens -= len(old_ids)
-            n = len(old)
-            if text.startswith(old) and (n == len(text) or text[n].isspace() or old[-1:].isspace()):
-                ids = old_ids + encode(text[n:])
-                self.reused += 1
-        if ids is None:
-            ids = encode(text)
-        if len(ids) <= self._max_tokens:
-            self._entries[key] = (text, ids)
-            self._tokens += len(ids)
-            while self._tokens > self._max_tokens:
-                _, (_, dropped) = self._entries.popitem(last=False)
-                self._tokens -= len(dropped)
-        return list(ids)  # the caller may extend its copy; the cached list stays as it was
-
-
 def count_words(text: str) -> int:
     return len(text.split())
 
@@ -123,25 +83,37 @@ def _content_text(content: Any) -> str:
     raise ValueError("message content must be a string or a list of content parts")
 
 
-def render_chat(
-    messages: Sequence[Any],
-    add_generation_prompt: bool = True,
-    encode_text: Callable[[str], list[int]] = encode,
-) -> list[int]:
-    """Token ids of a chat conversation under the template above."""
-    ids: list[int] = []
+def chat_segments(
+    messages: Sequence[Any], add_generation_prompt: bool = True
+) -> tuple[list[tuple[tuple[int, ...], str]], tuple[int, ...]]:
+    """A conversation as segments (template ids, content text), one per message, and closing ids.
+
+    The ids of the conversation are the segments' ids in order, then the closing ids: so a
+    conversation that extends another shares every segment but the last, whose text it continues.
+    """
+    segments: list[tuple[tuple[int, ...], str]] = []
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict):
             raise ValueError(f"messages[{i}] must be an object")
         role = msg.get("role")
         if not isinstance(role, str):
             raise ValueError(f"messages[{i}].role must be a string")
-        ids.append(ROLE_IDS.get(role, OTHER_ROLE_ID))
-        ids.append(SEP_ID)
-        ids.extend(encode_text(_content_text(msg.get("content"))))
-        ids.append(END_ID)
-    if add_generation_prompt:
-        ids.extend(GENERATION_PROMPT)
+        head = (ROLE_IDS.get(role, OTHER_ROLE_ID), SEP_ID)
+        segments.append(((END_ID, *head) if i else head, _content_text(msg.get("content"))))
+    closing = (END_ID, *GENERATION_PROMPT) if add_generation_prompt else (END_ID,)
+    return segments, closing if segments else ()
+
+
+def render_chat(messages: Sequence[Any], add_generation_prompt: bool = True) -> list[int]:
+    """Token ids of a chat conversation under the template above."""
+    segments, closing = chat_segments(messages, add_generation_prompt)
+    ids: list[int] = []
+    for head, content in segments:
+        ids.extend(head)
+        ids.extend(encode(content))
+    if not segments and add_generation_prompt:
+        return list(GENERATION_PROMPT)
+    ids.extend(closing)
     return ids
 
 
