@@ -104,7 +104,13 @@ def start_server(itl_ms: float, record: Path) -> tuple[subprocess.Popen[str], in
 
 
 def scenario(
-    name: str, users: int, itl_ms: float, traces: Path, work: Path, args: argparse.Namespace
+    name: str,
+    users: int,
+    itl_ms: float,
+    traces: Path,
+    work: Path,
+    args: argparse.Namespace,
+    extra: tuple[str, ...] = (),
 ) -> dict:
     out = work / name
     record = work / f"{name}_server.jsonl"
@@ -114,7 +120,7 @@ def scenario(
     cmd += ["--trace-directory", str(traces), "--output-dir", str(out), "--max-users", str(users)]
     cmd += ["--recycle", "--time-scale", "1e-9", "--max-context", "0", "--test-duration", str(total)]
     cmd += ["--no-plot", "--no-color", "--grace-period", "5", "--model", "instant"]
-    cmd += ["--workers", str(args.workers)]
+    cmd += ["--workers", str(args.workers), *extra]
     t_start = time.monotonic()
     rep = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     rss: list[tuple[float, float]] = []
@@ -175,6 +181,12 @@ def main() -> None:
         "--paced-users", type=int, default=32, help="users of the ~50 req/s overhead run (0: skip it)"
     )
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument(
+        "--busy-poll-row",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the paced scenario with the replayer's --busy-poll",
+    )
     ap.add_argument("--traces", type=Path, default=ROOT / "sample_traces")
     ap.add_argument("--keep", type=Path, help="keep the work files here")
     args = ap.parse_args()
@@ -187,14 +199,19 @@ def main() -> None:
         print(f"{n} traces (requests cut to {MAX_IN} input tokens, {OUT_TOKENS} output tokens)", flush=True)
         rows = [scenario(f"u{u}", u, 0.0, traces, work, args) for u in users]
         if args.paced_users > 0:
-            rows.append(scenario(f"paced{args.paced_users}", args.paced_users, 10.0, traces, work, args))
+            paced = f"paced{args.paced_users}"
+            rows.append(scenario(paced, args.paced_users, 10.0, traces, work, args))
+            if args.busy_poll_row:
+                rows.append(
+                    scenario(f"{paced}+bp", args.paced_users, 10.0, traces, work, args, ("--busy-poll",))
+                )
         if not rows:
             raise SystemExit("nothing to run: give --users and/or --paced-users")
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     cols = [
-        ("scenario", "{:<9}"), ("users", "{:>5}"), ("req_s", "{:>8.1f}"), ("in_flight", "{:>9.1f}"),
+        ("scenario", "{:<10}"), ("users", "{:>5}"), ("req_s", "{:>8.1f}"), ("in_flight", "{:>9.1f}"),
         ("cpu_ms_req", "{:>10.2f}"), ("ttft_p50_ms", "{:>11.2f}"), ("over_p50_ms", "{:>11.2f}"),
         ("over_p99_ms", "{:>11.2f}"), ("spread_ms", "{:>9.1f}"), ("rss_start", "{:>9.0f}"),
         ("rss_mid", "{:>7.0f}"), ("rss_end", "{:>7.0f}"), ("rss_max", "{:>7.0f}"), ("failed", "{:>6}"),

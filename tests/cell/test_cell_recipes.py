@@ -233,6 +233,7 @@ def test_replay_tokenizer_only_for_chat():
     chat = replay_command(BASE, endpoint="http://h:1", output_dir="/r", python="PY", tokenizer="org/Model")
     assert chat[-2:] == ["--tokenizer", "org/Model"]
     assert "--grace-period" not in chat  # a real engine keeps the replayer's own grace period
+    assert "--busy-poll" in chat  # a GPU node spares a core for exact token arrival times
     assert "--trace-directory" in chat
     comp = replay_command(
         dataclasses.replace(BASE, api="completions"),

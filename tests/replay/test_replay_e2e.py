@@ -283,3 +283,15 @@ def test_unreachable_server_exit_1(tmp_path, stream_server, kit):
     server.kill()
     res = kit.run_replay(server, traces, tmp_path / "o")
     assert res.returncode == 1 and "cannot reach" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_busy_poll_run_records_every_request(tmp_path, stream_server, kit):
+    server = stream_server("--itl-ms", "2")
+    traces = kit.write_traces(tmp_path / "traces", [kit.linear_trace(f"tr{i}", 4) for i in range(2)])
+    out = tmp_path / "out"
+    res = kit.run_replay(server, traces, out, "--max-users", "2", "--time-scale", "0.01", "--busy-poll")
+    assert res.returncode == 0, res.stderr
+    recs = kit.records(out)
+    assert len(recs) == len(server.requests()) == 8 and all(r["status"] == "ok" for r in recs)
+    assert all(0 < r["ttft_s"] < r["e2e_s"] for r in recs)
+    assert kit.summary(out)["options"]["busy_poll"] is True

@@ -62,6 +62,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--request-timeout", type=float, default=3600.0, help="seconds per request")
     g.add_argument("--grace-period", type=float, default=30.0, help="seconds to let requests finish at stop")
+    g.add_argument(
+        "--busy-poll",
+        action="store_true",
+        help="keep the client polling while requests are in flight (no OS wake-up latency in the "
+        "timings; one busy core per worker)",
+    )
 
     g = p.add_argument_group("requests")
     g.add_argument(

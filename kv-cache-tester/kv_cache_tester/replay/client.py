@@ -4,7 +4,8 @@ The hot path is kept lean on purpose: the request body arrives pre-encoded, SSE 
 with C-level byte operations, a token event is recognised by one regular-expression search, and
 only the (rare) usage or error events are JSON-parsed. TTFT is taken at the first event carrying a
 non-empty content, reasoning or text delta; E2E at the last such event, so a trailing usage chunk
-or ``[DONE]`` never lengthens it.
+or ``[DONE]`` never lengthens it. Times are those at which the bytes reached the client's
+connection (``arrival``), when the session's connector stamps them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from kv_cache_tester.replay.arrival import arrival_of
 from kv_cache_tester.replay.jsonfast import loads
 
 Clock = Callable[[], float]
@@ -219,11 +221,24 @@ async def send(
                 out.error_message = f"HTTP {resp.status}: {msg}"[:ERROR_BODY_LIMIT]
                 return out
             content = resp.content
+            stamped = arrival_of(resp) if clock is time.perf_counter else None
+            end = 0
             while True:
                 data = await content.readany()
                 if not data:
                     break
-                timer.feed(data, clock())
+                if stamped is None:
+                    timer.feed(data, clock())
+                    continue
+                end += len(data)
+                if timer.out.ttft is None:  # exact arrival for the first token
+                    for piece, t in stamped.split(content, data, end):
+                        timer.feed(piece, t)
+                else:  # later events read together share the newest arrival (no per-read split)
+                    stamped.marks.clear()
+                    timer.feed(data, stamped.arrived)
+            if stamped is not None:
+                stamped.marks.clear()  # the response is read: hold no reference to it
         return timer.finish()
     except TimeoutError:
         out = timer.out

@@ -44,6 +44,7 @@ class ReplayConfig:
     progress_interval: float
     plot: bool
     max_ttft: float | None = None
+    busy_poll: bool = False
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -142,6 +143,7 @@ def from_args(ns: argparse.Namespace) -> ReplayConfig:
         progress_interval=ns.progress_interval,
         plot=not ns.no_plot,
         max_ttft=ns.max_ttft,
+        busy_poll=ns.busy_poll,
     )
 
 
