@@ -5,7 +5,8 @@ Method: the server (instant_server.py) is pinned to core 0, the replayer to core
 there are two cores). Workload: the sample traces with every request cut to at most 20k input
 tokens (its first hash blocks) and 64 output tokens, copied under new ids until there are more
 traces than users; --recycle, no delays. Throughput counts requests completed inside the window
-(after --warmup seconds). TTFT overhead = client TTFT - the server's own TTFT, per request id, in
+(after --warmup seconds); client_cpu and server_cpu are each process's CPU share of its core over
+the run. The paced row is also run with the replayer's --busy-poll. TTFT overhead = client TTFT - the server's own TTFT, per request id, in
 a run paced to about 50 req/s (32 users, 10 ms between tokens). RSS is sampled every second.
 
     python kv-cache-tester/benchmarks/bench_replay.py [--duration 20] [--warmup 5] [--users 64,256]
@@ -13,6 +14,11 @@ a run paced to about 50 req/s (32 users, 10 ms between tokens). RSS is sampled e
 RSS over a long run (one scenario, 10 minutes):
 
     python kv-cache-tester/benchmarks/bench_replay.py --users 64 --paced-users 0 --duration 600 --warmup 10
+
+The same workload against the simulated engine instead (``--server engine-sim``, this repository's
+environment): client_cpu and server_cpu then show which of the pair is the bottleneck.
+
+    python kv-cache-tester/benchmarks/bench_replay.py --server engine-sim --users 64,256
 """
 
 from __future__ import annotations
@@ -20,11 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -91,6 +99,15 @@ def rss_mib(pid: int) -> float | None:
     return None
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_server(itl_ms: float, record: Path) -> tuple[subprocess.Popen[str], int]:
     cmd = [*taskset(0), sys.executable, str(SERVER), "--port", "0", "--itl-ms", str(itl_ms)]
     cmd += ["--force-output-tokens", str(OUT_TOKENS), "--record", str(record)]
@@ -101,6 +118,31 @@ def start_server(itl_ms: float, record: Path) -> tuple[subprocess.Popen[str], in
         proc.kill()
         raise SystemExit(f"instant server did not start: {line!r}")
     return proc, int(line.split()[1])
+
+
+def start_engine_sim(sim_args: str) -> tuple[subprocess.Popen[str], int]:
+    """The simulated engine (``agentsweep engine-sim``, from this repository's environment)."""
+    cmd = [
+        *taskset(0),
+        sys.executable,
+        "-m",
+        "agentsweep.cli",
+        "engine-sim",
+        *sim_args.split(),
+        "--port",
+        "0",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        m = re.search(r"Uvicorn running on http://[^:]+:(\d+)", line)
+        if m:
+            threading.Thread(target=lambda: proc.stdout and proc.stdout.read(), daemon=True).start()
+            return proc, int(m.group(1))
+    proc.kill()
+    raise SystemExit("engine-sim did not start (is agentsweep installed here?):\n" + "".join(seen[-20:]))
 
 
 def scenario(
@@ -114,12 +156,18 @@ def scenario(
 ) -> dict:
     out = work / name
     record = work / f"{name}_server.jsonl"
-    server, port = start_server(itl_ms, record)
+    if args.server == "engine-sim":
+        server, port = start_engine_sim(args.sim_args)
+    else:
+        server, port = start_server(itl_ms, record)
+    server_cpu0 = cpu_seconds(server.pid)
     total = args.warmup + args.duration
     cmd = [*taskset(1), sys.executable, str(ENTRY), "--api-endpoint", f"http://127.0.0.1:{port}"]
     cmd += ["--trace-directory", str(traces), "--output-dir", str(out), "--max-users", str(users)]
     cmd += ["--recycle", "--time-scale", "1e-9", "--max-context", "0", "--test-duration", str(total)]
-    cmd += ["--no-plot", "--no-color", "--grace-period", "5", "--model", "instant"]
+    cmd += ["--no-plot", "--no-color", "--grace-period", "5"]
+    if args.server == "instant":
+        cmd += ["--model", "instant"]
     cmd += ["--workers", str(args.workers), *extra]
     t_start = time.monotonic()
     rep = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -130,6 +178,7 @@ def scenario(
             rss.append((time.monotonic() - t_start, r))
         time.sleep(1.0)
     err = rep.stderr.read() if rep.stderr else ""
+    server_cpu = cpu_seconds(server.pid) - server_cpu0
     server.send_signal(signal.SIGTERM)
     server.wait(timeout=30)
     if server.stdout:
@@ -164,6 +213,8 @@ def scenario(
         "over_p50_ms": 1000 * pct(over, 50),
         "over_p99_ms": 1000 * pct(over, 99),
         "spread_ms": 1000 * (summ["self_audit"]["first_dispatch_spread_s"] or 0),
+        "client_cpu": summ["self_audit"]["client_cpu_s"] / (time.monotonic() - t_start),
+        "server_cpu": server_cpu / (time.monotonic() - t_start),
         "rss_start": in_win_rss[0] if in_win_rss else float("nan"),
         "rss_mid": in_win_rss[len(in_win_rss) // 2] if in_win_rss else float("nan"),
         "rss_end": in_win_rss[-1] if in_win_rss else float("nan"),
@@ -188,6 +239,18 @@ def main() -> None:
         help="also run the paced scenario with the replayer's --busy-poll",
     )
     ap.add_argument("--traces", type=Path, default=ROOT / "sample_traces")
+    ap.add_argument(
+        "--server",
+        choices=("instant", "engine-sim"),
+        default="instant",
+        help="what the replayer drives: the instant server (measures the replayer) or the simulated "
+        "engine (measures the pair: is the simulator the bottleneck?)",
+    )
+    ap.add_argument(
+        "--sim-args",
+        default="meta-llama/Llama-3.3-70B-Instruct-FP8 --tensor-parallel-size 2 --hardware h200 --speed 1000",
+        help="engine-sim model and flags for --server engine-sim",
+    )
     ap.add_argument("--keep", type=Path, help="keep the work files here")
     args = ap.parse_args()
     users = [int(u) for u in args.users.split(",") if u]
@@ -198,7 +261,7 @@ def main() -> None:
         n = prepare_traces(args.traces, traces, max([*users, args.paced_users]) + 20)
         print(f"{n} traces (requests cut to {MAX_IN} input tokens, {OUT_TOKENS} output tokens)", flush=True)
         rows = [scenario(f"u{u}", u, 0.0, traces, work, args) for u in users]
-        if args.paced_users > 0:
+        if args.paced_users > 0 and args.server == "instant":  # overhead needs the server's own TTFT
             paced = f"paced{args.paced_users}"
             rows.append(scenario(paced, args.paced_users, 10.0, traces, work, args))
             if args.busy_poll_row:
@@ -213,7 +276,7 @@ def main() -> None:
     cols = [
         ("scenario", "{:<10}"), ("users", "{:>5}"), ("req_s", "{:>8.1f}"), ("in_flight", "{:>9.1f}"),
         ("cpu_ms_req", "{:>10.2f}"), ("ttft_p50_ms", "{:>11.2f}"), ("over_p50_ms", "{:>11.2f}"),
-        ("over_p99_ms", "{:>11.2f}"), ("spread_ms", "{:>9.1f}"), ("rss_start", "{:>9.0f}"),
+        ("over_p99_ms", "{:>11.2f}"), ("spread_ms", "{:>9.1f}"), ("client_cpu", "{:>10.2f}"), ("server_cpu", "{:>10.2f}"), ("rss_start", "{:>9.0f}"),
         ("rss_mid", "{:>7.0f}"), ("rss_end", "{:>7.0f}"), ("rss_max", "{:>7.0f}"), ("failed", "{:>6}"),
     ]  # fmt: skip
     print(" | ".join(f"{c:>{len(fmt.format(rows[0][c]))}}" for c, fmt in cols))

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import compress, filterfalse, islice, repeat, takewhile
-from operator import add, is_, not_, sub
+from itertools import compress, islice, repeat, takewhile
+from operator import add, is_not, not_, sub
 
 from agentsweep.engine_sim.lru import LruSet, consume
 
@@ -169,9 +169,13 @@ class KVCache:
         """Private blocks just filled with these contents: cache those not cached yet (returned)."""
         if not self.prefix_caching:
             return []
-        new = list(filterfalse(self.refs.__contains__, hashes))
-        self.refs.update(zip(new, repeat(1)))
-        return new
+        new = dict.fromkeys(hashes, 1)
+        refs = self.refs
+        cached = new.keys() & refs.keys()  # filled by another request first: stays private
+        if cached:
+            consume(map(new.__delitem__, cached))
+        refs.update(new)
+        return list(new)
 
     def release(self, cached: Sequence[int], private: int) -> None:
         """A request lets go of its blocks: cached ones in reverse order (tail evicted first)."""
@@ -206,19 +210,27 @@ class KVCache:
         """Remove and return the ``n`` least recently released evictable blocks."""
         out: list[int] = []
         refs = self.refs
-        get = refs.get
         runs = self._runs
         while len(out) < n:
             run = runs[0]
             start = self._head
             seg = run[start : start + n - len(out)]
-            out.extend(compress(seg, map(is_, map(get, seg), repeat(run))))
+            # Take the run's next blocks out of the map; put back the few that are no longer this
+            # run's (hit since, or released again into a later run).
+            values = list(map(refs.pop, seg, repeat(None)))
+            stale = list(map(is_not, values, repeat(run)))
+            if True in stale:
+                refs.update(
+                    (h, v) for h, v in zip(seg, values, strict=True) if v is not run and v is not None
+                )
+                out.extend(compress(seg, map(not_, stale)))
+            else:
+                out.extend(seg)
             self._head = start + len(seg)
             self._queued -= len(seg)
             if self._head >= len(run):
                 runs.popleft()
                 self._head = 0
-        consume(map(refs.__delitem__, out))
         self._evictable -= n
         return out
 
