@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -120,8 +121,9 @@ def start_server(itl_ms: float, record: Path) -> tuple[subprocess.Popen[str], in
     return proc, int(line.split()[1])
 
 
-def start_engine_sim(sim_args: str) -> tuple[subprocess.Popen[str], int]:
-    """The simulated engine (``agentsweep engine-sim``, from this repository's environment)."""
+def start_engine_sim(sim_args: str, log: list[str]) -> tuple[subprocess.Popen[str], int]:
+    """The simulated engine (``agentsweep engine-sim``, from this repository's environment); its
+    output lines are appended to ``log``."""
     cmd = [
         *taskset(0),
         sys.executable,
@@ -134,15 +136,14 @@ def start_engine_sim(sim_args: str) -> tuple[subprocess.Popen[str], int]:
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
-    seen = []
     for line in proc.stdout:
-        seen.append(line)
+        log.append(line)
         m = re.search(r"Uvicorn running on http://[^:]+:(\d+)", line)
         if m:
-            threading.Thread(target=lambda: proc.stdout and proc.stdout.read(), daemon=True).start()
+            threading.Thread(target=lambda: log.extend(proc.stdout or ()), daemon=True).start()
             return proc, int(m.group(1))
     proc.kill()
-    raise SystemExit("engine-sim did not start (is agentsweep installed here?):\n" + "".join(seen[-20:]))
+    raise SystemExit("engine-sim did not start (is agentsweep installed here?):\n" + "".join(log[-20:]))
 
 
 def scenario(
@@ -156,8 +157,9 @@ def scenario(
 ) -> dict:
     out = work / name
     record = work / f"{name}_server.jsonl"
+    sim_log: list[str] = []
     if args.server == "engine-sim":
-        server, port = start_engine_sim(args.sim_args)
+        server, port = start_engine_sim(args.sim_args, sim_log)
     else:
         server, port = start_server(itl_ms, record)
     server_cpu0 = cpu_seconds(server.pid)
@@ -181,6 +183,11 @@ def scenario(
     server_cpu = cpu_seconds(server.pid) - server_cpu0
     server.send_signal(signal.SIGTERM)
     server.wait(timeout=30)
+    time.sleep(0.2)  # let the log reader take the last lines
+    late = [re.search(r"Simulated clock: ([\d.]+)%.* ([\d.]+) ms \(wall\) late", line) for line in sim_log]
+    sim_late, sim_lag = next(
+        ((float(m.group(1)), float(m.group(2))) for m in late if m), (math.nan, math.nan)
+    )
     if server.stdout:
         server.stdout.close()
     if rep.returncode != 0:
@@ -215,6 +222,8 @@ def scenario(
         "spread_ms": 1000 * (summ["self_audit"]["first_dispatch_spread_s"] or 0),
         "client_cpu": summ["self_audit"]["client_cpu_s"] / (time.monotonic() - t_start),
         "server_cpu": server_cpu / (time.monotonic() - t_start),
+        "sim_late_pct": sim_late,
+        "sim_lag_ms": sim_lag,
         "rss_start": in_win_rss[0] if in_win_rss else float("nan"),
         "rss_mid": in_win_rss[len(in_win_rss) // 2] if in_win_rss else float("nan"),
         "rss_end": in_win_rss[-1] if in_win_rss else float("nan"),
@@ -276,7 +285,8 @@ def main() -> None:
     cols = [
         ("scenario", "{:<10}"), ("users", "{:>5}"), ("req_s", "{:>8.1f}"), ("in_flight", "{:>9.1f}"),
         ("cpu_ms_req", "{:>10.2f}"), ("ttft_p50_ms", "{:>11.2f}"), ("over_p50_ms", "{:>11.2f}"),
-        ("over_p99_ms", "{:>11.2f}"), ("spread_ms", "{:>9.1f}"), ("client_cpu", "{:>10.2f}"), ("server_cpu", "{:>10.2f}"), ("rss_start", "{:>9.0f}"),
+        ("over_p99_ms", "{:>11.2f}"), ("spread_ms", "{:>9.1f}"), ("client_cpu", "{:>10.2f}"), ("server_cpu", "{:>10.2f}"),
+        ("sim_late_pct", "{:>12.1f}"), ("sim_lag_ms", "{:>10.2f}"), ("rss_start", "{:>9.0f}"),
         ("rss_mid", "{:>7.0f}"), ("rss_end", "{:>7.0f}"), ("rss_max", "{:>7.0f}"), ("failed", "{:>6}"),
     ]  # fmt: skip
     print(" | ".join(f"{c:>{len(fmt.format(rows[0][c]))}}" for c, fmt in cols))
@@ -284,7 +294,9 @@ def main() -> None:
         print(" | ".join(fmt.format(row[c]) for c, fmt in cols))
     print(
         f"(window {args.duration:.0f} s after {args.warmup:.0f} s warmup; in_flight = mean requests in flight; "
-        "over = client TTFT - server TTFT; rss in MiB at window start/middle/end, and its max; pinning: "
+        "over = client TTFT - server TTFT; rss in MiB at window start/middle/end, and its max; "
+        "sim_late_pct = engine-sim steps already due when computed (its CPU was the limit for those), "
+        "sim_lag_ms = their mean lateness per step; pinning: "
         f"{'server core 0, client core 1' if taskset(0) else 'none'})"
     )
 

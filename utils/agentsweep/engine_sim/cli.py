@@ -278,6 +278,13 @@ async def _serve(args: argparse.Namespace, setup: Setup) -> int:
     stats_task = loop.create_task(_stats_logger(server, stop))
     await stop.wait()
     memo = server.prompt_memo
+    e = server.engine
+    if e.iterations:
+        _log(
+            f"Simulated clock: {e.iterations_late / e.iterations:.1%} of {e.iterations} engine steps were "
+            f"already due when computed, on average {e.lag_wall_s / e.iterations * 1e3:.2f} ms (wall) late "
+            "(the simulator's CPU was the limit for those; the others waited for their simulated time)"
+        )
     _log(f"Shutting down ({memo.prompts} prompts, {memo.reused} extended an earlier one of their session)")
     stats_task.cancel()
     await runner.cleanup()

@@ -116,6 +116,11 @@ class Engine:
         self.running: list[SimRequest] = []
         self.t = 0.0
         self.steps = 0
+        # Loop iterations that computed a step, and those whose step was already due by the wall clock
+        # when computed: the simulator, not the simulated hardware, was the limit for those.
+        self.iterations = 0
+        self.iterations_late = 0
+        self.lag_wall_s = 0.0  # sum over late steps of how far (wall seconds) they were overdue
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._ids = itertools.count(1)
@@ -215,7 +220,13 @@ class Engine:
             else:
                 total = dt
             end = self.t + total
-            if end > self.clock.now() or time.perf_counter() - burst_start > MAX_BURST_S:
+            behind = self.clock.now() - end
+            late = behind >= 0
+            self.iterations += 1
+            if late:
+                self.iterations_late += 1
+                self.lag_wall_s += behind / self.clock.speed
+            if not late or time.perf_counter() - burst_start > MAX_BURST_S:
                 await self.clock.sleep_until(end)
                 burst_start = time.perf_counter()
             self.t = end
