@@ -56,16 +56,15 @@ def test_the_connector_builds_arrival_stamping_connections(stream_server):
     server = stream_server()
 
     async def go() -> None:
+        body = {"prompt": "x", "max_tokens": 2, "stream": True}
         async with (
             aiohttp.ClientSession(connector=ArrivalConnector()) as session,
-            session.post(
-                f"{server.url}/v1/completions", json={"prompt": "x", "max_tokens": 2, "stream": True}
-            ) as r,
+            session.post(f"{server.url}/v1/completions", json=body) as r,
         ):
-            await r.read()
             proto = r.connection.protocol if r.connection else None
-            assert proto is None or isinstance(proto, ArrivalStampedHandler)
-            assert r.status == 200
+            assert isinstance(proto, ArrivalStampedHandler)
+            await r.read()
+            assert r.status == 200 and proto.arrived > 0
 
     asyncio.run(go())
 

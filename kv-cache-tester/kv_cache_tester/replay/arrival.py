@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
+from aiohttp.streams import StreamReader
 
 MAX_MARKS = 4096  # arrivals kept for a reader that does not collect them (memory bound)
 _clock = time.perf_counter
@@ -79,7 +80,7 @@ class ArrivalConnector(aiohttp.TCPConnector):
         # The protocol factory every connection is built with, and the handler attributes the stamps
         # rely on; an aiohttp without them gets plain connections (times read by the reader).
         probe = ResponseHandler(loop=self._loop)
-        if hasattr(self, "_factory") and hasattr(probe, "_payload"):
+        if hasattr(self, "_factory") and hasattr(probe, "_payload") and hasattr(StreamReader, "total_bytes"):
             self._factory = functools.partial(ArrivalStampedHandler, loop=self._loop)
 
 
