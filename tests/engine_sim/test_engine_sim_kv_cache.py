@@ -171,15 +171,16 @@ def test_bulk_operations_match_the_per_block_rules(requests, cpu_blocks, slack):
     """Random requests (a prefix family and a length each) admitted, filled and released in turn."""
     bulk, ref = KVCache(16, cpu_blocks=cpu_blocks, block_bytes=1), _PerBlockCache(16, cpu_blocks)
     bulk.COMPACT_SLACK = bulk.cpu.COMPACT_SLACK = slack  # 0: the LRU queues are rebuilt often
-    live: list[tuple[list[int], int]] = []
+    live: list[tuple[list[int], int, int, int]] = []  # cached, private, own_from, epoch
     for family, length in requests:
         hashes = block_hashes([family] * (length * 4), 4)
         g, c = ref.lookup(hashes, length)
         hit = bulk.lookup(hashes, length)
         assert (hit.gpu_blocks, hit.cpu_blocks) == (g, c)
         if len(live) > 2:
-            cached, private = live.pop(0)
-            bulk.release(cached, private)
+            cached, private, own_from, epoch = live.pop(0)
+            # as the scheduler does: its own blocks are released uncounted unless shared since
+            bulk.release(cached, private, own_from if bulk.share_epoch == epoch else None)
             ref.release(cached, private)
         reclaim = sum(1 for h in hashes[:g] if ref.refs[h] == 0)
         assert bulk.pinned_by(hashes[:g]) == reclaim
@@ -188,12 +189,13 @@ def test_bulk_operations_match_the_per_block_rules(requests, cpu_blocks, slack):
             continue
         ref.acquire(hashes[:g])
         bulk.acquire(hashes[:g])
+        epoch = bulk.share_epoch
         assert bulk.allocate(need) == ref.allocate(need)
         ref.load_from_cpu(hashes[g : g + c])
         bulk.load_from_cpu(hashes[g : g + c])
         new = ref.register(hashes[g + c :])
         assert bulk.register(hashes[g + c :]) == new
-        live.append((hashes[: g + c] + new, length - g - c - len(new)))
+        live.append((hashes[: g + c] + new, length - g - c - len(new), g + c, epoch))
         assert bulk.ref_counts() == ref.refs
         assert list(bulk.evictable) == list(ref.evictable)
         assert list(bulk.cpu) == list(ref.cpu)

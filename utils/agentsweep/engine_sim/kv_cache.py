@@ -78,6 +78,9 @@ class KVCache:
         self._head = 0  # next unread position in _runs[0]
         self._queued = 0  # queue entries from the head on, stale ones included
         self._evictable = 0
+        # Bumped whenever a hit references a block that a running request already holds. A request
+        # whose admission saw the same value at release still holds the blocks it registered alone.
+        self.share_epoch = 0
         self.cpu = LruSet()
         self.evicted_blocks = 0
         self.bytes_gpu_to_cpu = 0
@@ -138,6 +141,8 @@ class KVCache:
         refs = self.refs
         counts = list(map(refs.__getitem__, hashes))
         pinned = list(map(type, counts)).count(list)
+        if pinned < len(counts):
+            self.share_epoch += 1  # a block some running request holds is now shared
         if pinned:
             self._evictable -= pinned
             refs.update(zip(hashes, [r + 1 if r.__class__ is int else 1 for r in counts], strict=True))  # type: ignore[operator]
@@ -177,25 +182,35 @@ class KVCache:
         refs.update(new)
         return list(new)
 
-    def release(self, cached: Sequence[int], private: int) -> None:
-        """A request lets go of its blocks: cached ones in reverse order (tail evicted first)."""
+    def release(self, cached: Sequence[int], private: int, exclusive_from: int | None = None) -> None:
+        """A request lets go of its blocks: cached ones in reverse order (tail evicted first).
+
+        ``cached[exclusive_from:]`` are known to be held by this request alone (see ``share_epoch``):
+        they become evictable without reading their reference counts.
+        """
         refs = self.refs
-        order = cached[::-1]
-        counts: list[int] = list(map(sub, map(refs.__getitem__, order), repeat(1)))  # type: ignore[arg-type]
+        k = len(cached) if exclusive_from is None else exclusive_from
+        own = list(cached[k:])[::-1]
+        shared = list(cached[:k])[::-1]
+        counts: list[int] = list(map(sub, map(refs.__getitem__, shared), repeat(1)))  # type: ignore[arg-type]
         zeros = counts.count(0)
-        if zeros:
-            run = list(compress(order, map(not_, counts))) if zeros < len(order) else list(order)
-            self._runs.append(run)
-            self._queued += zeros
-            self._evictable += zeros
-            if zeros == len(order):
-                refs.update(zip(order, repeat(run)))
+        if own or zeros:
+            if zeros == len(shared):
+                run = own + shared if own else list(shared)
             else:
-                refs.update(zip(order, [r or run for r in counts], strict=True))
+                run = own + list(compress(shared, map(not_, counts)))
+            self._runs.append(run)
+            self._queued += len(run)
+            self._evictable += len(run)
+            refs.update(zip(own, repeat(run)))
+            if zeros == len(shared):
+                refs.update(zip(shared, repeat(run)))
+            else:
+                refs.update(zip(shared, [r or run for r in counts], strict=True))
             if self._queued > 2 * self._evictable + self.COMPACT_SLACK:
                 self._compact()
         else:
-            refs.update(zip(order, counts, strict=True))
+            refs.update(zip(shared, counts, strict=True))
         self.free += private
 
     def reset(self) -> None:

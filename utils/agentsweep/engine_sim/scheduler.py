@@ -76,6 +76,8 @@ class SimRequest:
     held: int = 0  # GPU blocks held
     cached: list[int] = field(default_factory=list)  # cached block hashes this request references
     registered: int = 0  # prompt blocks already considered for caching
+    own_from: int = 0  # cached[own_from:] were registered by this request (not hits)
+    epoch: int = 0  # the cache's share_epoch when this request was admitted
     ready_at: float = 0.0
     cached_tokens: int = -1  # prefix hits at first admission (usage.prompt_tokens_details)
     gpu_hit_tokens: int = 0
@@ -326,6 +328,8 @@ class Engine:
         if c:
             kv.load_from_cpu(r.hashes[g : g + c])
         r.cached = list(r.hashes[: g + c])
+        r.own_from = g + c
+        r.epoch = kv.share_epoch
         r.held = g + need
         r.registered = g + c
         r.computed = computed
@@ -365,7 +369,10 @@ class Engine:
         self.stats.preemptions += 1
 
     def _free(self, r: SimRequest) -> None:
-        self.kv.release(r.cached, r.held - len(r.cached))
+        # Unless a hit has shared a running request's blocks since this one was admitted, nobody else
+        # references the blocks it registered: they are released without reading their counts.
+        exclusive = r.own_from if self.kv.share_epoch == r.epoch else None
+        self.kv.release(r.cached, r.held - len(r.cached), exclusive)
         r.cached = []
         r.held = 0
         r.computed = 0
