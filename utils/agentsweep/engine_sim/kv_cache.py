@@ -29,10 +29,13 @@ from operator import add, is_not, not_, sub
 from agentsweep.engine_sim.lru import LruSet, consume
 
 
-def block_hashes(tokens: Sequence[int], block_size: int) -> list[int]:
-    """Chained hashes of the full blocks of ``tokens`` (ints only, so deterministic across runs)."""
+def block_hashes(tokens: Sequence[int], block_size: int, parent: int = 0) -> list[int]:
+    """Chained hashes of the full blocks of ``tokens`` (ints only, so deterministic across runs).
+
+    ``parent`` is the hash of the block before ``tokens[0]`` (0: ``tokens`` starts the prompt).
+    """
     out: list[int] = []
-    h = 0
+    h = parent
     for start in range(0, len(tokens) - block_size + 1, block_size):
         h = hash((h, *tokens[start : start + block_size]))
         out.append(h)

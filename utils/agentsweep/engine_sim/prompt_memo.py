@@ -96,13 +96,7 @@ class PromptMemo:
         """Hashes of the full blocks of ``tokens``, chained on after ``parent``'s last one."""
         if not self.hashing:
             return []
-        bs = self.block_size
-        h = parent[-1] if parent else 0
-        out: list[int] = []
-        for start in range(0, len(tokens) - bs + 1, bs):
-            h = hash((h, *tokens[start : start + bs]))
-            out.append(h)
-        return out
+        return block_hashes(tokens, self.block_size, parent[-1] if parent else 0)
 
     def blocks(
         self, segments: Sequence[Segment], closing: Sequence[int] = (), key: str | None = None
