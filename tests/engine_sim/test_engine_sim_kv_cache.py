@@ -170,7 +170,7 @@ class _PerBlockCache:
 def test_bulk_operations_match_the_per_block_rules(requests, cpu_blocks, slack):
     """Random requests (a prefix family and a length each) admitted, filled and released in turn."""
     bulk, ref = KVCache(16, cpu_blocks=cpu_blocks, block_bytes=1), _PerBlockCache(16, cpu_blocks)
-    bulk.COMPACT_SLACK = bulk.cpu.COMPACT_SLACK = slack  # 0: the LRU queues are rebuilt often
+    bulk.evictable.COMPACT_SLACK = bulk.cpu.COMPACT_SLACK = slack  # 0: the LRU queues are rebuilt often
     live: list[tuple[list[int], int, int, int]] = []  # cached, private, own_from, epoch
     for family, length in requests:
         hashes = block_hashes([family] * (length * 4), 4)

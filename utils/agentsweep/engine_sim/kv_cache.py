@@ -20,11 +20,10 @@ tier evicts LRU when full.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress, islice, repeat, takewhile
-from operator import add, is_not, not_, sub
+from operator import add, not_, sub
 
 from agentsweep.engine_sim.lru import LruSet, consume
 
@@ -54,13 +53,9 @@ class KVCache:
     and a Python loop per block cost as much as everything else the simulator does.
 
     ``refs`` maps each cached GPU block to its reference count while running requests use it, and
-    to its LRU run (a list, see below) while it is evictable: one map for both keeps it to one dict
-    access per block and step. The LRU order is a queue of runs, one per release, each in eviction
-    order; a block leaving the list (a hit, or evicted) is not searched for in the queue: its entry
-    turns stale (the block no longer maps to that run) and is skipped when the queue reaches it.
+    to its LRU run while it is evictable (``evictable`` is an ``LruSet`` over the same map): one map
+    for both keeps it to one dict access per block and step.
     """
-
-    COMPACT_SLACK = 4096  # stale queue entries tolerated beyond one per evictable block
 
     def __init__(
         self,
@@ -77,10 +72,7 @@ class KVCache:
         self.cpu_capacity = cpu_blocks if prefix_caching else 0
         self.block_bytes = block_bytes  # bytes one block moves between GPU and CPU (all ranks)
         self.refs: dict[int, int | list[int]] = {}  # cached block -> reference count, or its LRU run
-        self._runs: deque[list[int]] = deque()  # released blocks, least recently released first
-        self._head = 0  # next unread position in _runs[0]
-        self._queued = 0  # queue entries from the head on, stale ones included
-        self._evictable = 0
+        self.evictable = LruSet(self.refs)  # blocks no request uses, least recently released first
         # Bumped whenever a hit references a block that a running request already holds. A request
         # whose admission saw the same value at release still holds the blocks it registered alone.
         self.share_epoch = 0
@@ -93,7 +85,7 @@ class KVCache:
     @property
     def available(self) -> int:
         """Blocks an allocation may take (free + evictable)."""
-        return self.free + self._evictable
+        return self.free + len(self.evictable)
 
     @property
     def used(self) -> int:
@@ -106,17 +98,6 @@ class KVCache:
     @property
     def cpu_used(self) -> int:
         return len(self.cpu)
-
-    @property
-    def evictable(self) -> list[int]:
-        """Cached blocks no request uses, in eviction order (least recently released first)."""
-        get = self.refs.get
-        return [
-            h
-            for i, run in enumerate(self._runs)
-            for h in (run[self._head :] if i == 0 else run)
-            if get(h) is run
-        ]
 
     def ref_counts(self) -> dict[int, int]:
         """Cached block -> references (0: evictable)."""
@@ -147,7 +128,7 @@ class KVCache:
         if pinned < len(counts):
             self.share_epoch += 1  # a block some running request holds is now shared
         if pinned:
-            self._evictable -= pinned
+            self.evictable.forgotten(pinned)  # their runs are overwritten by counts just below
             refs.update(zip(hashes, [r + 1 if r.__class__ is int else 1 for r in counts], strict=True))  # type: ignore[operator]
         else:
             refs.update(zip(hashes, map(add, counts, repeat(1)), strict=True))
@@ -156,13 +137,13 @@ class KVCache:
         """Take ``n`` blocks for new content, evicting LRU cached blocks as needed."""
         if n <= 0:
             return True
-        if n > self.free + self._evictable:
+        if n > self.free + len(self.evictable):
             return False
         take = min(n, self.free)
         self.free -= take
         n -= take
         if n:
-            victims = self._pop_evictable(n)
+            victims = self.evictable.pop_oldest(n)
             self.evicted_blocks += n
             self._offload(victims)
         return True
@@ -197,68 +178,19 @@ class KVCache:
         shared = list(cached[:k])[::-1]
         counts: list[int] = list(map(sub, map(refs.__getitem__, shared), repeat(1)))  # type: ignore[arg-type]
         zeros = counts.count(0)
-        if own or zeros:
-            if zeros == len(shared):
-                run = own + shared if own else list(shared)
-            else:
-                run = own + list(compress(shared, map(not_, counts)))
-            self._runs.append(run)
-            self._queued += len(run)
-            self._evictable += len(run)
-            refs.update(zip(own, repeat(run)))
-            if zeros == len(shared):
-                refs.update(zip(shared, repeat(run)))
-            else:
-                refs.update(zip(shared, [r or run for r in counts], strict=True))
-            if self._queued > 2 * self._evictable + self.COMPACT_SLACK:
-                self._compact()
+        if zeros < len(shared):  # still used by other requests: the new counts
+            refs.update(compress(zip(shared, counts, strict=True), counts))
+        if zeros == len(shared):
+            self.evictable.extend(own + shared)
         else:
-            refs.update(zip(shared, counts, strict=True))
+            self.evictable.extend(own + list(compress(shared, map(not_, counts))))
         self.free += private
 
     def reset(self) -> None:
         """Forget every unreferenced cached block (GPU and CPU tier), as /reset_prefix_cache does."""
-        consume(map(self.refs.__delitem__, self.evictable))
-        self.free += self._evictable
-        self._evictable = self._head = self._queued = 0
-        self._runs.clear()
+        self.free += len(self.evictable)
+        self.evictable.clear()
         self.cpu.clear()
-
-    def _pop_evictable(self, n: int) -> list[int]:
-        """Remove and return the ``n`` least recently released evictable blocks."""
-        out: list[int] = []
-        refs = self.refs
-        runs = self._runs
-        while len(out) < n:
-            run = runs[0]
-            start = self._head
-            seg = run[start : start + n - len(out)]
-            # Take the run's next blocks out of the map; put back the few that are no longer this
-            # run's (hit since, or released again into a later run).
-            values = list(map(refs.pop, seg, repeat(None)))
-            stale = list(map(is_not, values, repeat(run)))
-            if True in stale:
-                refs.update(
-                    (h, v) for h, v in zip(seg, values, strict=True) if v is not run and v is not None
-                )
-                out.extend(compress(seg, map(not_, stale)))
-            else:
-                out.extend(seg)
-            self._head = start + len(seg)
-            self._queued -= len(seg)
-            if self._head >= len(run):
-                runs.popleft()
-                self._head = 0
-        self._evictable -= n
-        return out
-
-    def _compact(self) -> None:
-        run = self.evictable
-        self._runs.clear()
-        self._head = 0
-        self._runs.append(run)
-        self._queued = len(run)
-        self.refs.update(zip(run, repeat(run)))
 
     def _offload(self, victims: list[int]) -> None:
         """Blocks evicted from the GPU, oldest first, enter the CPU tier in that order (LRU)."""

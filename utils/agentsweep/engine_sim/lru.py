@@ -3,10 +3,15 @@
 The KV cache moves blocks in and out of its LRU lists a whole request at a time (a release adds a
 request's blocks, an eviction takes the oldest n), thousands of blocks per request. An OrderedDict
 costs several hundred nanoseconds per block for that; this keeps the order as a queue of runs (one
-list per bulk append) and a map from member to the run it was last appended in. Removing a member
-only drops it from the map; its stale queue entry is skipped when the queue reaches it (it no longer
-maps to that run). The queue is rebuilt when stale entries outnumber members, so memory stays
-proportional to the members.
+list per bulk append) and a map from member to the run it was last appended in. A key is a member
+while it maps to its run: removing one only changes its map entry, and its stale queue entry is
+skipped when the queue reaches it. The queue is rebuilt when stale entries outnumber members, so
+memory stays proportional to the members.
+
+The map may be the owner's: the GPU pool keeps reference counts in the same dict (a block maps to
+its count while requests use it, to its run while it is evictable), so one dict access per block
+serves both. The owner then takes members out by overwriting their entries and says how many
+(:meth:`LruSet.forgotten`).
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator
 from itertools import compress, repeat
-from operator import is_
+from operator import is_not, not_
+from typing import Any
 
 
 def consume(it: Iterable[object]) -> None:
@@ -25,78 +31,90 @@ def consume(it: Iterable[object]) -> None:
 class LruSet:
     COMPACT_SLACK = 4096  # stale queue entries tolerated beyond one per member
 
-    def __init__(self) -> None:
-        self._where: dict[int, list[int]] = {}  # member -> the run it was last appended in
+    def __init__(self, where: dict[int, Any] | None = None) -> None:
+        self._where: dict[int, Any] = {} if where is None else where  # member -> its run
         self._runs: deque[list[int]] = deque()
         self._head = 0  # next unread position in _runs[0]
         self._queued = 0  # queue entries from the head on, stale ones included
-        self.contains = self._where.__contains__  # fast membership test for C-level iteration
+        self._len = 0
+        self.contains = self._where.__contains__  # membership for C-level iteration (own map only)
 
     def __len__(self) -> int:
-        return len(self._where)
+        return self._len
 
     def __bool__(self) -> bool:
-        return bool(self._where)
-
-    def __contains__(self, h: int) -> bool:
-        return h in self._where
+        return self._len > 0
 
     def __iter__(self) -> Iterator[int]:
         """Members, oldest first."""
-        where = self._where
+        get = self._where.get
         for i, run in enumerate(self._runs):
             for h in run[self._head :] if i == 0 else run:
-                if where.get(h) is run:
+                if get(h) is run:
                     yield h
 
     def extend(self, hashes: Iterable[int]) -> None:
-        """Append these (distinct) hashes as the newest members; members among them move to the end."""
+        """Append these hashes, none of them a member, as the newest members."""
         run = list(hashes)
         if not run:
             return
         self._where.update(zip(run, repeat(run)))
         self._runs.append(run)
         self._queued += len(run)
-        if self._queued > 2 * len(self._where) + self.COMPACT_SLACK:
+        self._len += len(run)
+        if self._queued > 2 * self._len + self.COMPACT_SLACK:
             self._compact()
 
     def discard(self, hashes: Iterable[int]) -> int:
-        """Remove these hashes where present; returns how many were members."""
-        before = len(self._where)
-        consume(map(self._where.pop, hashes, repeat(None)))
-        return before - len(self._where)
+        """Remove these hashes where present (own map only); returns how many were members."""
+        values = list(map(self._where.pop, hashes, repeat(None)))
+        n = len(values) - values.count(None)
+        self._len -= n
+        return n
+
+    def forgotten(self, n: int) -> None:
+        """The owner of a shared map overwrote the entries of ``n`` members: they left the set."""
+        self._len -= n
 
     def pop_oldest(self, n: int) -> list[int]:
         """Remove and return the ``n`` oldest members (fewer if there are fewer)."""
         out: list[int] = []
         where = self._where
-        get = where.get
         runs = self._runs
         while len(out) < n and runs:
             run = runs[0]
             start = self._head
             seg = run[start : start + n - len(out)]
-            out.extend(compress(seg, map(is_, map(get, seg), repeat(run))))
+            # Take the run's next keys out of the map; put back the few that are no longer this run's
+            # members (taken out since, or appended again to a later run).
+            values = list(map(where.pop, seg, repeat(None)))
+            stale = list(map(is_not, values, repeat(run)))
+            if True in stale:
+                where.update(
+                    (h, v) for h, v in zip(seg, values, strict=True) if v is not run and v is not None
+                )
+                out.extend(compress(seg, map(not_, stale)))
+            else:
+                out.extend(seg)
             self._head = start + len(seg)
             self._queued -= len(seg)
             if self._head >= len(run):
                 runs.popleft()
                 self._head = 0
-        consume(map(where.__delitem__, out))
+        self._len -= len(out)
         return out
 
     def clear(self) -> None:
-        self._where.clear()
+        """Remove every member (from a shared map too)."""
+        consume(map(self._where.__delitem__, list(self)))
         self._runs.clear()
-        self._head = self._queued = 0
+        self._head = self._queued = self._len = 0
 
     def _compact(self) -> None:
         run = list(self)
         self._runs.clear()
         self._head = 0
-        self._queued = 0
-        self._where.clear()
+        self._queued = len(run)
         if run:
-            self._where.update(zip(run, repeat(run)))
             self._runs.append(run)
-            self._queued = len(run)
+            self._where.update(zip(run, repeat(run)))
