@@ -19,17 +19,8 @@ from typing import Any
 
 from agentsweep.metrics.dialects import COLUMNS
 
-COUNTERS = (
-    "prompt_tokens_total",
-    "generation_tokens_total",
-    "prefix_cache_queries_total",
-    "prefix_cache_hits_total",
-    "cpu_cache_hits_total",
-    "preemptions_total",
-    "offload_bytes_gpu_to_cpu_total",
-    "offload_bytes_cpu_to_gpu_total",
-)
-GAUGES = ("kv_cache_usage", "cpu_kv_cache_usage", "requests_running", "requests_waiting")
+# The scraper's cumulative counters (its other columns are time_s and gauges).
+COUNTERS = tuple(c for c in COLUMNS if c.endswith("_total"))
 SERVER_COLUMNS = (
     "gpu_hit_rate",
     "cpu_hit_rate",
