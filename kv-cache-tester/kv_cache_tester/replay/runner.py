@@ -124,6 +124,18 @@ class Replayer:
         self.signum = signum
         self.stop("signal")
 
+    def _delay(self, req: Request, prev: Request | None) -> float:
+        """Seconds between the previous response and ``req``, by the run's timing options."""
+        cfg = self.cfg
+        return scaled_delay(
+            cfg.timing_strategy,
+            req,
+            prev,
+            max_delay=cfg.max_delay,
+            time_scale=cfg.time_scale,
+            api_time_scale=cfg.api_time_scale,
+        )
+
     async def _sleep_until(self, target: float) -> None:
         if self.stopping:
             raise _Stopped
@@ -203,7 +215,6 @@ class Replayer:
 
     async def _play(self, lane: _Lane, trace: Trace, play: int, start: int) -> None:
         """One play of one trace, from parent request ``start`` (earlier groups count as finished)."""
-        cfg = self.cfg
         scope = self.builder.open_scope(trace, play)
         session_id = trace.trace_id
         prev: Request | None = None
@@ -225,14 +236,7 @@ class Replayer:
                     await self._begin(lane)
                     target = clock()
                 else:
-                    target = prev_end + scaled_delay(
-                        cfg.timing_strategy,
-                        req,
-                        prev,
-                        max_delay=cfg.max_delay,
-                        time_scale=cfg.time_scale,
-                        api_time_scale=cfg.api_time_scale,
-                    )
+                    target = prev_end + self._delay(req, prev)
                 await self._sleep_until(target)
                 if group:  # the join: wait for every sub-agent of the group, whatever became of them
                     await self._wait_children(group)
@@ -257,21 +261,13 @@ class Replayer:
         return task
 
     async def _agent(self, lane: _Lane, trace: Trace, play: int, scope: Scope, agent: SubAgent) -> None:
-        cfg = self.cfg
         session_id = f"{trace.trace_id}:{agent.agent_id}"
         prev: Request | None = None
         prev_end = clock()  # the spawn
         try:
             for req in agent.requests:
                 built = self.builder.build(scope, agent, req)
-                target = prev_end + scaled_delay(
-                    cfg.timing_strategy,
-                    req,
-                    prev,
-                    max_delay=cfg.max_delay,
-                    time_scale=cfg.time_scale,
-                    api_time_scale=cfg.api_time_scale,
-                )
+                target = prev_end + self._delay(req, prev)
                 await self._sleep_until(target)
                 if self.stopping:
                     return
