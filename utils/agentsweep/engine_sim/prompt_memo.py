@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentsweep.engine_sim.kv_cache import block_hashes
-from agentsweep.engine_sim.tokenizer import encode
+from agentsweep.engine_sim.tokenizer import encode, segment_ids
 
 Content = str | list[int]
 Segment = tuple[tuple[int, ...], Content]
@@ -43,10 +43,6 @@ class _Entry:
     hashes: list[int]  # full blocks of the core; never mutated once stored
     tail: list[int]  # core tokens after the last full block
     size: int  # bytes charged against the memo's budget
-
-
-def _ids(content: Content) -> list[int]:
-    return encode(content) if isinstance(content, str) else list(content)
 
 
 def _continuation(old: list[Segment], new: Sequence[Segment]) -> list[int] | None:
@@ -70,9 +66,7 @@ def _continuation(old: list[Segment], new: Sequence[Segment]) -> list[int] | Non
         if not isinstance(new_content, list) or len(new_content) < n or new_content[:n] != old_content:
             return None
         cont = new_content[n:]
-    for prefix, content in new[k:]:
-        cont.extend(prefix)
-        cont.extend(_ids(content))
+    cont.extend(segment_ids(new[k:]))
     return cont
 
 
@@ -112,10 +106,7 @@ class PromptMemo:
             self._bytes -= old.size
             cont = _continuation(old.segments, segments)
         if old is None or cont is None:
-            core: list[int] = []
-            for prefix, content in segments:
-                core.extend(prefix)
-                core.extend(_ids(content))
+            core = segment_ids(segments)
             length = len(core)
             hashes = block_hashes(core, bs) if self.hashing else []
             tail = core[len(hashes) * bs :] if self.hashing else []

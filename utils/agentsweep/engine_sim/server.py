@@ -184,11 +184,7 @@ class SimServer:
             segments, closing = self._segments(body, "messages" in body)
         except BadRequest as err:
             return error_response(str(err), err.status, err.kind)
-        ids: list[int] = []
-        for head, content in segments:
-            ids.extend(head)
-            ids.extend(tokenizer.encode(content) if isinstance(content, str) else content)
-        ids.extend(closing)
+        ids = tokenizer.segment_ids(segments, closing)
         return web.json_response(
             {"count": len(ids), "max_model_len": self.config.max_model_len, "tokens": ids, "token_strs": None}
         )

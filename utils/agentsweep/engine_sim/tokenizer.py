@@ -104,17 +104,24 @@ def chat_segments(
     return segments, closing if segments else ()
 
 
-def render_chat(messages: Sequence[Any], add_generation_prompt: bool = True) -> list[int]:
-    """Token ids of a chat conversation under the template above."""
-    segments, closing = chat_segments(messages, add_generation_prompt)
+def segment_ids(
+    segments: Iterable[tuple[Sequence[int], str | Sequence[int]]], closing: Sequence[int] = ()
+) -> list[int]:
+    """Token ids of a prompt given as segments (template ids, then text or token ids) and closing ids."""
     ids: list[int] = []
     for head, content in segments:
         ids.extend(head)
-        ids.extend(encode(content))
-    if not segments and add_generation_prompt:
-        return list(GENERATION_PROMPT)
+        ids.extend(encode(content) if isinstance(content, str) else content)
     ids.extend(closing)
     return ids
+
+
+def render_chat(messages: Sequence[Any], add_generation_prompt: bool = True) -> list[int]:
+    """Token ids of a chat conversation under the template above."""
+    segments, closing = chat_segments(messages, add_generation_prompt)
+    if not segments and add_generation_prompt:
+        return list(GENERATION_PROMPT)
+    return segment_ids(segments, closing)
 
 
 def chat_overhead(num_messages: int, add_generation_prompt: bool = True) -> int:
