@@ -79,9 +79,16 @@ def test_port_in_use_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
         ),
         ("/v1/completions", {"prompt": "", "max_tokens": 2}, "The decoder prompt cannot be empty"),
         ("/v1/completions", {"prompt": [1, "a"]}, "'prompt' must be a string or a list of token ids"),
+        ("/v1/completions", {"prompt": [1, 2**32]}, "'prompt' must be a string or a list of token ids"),
         ("/v1/chat/completions", {"messages": [1]}, "messages[0] must be an object"),
     ],
-    ids=["stream_options not an object", "empty prompt", "mixed ids", "message not an object"],
+    ids=[
+        "stream_options not an object",
+        "empty prompt",
+        "mixed ids",
+        "id too large",
+        "message not an object",
+    ],
 )
 def test_bad_request_is_a_400_not_a_500(sim, path: str, body: dict, message: str) -> None:
     # A non-object stream_options used to raise AttributeError inside the handler (HTTP 500), after

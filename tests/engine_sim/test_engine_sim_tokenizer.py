@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from agentsweep.engine_sim import tokenizer
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 
@@ -44,3 +44,29 @@ def test_extended_conversation_is_a_token_prefix(first, more):
     assert a[-2:] == list(tokenizer.GENERATION_PROMPT)
     if more[0]["role"] == "assistant":
         assert b[: len(a)] == a
+
+
+ascii_words = st.text(
+    alphabet=st.characters(codec="ascii", exclude_characters=" \t\n\x0b\x0c\r\x1c\x1d\x1e\x1f"),
+    min_size=1,
+    max_size=12,
+)
+ascii_space = st.sampled_from([" ", "  ", "\n", "\t", "\r\n", "\x0b", "\x0c", "\x1c", "\x1f", " \n "])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(ascii_words, ascii_space), min_size=1, max_size=40), st.booleans())
+def test_long_ascii_texts_tokenize_as_word_by_word(pairs, pad):
+    """The array path (long ASCII texts) gives every word the id the word-by-word path gives it."""
+    text = "".join(w + s for w, s in pairs)
+    while len(text) < 3000:  # long enough for the array path
+        text += text
+    if pad:
+        text = " \n" + text
+    words = text.split()
+    assert tokenizer.encode(text) == [tokenizer.word_id(w) for w in words]
+    assert tokenizer.encode_array(text).tolist() == tokenizer.encode(text)
+    # Not ASCII: word by word, with the same id for the same word.
+    mixed = text + " ünïcode " + words[0]
+    assert tokenizer.encode(mixed)[: len(words)] == tokenizer.encode(text)
+    assert tokenizer.encode(mixed)[-1] == tokenizer.word_id(words[0])

@@ -1,61 +1,128 @@
-"""Paged KV cache with a prefix hash chain, LRU eviction and an optional CPU offload tier.
+"""Paged KV cache: a radix tree of block runs with LRU eviction and an optional CPU offload tier.
 
 Blocks hold ``block_size`` tokens. A full prompt block is identified by a hash chained over its
 parent block's hash and its token ids (as vLLM's prefix cache keeps it), so two prompts share a
 block only when they share every token before and in it. Accounting is by block counts: the engine
 never needs the physical block numbers.
 
+The cached GPU blocks form a tree, as SGLang's radix cache keeps them: a node is a run of blocks
+that continue one another, with one reference count for the whole run, and its children continue
+it in different ways (keyed by their first block). A request holds a path from the root, so every
+operation costs per node, not per block: an agentic session's prompt is a single run that grows
+turn by turn, and a 20k-token prompt is one node, not 1,250 dictionary entries. Because the hashes
+are chained, two runs that agree on a block agree on every block before it, so matching a run
+against a prompt compares its last block (or bisects).
+
 GPU pool: ``total`` blocks = free (no content) + cached-unreferenced (evictable, in LRU order) +
-in use (referenced by running requests: cached blocks with a reference count, or private blocks
-that hold a partial tail, generated tokens, or a duplicate of a block another request cached first).
+in use (cached runs a running request holds, or private blocks: a partial tail, generated tokens).
+A block that another request cached first is shared on registration and the private copy freed,
+as SGLang's radix cache does when it inserts a prefix it already holds.
 
-A request's blocks are freed tail first (vLLM frees a request's blocks in reverse order), so under
-pressure the end of a long prefix goes before its beginning.
+Eviction order is vLLM's: a request's blocks become evictable tail first when it finishes, and the
+least recently released go first. A run is never evicted before the runs that continue it, so the
+cached blocks always form whole prefixes.
 
-Offload tier (exclusive, a victim cache): a cached block evicted from the GPU is copied to the CPU
-tier (GPU->CPU bytes counted); a lookup that misses on the GPU continues in the CPU tier, and such a
-hit moves the block back (CPU->GPU bytes counted, transfer time charged by the scheduler). The CPU
-tier evicts LRU when full.
+Offload tier (exclusive, a victim cache, kept per block in an ``LruSet``): a cached block evicted
+from the GPU is copied to the CPU tier (GPU->CPU bytes counted); a lookup that misses on the GPU
+continues in the CPU tier, and such a hit moves the block back (CPU->GPU bytes counted, transfer
+time charged by the scheduler). The CPU tier evicts LRU when full.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from itertools import compress, islice, repeat, takewhile
-from operator import add, not_, sub
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate, islice, takewhile
 
-from agentsweep.engine_sim.lru import LruSet, consume
+import numpy as np
+
+from agentsweep.engine_sim.lru import LruSet
+
+# Per-token mixing before the blocks are fingerprinted (splitmix64's finalizer constants).
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_SHIFT1, _SHIFT2 = np.uint64(30), np.uint64(27)
+_POSITION_BASE = 0x9E3779B97F4A7C15
+_position_weights: dict[int, np.ndarray] = {}
 
 
-def block_hashes(tokens: Sequence[int], block_size: int, parent: int = 0) -> list[int]:
-    """Chained hashes of the full blocks of ``tokens`` (ints only, so deterministic across runs).
+def _weights(block_size: int) -> np.ndarray:
+    w = _position_weights.get(block_size)
+    if w is None:
+        w = np.array([pow(_POSITION_BASE, i + 1, 1 << 64) for i in range(block_size)], dtype=np.uint64)
+        _position_weights[block_size] = w
+    return w
+
+
+def block_hashes(tokens: Sequence[int] | np.ndarray, block_size: int, parent: int = 0) -> list[int]:
+    """Chained hashes of the full blocks of ``tokens`` (token ids, each below 2**64).
 
     ``parent`` is the hash of the block before ``tokens[0]`` (0: ``tokens`` starts the prompt).
+    Each block's ids are mixed and fingerprinted in array operations, then chained in order:
+    hash((parent hash, fingerprint)), so a block's hash stands for every token up to its end.
     """
-    out: list[int] = []
-    h = parent
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        h = hash((h, *tokens[start : start + block_size]))
-        out.append(h)
-    return out
+    k = len(tokens) // block_size
+    if not k:
+        return []
+    ids = np.asarray(tokens[: k * block_size], dtype=np.uint64).reshape(k, block_size)
+    z = ids * _MIX1
+    z ^= z >> _SHIFT1
+    z *= _MIX2
+    z ^= z >> _SHIFT2
+    fingerprints = (z * _weights(block_size)).sum(axis=1, dtype=np.uint64)
+    return list(accumulate(fingerprints.tolist(), _chain, initial=parent))[1:]
+
+
+def _chain(parent: int, fingerprint: int) -> int:
+    return hash((parent, fingerprint))
+
+
+class Node:
+    """A run of cached GPU blocks: ``hashes`` continue the parent's run, all with the same references."""
+
+    __slots__ = ("children", "hashes", "key", "parent", "ref", "stamp")
+
+    def __init__(self, hashes: list[int], parent: Node | None, ref: int = 0) -> None:
+        self.key = hashes[0] if hashes else 0  # the first block: this node's key among its siblings
+        self.hashes = hashes
+        self.parent = parent
+        self.children: dict[int, Node] = {}
+        self.ref = ref  # running requests holding this run
+        self.stamp = 0  # its entry in the LRU queue while evictable (0: not queued)
 
 
 @dataclass(slots=True)
 class Lookup:
     gpu_blocks: int  # leading blocks resident on the GPU
     cpu_blocks: int  # following blocks found in the CPU tier
+    reclaim: int = 0  # of the GPU hits, blocks no request holds (a hit takes them off the LRU list)
+    path: list[tuple[Node, int]] = field(default_factory=list)  # nodes matched, blocks matched in each
+
+
+def _matched(run: list[int], hashes: Sequence[int], start: int, limit: int) -> int:
+    """How many leading blocks of ``run`` equal ``hashes[start:]`` (at most ``limit``; run[0] matches).
+
+    Chained hashes make the answer monotone (a block matches only if every block before it does),
+    so it is the last block when the whole run matches, and a bisection otherwise.
+    """
+    n = min(len(run), limit)
+    if run[n - 1] == hashes[start + n - 1]:
+        return n
+    lo, hi = 1, n - 1  # run[:lo] matches, run[hi] does not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if run[mid - 1] == hashes[start + mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 class KVCache:
-    """Block accounting for one engine. Every operation takes a whole request's blocks at once and
-    runs per block in C (map, zip, compress, dict.update): a request touches thousands of blocks,
-    and a Python loop per block cost as much as everything else the simulator does.
+    """Block accounting for one engine (see the module docstring)."""
 
-    ``refs`` maps each cached GPU block to its reference count while running requests use it, and
-    to its LRU run while it is evictable (``evictable`` is an ``LruSet`` over the same map): one map
-    for both keeps it to one dict access per block and step.
-    """
+    COMPACT_SLACK = 1024  # stale LRU queue entries tolerated beyond one per evictable run
 
     def __init__(
         self,
@@ -71,11 +138,13 @@ class KVCache:
         self.prefix_caching = prefix_caching
         self.cpu_capacity = cpu_blocks if prefix_caching else 0
         self.block_bytes = block_bytes  # bytes one block moves between GPU and CPU (all ranks)
-        self.refs: dict[int, int | list[int]] = {}  # cached block -> reference count, or its LRU run
-        self.evictable = LruSet(self.refs)  # blocks no request uses, least recently released first
-        # Bumped whenever a hit references a block that a running request already holds. A request
-        # whose admission saw the same value at release still holds the blocks it registered alone.
-        self.share_epoch = 0
+        self.root = Node([], None, ref=1)
+        # Evictable runs, least recently released first, as (node, stamp): an entry is stale once
+        # its node is held again or gone (the node's stamp changed), and is skipped when reached.
+        self._queue: deque[tuple[Node, int]] = deque()
+        self._queued_live = 0
+        self._stamps = 0
+        self.evictable = 0  # blocks cached on the GPU that no request holds
         self.cpu = LruSet()
         self.evicted_blocks = 0
         self.bytes_gpu_to_cpu = 0
@@ -85,7 +154,7 @@ class KVCache:
     @property
     def available(self) -> int:
         """Blocks an allocation may take (free + evictable)."""
-        return self.free + len(self.evictable)
+        return self.free + self.evictable
 
     @property
     def used(self) -> int:
@@ -99,9 +168,24 @@ class KVCache:
     def cpu_used(self) -> int:
         return len(self.cpu)
 
+    def _nodes(self) -> Iterator[Node]:
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
+
     def ref_counts(self) -> dict[int, int]:
-        """Cached block -> references (0: evictable)."""
-        return {h: r if r.__class__ is int else 0 for h, r in self.refs.items()}  # type: ignore[misc]
+        """Cached GPU block -> requests holding it (0: evictable)."""
+        return {h: node.ref for node in self._nodes() for h in node.hashes}
+
+    def evictable_blocks(self) -> list[int]:
+        """The evictable blocks in the order they would be evicted."""
+        out: list[int] = []
+        for node, stamp in self._queue:
+            if node.stamp == stamp:
+                out.extend(reversed(node.hashes))
+        return out
 
     # -- lookups -------------------------------------------------------------------------------
     def lookup(self, hashes: Sequence[int], max_blocks: int) -> Lookup:
@@ -109,93 +193,174 @@ class KVCache:
         if not self.prefix_caching:
             return Lookup(0, 0)
         n = min(len(hashes), max_blocks)
-        g = len(list(takewhile(self.refs.__contains__, islice(hashes, n))))
+        node = self.root
+        g = reclaim = 0
+        path: list[tuple[Node, int]] = []
+        while g < n:
+            child = node.children.get(hashes[g])
+            if child is None:
+                break
+            m = _matched(child.hashes, hashes, g, n - g)
+            path.append((child, m))
+            if not child.ref:
+                reclaim += m
+            g += m
+            if m < len(child.hashes):
+                break
+            node = child
         c = 0
         if self.cpu and g < n:
             c = len(list(takewhile(self.cpu.contains, islice(hashes, g, n))))
-        return Lookup(g, c)
-
-    def pinned_by(self, hashes: Sequence[int]) -> int:
-        """How many of these cached blocks are evictable now (a hit on them takes them off the list)."""
-        return list(map(type, map(self.refs.__getitem__, hashes))).count(list)
+        return Lookup(g, c, reclaim, path)
 
     # -- allocation ----------------------------------------------------------------------------
-    def acquire(self, hashes: Sequence[int]) -> None:
-        """Reference GPU-resident cached blocks (a hit): they leave the evictable list."""
-        refs = self.refs
-        counts = list(map(refs.__getitem__, hashes))
-        pinned = list(map(type, counts)).count(list)
-        if pinned < len(counts):
-            self.share_epoch += 1  # a block some running request holds is now shared
-        if pinned:
-            self.evictable.forgotten(pinned)  # their runs are overwritten by counts just below
-            refs.update(zip(hashes, [r + 1 if r.__class__ is int else 1 for r in counts], strict=True))  # type: ignore[operator]
-        else:
-            refs.update(zip(hashes, map(add, counts, repeat(1)), strict=True))
+    def acquire(self, hit: Lookup) -> Node:
+        """Hold the GPU blocks of a lookup (they leave the evictable list); returns the deepest node."""
+        node = self.root
+        for node, m in hit.path:
+            if m < len(node.hashes):
+                node = self._split(node, m)
+            self._hold(node)
+        return node
 
     def allocate(self, n: int) -> bool:
         """Take ``n`` blocks for new content, evicting LRU cached blocks as needed."""
         if n <= 0:
             return True
-        if n > self.free + len(self.evictable):
+        if n > self.free + self.evictable:
             return False
         take = min(n, self.free)
         self.free -= take
         n -= take
         if n:
-            victims = self.evictable.pop_oldest(n)
             self.evicted_blocks += n
-            self._offload(victims)
+            self._evict(n)
         return True
 
-    def load_from_cpu(self, hashes: Sequence[int]) -> None:
-        """Blocks hit in the CPU tier move to the GPU (already allocated) and are referenced."""
+    def load_from_cpu(self, node: Node, hashes: Sequence[int]) -> Node:
+        """Blocks hit in the CPU tier move to the GPU (already allocated) and are held after ``node``."""
         self.cpu.discard(hashes)
-        self.refs.update(zip(hashes, repeat(1)))
         self.bytes_cpu_to_gpu += len(hashes) * self.block_bytes
+        node, shared = self.register(node, hashes)
+        assert not shared, "a CPU-tier hit was also cached on the GPU"
+        return node
 
-    def register(self, hashes: Sequence[int]) -> list[int]:
-        """Private blocks just filled with these contents: cache those not cached yet (returned)."""
-        if not self.prefix_caching:
-            return []
-        new = dict.fromkeys(hashes, 1)
-        refs = self.refs
-        cached = new.keys() & refs.keys()  # filled by another request first: stays private
-        if cached:
-            consume(map(new.__delitem__, cached))
-        refs.update(new)
-        return list(new)
+    def register(self, node: Node, hashes: Sequence[int]) -> tuple[Node, int]:
+        """Private blocks just filled with these contents, continuing ``node`` (held): cache them.
 
-    def release(self, cached: Sequence[int], private: int, exclusive_from: int | None = None) -> None:
-        """A request lets go of its blocks: cached ones in reverse order (tail evicted first).
-
-        ``cached[exclusive_from:]`` are known to be held by this request alone (see ``share_epoch``):
-        they become evictable without reading their reference counts.
+        Returns the new deepest held node and how many of the blocks were cached already (another
+        request filled them first): those are shared instead and their private copies freed.
         """
-        refs = self.refs
-        k = len(cached) if exclusive_from is None else exclusive_from
-        own = list(cached[k:])[::-1]
-        shared = list(cached[:k])[::-1]
-        counts: list[int] = list(map(sub, map(refs.__getitem__, shared), repeat(1)))  # type: ignore[arg-type]
-        zeros = counts.count(0)
-        if zeros < len(shared):  # still used by other requests: the new counts
-            refs.update(compress(zip(shared, counts, strict=True), counts))
-        if zeros == len(shared):
-            self.evictable.extend(own + shared)
-        else:
-            self.evictable.extend(own + list(compress(shared, map(not_, counts))))
+        if not self.prefix_caching or not hashes:
+            return node, 0
+        pos = shared = 0
+        n = len(hashes)
+        while pos < n:
+            child = node.children.get(hashes[pos])
+            if child is None:
+                break
+            m = _matched(child.hashes, hashes, pos, n - pos)
+            if m < len(child.hashes):
+                child = self._split(child, m)
+            self._hold(child)
+            pos += m
+            shared += m
+            node = child
+        if pos < n:
+            rest = list(hashes[pos:]) if pos else list(hashes)
+            if node.ref == 1 and not node.children and node is not self.root:
+                node.hashes.extend(rest)  # the run only this request holds grows in place
+            else:
+                child = Node(rest, node, ref=1)
+                node.children[child.key] = child
+                node = child
+        self.free += shared
+        return node, shared
+
+    def release(self, node: Node, private: int) -> None:
+        """A request lets go of the path ending at ``node`` and of ``private`` blocks.
+
+        The runs no other request holds become evictable tail first (vLLM frees a request's blocks
+        in reverse order), so under pressure the end of a long prefix goes before its beginning.
+        """
+        root = self.root
+        while node is not root:
+            node.ref -= 1
+            if not node.ref:
+                self._stamps += 1
+                node.stamp = self._stamps
+                self._queue.append((node, self._stamps))
+                self._queued_live += 1
+                self.evictable += len(node.hashes)
+            node = node.parent  # type: ignore[assignment]
         self.free += private
+        if len(self._queue) > 2 * self._queued_live + self.COMPACT_SLACK:
+            self._queue = deque(e for e in self._queue if e[0].stamp == e[1])
 
     def reset(self) -> None:
         """Forget every unreferenced cached block (GPU and CPU tier), as /reset_prefix_cache does."""
-        self.free += len(self.evictable)
-        self.evictable.clear()
+        for node, stamp in self._queue:
+            if node.stamp == stamp:
+                node.stamp = 0
+                del node.parent.children[node.key]  # type: ignore[union-attr]
+                node.hashes = []
+        self._queue.clear()
+        self._queued_live = 0
+        self.free += self.evictable
+        self.evictable = 0
         self.cpu.clear()
+
+    # -- internals -----------------------------------------------------------------------------
+    def _hold(self, node: Node) -> None:
+        if not node.ref:
+            self.evictable -= len(node.hashes)
+            if node.stamp:
+                node.stamp = 0
+                self._queued_live -= 1
+        node.ref += 1
+
+    def _split(self, node: Node, k: int) -> Node:
+        """Cut ``node`` after its first ``k`` blocks; returns the new upper node (the caller holds it).
+
+        The lower part stays the same object, so requests holding it and its LRU entry stay valid.
+        """
+        hs = node.hashes
+        parent = node.parent
+        assert parent is not None
+        upper = Node(hs[:k], parent, ref=node.ref)
+        del hs[:k]
+        node.key = hs[0]
+        node.parent = upper
+        upper.children[node.key] = node
+        parent.children[upper.key] = upper
+        return upper
+
+    def _evict(self, n: int) -> None:
+        """Evict ``n`` evictable blocks: the oldest release first, each run from its tail."""
+        queue = self._queue
+        victims: list[int] | None = [] if self.cpu_capacity else None
+        self.evictable -= n
+        while n:
+            node, stamp = queue[0]
+            if node.stamp != stamp:
+                queue.popleft()
+                continue
+            hs = node.hashes
+            k = min(n, len(hs))
+            if victims is not None:
+                victims.extend(reversed(hs[-k:]))
+            del hs[-k:]
+            n -= k
+            if not hs:
+                queue.popleft()
+                self._queued_live -= 1
+                node.stamp = 0
+                del node.parent.children[node.key]  # type: ignore[union-attr]
+        if victims:
+            self._offload(victims)
 
     def _offload(self, victims: list[int]) -> None:
         """Blocks evicted from the GPU, oldest first, enter the CPU tier in that order (LRU)."""
-        if not self.cpu_capacity:
-            return
         cpu = self.cpu
         copied = len(victims) - cpu.discard(victims)  # already there: moves to the end, no copy
         cpu.extend(victims)

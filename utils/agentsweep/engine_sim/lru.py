@@ -1,17 +1,11 @@
 """An insertion-ordered set of block hashes with bulk operations that run in C, not per block in Python.
 
-The KV cache moves blocks in and out of its LRU lists a whole request at a time (a release adds a
-request's blocks, an eviction takes the oldest n), thousands of blocks per request. An OrderedDict
-costs several hundred nanoseconds per block for that; this keeps the order as a queue of runs (one
-list per bulk append) and a map from member to the run it was last appended in. A key is a member
-while it maps to its run: removing one only changes its map entry, and its stale queue entry is
-skipped when the queue reaches it. The queue is rebuilt when stale entries outnumber members, so
-memory stays proportional to the members.
-
-The map may be the owner's: the GPU pool keeps reference counts in the same dict (a block maps to
-its count while requests use it, to its run while it is evictable), so one dict access per block
-serves both. The owner then takes members out by overwriting their entries and says how many
-(:meth:`LruSet.forgotten`).
+The CPU offload tier moves blocks in and out of its LRU list a GPU eviction at a time, thousands of
+blocks at once. An OrderedDict costs several hundred nanoseconds per block for that; this keeps the
+order as a queue of runs (one list per bulk append) and a map from member to the run it was last
+appended in. A key is a member while it maps to its run: removing one only deletes its map entry,
+and its stale queue entry is skipped when the queue reaches it. The queue is rebuilt when stale
+entries outnumber members, so memory stays proportional to the members.
 """
 
 from __future__ import annotations
@@ -20,24 +14,18 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from itertools import compress, repeat
 from operator import is_not, not_
-from typing import Any
-
-
-def consume(it: Iterable[object]) -> None:
-    """Run an iterator to its end in C."""
-    deque(it, maxlen=0)
 
 
 class LruSet:
     COMPACT_SLACK = 4096  # stale queue entries tolerated beyond one per member
 
-    def __init__(self, where: dict[int, Any] | None = None) -> None:
-        self._where: dict[int, Any] = {} if where is None else where  # member -> its run
+    def __init__(self) -> None:
+        self._where: dict[int, list[int]] = {}  # member -> its run
         self._runs: deque[list[int]] = deque()
         self._head = 0  # next unread position in _runs[0]
         self._queued = 0  # queue entries from the head on, stale ones included
         self._len = 0
-        self.contains = self._where.__contains__  # membership for C-level iteration (own map only)
+        self.contains = self._where.__contains__  # membership for C-level iteration
 
     def __len__(self) -> int:
         return self._len
@@ -66,15 +54,11 @@ class LruSet:
             self._compact()
 
     def discard(self, hashes: Iterable[int]) -> int:
-        """Remove these hashes where present (own map only); returns how many were members."""
+        """Remove these hashes where present; returns how many were members."""
         values = list(map(self._where.pop, hashes, repeat(None)))
         n = len(values) - values.count(None)
         self._len -= n
         return n
-
-    def forgotten(self, n: int) -> None:
-        """The owner of a shared map overwrote the entries of ``n`` members: they left the set."""
-        self._len -= n
 
     def pop_oldest(self, n: int) -> list[int]:
         """Remove and return the ``n`` oldest members (fewer if there are fewer)."""
@@ -105,8 +89,8 @@ class LruSet:
         return out
 
     def clear(self) -> None:
-        """Remove every member (from a shared map too)."""
-        consume(map(self._where.__delitem__, list(self)))
+        """Remove every member."""
+        self._where.clear()
         self._runs.clear()
         self._head = self._queued = self._len = 0
 

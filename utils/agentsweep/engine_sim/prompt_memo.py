@@ -23,10 +23,13 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from agentsweep.engine_sim.kv_cache import block_hashes
-from agentsweep.engine_sim.tokenizer import encode, segment_ids
+from agentsweep.engine_sim.tokenizer import encode_array, segment_array
 
 Content = str | list[int]
+_EMPTY = np.empty(0, dtype=np.uint64)
 Segment = tuple[tuple[int, ...], Content]
 
 
@@ -41,11 +44,11 @@ class _Entry:
     segments: list[Segment]
     length: int  # core tokens
     hashes: list[int]  # full blocks of the core; never mutated once stored
-    tail: list[int]  # core tokens after the last full block
+    tail: np.ndarray  # core tokens after the last full block
     size: int  # bytes charged against the memo's budget
 
 
-def _continuation(old: list[Segment], new: Sequence[Segment]) -> list[int] | None:
+def _continuation(old: list[Segment], new: Sequence[Segment]) -> np.ndarray | None:
     """The ids ``new``'s core adds to ``old``'s core, or None when it does not extend it."""
     k = len(old)
     if not k or len(new) < k or list(new[: k - 1]) != old[: k - 1]:
@@ -60,13 +63,14 @@ def _continuation(old: list[Segment], new: Sequence[Segment]) -> list[int] | Non
         n = len(old_content)
         if 0 < n < len(new_content) and not (new_content[n].isspace() or old_content[-1].isspace()):
             return None  # the old text ends inside a word of the new one
-        cont = encode(new_content[n:]) if n < len(new_content) else []
+        cont = encode_array(new_content[n:]) if n < len(new_content) else _EMPTY
     else:
         n = len(old_content)
         if not isinstance(new_content, list) or len(new_content) < n or new_content[:n] != old_content:
             return None
-        cont = new_content[n:]
-    cont.extend(segment_ids(new[k:]))
+        cont = np.asarray(new_content[n:], dtype=np.uint64)
+    if len(new) > k:
+        cont = np.concatenate([cont, segment_array(new[k:])])
     return cont
 
 
@@ -86,7 +90,7 @@ class PromptMemo:
         self.prompts = 0
         self.reused = 0  # prompts that extended a remembered one
 
-    def _chain(self, tokens: list[int], parent: list[int]) -> list[int]:
+    def _chain(self, tokens: np.ndarray, parent: list[int]) -> list[int]:
         """Hashes of the full blocks of ``tokens``, chained on after ``parent``'s last one."""
         if not self.hashing:
             return []
@@ -106,17 +110,17 @@ class PromptMemo:
             self._bytes -= old.size
             cont = _continuation(old.segments, segments)
         if old is None or cont is None:
-            core = segment_ids(segments)
+            core = segment_array(segments)
             length = len(core)
             hashes = block_hashes(core, bs) if self.hashing else []
-            tail = core[len(hashes) * bs :] if self.hashing else []
+            tail = core[len(hashes) * bs :].copy() if self.hashing else _EMPTY  # not a view of core
         else:
             self.reused += 1
-            work = old.tail + cont
+            work = np.concatenate([old.tail, cont]) if len(old.tail) else cont
             new = self._chain(work, old.hashes)
             hashes = old.hashes + new if new else old.hashes
             length = old.length + len(cont)
-            tail = work[len(new) * bs :] if self.hashing else []
+            tail = work[len(new) * bs :].copy() if self.hashing else _EMPTY
         entry = _Entry(list(segments), length, hashes, tail, _size(segments, hashes))
         if entry.size <= self.max_bytes:
             self._entries[key] = entry
@@ -125,7 +129,7 @@ class PromptMemo:
                 _, dropped = self._entries.popitem(last=False)
                 self._bytes -= dropped.size
         if closing:
-            extra = self._chain(tail + list(closing), hashes)
+            extra = self._chain(np.concatenate([tail, np.asarray(closing, dtype=np.uint64)]), hashes)
             if extra:
                 hashes = hashes + extra
         return PromptBlocks(length + len(closing), hashes)

@@ -31,7 +31,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from agentsweep.engine_sim.kv_cache import KVCache, block_hashes
+from agentsweep.engine_sim.kv_cache import KVCache, Node, block_hashes
 from agentsweep.engine_sim.profiles import StepCost
 from agentsweep.engine_sim.prompt_memo import PromptBlocks
 from agentsweep.engine_sim.stats import EngineStats
@@ -73,11 +73,10 @@ class SimRequest:
     prefill_len: int = 0  # tokens to compute before decoding (prompt, or prompt + output after preemption)
     computed: int = 0
     generated: int = 0
-    held: int = 0  # GPU blocks held
-    cached: list[int] = field(default_factory=list)  # cached block hashes this request references
+    held: int = 0  # GPU blocks held: the cached path below, then private blocks
+    node: Node | None = None  # the deepest cached run this request holds (the path ends there)
+    depth: int = 0  # cached blocks on that path
     registered: int = 0  # prompt blocks already considered for caching
-    own_from: int = 0  # cached[own_from:] were registered by this request (not hits)
-    epoch: int = 0  # the cache's share_epoch when this request was admitted
     ready_at: float = 0.0
     cached_tokens: int = -1  # prefix hits at first admission (usage.prompt_tokens_details)
     gpu_hit_tokens: int = 0
@@ -309,27 +308,25 @@ class Engine:
         bs = self.block_size
         hit = kv.lookup(r.hashes, (r.prefill_len - 1) // bs)
         g, c = hit.gpu_blocks, hit.cpu_blocks
-        hits = r.hashes[:g]
-        reclaim = kv.pinned_by(hits)  # evictable blocks the hit takes off the list
+        reclaim = hit.reclaim  # evictable blocks the hit takes off the list
         computed = (g + c) * bs
         # A GPU hit on blocks another request is still copying back from the CPU tier: they count
         # as hits, but this request runs only once they are resident.
         arrive = 0.0
         if self._arriving:
             arriving = self._arriving
-            arrive = max((arriving.get(h, 0.0) for h in hits), default=0.0)
+            arrive = max((arriving.get(h, 0.0) for h in r.hashes[:g]), default=0.0)
         wait = arrive > self.t
         n = 0 if c or wait else min(r.prefill_len - computed, budget)
         need = c + self.blocks_for(computed + n) - (g + c)
         if need > kv.available - reclaim:
             return -1
-        kv.acquire(hits)
+        node = kv.acquire(hit)
         kv.allocate(need)
         if c:
-            kv.load_from_cpu(r.hashes[g : g + c])
-        r.cached = list(r.hashes[: g + c])
-        r.own_from = g + c
-        r.epoch = kv.share_epoch
+            node = kv.load_from_cpu(node, r.hashes[g : g + c])
+        r.node = node
+        r.depth = g + c
         r.held = g + need
         r.registered = g + c
         r.computed = computed
@@ -369,11 +366,10 @@ class Engine:
         self.stats.preemptions += 1
 
     def _free(self, r: SimRequest) -> None:
-        # Unless a hit has shared a running request's blocks since this one was admitted, nobody else
-        # references the blocks it registered: they are released without reading their counts.
-        exclusive = r.own_from if self.kv.share_epoch == r.epoch else None
-        self.kv.release(r.cached, r.held - len(r.cached), exclusive)
-        r.cached = []
+        if r.node is not None:
+            self.kv.release(r.node, r.held - r.depth)
+        r.node = None
+        r.depth = 0
         r.held = 0
         r.computed = 0
         r.registered = 0
@@ -462,7 +458,9 @@ class Engine:
     def _register_blocks(self, r: SimRequest) -> None:
         full = min(r.computed, r.tokens_len) // self.block_size
         if full > r.registered:
-            r.cached.extend(self.kv.register(r.hashes[r.registered : full]))
+            if self.kv.prefix_caching:
+                r.node, _ = self.kv.register(r.node, r.hashes[r.registered : full])
+                r.depth = full
             r.registered = full
 
     def _count_prompt(self, r: SimRequest) -> None:

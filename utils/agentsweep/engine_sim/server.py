@@ -222,7 +222,10 @@ class SimServer:
             return [((), prompt)], ()
         if isinstance(prompt, list) and prompt and tokenizer.is_token_ids(prompt):
             return [((), prompt)], ()
-        raise BadRequest("'prompt' must be a string or a list of token ids (one prompt per request)")
+        raise BadRequest(
+            "'prompt' must be a string or a list of token ids (integers from 0 to "
+            f"{tokenizer.MAX_TOKEN_ID}; one prompt per request)"
+        )
 
     def _prompt(self, request: web.Request, body: dict[str, Any], chat: bool) -> PromptBlocks:
         segments, closing = self._segments(body, chat)

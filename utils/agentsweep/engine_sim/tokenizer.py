@@ -1,8 +1,12 @@
 """Deterministic word-level tokenizer and chat template.
 
 One whitespace-separated word is one token. A word's id comes from a stable hash of its UTF-8 bytes
-(BLAKE2b, 32 bits), offset past a small range of reserved ids, so the same word has the same id in
-every process and run. Prompts given as token ids are used as they are.
+(a 64-bit polynomial hash, its high 32 bits), offset past a small range of reserved ids, so the same
+word has the same id in every process and run. Prompts given as token ids are used as they are.
+
+The hash is polynomial so that a long ASCII text is tokenized in a few array operations (numpy):
+prefix sums of the bytes give every word's hash at once. A fresh 20k-word agentic prompt costs
+about a quarter of what splitting it into Python strings and looking each one up did.
 
 Chat template (documented overhead): every message renders as
 ``<role> <sep> content... <end>`` (3 tokens on top of its words) and the prompt ends with the
@@ -14,9 +18,10 @@ reply, the marker itself is reused: it equals the reply's role and separator tok
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+import numpy as np
 
 RESERVED_IDS = 1000  # ids below this are special tokens; word ids start here
 VOCAB_SPAN = (1 << 32) - RESERVED_IDS
@@ -35,6 +40,24 @@ MESSAGE_OVERHEAD = 3  # role, separator, end
 GENERATION_PROMPT = (ROLE_IDS["assistant"], SEP_ID)
 
 _CACHE_LIMIT = 1 << 20
+_MASK64 = (1 << 64) - 1
+_P = 0x100000001B3  # the polynomial's base (odd, so it has an inverse modulo 2**64)
+_P_INV = pow(_P, -1, 1 << 64)
+_ARRAY_MIN_CHARS = 2048  # shorter texts are cheaper word by word
+
+
+def _word_hash(data: bytes) -> int:
+    """sum(byte[j] * P**j) mod 2**64: the same value the array path computes from prefix sums."""
+    h = 0
+    power = 1
+    for byte in data:
+        h = (h + byte * power) & _MASK64
+        power = (power * _P) & _MASK64
+    return h
+
+
+def _id_of_hash(h: int) -> int:
+    return RESERVED_IDS + (h >> 32) % VOCAB_SPAN
 
 
 class _Vocab(dict[str, int]):
@@ -43,8 +66,7 @@ class _Vocab(dict[str, int]):
     def __missing__(self, word: str) -> int:
         if len(self) >= _CACHE_LIMIT:
             self.clear()
-        digest = hashlib.blake2b(word.encode("utf-8", "surrogatepass"), digest_size=4).digest()
-        wid = RESERVED_IDS + int.from_bytes(digest, "little") % VOCAB_SPAN
+        wid = _id_of_hash(_word_hash(word.encode("utf-8", "surrogatepass")))
         self[word] = wid
         return wid
 
@@ -52,13 +74,80 @@ class _Vocab(dict[str, int]):
 _VOCAB = _Vocab()
 
 
+class _Tables:
+    """P**i and P**-i modulo 2**64, and scratch arrays, for texts of up to ``size`` bytes (grown on demand).
+
+    The scratch arrays are reused from call to call: a fresh megabyte-sized array per prompt costs
+    more in page faults than the arithmetic done in it.
+    """
+
+    def __init__(self) -> None:
+        self.size = 0
+        self._grow(1 << 16)
+
+    def _grow(self, n: int) -> None:
+        self.size = n
+        self.up = self._powers(_P, n)
+        self.down = self._powers(_P_INV, n)
+        self.product = np.empty(n, dtype=np.uint64)
+        self.prefix = np.zeros(n + 1, dtype=np.uint64)  # prefix[0] stays 0
+        self.in_word = np.zeros(n + 2, dtype=np.int8)  # [0] and past the text stay 0
+        self.edges = np.empty(n + 1, dtype=np.int8)
+
+    def fit(self, n: int) -> None:
+        if n > self.size:
+            self._grow(max(n, 2 * self.size))
+
+    @staticmethod
+    def _powers(base: int, n: int) -> np.ndarray:
+        out = np.empty(n, dtype=np.uint64)
+        out[0] = 1
+        np.cumprod(np.full(n - 1, base, dtype=np.uint64), out=out[1:])  # wraps modulo 2**64
+        return out
+
+
+_TABLES = _Tables()
+
+
 def word_id(word: str) -> int:
     """The stable id of one word."""
     return _VOCAB[word]
 
 
+def _encode_ascii(text: str) -> np.ndarray:
+    """Token ids of an ASCII text, every word's hash from prefix sums of its bytes."""
+    data = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    n = len(data)
+    t = _TABLES
+    t.fit(n)
+    in_word = t.in_word
+    in_word[n + 1] = 0
+    word = in_word[1 : n + 1].view(np.bool_)
+    # Not whitespace as str.split() sees ASCII: \t \n \v \f \r (9-13), the separators 28-31, space.
+    np.greater(data, 32, out=word)
+    word |= data < 9
+    word |= (data > 13) & (data < 28)
+    edges = np.subtract(in_word[1 : n + 2], in_word[: n + 1], out=t.edges[: n + 1])
+    bounds = np.flatnonzero(edges)  # word starts and ends alternate
+    starts = bounds[0::2]  # a word starts at byte i ...
+    ends = bounds[1::2]  # ... and ends before byte j
+    np.multiply(data, t.up[:n], out=t.product[:n])
+    np.cumsum(t.product[:n], out=t.prefix[1 : n + 1])
+    hashes = (t.prefix[ends] - t.prefix[starts]) * t.down[starts]
+    return (hashes >> np.uint64(32)) % np.uint64(VOCAB_SPAN) + np.uint64(RESERVED_IDS)
+
+
+def encode_array(text: str) -> np.ndarray:
+    """Token ids of a text as a uint64 array: one per whitespace-separated word."""
+    if len(text) >= _ARRAY_MIN_CHARS and text.isascii():
+        return _encode_ascii(text)
+    return np.array(list(map(_VOCAB.__getitem__, text.split())), dtype=np.uint64)
+
+
 def encode(text: str) -> list[int]:
     """Token ids of a text: one per whitespace-separated word."""
+    if len(text) >= _ARRAY_MIN_CHARS and text.isascii():
+        return _encode_ascii(text).tolist()
     return list(map(_VOCAB.__getitem__, text.split()))
 
 
@@ -114,6 +203,25 @@ def segment_ids(
         ids.extend(encode(content) if isinstance(content, str) else content)
     ids.extend(closing)
     return ids
+
+
+def segment_array(
+    segments: Iterable[tuple[Sequence[int], str | Sequence[int]]], closing: Sequence[int] = ()
+) -> np.ndarray:
+    """``segment_ids`` as a uint64 array, without a Python int per token for long texts."""
+    parts: list[Any] = []
+    for head, content in segments:
+        if head:
+            parts.append(head)
+        if isinstance(content, str):
+            parts.append(encode_array(content))
+        elif content:
+            parts.append(content)
+    if closing:
+        parts.append(closing)
+    if not parts:
+        return np.empty(0, dtype=np.uint64)
+    return np.concatenate([np.asarray(p, dtype=np.uint64) for p in parts])
 
 
 def render_chat(messages: Sequence[Any], add_generation_prompt: bool = True) -> list[int]:
@@ -198,5 +306,8 @@ def output_text(start: int, count: int) -> str:
     return text
 
 
+MAX_TOKEN_ID = (1 << 32) - 1
+
+
 def is_token_ids(value: Iterable[Any]) -> bool:
-    return all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+    return all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= MAX_TOKEN_ID for t in value)
