@@ -22,10 +22,11 @@ Eviction order is vLLM's: a request's blocks become evictable tail first when it
 least recently released go first. A run is never evicted before the runs that continue it, so the
 cached blocks always form whole prefixes.
 
-Offload tier (exclusive, a victim cache, kept per block in an ``LruSet``): a cached block evicted
-from the GPU is copied to the CPU tier (GPU->CPU bytes counted); a lookup that misses on the GPU
-continues in the CPU tier, and such a hit moves the block back (CPU->GPU bytes counted, transfer
-time charged by the scheduler). The CPU tier evicts LRU when full.
+Offload tier (exclusive, a victim cache of runs, ``cpu_tier.py``): a cached block evicted from the
+GPU is copied to the CPU tier (GPU->CPU bytes counted); a lookup that misses on the GPU continues in
+the CPU tier, and such a hit moves the block back (CPU->GPU bytes counted, transfer time charged by
+the scheduler). A block a request computes again on the GPU leaves the CPU tier. The CPU tier
+evicts LRU when full.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, islice, takewhile
+from itertools import accumulate
 
 import numpy as np
 
-from agentsweep.engine_sim.lru import LruSet
+from agentsweep.engine_sim.cpu_tier import CpuTier, matched
 
 # Per-token mixing before the blocks are fingerprinted (splitmix64's finalizer constants).
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -100,25 +101,6 @@ class Lookup:
     path: list[tuple[Node, int]] = field(default_factory=list)  # nodes matched, blocks matched in each
 
 
-def _matched(run: list[int], hashes: Sequence[int], start: int, limit: int) -> int:
-    """How many leading blocks of ``run`` equal ``hashes[start:]`` (at most ``limit``; run[0] matches).
-
-    Chained hashes make the answer monotone (a block matches only if every block before it does),
-    so it is the last block when the whole run matches, and a bisection otherwise.
-    """
-    n = min(len(run), limit)
-    if run[n - 1] == hashes[start + n - 1]:
-        return n
-    lo, hi = 1, n - 1  # run[:lo] matches, run[hi] does not
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if run[mid - 1] == hashes[start + mid - 1]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
 class KVCache:
     """Block accounting for one engine (see the module docstring)."""
 
@@ -145,7 +127,7 @@ class KVCache:
         self._queued_live = 0
         self._stamps = 0
         self.evictable = 0  # blocks cached on the GPU that no request holds
-        self.cpu = LruSet()
+        self.cpu = CpuTier(self.cpu_capacity)
         self.evicted_blocks = 0
         self.bytes_gpu_to_cpu = 0
         self.bytes_cpu_to_gpu = 0
@@ -200,7 +182,7 @@ class KVCache:
             child = node.children.get(hashes[g])
             if child is None:
                 break
-            m = _matched(child.hashes, hashes, g, n - g)
+            m = matched(child.hashes, hashes, g, n - g)
             path.append((child, m))
             if not child.ref:
                 reclaim += m
@@ -210,7 +192,7 @@ class KVCache:
             node = child
         c = 0
         if self.cpu and g < n:
-            c = len(list(takewhile(self.cpu.contains, islice(hashes, g, n))))
+            c = self.cpu.match(hashes, g, n - g)
         return Lookup(g, c, reclaim, path)
 
     # -- allocation ----------------------------------------------------------------------------
@@ -239,7 +221,7 @@ class KVCache:
 
     def load_from_cpu(self, node: Node, hashes: Sequence[int]) -> Node:
         """Blocks hit in the CPU tier move to the GPU (already allocated) and are held after ``node``."""
-        self.cpu.discard(hashes)
+        self.cpu.remove_prefix(hashes)
         self.bytes_cpu_to_gpu += len(hashes) * self.block_bytes
         node, shared = self.register(node, hashes)
         assert not shared, "a CPU-tier hit was also cached on the GPU"
@@ -259,7 +241,7 @@ class KVCache:
             child = node.children.get(hashes[pos])
             if child is None:
                 break
-            m = _matched(child.hashes, hashes, pos, n - pos)
+            m = matched(child.hashes, hashes, pos, n - pos)
             if m < len(child.hashes):
                 child = self._split(child, m)
             self._hold(child)
@@ -268,6 +250,8 @@ class KVCache:
             node = child
         if pos < n:
             rest = list(hashes[pos:]) if pos else list(hashes)
+            if self.cpu:
+                self.cpu.remove_prefix(rest)  # computed again: the GPU copy is the one kept
             if node.ref == 1 and not node.children and node is not self.root:
                 node.hashes.extend(rest)  # the run only this request holds grows in place
             else:
@@ -338,7 +322,7 @@ class KVCache:
     def _evict(self, n: int) -> None:
         """Evict ``n`` evictable blocks: the oldest release first, each run from its tail."""
         queue = self._queue
-        victims: list[int] | None = [] if self.cpu_capacity else None
+        victims: list[list[int]] | None = [] if self.cpu_capacity else None
         self.evictable -= n
         while n:
             node, stamp = queue[0]
@@ -348,7 +332,7 @@ class KVCache:
             hs = node.hashes
             k = min(n, len(hs))
             if victims is not None:
-                victims.extend(reversed(hs[-k:]))
+                victims.append(hs[-k:])
             del hs[-k:]
             n -= k
             if not hs:
@@ -359,12 +343,7 @@ class KVCache:
         if victims:
             self._offload(victims)
 
-    def _offload(self, victims: list[int]) -> None:
-        """Blocks evicted from the GPU, oldest first, enter the CPU tier in that order (LRU)."""
-        cpu = self.cpu
-        copied = len(victims) - cpu.discard(victims)  # already there: moves to the end, no copy
-        cpu.extend(victims)
-        self.bytes_gpu_to_cpu += copied * self.block_bytes
-        over = len(cpu) - self.cpu_capacity
-        if over > 0:
-            cpu.pop_oldest(over)
+    def _offload(self, victims: list[list[int]]) -> None:
+        """Runs evicted from the GPU, oldest first, enter the CPU tier in that order (LRU)."""
+        self.bytes_gpu_to_cpu += sum(map(len, victims)) * self.block_bytes
+        self.cpu.add(victims)  # takes the lists over
