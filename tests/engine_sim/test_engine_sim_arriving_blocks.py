@@ -15,7 +15,8 @@ from agentsweep.engine_sim.scheduler import FINISHED, Engine, SimClock
 
 BS = 16
 BLOCK_BYTES = 10**6
-LINK = 10**9  # 1 ms of simulated time per block copied back
+LINK = 10**7  # 0.1 s of simulated time per block copied back: 10 ms of wall time for the prefix, so
+# the second request surely arrives while the copy is in flight
 
 
 async def _finish(engine: Engine, tokens: list[int]):

@@ -126,8 +126,9 @@ class Engine:
         self._task: asyncio.Task[None] | None = None
         self._ids = itertools.count(1)
         self._aborts = 0  # aborted requests not yet dropped
-        # Blocks on their way back from the CPU tier -> simulated time they are resident on the GPU.
-        self._arriving: dict[int, float] = {}
+        # (position, block hash, resident at): the first block of each run still being copied back.
+        # A prompt hits that run iff it hits past that position with that block there (chained hashes).
+        self._arriving: list[tuple[int, int, float]] = []
 
     # -- requests ------------------------------------------------------------------------------
     def blocks_for(self, tokens: int) -> int:
@@ -251,7 +252,7 @@ class Engine:
 
     def _promote_loaded(self) -> None:
         if self._arriving:
-            self._arriving = {h: t for h, t in self._arriving.items() if t > self.t}
+            self._arriving = [a for a in self._arriving if a[2] > self.t]
         if self.loading:
             ready = [r for r in self.loading if r.ready_at <= self.t]
             for r in ready:
@@ -314,8 +315,11 @@ class Engine:
         # as hits, but this request runs only once they are resident.
         arrive = 0.0
         if self._arriving:
-            arriving = self._arriving
-            arrive = max((arriving.get(h, 0.0) for h in r.hashes[:g]), default=0.0)
+            hashes = r.hashes
+            arrive = max(
+                (ready for pos, first, ready in self._arriving if pos < g and hashes[pos] == first),
+                default=0.0,
+            )
         wait = arrive > self.t
         n = 0 if c or wait else min(r.prefill_len - computed, budget)
         need = c + self.blocks_for(computed + n) - (g + c)
@@ -350,8 +354,8 @@ class Engine:
         if c or wait:
             r.status = LOADING
             r.ready_at = max(arrive, self.t + c * kv.block_bytes / self.host_link_bw)
-            for h in r.hashes[g : g + c]:
-                self._arriving[h] = r.ready_at
+            if c:
+                self._arriving.append((g, r.hashes[g], r.ready_at))
             self.loading.append(r)
         else:
             r.status = RUNNING
