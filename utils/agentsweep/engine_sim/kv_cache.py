@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from itertools import accumulate
 
 import numpy as np
@@ -45,15 +46,12 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _SHIFT1, _SHIFT2 = np.uint64(30), np.uint64(27)
 _POSITION_BASE = 0x9E3779B97F4A7C15
-_position_weights: dict[int, np.ndarray] = {}
 
 
+@cache
 def _weights(block_size: int) -> np.ndarray:
-    w = _position_weights.get(block_size)
-    if w is None:
-        w = np.array([pow(_POSITION_BASE, i + 1, 1 << 64) for i in range(block_size)], dtype=np.uint64)
-        _position_weights[block_size] = w
-    return w
+    """The fingerprint's weight for each position in a block."""
+    return np.array([pow(_POSITION_BASE, i + 1, 1 << 64) for i in range(block_size)], dtype=np.uint64)
 
 
 def block_hashes(tokens: Sequence[int] | np.ndarray, block_size: int, parent: int = 0) -> list[int]:
@@ -175,21 +173,8 @@ class KVCache:
         if not self.prefix_caching:
             return Lookup(0, 0)
         n = min(len(hashes), max_blocks)
-        node = self.root
-        g = reclaim = 0
-        path: list[tuple[Node, int]] = []
-        while g < n:
-            child = node.children.get(hashes[g])
-            if child is None:
-                break
-            m = matched(child.hashes, hashes, g, n - g)
-            path.append((child, m))
-            if not child.ref:
-                reclaim += m
-            g += m
-            if m < len(child.hashes):
-                break
-            node = child
+        path, g = self._walk(self.root, hashes, n)
+        reclaim = sum(m for node, m in path if not node.ref)
         c = 0
         if self.cpu and g < n:
             c = self.cpu.match(hashes, g, n - g)
@@ -198,12 +183,7 @@ class KVCache:
     # -- allocation ----------------------------------------------------------------------------
     def acquire(self, hit: Lookup) -> Node:
         """Hold the GPU blocks of a lookup (they leave the evictable list); returns the deepest node."""
-        node = self.root
-        for node, m in hit.path:
-            if m < len(node.hashes):
-                node = self._split(node, m)
-            self._hold(node)
-        return node
+        return self._hold_path(self.root, hit.path)
 
     def allocate(self, n: int) -> bool:
         """Take ``n`` blocks for new content, evicting LRU cached blocks as needed."""
@@ -235,21 +215,11 @@ class KVCache:
         """
         if not self.prefix_caching or not hashes:
             return node, 0
-        pos = shared = 0
         n = len(hashes)
-        while pos < n:
-            child = node.children.get(hashes[pos])
-            if child is None:
-                break
-            m = matched(child.hashes, hashes, pos, n - pos)
-            if m < len(child.hashes):
-                child = self._split(child, m)
-            self._hold(child)
-            pos += m
-            shared += m
-            node = child
-        if pos < n:
-            rest = list(hashes[pos:]) if pos else list(hashes)
+        path, shared = self._walk(node, hashes, n)
+        node = self._hold_path(node, path)
+        if shared < n:
+            rest = list(hashes[shared:]) if shared else list(hashes)
             if self.cpu:
                 self.cpu.remove_prefix(rest)  # computed again: the GPU copy is the one kept
             if node.ref == 1 and not node.children and node is not self.root:
@@ -295,6 +265,33 @@ class KVCache:
         self.cpu.clear()
 
     # -- internals -----------------------------------------------------------------------------
+    @staticmethod
+    def _walk(node: Node, hashes: Sequence[int], end: int) -> tuple[list[tuple[Node, int]], int]:
+        """The runs below ``node`` that ``hashes[:end]`` continues into (with the blocks matched in
+        each; only the last may match in part), and how many blocks they match in all."""
+        pos = 0
+        path: list[tuple[Node, int]] = []
+        while pos < end:
+            child = node.children.get(hashes[pos])
+            if child is None:
+                break
+            m = matched(child.hashes, hashes, pos, end - pos)
+            path.append((child, m))
+            pos += m
+            if m < len(child.hashes):
+                break
+            node = child
+        return path, pos
+
+    def _hold_path(self, node: Node, path: list[tuple[Node, int]]) -> Node:
+        """Hold the runs of a walk from ``node`` (splitting a run matched in part); returns the deepest."""
+        for run, m in path:
+            if m < len(run.hashes):
+                run = self._split(run, m)
+            self._hold(run)
+            node = run
+        return node
+
     def _hold(self, node: Node) -> None:
         if not node.ref:
             self.evictable -= len(node.hashes)
