@@ -209,12 +209,9 @@ class SimServer:
             if not isinstance(messages, list) or not messages:
                 raise BadRequest("'messages' must be a non-empty list")
             try:
-                chat_segments, closing = tokenizer.chat_segments(
-                    messages, bool(body.get("add_generation_prompt", True))
-                )
+                return tokenizer.chat_segments(messages, bool(body.get("add_generation_prompt", True)))
             except ValueError as err:
                 raise BadRequest(str(err)) from None
-            return list(chat_segments), closing
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one

@@ -137,18 +137,23 @@ def _encode_ascii(text: str) -> np.ndarray:
     return (hashes >> np.uint64(32)) % np.uint64(VOCAB_SPAN) + np.uint64(RESERVED_IDS)
 
 
+def _array_path(text: str) -> bool:
+    """Long ASCII texts cost less in array operations than word by word."""
+    return len(text) >= _ARRAY_MIN_CHARS and text.isascii()
+
+
+def _word_ids(text: str) -> list[int]:
+    return list(map(_VOCAB.__getitem__, text.split()))
+
+
 def encode_array(text: str) -> np.ndarray:
     """Token ids of a text as a uint64 array: one per whitespace-separated word."""
-    if len(text) >= _ARRAY_MIN_CHARS and text.isascii():
-        return _encode_ascii(text)
-    return np.array(list(map(_VOCAB.__getitem__, text.split())), dtype=np.uint64)
+    return _encode_ascii(text) if _array_path(text) else np.array(_word_ids(text), dtype=np.uint64)
 
 
 def encode(text: str) -> list[int]:
     """Token ids of a text: one per whitespace-separated word."""
-    if len(text) >= _ARRAY_MIN_CHARS and text.isascii():
-        return _encode_ascii(text).tolist()
-    return list(map(_VOCAB.__getitem__, text.split()))
+    return _encode_ascii(text).tolist() if _array_path(text) else _word_ids(text)
 
 
 def count_words(text: str) -> int:
@@ -193,22 +198,11 @@ def chat_segments(
     return segments, closing if segments else ()
 
 
-def segment_ids(
-    segments: Iterable[tuple[Sequence[int], str | Sequence[int]]], closing: Sequence[int] = ()
-) -> list[int]:
-    """Token ids of a prompt given as segments (template ids, then text or token ids) and closing ids."""
-    ids: list[int] = []
-    for head, content in segments:
-        ids.extend(head)
-        ids.extend(encode(content) if isinstance(content, str) else content)
-    ids.extend(closing)
-    return ids
-
-
 def segment_array(
     segments: Iterable[tuple[Sequence[int], str | Sequence[int]]], closing: Sequence[int] = ()
 ) -> np.ndarray:
-    """``segment_ids`` as a uint64 array, without a Python int per token for long texts."""
+    """Token ids (uint64) of a prompt given as segments (template ids, then text or token ids) and
+    closing ids."""
     parts: list[Any] = []
     for head, content in segments:
         if head:
@@ -222,6 +216,13 @@ def segment_array(
     if not parts:
         return np.empty(0, dtype=np.uint64)
     return np.concatenate([np.asarray(p, dtype=np.uint64) for p in parts])
+
+
+def segment_ids(
+    segments: Iterable[tuple[Sequence[int], str | Sequence[int]]], closing: Sequence[int] = ()
+) -> list[int]:
+    """``segment_array`` as a list of ints."""
+    return segment_array(segments, closing).tolist()
 
 
 def render_chat(messages: Sequence[Any], add_generation_prompt: bool = True) -> list[int]:
