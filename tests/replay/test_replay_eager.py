@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -31,6 +33,22 @@ class ClientRequest:
 async def other(log: list[str]) -> str:
     log.append("other ran")
     return "other"
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    path: str, handler: Callable[[web.Request], Awaitable[web.StreamResponse]], **app_args: int
+) -> AsyncIterator[str]:
+    """A real aiohttp server answering POST ``path`` on a free loopback port; yields the URL."""
+    app = web.Application(**app_args)
+    app.router.add_post(path, handler)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}{path}"
+    finally:
+        await runner.cleanup()
 
 
 @needs_311
@@ -80,22 +98,13 @@ def test_real_post_sends_the_whole_body():
         return web.Response(text=str(len(await request.read())))
 
     async def go() -> list[str]:
-        app = web.Application(client_max_size=1 << 22)
-        app.router.add_post("/v1/completions", echo_len)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         got = []
-        try:
+        async with serving("/v1/completions", echo_len, client_max_size=1 << 22) as url:
             with eager_body_writes(asyncio.get_running_loop()):
                 async with aiohttp.ClientSession() as session:
                     for _ in range(3):
-                        async with session.post(f"http://127.0.0.1:{port}/v1/completions", data=body) as r:
+                        async with session.post(url, data=body) as r:
                             got.append(await r.text())
-        finally:
-            await runner.cleanup()
         return got
 
     assert asyncio.run(go()) == [str(len(body))] * 3
@@ -113,19 +122,8 @@ def test_request_timeout_covers_a_stalled_stream():
         return resp
 
     async def go():
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", stall)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        try:
-            async with aiohttp.ClientSession() as session:
-                url = f"http://127.0.0.1:{port}/v1/chat/completions"
-                return await send(session, url, b"{}", {}, aiohttp.ClientTimeout(total=0.3))
-        finally:
-            await runner.cleanup()
+        async with serving("/v1/chat/completions", stall) as url, aiohttp.ClientSession() as session:
+            return await send(session, url, b"{}", {}, aiohttp.ClientTimeout(total=0.3))
 
     out = asyncio.run(go())
     assert not out.ok and out.error_class == "timeout" and out.ttft is not None
