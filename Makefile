@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint clean
+.PHONY: venv demo test test-fast lint clean
 
 $(STAMP): pyproject.toml kv-cache-tester/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentsweep needs Python >= 3.11 (set PYTHON=...)")'
@@ -30,11 +30,16 @@ test-vllm-cpu: venv
 test: venv
 	$(BIN)/python -m pytest -q
 
+# The edit loop: everything but the slow end-to-end runs, the real Slurm and the browser.
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not slow and not slurm and not chromium"
+
 SHELL_SCRIPTS = $(wildcard .ci/run runners/*.sh runners/lib/*.sh benchmarks/*.sh scripts/*.sh experimental/*/*.sh)
 
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/shellcheck -x $(SHELL_SCRIPTS)
 	$(BIN)/zizmor --offline .github
 	$(BIN)/actionlint -shellcheck $(BIN)/shellcheck

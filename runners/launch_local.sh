@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Launcher for runner `local`: run one cell on this machine, no allocation, no container.
 #
-# Same contract as every runners/launch_<key>.sh: the cell in the environment (matrix fields
-# upper-cased), RESULT_DIR to fill, optional PORT; the exit status is the cell's (0 SUCCESS, 1 FAILED,
+# Same contract as every runners/launch_<key>.sh: the cell as JSON in AGENTSWEEP_CELL, RESULT_DIR to
+# fill, optional PORT; the exit status is the cell's (0 SUCCESS, 1 FAILED,
 # 2 bad input). AGENTSWEEP_CELL_SCRIPT may point at another cell script (tests).
 set -euo pipefail
 
@@ -13,8 +13,8 @@ if [[ -z "${RESULT_DIR:-}" ]]; then
   echo "launch_local: input error: environment variable RESULT_DIR is required" >&2
   exit 2
 fi
-if [[ -z "${EXP_NAME:-}" ]]; then
-  echo "launch_local: input error: environment variable EXP_NAME is required (the matrix cell)" >&2
+if [[ -z "${AGENTSWEEP_CELL:-}" ]]; then
+  echo "launch_local: input error: environment variable AGENTSWEEP_CELL is required (the matrix cell's JSON)" >&2
   exit 2
 fi
 mkdir -p "$RESULT_DIR"
@@ -22,6 +22,6 @@ RESULT_DIR="$(cd "$RESULT_DIR" && pwd)"
 export RESULT_DIR
 # Relative paths in a cell (TRACES) are relative to the repository root, as in the configs.
 cd "$repo"
-echo "launch_local: cell $EXP_NAME -> $RESULT_DIR" >&2
+echo "launch_local: cell -> $RESULT_DIR" >&2
 # exec: signals sent to this launcher reach the cell script directly.
 exec "$cell_script" "$@"

@@ -27,7 +27,7 @@ class PlanError(Exception):
 
 
 def job_timeout_min(duration_s: int, engine: str, default_min: int) -> int:
-    from agentsweep.launch.runner_env import time_limit_min
+    from agentsweep.cell.allocation import time_limit_min
 
     return time_limit_min(duration_s, engine, {}, default_min) + QUEUE_MARGIN_MIN
 
@@ -49,7 +49,8 @@ def load_cells(path: Path) -> list[dict[str, Any]]:
 
 def plan(cells: list[dict[str, Any]], runners_file: str | None) -> dict[str, str]:
     from agentsweep.config import load_runners  # the project's own validation of runners.yaml
-    from agentsweep.errors import AgentsweepError
+    from agentsweep.contract.cell import Cell
+    from agentsweep.errors import AgentsweepError, InputError
 
     try:
         specs = load_runners(runners_file)
@@ -57,10 +58,14 @@ def plan(cells: list[dict[str, Any]], runners_file: str | None) -> dict[str, str
         raise PlanError(str(err)) from None
     runners: dict[str, dict[str, Any]] = {}
     timeouts: dict[str, int] = {}
-    for cell in cells:
+    for i, cell in enumerate(cells):
         key = cell["runner"]
         if key not in specs:
             raise PlanError(f"cell {cell['exp_name']}: runner '{key}' is not in runners.yaml")
+        try:  # the whole cell, as the cell job will read it
+            Cell.parse(cell, where=f"include[{i}]")
+        except InputError as err:
+            raise PlanError(str(err)) from None
         spec = specs[key]
         runners[key] = {"runs_on": list(spec.runs_on), "launcher": spec.launcher}
         timeouts[cell["exp_name"]] = job_timeout_min(cell["duration"], cell["engine"], spec.time_limit_min)

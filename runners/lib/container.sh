@@ -49,8 +49,8 @@ as_mount_paths() {
   local -a paths=("$AS_REPO" "$RESULT_DIR")
   [[ -n ${AS_HF_CACHE:-} ]] && paths+=("$AS_HF_CACHE")
   [[ $AS_CELL_SCRIPT != "$AS_REPO"/* ]] && paths+=("$(dirname "$AS_CELL_SCRIPT")")
-  if [[ ${TRACES:-} == /* && ${TRACES} != "$AS_REPO"/* && -e ${TRACES} ]]; then
-    if [[ -d $TRACES ]]; then paths+=("$TRACES"); else paths+=("$(dirname "$TRACES")"); fi
+  if [[ ${AS_TRACES:-} == /* && ${AS_TRACES} != "$AS_REPO"/* && -e ${AS_TRACES} ]]; then
+    if [[ -d $AS_TRACES ]]; then paths+=("$AS_TRACES"); else paths+=("$(dirname "$AS_TRACES")"); fi
   fi
   printf '%s\n' "${paths[@]}" | awk '!seen[$0]++'
 }
@@ -73,7 +73,7 @@ as_pyxis_args() {
 
 # as_container_name: this cell's docker container name (unique per cell and job).
 as_container_name() {
-  local name="agentsweep-${EXP_NAME:-cell}-${SLURM_JOB_ID:-${AS_JOB_ID:-0}}"
+  local name="agentsweep-${AS_EXP_NAME:-cell}-${SLURM_JOB_ID:-${AS_JOB_ID:-0}}"
   printf '%s' "${name//[^A-Za-z0-9_.-]/_}"
 }
 

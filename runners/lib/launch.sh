@@ -1,8 +1,8 @@
 # shellcheck shell=bash
 # The launcher flow shared by runners/launch_<hardware>.sh (sourced; call `as_launch RUNNER VENDOR`).
 #
-# In: the cell from the environment (upper-cased cell fields, RESULT_DIR, optional PORT and
-# AGENTSWEEP_RUNNERS), the runner's facts from configs/runners.yaml. Out: RESULT_DIR filled by the cell
+# In: the cell as JSON in AGENTSWEEP_CELL, RESULT_DIR, optional PORT and AGENTSWEEP_RUNNERS from the
+# environment; the runner's facts from configs/runners.yaml. Out: RESULT_DIR filled by the cell
 # script, and the cell's exit status. The allocation is always released (scancel) on the way out.
 #
 # Knobs (environment): AGENTSWEEP_CELL_SCRIPT (default benchmarks/run_cell.sh), AGENTSWEEP_PYTHON,
@@ -34,10 +34,11 @@ as_python() {
   fi
 }
 
-# as_load_runner RUNNER: set the AS_* runner values and the cell's derived Slurm figures.
+# as_load_runner RUNNER: check the cell and set the AS_* runner values, the cell's exp_name, image and
+# traces, and its derived Slurm figures.
 as_load_runner() {
   local out status=0
-  out=$(PYTHONPATH="$AS_REPO/utils${PYTHONPATH:+:$PYTHONPATH}" "$(as_python)" -m agentsweep.launch.runner_env "$1") ||
+  out=$(PYTHONPATH="$AS_REPO/utils${PYTHONPATH:+:$PYTHONPATH}" "$(as_python)" -m agentsweep.cell.allocation "$1") ||
     status=$?
   ((status == 0)) || exit "$status" # the helper already printed one line saying why
   eval "$out"
@@ -91,10 +92,10 @@ as_import_image() {
   # shellcheck disable=SC2016 # expanded by the inner bash
   srun --jobid="$AS_JOB_ID" --nodes=1 --ntasks=1 --export="$(as_export_list)" \
     bash -c 'source "$1/common.sh" && source "$1/container.sh" && as_import_squash "$2" "$3"' \
-    import "$AS_LIB" "$IMAGE" "$AS_SQSH" || status=$?
+    import "$AS_LIB" "$AS_IMAGE" "$AS_SQSH" || status=$?
   if ((status != 0)); then
-    as_mark_failed "enroot import of $IMAGE failed"
-    as_die 1 "enroot import of $IMAGE into $AS_SQSH failed (exit $status)"
+    as_mark_failed "enroot import of $AS_IMAGE failed"
+    as_die 1 "enroot import of $AS_IMAGE into $AS_SQSH failed (exit $status)"
   fi
 }
 
@@ -153,7 +154,7 @@ as_launch() {
   AS_REPO=$(cd "$AS_LIB/../.." && pwd)
   export AS_REPO AS_RUNNER=$runner AS_VENDOR=$vendor
   as_load_runner "$runner"
-  export AS_CONTAINER_RUNTIME AS_HF_CACHE
+  export AS_CONTAINER_RUNTIME AS_HF_CACHE AS_EXP_NAME AS_IMAGE AS_TRACES
 
   mkdir -p "$RESULT_DIR" || as_die 2 "cannot create RESULT_DIR=$RESULT_DIR"
   RESULT_DIR=$(cd "$RESULT_DIR" && pwd)
@@ -172,11 +173,11 @@ as_launch() {
   AS_CONTAINER_ARGS=()
   case $AS_CONTAINER_RUNTIME in
   pyxis | docker)
-    [[ -n ${IMAGE:-} ]] || as_die 2 "cell IMAGE is empty but runner $runner runs cells in $AS_CONTAINER_RUNTIME"
+    [[ -n ${AS_IMAGE:-} ]] || as_die 2 "cell IMAGE is empty but runner $runner runs cells in $AS_CONTAINER_RUNTIME"
     ;;
   esac
   if [[ $AS_CONTAINER_RUNTIME == pyxis ]]; then
-    AS_SQSH=$(as_squash_path "$IMAGE")
+    AS_SQSH=$(as_squash_path "$AS_IMAGE")
     as_pyxis_args "$AS_SQSH"
   fi
   as_salloc_args
@@ -185,14 +186,14 @@ as_launch() {
     as_print_cmd salloc "${AS_SALLOC_ARGS[@]}"
     if [[ $AS_CONTAINER_RUNTIME == pyxis ]]; then
       echo "# once per image, on the node, under flock $AS_SQSH.lock:"
-      as_print_cmd enroot import --output "$AS_SQSH" "$(as_enroot_uri "$IMAGE")"
+      as_print_cmd enroot import --output "$AS_SQSH" "$(as_enroot_uri "$AS_IMAGE")"
     fi
     as_print_cmd srun --jobid=JOBID --nodes=1 --ntasks=1 "--export=$(as_export_list)" \
       "${AS_CONTAINER_ARGS[@]}" bash "$AS_LIB/step.sh"
     if [[ $AS_CONTAINER_RUNTIME == docker ]]; then
       echo "# on the node, step.sh runs:"
       AS_JOB_ID=JOBID as_docker_args "$(AS_JOB_ID=JOBID as_container_name)" CELL_ENV_NAMES
-      as_print_cmd docker run "${AS_DOCKER_ARGS[@]}" "$IMAGE" bash "$AS_CELL_SCRIPT"
+      as_print_cmd docker run "${AS_DOCKER_ARGS[@]}" "$AS_IMAGE" bash "$AS_CELL_SCRIPT"
     fi
     exit 0
   fi
@@ -204,9 +205,9 @@ as_launch() {
   [[ $AS_CONTAINER_RUNTIME == pyxis ]] && as_import_image
   as_run_step || status=$?
   if ((status != 0)); then
-    as_log "cell ${EXP_NAME:-} failed with exit status $status"
+    as_log "cell $AS_EXP_NAME failed with exit status $status"
   else
-    as_log "cell ${EXP_NAME:-} finished"
+    as_log "cell $AS_EXP_NAME finished"
   fi
   exit "$status"
 }

@@ -1,14 +1,9 @@
 # shellcheck shell=bash
 # Slurm side of the launchers: allocation arguments, job id parsing, the env export list, release.
-# Reads the AS_* runner values printed by `python -m agentsweep.launch.runner_env` (see launch.sh).
+# Reads the AS_* values printed by `python -m agentsweep.cell.allocation` (see launch.sh).
 
-# Cell fields of the matrix contract (env name = field name upper-cased), exported to the step by name.
-AS_CELL_FIELDS=(
-  CONFIG_KEY EXP_NAME RUNNER ENGINE MODEL PRECISION IMAGE TP EP GPUS USERS OFFLOAD CPU_DRAM_GB
-  OFFLOAD_CONNECTOR DURATION TRACES MAX_CONTEXT MAX_DELAY ADVANCE_MIN ADVANCE_MAX TIMING_STRATEGY
-  IGNORE_EOS SEED WARMUP_REQUESTS API SPEED ENGINE_ARGS ENGINE_ENV CLIENT
-)
-# Other names the cell may need. Secrets are in this list by name only: Slurm copies their values from
+# The cell itself travels as one JSON value in AGENTSWEEP_CELL (exported with every AS_*/AGENTSWEEP_*
+# name). Other names the cell may need. Secrets are in this list by name only: Slurm copies their values from
 # the launcher's environment, so they never appear on a command line or in the job's record.
 AS_PASS_NAMES=(
   RESULT_DIR PORT HF_TOKEN HUGGING_FACE_HUB_TOKEN HF_HUB_CACHE HF_HUB_OFFLINE
@@ -22,7 +17,7 @@ as_gres() {
 
 # as_salloc_args: fill the array AS_SALLOC_ARGS for this cell.
 as_salloc_args() {
-  local name="agentsweep-${EXP_NAME:-cell}"
+  local name="agentsweep-${AS_EXP_NAME:-cell}"
   AS_SALLOC_ARGS=(
     --no-shell
     "--job-name=${name:0:120}"
@@ -74,7 +69,7 @@ as_export_list() {
   local -a names=() own=()
   local name
   mapfile -t own < <(compgen -e | grep -E '^(AS|AGENTSWEEP)_' || true)
-  for name in "${AS_CELL_FIELDS[@]}" "${AS_PASS_NAMES[@]}" "${own[@]}"; do
+  for name in "${AS_PASS_NAMES[@]}" "${own[@]}"; do
     as_is_name "$name" || continue
     if [[ ${AS_CONTAINER_RUNTIME:-none} != none && " ${AS_HOST_ONLY_NAMES[*]} " == *" $name "* ]]; then
       continue

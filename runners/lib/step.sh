@@ -43,7 +43,7 @@ none | pyxis)
   run_cell_here
   ;;
 docker)
-  : "${IMAGE:?cell IMAGE is empty}"
+  : "${AS_IMAGE:?cell IMAGE is empty}"
   name=$(as_container_name)
   # The container gets the cell's env by name, without the host's PATH/HOME/venv.
   env_names=()
@@ -61,8 +61,8 @@ docker)
   }
   trap 'stop_container; exit 143' TERM
   trap 'stop_container; exit 130' INT
-  as_log "docker run --name $name $IMAGE"
-  docker run "${AS_DOCKER_ARGS[@]}" "$IMAGE" bash "$AS_CELL_SCRIPT" &
+  as_log "docker run --name $name $AS_IMAGE"
+  docker run "${AS_DOCKER_ARGS[@]}" "$AS_IMAGE" bash "$AS_CELL_SCRIPT" &
   status=0
   wait "$!" || status=$?
   trap - TERM INT

@@ -12,11 +12,11 @@ import textwrap
 import time
 from pathlib import Path
 
-from agentsweep.cell.recipes import EngineLaunch
-from agentsweep.cell.runner import CellOptions, CellPlan, free_port, plan_cell, run_cell
-from agentsweep.cell.spec import CellSpec
+from agentsweep.cell.engines import EngineLaunch
+from agentsweep.cell.lifecycle import CellOptions, CellPlan, free_port, plan_cell, run_cell
+from agentsweep.contract.cell import Cell
 
-CELL = CellSpec(
+CELL = Cell(
     exp_name="t-tp1-ep1-u2-off", engine="sim", model="m", tp=1, users=2, offload="off", duration=5, traces="t"
 )
 
@@ -102,12 +102,12 @@ DRIVER = textwrap.dedent(
     """
     import dataclasses, json, sys
     from pathlib import Path
-    from agentsweep.cell.recipes import EngineLaunch
-    from agentsweep.cell.runner import CellOptions, install_signal_handlers, plan_cell, run_cell
-    from agentsweep.cell.spec import CellSpec
+    from agentsweep.cell.engines import EngineLaunch
+    from agentsweep.cell.lifecycle import CellOptions, install_signal_handlers, plan_cell, run_cell
+    from agentsweep.contract.cell import Cell
     engine, replayer, scraper = (json.loads(a) for a in sys.argv[1:4])
     rd, port = Path(sys.argv[4]), int(sys.argv[5])
-    cell = CellSpec(exp_name="x", engine="sim", model="m", tp=1, users=1, offload="off", duration=60, traces="t")
+    cell = Cell(exp_name="x", engine="sim", model="m", tp=1, users=1, offload="off", duration=60, traces="t")
     plan = dataclasses.replace(
         plan_cell(cell, rd, port=port, hardware=None),
         engine=EngineLaunch(argv=engine + ["--port", str(port), "--child-pid-file", str(rd.parent / "child.pid")]),
@@ -194,7 +194,7 @@ def test_client_picks_the_load_generator(tmp_path):
     """client=replay runs kv-cache-tester; client=aiperf the experimental AIPerf path, same result dir."""
     replay = plan_cell(CELL, tmp_path, port=8000, hardware=None).replay_argv
     assert replay[1:4] == ["-m", "kv_cache_tester.cli", "replay"]
-    aiperf = plan_cell(dataclasses.replace(CELL, client="aiperf"), tmp_path, port=8000, hardware=None)
+    aiperf = plan_cell(CELL.replace(client="aiperf"), tmp_path, port=8000, hardware=None)
     assert aiperf.replay_argv[1:4] == ["-m", "agentsweep.experimental.aiperf", "run-cell"]
     cell = json.loads(aiperf.replay_argv[aiperf.replay_argv.index("--cell") + 1])
     assert cell["client"] == "aiperf" and cell["users"] == 2

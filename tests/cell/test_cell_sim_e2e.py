@@ -9,31 +9,33 @@ import time
 from pathlib import Path
 
 import pytest
+from agentsweep.contract.cell import CELL_ENV_VAR
 
 pytestmark = pytest.mark.slow
 
 
-def _cell_env(repo_root: Path, result_dir: Path, **over: str) -> dict[str, str]:
+def _cell_env(repo_root: Path, result_dir: Path, **over: object) -> dict[str, str]:
     cell = {
-        "CONFIG_KEY": "e2e",
-        "EXP_NAME": "e2e-tp1-ep1-u2-off",
-        "RUNNER": "local",
-        "ENGINE": "sim",
-        "MODEL": "meta-llama/Llama-3.3-70B-Instruct",
-        "PRECISION": "fp8",
-        "TP": "1",
-        "USERS": "2",
-        "OFFLOAD": "off",
-        "DURATION": "4",
-        "TRACES": str(repo_root / "kv-cache-tester" / "sample_traces"),
-        "MAX_CONTEXT": "65536",
-        "WARMUP_REQUESTS": "0",
-        "SPEED": "50",
-        "ENGINE_ARGS": "--num-gpu-blocks-override 4096",
-        "ENGINE_ENV": '{"HF_TOKEN": "do-not-leak"}',
+        "config_key": "e2e",
+        "exp_name": "e2e-tp1-ep1-u2-off",
+        "runner": "local",
+        "engine": "sim",
+        "model": "meta-llama/Llama-3.3-70B-Instruct",
+        "precision": "fp8",
+        "tp": 1,
+        "users": 2,
+        "offload": "off",
+        "duration": 4,
+        "traces": str(repo_root / "kv-cache-tester" / "sample_traces"),
+        "max_context": 65536,
+        "warmup_requests": 0,
+        "speed": 50,
+        "engine_args": "--num-gpu-blocks-override 4096",
+        "engine_env": {"HF_TOKEN": "do-not-leak"},
     }
-    env = {k: v for k, v in os.environ.items() if k.upper() not in cell and k not in ("PORT", "RESULT_DIR")}
-    return {**env, **cell, **over, "RESULT_DIR": str(result_dir)}
+    skip = (CELL_ENV_VAR, "PORT", "RESULT_DIR")
+    env = {k: v for k, v in os.environ.items() if k not in skip}
+    return {**env, CELL_ENV_VAR: json.dumps({**cell, **over}), "RESULT_DIR": str(result_dir)}
 
 
 def _run(repo_root: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -71,9 +73,7 @@ def test_sim_cell_succeeds_with_every_result_file(repo_root, tmp_path):
 
 def test_engine_crash_mid_run_leaves_a_failed_cell_with_complete_requests(repo_root, tmp_path):
     rd = tmp_path / "cell"
-    env = _cell_env(
-        repo_root, rd, ENGINE_ARGS="--num-gpu-blocks-override 4096 --crash-after 6", DURATION="30"
-    )
+    env = _cell_env(repo_root, rd, engine_args="--num-gpu-blocks-override 4096 --crash-after 6", duration=30)
     start = time.monotonic()
     proc = _run(repo_root, env)
     assert time.monotonic() - start < 60

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -11,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from agentsweep.cli import main
+from agentsweep.contract.cell import CELL_ENV_VAR
 
 pytestmark = pytest.mark.slow
 USERS = 2
@@ -20,26 +22,26 @@ MAX_CONTEXT = 65536
 def _run_cell(repo_root: Path, results: Path, users: int, offload: str) -> None:
     exp = f"e2e-tp1-ep1-u{users}-{offload}"
     cell = {
-        "CONFIG_KEY": "e2e",
-        "EXP_NAME": exp,
-        "RUNNER": "local",
-        "ENGINE": "sim",
-        "MODEL": "meta-llama/Llama-3.3-70B-Instruct",
-        "PRECISION": "fp8",
-        "TP": "1",
-        "USERS": str(users),
-        "OFFLOAD": offload,
-        "DURATION": "4",
-        "TRACES": str(repo_root / "kv-cache-tester" / "sample_traces"),
-        "MAX_CONTEXT": str(MAX_CONTEXT),
-        "WARMUP_REQUESTS": "0",
-        "SPEED": "50",
-        "ENGINE_ARGS": "--num-gpu-blocks-override 4096",
+        "config_key": "e2e",
+        "exp_name": exp,
+        "runner": "local",
+        "engine": "sim",
+        "model": "meta-llama/Llama-3.3-70B-Instruct",
+        "precision": "fp8",
+        "tp": 1,
+        "users": users,
+        "offload": offload,
+        "duration": 4,
+        "traces": str(repo_root / "kv-cache-tester" / "sample_traces"),
+        "max_context": MAX_CONTEXT,
+        "warmup_requests": 0,
+        "speed": 50,
+        "engine_args": "--num-gpu-blocks-override 4096",
     }
-    env = {k: v for k, v in os.environ.items() if k.upper() not in cell and k not in ("PORT", "RESULT_DIR")}
+    env = {k: v for k, v in os.environ.items() if k not in (CELL_ENV_VAR, "PORT", "RESULT_DIR")}
     proc = subprocess.run(
         [str(repo_root / "benchmarks" / "run_cell.sh"), "--health-timeout", "30"],
-        env={**env, **cell, "RESULT_DIR": str(results / "e2e" / exp)},
+        env={**env, CELL_ENV_VAR: json.dumps(cell), "RESULT_DIR": str(results / "e2e" / exp)},
         capture_output=True,
         text=True,
         timeout=90,

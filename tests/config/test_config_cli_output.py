@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from agentsweep.config import CELL_FIELDS, Cell, select_cells
+from agentsweep.config import select_cells
+from agentsweep.contract.cell import CELL_FIELDS, Cell
 
 
 def test_demo_table_has_every_cell_and_the_count(cli) -> None:
@@ -28,7 +29,7 @@ def test_json_round_trips_into_the_github_matrix_shape(cli) -> None:
     assert result.rc == 0, result.err
     data = json.loads(result.out)
     assert list(data) == ["include"]
-    cells = [Cell.from_dict(item) for item in data["include"]]
+    cells = [Cell.parse(item) for item in data["include"]]
     assert cells == select_cells(None, ["demo"])
     for item in data["include"]:
         assert tuple(item) == CELL_FIELDS
@@ -41,12 +42,12 @@ def test_default_output_off_a_terminal_is_json(cli) -> None:
     assert len(json.loads(result.out)["include"]) == 3
 
 
-def test_env_round_trip() -> None:
+def test_json_round_trip() -> None:
     for cell in select_cells(None, ["demo", "dsr1-fp4-b200-vllm"]):
-        env = cell.to_env()
-        assert set(env) == {f.upper() for f in CELL_FIELDS}
-        assert Cell.from_env(env) == cell
-    assert select_cells(None, ["demo"])[0].to_env()["IGNORE_EOS"] == "true"
+        text = cell.to_json()
+        assert tuple(json.loads(text)) == CELL_FIELDS
+        assert Cell.parse(text) == cell
+    assert json.loads(select_cells(None, ["demo"])[0].to_json())["ignore_eos"] is True
 
 
 def test_github_output_writes_both_files(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,8 +8,10 @@ import shlex
 from pathlib import Path
 
 import pytest
-from agentsweep.config import CELL_FIELDS, Cell, expand, load_runners, load_sweep
+from agentsweep.config import expand, load_runners, load_sweep
 from agentsweep.config.loader import read_config_file
+from agentsweep.contract.cell import CELL_FIELDS, Cell
+from pydantic import ValidationError
 
 CONTRACT_FIELDS = {
     "config_key": str, "exp_name": str, "runner": str, "engine": str, "model": str, "precision": str,
@@ -107,6 +109,6 @@ def test_demo_is_two_tp_by_three_users_by_three_modes(repo_root: Path) -> None:
 
 def test_cell_is_frozen() -> None:
     cell = expand(load_sweep(None, "demo-mini"), load_runners())[0]
-    with pytest.raises(AttributeError):
+    with pytest.raises(ValidationError, match="frozen"):
         cell.tp = 4  # type: ignore[misc]
-    assert Cell.from_dict(cell.to_dict()) == cell
+    assert Cell.parse(cell.to_json()) == cell

@@ -255,7 +255,7 @@ def cell_env(tmp_path: Path) -> Callable[..., dict[str, str]]:
             )
         )
         (cell,) = select_cells(sweep, [key], runners=load_runners(runners_path))
-        env = {**(base_env or os.environ), **cell.to_env()}
+        env = {**(base_env or os.environ), "AGENTSWEEP_CELL": cell.to_json()}
         env["RESULT_DIR"] = str(tmp_path / "results" / cell.exp_name)
         env["AGENTSWEEP_RUNNERS"] = str(runners_path)
         return env

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stand-in for benchmarks/run_cell.sh in the launcher tests: records what reached the cell (the cell
-# fields, the visible devices, where it ran) the way run_cell.sh does, without an engine.
+# from AGENTSWEEP_CELL, the visible devices, where it ran) the way run_cell.sh does, without an engine.
 # AGENTSWEEP_TEST_EXIT: exit status to return; AGENTSWEEP_TEST_SLEEP: seconds to run first.
 set -euo pipefail
 : "${RESULT_DIR:?}"
@@ -17,7 +17,7 @@ fields = ("exp_name", "runner", "gpus", "tp", "engine", "image")
 visible = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES") if k in os.environ}
 record = {
     "schema_version": 1,
-    "cell": {f: os.environ.get(f.upper()) for f in fields},
+    "cell": {f: json.loads(os.environ["AGENTSWEEP_CELL"]).get(f) for f in fields},
     "visible_devices": visible,
     "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
     "job_info": os.environ["JOB_INFO"],

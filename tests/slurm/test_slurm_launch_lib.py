@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from agentsweep.config import CELL_FIELDS
-from agentsweep.launch.runner_env import main as runner_env_main
-from agentsweep.launch.runner_env import mem_gb, time_limit_min
+from agentsweep.cell.allocation import main as allocation_main
+from agentsweep.cell.allocation import mem_gb, time_limit_min
+from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 
 REPO = Path(__file__).resolve().parents[2]
 LIB = REPO / "runners" / "lib"
@@ -75,37 +75,43 @@ def test_gres_is_typed_when_the_runner_names_a_type():
     assert bash("as_gres '' 2").stdout == "gpu:2"
 
 
-def test_cell_field_list_matches_the_matrix_contract():
-    proc = bash('printf "%s\\n" "${AS_CELL_FIELDS[@]}"')
-    assert proc.stdout.split() == [f.upper() for f in CELL_FIELDS]
+def test_the_cell_travels_as_one_variable_not_a_field_list():
+    proc = bash("declare -p AS_CELL_FIELDS")
+    assert proc.returncode != 0  # no hand-kept copy of the cell's fields in the launcher library
+    env = {"PATH": os.environ["PATH"], CELL_ENV_VAR: '{"exp_name": "k"}', "TP": "4"}
+    assert bash("as_export_list", env).stdout.split(",") == ["PATH", CELL_ENV_VAR]
 
 
 def test_export_list_names_only_what_is_set_and_never_all():
     env = {
         "PATH": os.environ["PATH"],
         "HOME": "/root",
-        "EXP_NAME": "k-tp1-ep1-u1-off",
-        "GPUS": "1",
+        CELL_ENV_VAR: '{"exp_name": "k-tp1-ep1-u1-off"}',
         "HF_TOKEN": "hf_secret,with=odd chars",
         "AGENTSWEEP_CELL_SCRIPT": "/x.sh",
         "UNRELATED_SECRET": "nope",
     }
     proc = bash("as_export_list", env)
     names = proc.stdout.split(",")
-    assert "HF_TOKEN" in names and "EXP_NAME" in names and "AGENTSWEEP_CELL_SCRIPT" in names
+    assert "HF_TOKEN" in names and CELL_ENV_VAR in names and "AGENTSWEEP_CELL_SCRIPT" in names
     assert "ALL" not in names and "UNRELATED_SECRET" not in names and "TP" not in names
     assert "hf_secret" not in proc.stdout and "=" not in proc.stdout
     assert len(names) == len(set(names))
 
 
 def test_export_list_keeps_host_python_out_of_containers():
-    env = {"PATH": os.environ["PATH"], "VIRTUAL_ENV": "/v", "AGENTSWEEP_PYTHON": "/v/bin/python", "GPUS": "1"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "VIRTUAL_ENV": "/v",
+        "AGENTSWEEP_PYTHON": "/v/bin/python",
+        CELL_ENV_VAR: "{}",
+    }
     on_host = bash("as_export_list", {**env, "AS_CONTAINER_RUNTIME": "none"}).stdout.split(",")
-    assert {"VIRTUAL_ENV", "AGENTSWEEP_PYTHON", "PATH", "GPUS"} <= set(on_host)
+    assert {"VIRTUAL_ENV", "AGENTSWEEP_PYTHON", "PATH", CELL_ENV_VAR} <= set(on_host)
     for runtime in ("pyxis", "docker"):
         in_container = bash("as_export_list", {**env, "AS_CONTAINER_RUNTIME": runtime}).stdout.split(",")
         assert "VIRTUAL_ENV" not in in_container and "AGENTSWEEP_PYTHON" not in in_container
-        assert "GPUS" in in_container
+        assert CELL_ENV_VAR in in_container
 
 
 @pytest.mark.parametrize(
@@ -178,40 +184,55 @@ def test_memory_covers_the_offload_budget():
     assert mem_gb(10, {"AGENTSWEEP_MEM_OVERHEAD_GB": "0"}) == 10
 
 
-def test_runner_env_prints_quoted_assignments(tmp_path, make_runners, monkeypatch, capsys):
+ALLOC_CELL = Cell(
+    exp_name="k-tp4-ep1-u8-off",
+    runner="b200",
+    engine="vllm",
+    model="m",
+    image="img:1",
+    tp=4,
+    users=8,
+    offload="off",
+    duration=600,
+    traces="/data/traces",
+)
+
+
+def test_allocation_prints_quoted_assignments(tmp_path, make_runners, monkeypatch, capsys):
     runners = make_runners(tmp_path / "runners.yaml")
-    for name, value in {"GPUS": "4", "DURATION": "600", "ENGINE": "vllm", "RUNNER": "b200"}.items():
-        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(CELL_ENV_VAR, ALLOC_CELL.to_json())
     monkeypatch.setenv("RESULT_DIR", str(tmp_path / "r"))
-    monkeypatch.setenv("EXP_NAME", "k-tp4-ep1-u8-off")
-    monkeypatch.setenv("CPU_DRAM_GB", "0")
-    assert runner_env_main(["b200", "--runners", str(runners)]) == 0
+    assert allocation_main(["b200", "--runners", str(runners)]) == 0
     values = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())
     assert values["AS_GRES_TYPE"] == "b200" and values["AS_PARTITION"] == "b200"
     assert values["AS_GPUS"] == "4" and values["AS_TIME_LIMIT_MIN"] == "45"
     assert values["AS_ACCOUNT"] == "''" and values["AS_MEM_GB"] == "0"
+    assert values["AS_EXP_NAME"] == "k-tp4-ep1-u8-off" and values["AS_IMAGE"] == "img:1"
+    assert values["AS_TRACES"] == "/data/traces"
 
 
 @pytest.mark.parametrize(
-    ("runner", "env", "message"),
+    ("runner", "cell", "message"),
     [
-        ("h999", {"GPUS": "1"}, "no runner 'h999' (known: b200, h200, mi355x)"),
-        ("h200", {"GPUS": "two"}, "input error: cell env GPUS='two': not an integer"),
-        ("h200", {"GPUS": "1", "RUNNER": "b200"}, "cell env RUNNER='b200' but this is the 'h200' launcher"),
-        ("h200", {}, "cell env GPUS is not set"),
+        ("h999", ALLOC_CELL.to_json(), "no runner 'h999' (known: b200, h200, mi355x)"),
+        (
+            "b200",
+            ALLOC_CELL.to_json().replace('"gpus":4', '"gpus":"two"'),
+            "input error: $AGENTSWEEP_CELL.gpus: expected an integer, got 'two'",
+        ),
+        ("h200", ALLOC_CELL.to_json(), "cell.runner: 'b200' but this is the 'h200' launcher"),
+        ("b200", None, f"environment variable {CELL_ENV_VAR} is not set"),
     ],
 )
-def test_runner_env_bad_input_is_one_line_exit_2(
-    tmp_path, make_runners, monkeypatch, capsys, runner, env, message
+def test_allocation_bad_input_is_one_line_exit_2(
+    tmp_path, make_runners, monkeypatch, capsys, runner, cell, message
 ):
     runners = make_runners(tmp_path / "runners.yaml")
-    for name in ("GPUS", "RUNNER", "DURATION"):
-        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv(CELL_ENV_VAR, raising=False)
     monkeypatch.setenv("RESULT_DIR", str(tmp_path))
-    monkeypatch.setenv("EXP_NAME", "x")
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    assert runner_env_main([runner, "--runners", str(runners)]) == 2
+    if cell is not None:
+        monkeypatch.setenv(CELL_ENV_VAR, cell)
+    assert allocation_main([runner, "--runners", str(runners)]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
 
@@ -263,7 +284,7 @@ def test_pyxis_dry_run_shows_allocation_import_and_container(tmp_path, cell_env)
     assert f"{REPO}:{REPO}" in mounts and f"{tmp_path / 'hf'}:{tmp_path / 'hf'}" in mounts
     assert f"{env['RESULT_DIR']}:{env['RESULT_DIR']}" in mounts
     exported = next(w for w in words if w.startswith("--export=")).split("=", 1)[1].split(",")
-    assert {"HF_TOKEN", "HF_HUB_CACHE", "EXP_NAME", "RESULT_DIR"} <= set(exported)
+    assert {"HF_TOKEN", "HF_HUB_CACHE", CELL_ENV_VAR, "RESULT_DIR"} <= set(exported)
     assert "hf_dry_secret" not in proc.stdout + proc.stderr
 
 
@@ -274,7 +295,7 @@ def test_docker_dry_run_shows_the_named_container(tmp_path, cell_env):
     assert proc.returncode == 0, proc.stderr
     docker = shlex.split(proc.stdout.splitlines()[-1])
     assert docker[:2] == ["docker", "run"]
-    assert docker[docker.index("--name") + 1] == f"agentsweep-{env['EXP_NAME']}-JOBID"
+    assert docker[docker.index("--name") + 1] == f"agentsweep-{Cell.parse(env[CELL_ENV_VAR]).exp_name}-JOBID"
     assert "/dev/kfd" in docker and "/dev/dri" in docker and "video" in docker
     assert docker[-3:] == ["rocm/vllm:latest", "bash", str(REPO / "benchmarks" / "run_cell.sh")]
 

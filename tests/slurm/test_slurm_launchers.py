@@ -58,7 +58,7 @@ def test_cell_gets_typed_gpus_and_results_land(slurm, cell_env, make_runners, tm
     result = Path(env["RESULT_DIR"])
     assert (result / "status.txt").read_text().splitlines()[0] == "SUCCESS"
     record = json.loads((result / "cell.json").read_text())
-    assert record["cell"]["exp_name"] == env["EXP_NAME"]
+    assert record["cell"]["exp_name"] == json.loads(env["AGENTSWEEP_CELL"])["exp_name"]
     assert record["cwd"] == str(REPO)
 
     # The GPU list reaches the cell in the variable the vendor's runtime reads, and only there.
@@ -74,7 +74,9 @@ def test_cell_gets_typed_gpus_and_results_land(slurm, cell_env, make_runners, tm
     assert job_field(info, "TresPerNode") == f"gres:gpu:{runner}:2"
     assert job_field(info, "Partition") == runner
     assert job_field(info, "TimeLimit") == "00:08:00"
-    assert job_field(info, "MinMemoryNode") == f"{int(float(env['CPU_DRAM_GB'])) + 32}G"
+    assert (
+        job_field(info, "MinMemoryNode") == f"{int(json.loads(env['AGENTSWEEP_CELL'])['cpu_dram_gb']) + 32}G"
+    )
 
     # The secret arrives by name; its value is never printed by the launcher.
     assert record["hf_token"] == SECRET
@@ -197,7 +199,7 @@ def test_mi355x_docker_runtime_runs_a_named_container(slurm, cell_env, make_runn
     assert proc.returncode == 0, proc.stderr
     (call,) = (state / "calls.log").read_text().splitlines()
     job_id = re.search(r"Granted job allocation (\d+)", proc.stderr).group(1)  # type: ignore[union-attr]
-    name = f"agentsweep-{env['EXP_NAME']}-{job_id}"
+    name = f"agentsweep-{json.loads(env['AGENTSWEEP_CELL'])['exp_name']}-{job_id}"
     for part in ("--device /dev/kfd", "--device /dev/dri", "--group-add video", f"--name {name}"):
         assert part in call
     assert "--env HF_TOKEN " in call and SECRET not in call
@@ -263,7 +265,8 @@ def test_real_cell_script_with_simulated_engine(slurm, cell_env, make_runners, t
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (result / "status.txt").read_text().splitlines()[0] == "SUCCESS"
     record = json.loads((result / "cell.json").read_text())
-    assert record["status"] == "SUCCESS" and record["cell"]["exp_name"] == env["EXP_NAME"]
+    assert record["status"] == "SUCCESS"
+    assert record["cell"]["exp_name"] == json.loads(env["AGENTSWEEP_CELL"])["exp_name"]
     name = "ROCR_VISIBLE_DEVICES" if runner == "mi355x" else "CUDA_VISIBLE_DEVICES"
     indices = [int(i) for i in record["visible_devices"][name].split(",")]
     assert len(indices) == 2 and all(i in TYPE_INDICES[runner] for i in indices)

@@ -28,12 +28,15 @@ CONFIG = textwrap.dedent(
     """
 )
 
-# A launcher with the real contract (cell in the env, RESULT_DIR, exit status of the cell) that runs no
+# A launcher with the real contract (the cell as JSON in AGENTSWEEP_CELL, RESULT_DIR, exit status of the cell) that runs no
 # engine: it logs the cell, fails the cells named in FAIL_CELLS, and sleeps SLEEP_S (killable by SIGTERM).
 LAUNCHER = textwrap.dedent(
     """\
     #!/usr/bin/env bash
     set -u
+    read -r EXP_NAME OFFLOAD USERS < <(python3 -c 'import json, os
+    c = json.loads(os.environ["AGENTSWEEP_CELL"])
+    print(c["exp_name"], c["offload"], c["users"])')
     echo "$EXP_NAME $OFFLOAD $USERS $RESULT_DIR" >> "$LAUNCH_LOG"
     mkdir -p "$RESULT_DIR"
     trap 'printf "FAILED\\ninterrupted by SIGTERM\\n" > "$RESULT_DIR/status.txt"; exit 1' TERM

@@ -341,8 +341,10 @@ def run_job(
             continue
         out_file = temp / f"output-{index}"
         summary_file = temp / f"summary-{index}"
+        env_file = temp / f"env-{index}"
         out_file.write_text("")
         summary_file.write_text("")
+        env_file.write_text("")
         script = temp / f"step-{index}.sh"
         script.write_text(step["run"])
         proc_env = {
@@ -355,6 +357,7 @@ def run_job(
             "RUNNER_TEMP": str(temp),
             "GITHUB_OUTPUT": str(out_file),
             "GITHUB_STEP_SUMMARY": str(summary_file),
+            "GITHUB_ENV": str(env_file),
             **step_env,
         }
         proc = subprocess.run(
@@ -367,6 +370,7 @@ def run_job(
             check=False,
         )
         outputs = parse_output_file(out_file.read_text())
+        env.update(parse_output_file(env_file.read_text()))  # $GITHUB_ENV: for the steps after this one
         if "id" in step:
             ctx["steps"][step["id"]] = {"outputs": outputs}
         summary_parts.append(summary_file.read_text())

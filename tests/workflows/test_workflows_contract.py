@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 import yaml
+from agentsweep.contract.cell import Cell
 
 REPO = Path(__file__).resolve().parents[2]
-# Inputs of agentic-cell.yml that are not matrix cell fields (resolved by the sweep's matrix job).
-CELL_CALL_EXTRAS = {"runs_on", "launcher", "timeout_minutes", "ref"}
-# Launch-step environment that is not a matrix cell field.
-LAUNCH_ENV_EXTRAS = {"LAUNCHER", "HF_TOKEN", "RESULT_DIR"}
+# Inputs of agentic-cell.yml: the cell as one JSON value, and what the sweep's matrix job resolved.
+CELL_CALL_INPUTS = {"cell", "runs_on", "launcher", "timeout_minutes", "ref"}
+MAX_CELL_INPUTS = 10
 # Labels GitHub itself provides (the self-hosted ones are listed in .github/actionlint.yaml).
 GITHUB_HOSTED = {"ubuntu-latest", "ubuntu-24.04", "ubuntu-22.04", "ubuntu-slim"}
 _EXPR_ONLY = re.compile(r"^\$\{\{\s*(?P<ctx>matrix|inputs)\.(?P<name>[a-z_]+)\s*\}\}$")
@@ -67,52 +67,35 @@ def emitted(cells_by_key: dict[str, list[dict[str, Any]]]) -> set[str]:
     return set(next(iter(sets)))
 
 
-def test_the_cell_workflow_declares_exactly_the_emitted_fields(
-    gha: SimpleNamespace, emitted: set[str]
-) -> None:
-    declared = set(gha.load_workflow("agentic-cell.yml")["on"]["workflow_call"]["inputs"])
-    assert declared - CELL_CALL_EXTRAS == emitted, (
-        f"emitted, not consumed: {sorted(emitted - declared)}; "
-        f"consumed, not emitted: {sorted(declared - CELL_CALL_EXTRAS - emitted)}"
-    )
+def test_the_cell_workflow_takes_the_cell_as_one_input(gha: SimpleNamespace) -> None:
+    declared = gha.load_workflow("agentic-cell.yml")["on"]["workflow_call"]["inputs"]
+    assert set(declared) == CELL_CALL_INPUTS and len(declared) <= MAX_CELL_INPUTS
+    assert declared["cell"] == {**declared["cell"], "type": "string", "required": True}
 
 
-def test_the_sweep_passes_every_field_from_the_matrix(gha: SimpleNamespace, emitted: set[str]) -> None:
+def test_the_sweep_passes_the_whole_matrix_cell(gha: SimpleNamespace) -> None:
     call = gha.load_workflow("agentic-sweep.yml")["jobs"]["cells"]
-    fields = {k: v for k, v in call["with"].items() if k not in CELL_CALL_EXTRAS}
-    assert set(fields) == emitted
-    for name, value in fields.items():
-        m = _EXPR_ONLY.match(str(value))
-        assert m and m["ctx"] == "matrix" and m["name"] == name, f"{name}: {value}"
+    assert set(call["with"]) == CELL_CALL_INPUTS
+    assert re.fullmatch(r"\$\{\{\s*toJSON\(matrix\)\s*\}\}", call["with"]["cell"])
+    # No input is taken from a single matrix field any more: the cell travels whole.
+    assert not any(_EXPR_ONLY.match(str(v)) and "matrix." in str(v) for v in call["with"].values())
 
 
-def test_the_launcher_gets_every_field_as_upper_case_env(gha: SimpleNamespace, emitted: set[str]) -> None:
+def test_the_launcher_gets_the_cell_as_one_variable(gha: SimpleNamespace) -> None:
     job = gha.load_workflow("agentic-cell.yml")["jobs"]["cell"]
+    assert job["env"] == {"AGENTSWEEP_CELL": "${{ inputs.cell }}"}
     (step,) = [s for s in job["steps"] if s.get("name") == "Run the cell"]
-    env = {**job.get("env", {}), **step["env"]}
-    fields = {k: v for k, v in env.items() if k not in LAUNCH_ENV_EXTRAS}
-    assert set(fields) == {name.upper() for name in emitted}
-    for var, value in fields.items():
-        m = _EXPR_ONLY.match(str(value))
-        assert m and m["ctx"] == "inputs" and m["name"] == var.lower(), f"{var}: {value}"
+    assert set(step["env"]) == {"LAUNCHER", "HF_TOKEN"}
 
 
-def test_input_types_fit_every_generated_value(
+def test_every_generated_cell_is_what_the_cell_job_reads(
     gha: SimpleNamespace, cells_by_key: dict[str, list[dict[str, Any]]]
 ) -> None:
-    declared = gha.load_workflow("agentic-cell.yml")["on"]["workflow_call"]["inputs"]
+    """toJSON(matrix) of every generated cell parses back into the same typed cell."""
     for where, cells in cells_by_key.items():
         for cell in cells:
-            for name, value in cell.items():
-                kind = declared[name]["type"]
-                ok = {
-                    "string": isinstance(value, str),
-                    "number": isinstance(value, int | float) and not isinstance(value, bool),
-                    "boolean": isinstance(value, bool),
-                }[kind]
-                assert ok, f"{where} {cell['exp_name']}.{name}={value!r} does not fit type {kind}"
-                if declared[name].get("required"):
-                    assert value != "" or kind != "string", f"{where}: required {name} is empty"
+            text = gha.to_text(cell)  # what toJSON(matrix) makes of it
+            assert Cell.parse(text).model_dump(mode="json") == cell, f"{where} {cell['exp_name']}"
 
 
 def test_runner_labels_are_known_to_actionlint(gha: SimpleNamespace) -> None:

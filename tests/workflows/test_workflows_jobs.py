@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 import yaml
-from agentsweep.config import Cell
-from agentsweep.launch.runner_env import time_limit_min
+from agentsweep.cell.allocation import time_limit_min
+from agentsweep.contract.cell import Cell
 
 REPO = Path(__file__).resolve().parents[2]
 SETUP = "$/.github/actions/setup"
@@ -162,12 +162,16 @@ def test_every_cell_reaches_its_runner_with_the_cell_as_env(gha: SimpleNamespace
     """cells job -> agentic-cell.yml: typed inputs, runs-on, time limit, and the launcher's env."""
     inputs, result, _ = _run_matrix_job(gha, tmp_path, config_key="*-vllm,demo", users="1,2,4")
     assert result.status == "success", [(s.name, s.output) for s in result.steps]
-    cell_job = gha.load_workflow("agentic-cell.yml")["jobs"]["cell"]
+    cell_wf = gha.load_workflow("agentic-cell.yml")
+    cell_job = cell_wf["jobs"]["cell"]
+    (check,) = [s for s in cell_job["steps"] if s.get("name") == "Check the cell"]
     (launch,) = [s for s in cell_job["steps"] if s.get("name") == "Run the cell"]
+    only_check = {**cell_wf, "jobs": {"cell": {**cell_job, "steps": [check]}}}
     runners = _runners()
     calls = _cell_calls(gha, inputs, result.outputs)
     assert len(calls) == len(json.loads(result.outputs["matrix"])["include"]) > 20
-    for cell, cell_inputs, secrets in calls:
+    workspace = gha.make_workspace(tmp_path / "ws-cell")
+    for i, (cell, cell_inputs, secrets) in enumerate(calls):
         ctx = {"inputs": cell_inputs, "secrets": secrets, "github": {"workspace": "/ws"}}
         assert gha.render(cell_job["runs-on"], ctx) == runners[cell["runner"]]["runs_on"]
         timeout = gha.render(cell_job["timeout-minutes"], ctx)
@@ -178,10 +182,41 @@ def test_every_cell_reaches_its_runner_with_the_cell_as_env(gha: SimpleNamespace
             **{k: gha.to_text(gha.render(v, {**ctx, "env": job_env})) for k, v in launch["env"].items()},
         }
         # What the launcher reads back is the generator's cell, field for field.
-        assert Cell.from_env(env) == Cell.from_dict(cell)
+        assert Cell.parse(env["AGENTSWEEP_CELL"]).model_dump(mode="json") == cell
         assert env["LAUNCHER"] == runners[cell["runner"]]["launcher"]
         assert env["HF_TOKEN"] == "hf_test_token"
-        assert env["RESULT_DIR"] == f"/ws/results/{cell['config_key']}/{cell['exp_name']}"
+        if i < 3:  # the check step (a real process per cell) names the result directory
+            temp = tmp_path / f"temp-{i}"
+            temp.mkdir()
+            checked = gha.run_job(only_check, "cell", {"inputs": cell_inputs}, workspace, temp, {})
+            assert checked.status == "success", checked.steps[0].output
+            env_lines = (temp / "env-0").read_text().splitlines()
+            assert env_lines == [
+                f"EXP_NAME={cell['exp_name']}",
+                f"RESULT_DIR={workspace}/results/{cell['exp_name']}",
+            ]
+
+
+def test_a_cell_with_a_path_in_its_name_never_reaches_a_path(gha: SimpleNamespace, tmp_path: Path) -> None:
+    """The check step refuses a cell whose exp_name is not a safe name; nothing else runs."""
+    cell_wf = gha.load_workflow("agentic-cell.yml")
+    cell = {"exp_name": "x/../../victim", "engine": "sim", "model": "m", "tp": 1, "users": 1}
+    cell |= {"offload": "off", "duration": 5, "traces": "t"}
+    inputs = {"runs_on": '["ubuntu-latest"]', "launcher": "runners/launch_local.sh", "timeout_minutes": 5}
+    inputs |= {"ref": "", "cell": json.dumps(cell)}
+    handlers = {"actions/checkout": lambda *_: None, SETUP: lambda *_: None}
+    result = gha.run_job(
+        cell_wf,
+        "cell",
+        {"inputs": inputs, "secrets": {}},
+        gha.make_workspace(tmp_path / "ws"),
+        tmp_path,
+        handlers,
+    )
+    check = result.step("Check the cell")
+    assert check.returncode == 2 and "exp_name" in check.output and "Traceback" not in check.output
+    assert not result.step("Run the cell").ran
+    assert not result.step("Upload the cell result directory").ran
 
 
 def test_ci_dry_runs_every_config_key(gha: SimpleNamespace, tmp_path: Path) -> None:

@@ -154,11 +154,12 @@ def test_sweep_runs_once_per_config_key() -> None:
 def test_cell_artifacts_are_uploaded_even_when_the_cell_fails() -> None:
     steps = _load(GITHUB / "workflows" / "agentic-cell.yml")["jobs"]["cell"]["steps"]
     uploads = [s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+    # Named after the exp_name the check step validated (never a raw input), whenever it got that far.
     assert [u["with"]["name"] for u in uploads] == [
-        "agentic_${{ inputs.exp_name }}",
-        "serverlog_${{ inputs.exp_name }}",
+        "agentic_${{ env.EXP_NAME }}",
+        "serverlog_${{ env.EXP_NAME }}",
     ]
-    assert all(u.get("if") == "${{ always() }}" for u in uploads)
+    assert all(u.get("if") == "${{ always() && env.EXP_NAME }}" for u in uploads)
     # The cell directory leaves raw per-chunk dumps out.
     assert "!${{ env.RESULT_DIR }}/debug_trace.jsonl" in uploads[0]["with"]["path"]
     # Only cell directories match the collect job's download pattern.

@@ -10,6 +10,7 @@ import importlib
 import os
 import sys
 import traceback
+from typing import NoReturn
 
 from agentsweep import __version__
 from agentsweep.errors import AgentsweepError
@@ -18,7 +19,7 @@ from agentsweep.errors import AgentsweepError
 class OneLineParser(argparse.ArgumentParser):
     """Reports a bad command line as one line (and exit 2) instead of the usage block."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"usage error: {self.prog}: {message} (see --help)\n")
 
 

@@ -1,4 +1,4 @@
-"""`agentsweep cell`: run the matrix cell described by the environment into $RESULT_DIR.
+"""`agentsweep cell`: run one matrix cell (``--cell JSON|@FILE``, else $AGENTSWEEP_CELL) into $RESULT_DIR.
 
 Exit status: 0 SUCCESS, 1 FAILED (status.txt says why), 2 bad input (one line naming the variable).
 """
@@ -6,11 +6,12 @@ Exit status: 0 SUCCESS, 1 FAILED (status.txt says why), 2 bad input (one line na
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 
 from agentsweep.cell import record
-from agentsweep.cell.runner import (
+from agentsweep.cell.lifecycle import (
     CellOptions,
     check_result_dir,
     free_port,
@@ -19,16 +20,16 @@ from agentsweep.cell.runner import (
     resolve_hardware,
     run_cell,
 )
-from agentsweep.cell.spec import CellSpec
+from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import AgentsweepError, InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
-        "The cell comes from the environment: every matrix field upper-cased (EXP_NAME, ENGINE, MODEL, TP, "
-        "USERS, OFFLOAD, CPU_DRAM_GB, DURATION, TRACES, ...), plus RESULT_DIR, optional PORT and "
-        "AGENTSWEEP_RUNNERS."
+        f"The cell is one JSON object (an item of `agentsweep matrix --json`), from --cell or ${CELL_ENV_VAR}. "
+        "Also read from the environment: RESULT_DIR, optional PORT and AGENTSWEEP_RUNNERS."
     )
+    parser.add_argument("--cell", metavar="JSON|@FILE", help=f"the matrix cell (default: ${CELL_ENV_VAR})")
     parser.add_argument("--result-dir", type=Path, help="result directory (default: $RESULT_DIR)")
     parser.add_argument(
         "--health-timeout", type=float, help="seconds to wait for the engine (sim 120, real 1800)"
@@ -38,10 +39,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--replay-timeout", type=float, help="seconds the replayer may run (2 x duration + 600)"
     )
     parser.add_argument("--dry-run", action="store_true", help="print the resolved commands and exit")
+    parser.add_argument(
+        "--check", action="store_true", help="validate the cell, print its exp_name and exit (no RESULT_DIR)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     env = os.environ
+    if args.check:
+        print(_cell(args.cell, env).exp_name)
+        return 0
     result_text = str(args.result_dir) if args.result_dir else env.get("RESULT_DIR", "")
     if not result_text.strip():
         raise InputError("environment variable RESULT_DIR is required (the directory this cell fills)")
@@ -49,14 +56,14 @@ def run(args: argparse.Namespace) -> int:
     if not args.dry_run:
         check_result_dir(result_dir)
     try:
-        cell = CellSpec.from_env(env)
+        cell = _cell(args.cell, env)
         port = _port(env, args.dry_run)
         runners_path = Path(env["AGENTSWEEP_RUNNERS"]) if env.get("AGENTSWEEP_RUNNERS") else None
         hardware = resolve_hardware(cell, runners_path)
         plan = plan_cell(cell, result_dir, port=port, hardware=hardware)
     except AgentsweepError as err:
         if not args.dry_run:
-            _record_refusal(result_dir, env, err)
+            _record_refusal(result_dir, args, err)
         raise
     if args.dry_run:
         print("\n".join(plan.describe()))
@@ -74,6 +81,15 @@ def run(args: argparse.Namespace) -> int:
     return 0 if status == "SUCCESS" else 1
 
 
+def _cell(arg: str | None, env: os._Environ[str]) -> Cell:
+    if arg:
+        return Cell.load(arg)
+    raw = env.get(CELL_ENV_VAR, "")
+    if not raw.strip():
+        raise InputError(f"no cell: pass --cell JSON|@FILE or set ${CELL_ENV_VAR} to the matrix cell's JSON")
+    return Cell.parse(raw, where=f"${CELL_ENV_VAR}")
+
+
 def _port(env: os._Environ[str], dry_run: bool) -> int | str:
     raw = env.get("PORT", "").strip()
     if not raw:
@@ -83,14 +99,13 @@ def _port(env: os._Environ[str], dry_run: bool) -> int | str:
     return int(raw)
 
 
-def _record_refusal(result_dir: Path, env: os._Environ[str], err: AgentsweepError) -> None:
+def _record_refusal(result_dir: Path, args: argparse.Namespace, err: AgentsweepError) -> None:
     """A cell refused for bad input still leaves a FAILED verdict when its result dir is usable."""
     try:
         check_result_dir(result_dir)
-        cell = {k.lower(): env[k] for k in _CELL_VARS if k in env}
         record.write_result(
             result_dir,
-            cell=cell,
+            cell=_raw_cell(args.cell or os.environ.get(CELL_ENV_VAR, "")),
             engine_command=[],
             engine_env={},
             replay_command=[],
@@ -103,4 +118,12 @@ def _record_refusal(result_dir: Path, env: os._Environ[str], err: AgentsweepErro
         pass
 
 
-_CELL_VARS = tuple(f.upper() for f in CellSpec.__dataclass_fields__)
+def _raw_cell(text: str) -> dict[str, object]:
+    """As much of a refused cell as can be read, for its cell.json (never raises)."""
+    try:
+        if text.startswith("@"):
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        data = json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

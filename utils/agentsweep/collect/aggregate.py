@@ -19,39 +19,12 @@ import pandas as pd
 from agentsweep.collect.discover import FoundCell
 from agentsweep.collect.stream import RequestStats, stream_requests
 from agentsweep.collect.window import SERVER_COLUMNS, window_figures
+from agentsweep.contract.cell import CELL_FIELDS, Cell
+from agentsweep.errors import InputError
 
 STATUSES = ("SUCCESS", "FAILED", "MALFORMED", "MISSING")
-# Cell fields first, in this order; any other field of cell.json's `cell` follows them.
-CELL_FIELDS = (
-    "config_key",
-    "runner",
-    "engine",
-    "model",
-    "precision",
-    "tp",
-    "ep",
-    "gpus",
-    "users",
-    "offload",
-    "cpu_dram_gb",
-    "offload_connector",
-    "duration",
-    "traces",
-    "max_context",
-    "max_delay",
-    "advance_min",
-    "advance_max",
-    "timing_strategy",
-    "ignore_eos",
-    "seed",
-    "warmup_requests",
-    "api",
-    "speed",
-    "client",
-    "image",
-    "engine_args",
-    "engine_env",
-)
+# Cell fields first, in the cell contract's order; any other field of cell.json's `cell` follows them.
+CELL_COLUMNS = tuple(f for f in CELL_FIELDS if f != "exp_name")
 LATENCY_STATS = ("mean", "p50", "p90", "p95", "p99", "p99.9")
 THROUGHPUTS = ("input_tok_per_s", "output_tok_per_s", "total_tok_per_s")
 
@@ -230,7 +203,12 @@ def load_cell(found: FoundCell) -> Row:
 
 def _fill(row: Row, path: Path) -> None:
     doc = read_cell_json(path)
-    cell = doc["cell"]
+    cell: dict[str, Any] = doc["cell"]
+    try:
+        cell = Cell.parse(cell, where="cell.json: cell").model_dump(mode="json")
+    except InputError as err:
+        if doc["status"] != "FAILED":  # a cell refused for bad input keeps what it was given
+            raise Malformed(str(err)) from None
     for key, value in cell.items():
         row.values[key] = _flat(value)
     versions = doc.get("versions") if isinstance(doc.get("versions"), dict) else {}
@@ -342,7 +320,7 @@ def to_frame(rows: list[Row]) -> pd.DataFrame:
     never depend on which cells happened to succeed.
     """
     df = pd.DataFrame.from_records([r.as_dict() for r in rows])
-    head = ["exp_name", "status", "reason", *[c for c in CELL_FIELDS if c in df.columns]]
+    head = ["exp_name", "status", "reason", *[c for c in CELL_COLUMNS if c in df.columns]]
     tail = ["notes", "result_dir"]
     facts = [c for c in df.columns if c not in head and c not in tail and c not in METRIC_COLUMNS]
     df = df.reindex(columns=head + facts + list(METRIC_COLUMNS) + tail)

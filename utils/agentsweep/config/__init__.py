@@ -12,27 +12,21 @@ Python API (every error is an ``agentsweep.errors.ConfigError`` or ``InputError`
   *, runners=None, max_cells=256) -> list[Cell]``: glob keys, expand, filter, and refuse what GitHub
   would refuse; the one entry ``agentsweep matrix`` and the local sweep share (``max_cells=None``
   lifts the 256-cell limit for local runs).
-- ``Cell``: frozen; ``to_dict()`` (the flat matrix object), ``to_env()`` (FIELD -> str, booleans as
-  true/false), ``Cell.from_dict(d)``, ``Cell.from_env(environ)``; ``CELL_FIELDS`` lists the fields.
+The cell itself, ``Cell``, is the shared contract of :mod:`agentsweep.contract`.
 """
 
 from agentsweep.config.loader import load_runners, load_sweep
 from agentsweep.config.matrix import (
-    CELL_FIELDS,
     MAX_MATRIX_CELLS,
-    Cell,
     exp_name,
     expand,
     offload_budget_gb,
     select_cells,
 )
-from agentsweep.config.schema import ReplaySpec, RunnerSpec, SearchPoint, SweepSpec
+from agentsweep.config.schema import RunnerSpec, SearchPoint, SweepSpec
 
 __all__ = [
-    "CELL_FIELDS",
     "MAX_MATRIX_CELLS",
-    "Cell",
-    "ReplaySpec",
     "RunnerSpec",
     "SearchPoint",
     "SweepSpec",

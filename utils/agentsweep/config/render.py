@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from agentsweep.config.matrix import Cell
+from agentsweep.contract.cell import Cell
 from agentsweep.errors import InputError
 
 # Columns of the human table and the markdown summary (the JSON always has every field).
@@ -61,7 +61,9 @@ def table(cells: Sequence[Cell]) -> str:
 def matrix_json(cells: Sequence[Cell], indent: int | None = None) -> str:
     """The GitHub matrix shape: {"include": [cell, ...]}."""
     separators = None if indent else (",", ":")
-    return json.dumps({"include": [c.to_dict() for c in cells]}, indent=indent, separators=separators)
+    return json.dumps(
+        {"include": [c.model_dump(mode="json") for c in cells]}, indent=indent, separators=separators
+    )
 
 
 def markdown(cells: Sequence[Cell]) -> str:

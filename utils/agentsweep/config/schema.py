@@ -6,14 +6,10 @@ GPUs fit the node, an offload budget exists) happen in :mod:`agentsweep.config.m
 
 from __future__ import annotations
 
-import json
 import re
-import shlex
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     ValidationInfo,
@@ -21,35 +17,28 @@ from pydantic import (
     model_validator,
 )
 
-Engine = Literal["vllm", "sglang", "sim"]
-Offload = Literal["on", "off", "noprefix"]
-OffloadConnector = Literal["native", "simple"]
-TimingStrategy = Literal["think-only", "original", "api-scaled"]
-Api = Literal["chat", "completions"]
-Client = Literal["replay", "aiperf"]
+from agentsweep.contract.cell import (
+    HARDWARE,
+    EngineSettings,
+    Frozen,
+    Hardware,
+    NonEmptyStr,
+    Offload,
+    PositiveInt,
+    ReplayOptions,
+)
+
 ContainerRuntime = Literal["pyxis", "docker", "none"]
-Hardware = Literal["h200", "b200", "mi355x"]
 # A Slurm GRES type as a site names it in gres.conf (gpu:<type>:N).
 GresType = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 
-OFFLOAD_MODES: tuple[str, ...] = ("on", "off", "noprefix")
-DEFAULT_OFFLOAD: tuple[str, ...] = ("on", "off")
+DEFAULT_OFFLOAD: tuple[Offload, ...] = ("on", "off")
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LAUNCHER = re.compile(r"^runners/[A-Za-z0-9_.-]+\.sh$")
 TP_KEY = re.compile(r"^tp([1-9][0-9]*)$")
 
-PositiveInt = Annotated[int, Field(gt=0)]
-NonEmptyStr = Annotated[str, Field(min_length=1)]
 
-
-class _Strict(BaseModel):
-    # allow_inf_nan=False: `.inf`/`.nan` in YAML are floats, but no field means anything with them
-    # (an infinite speed or budget would also leave the matrix JSON invalid).
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-class RunnerSpec(_Strict):
+class RunnerSpec(Frozen):
     """Facts about one kind of GPU node (one key of configs/runners.yaml)."""
 
     runs_on: Annotated[list[NonEmptyStr], Field(min_length=1)]
@@ -69,7 +58,7 @@ class RunnerSpec(_Strict):
 
     @model_validator(mode="after")
     def _hardware_from_gres(self) -> RunnerSpec:
-        if self.hardware is None and self.gres_type in ("h200", "b200", "mi355x"):
+        if self.hardware is None and self.gres_type in HARDWARE:
             object.__setattr__(self, "hardware", self.gres_type)
         return self
 
@@ -81,28 +70,6 @@ class RunnerSpec(_Strict):
         return value
 
 
-class ReplaySpec(_Strict):
-    """Options handed to the trace replayer for every cell of the entry."""
-
-    max_delay: Annotated[float, Field(ge=0)] = 60.0
-    advance_min: Annotated[float, Field(ge=0, le=1)] = 0.0
-    advance_max: Annotated[float, Field(ge=0, le=1)] = 0.0
-    timing_strategy: TimingStrategy = "think-only"
-    ignore_eos: bool = True
-    seed: Annotated[int, Field(ge=0)] = 0
-    warmup_requests: Annotated[int, Field(ge=0)] = 1
-    max_context: Annotated[int, Field(ge=0)] = 0
-    api: Api = "chat"
-
-    @model_validator(mode="after")
-    def _advance_order(self) -> ReplaySpec:
-        if self.advance_min > self.advance_max:
-            raise ValueError(
-                f"advance_min ({self.advance_min}) must not exceed advance_max ({self.advance_max})"
-            )
-        return self
-
-
 def _as_list(value: Any) -> Any:
     """Let `users: 4` mean `users: [4]` (and the same for offload)."""
     return value if isinstance(value, list | tuple) else [value]
@@ -112,7 +79,7 @@ def _dedupe(values: list[Any]) -> tuple[Any, ...]:
     return tuple(dict.fromkeys(values))
 
 
-class SearchPoint(_Strict):
+class SearchPoint(Frozen):
     """One TP setting of the search space: its users and offload axes (deduped, in given order)."""
 
     tp: PositiveInt
@@ -141,23 +108,16 @@ class SearchPoint(_Strict):
         return ep
 
 
-class SweepSpec(_Strict):
-    """One config key: everything a cell needs except the runner facts."""
+class SweepSpec(EngineSettings):
+    """One config key: the engine settings every cell shares, its replay options and search space."""
 
     description: str = ""
+    # Stricter in a config than in a cell given by hand: a runner and a precision are required, and a
+    # real engine's missing image is caught here (validate_default runs the check on the default "").
     runner: NonEmptyStr
-    engine: Engine
-    model: NonEmptyStr
     precision: NonEmptyStr
     image: str = Field(default="", validate_default=True)
-    duration: PositiveInt
-    traces: NonEmptyStr
-    replay: ReplaySpec = Field(default_factory=ReplaySpec)
-    engine_args: str = ""
-    engine_env: dict[str, Any] = Field(default_factory=dict)
-    offload_connector: OffloadConnector = "native"
-    speed: Annotated[float, Field(gt=0)] = 1.0
-    client: Client = "replay"
+    replay: ReplayOptions = Field(default_factory=ReplayOptions)
     max_parallel: PositiveInt | None = None
     search_space: tuple[SearchPoint, ...]
 
@@ -173,33 +133,6 @@ class SweepSpec(_Strict):
     def source(self) -> str:
         """The config file this entry was loaded from, as shown in errors."""
         return self._source
-
-    @field_validator("engine_args", mode="before")
-    @classmethod
-    def _quote_args(cls, value: Any) -> Any:
-        """A list of arguments or one command-line string; stored as one shell-quoted string."""
-        if isinstance(value, list | tuple):
-            if not all(isinstance(v, str) for v in value):
-                raise ValueError("list items must be strings (quote numbers)")
-            return shlex.join(value)
-        if not isinstance(value, str):
-            raise ValueError(f"expected a string or a list of strings, got {value!r}")
-        try:
-            return shlex.join(shlex.split(value))
-        except ValueError as err:
-            raise ValueError(f"cannot be split like a shell command line ({err})") from None
-
-    @field_validator("engine_env", mode="after")
-    @classmethod
-    def _env_strings(cls, value: dict[str, Any]) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for name, val in value.items():
-            if not isinstance(name, str) or not _ENV_NAME.match(name):
-                raise ValueError(f"{name!r} is not a valid environment variable name")
-            if isinstance(val, bool) or not isinstance(val, str | int | float):
-                raise ValueError(f"{name}: value must be a string or a number (quote it), got {val!r}")
-            out[name] = str(val)
-        return out
 
     @field_validator("search_space", mode="before")
     @classmethod
@@ -219,18 +152,6 @@ class SweepSpec(_Strict):
         if engine in ("vllm", "sglang") and not image:
             raise ValueError(f"engine {engine} needs a container image")
         return image
-
-    @field_validator("speed", mode="after")
-    @classmethod
-    def _speed_only_sim(cls, speed: float, info: ValidationInfo) -> float:
-        engine = info.data.get("engine")
-        if engine in ("vllm", "sglang") and speed != 1.0:
-            raise ValueError(f"only the simulated engine (engine: sim) can run faster; {engine} needs 1.0")
-        return speed
-
-    @property
-    def engine_env_json(self) -> str:
-        return json.dumps(self.engine_env, sort_keys=True, separators=(",", ":"))
 
 
 class SearchSpaceShapeError(ValueError):

@@ -73,13 +73,12 @@ def run(args: argparse.Namespace) -> int:
         runners=runners,
         max_cells=None,
     )
-    dicts = [c.to_dict() for c in cells]
     if args.only:
         globs = _words(args.only) or []
-        dicts = [c for c in dicts if any(fnmatch.fnmatchcase(str(c["exp_name"]), g) for g in globs)]
-        if not dicts:
+        cells = [c for c in cells if any(fnmatch.fnmatchcase(c.exp_name, g) for g in globs)]
+        if not cells:
             raise InputError(f"--only {args.only}: matches no cell of the selection")
-    plans = plan_sweep(dicts, args.results)
+    plans = plan_sweep(cells, args.results)
 
     def hardware_of(runner: str) -> str | None:
         spec = runners.get(runner)

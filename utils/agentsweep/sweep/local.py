@@ -17,11 +17,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from agentsweep.cell.lifecycle import plan_cell
 from agentsweep.cell.record import read_status
-from agentsweep.cell.runner import plan_cell
-from agentsweep.cell.spec import CellSpec, cell_dict_to_env
+from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import InputError
 
 # How long a cell may take to wind down after Ctrl-C (replayer flush + engine SIGTERM grace) before
@@ -33,7 +32,7 @@ INTERRUPT_GRACE_S = 90.0
 class CellRun:
     """One cell of the sweep and what happened to it."""
 
-    cell: dict[str, Any]
+    cell: Cell
     result_dir: Path
     state: str = "pending"  # pending | done (SUCCESS before this run) | SUCCESS | FAILED | interrupted
     reason: str | None = None
@@ -41,7 +40,7 @@ class CellRun:
 
     @property
     def exp_name(self) -> str:
-        return str(self.cell["exp_name"])
+        return self.cell.exp_name
 
 
 @dataclass
@@ -54,15 +53,15 @@ class SweepPlan:
         return [r for r in self.runs if r.state == "pending"]
 
 
-def plan_sweep(cells: Sequence[Mapping[str, Any]], results: Path) -> list[SweepPlan]:
+def plan_sweep(cells: Sequence[Cell], results: Path) -> list[SweepPlan]:
     """Group cells by config key and mark the ones whose result already says SUCCESS."""
     plans: dict[str, SweepPlan] = {}
     for cell in cells:
-        key = str(cell["config_key"])
+        key = cell.config_key
         plan = plans.setdefault(key, SweepPlan(key_dir=results.resolve() / _safe(key)))
-        result_dir = plan.key_dir / str(cell["exp_name"])
+        result_dir = plan.key_dir / cell.exp_name
         status, _ = read_status(result_dir)
-        plan.runs.append(CellRun(dict(cell), result_dir, state="done" if status == "SUCCESS" else "pending"))
+        plan.runs.append(CellRun(cell, result_dir, state="done" if status == "SUCCESS" else "pending"))
     return list(plans.values())
 
 
@@ -92,17 +91,15 @@ def prepare(plans: Sequence[SweepPlan], *, force: bool) -> None:
 
 
 def launcher_env(run: CellRun, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The launcher's environment: the cell as one JSON value, where its results go, no fixed port."""
     env = dict(environ)
-    cell_env = _cell_env(run.cell)
-    CellSpec.from_env(cell_env)  # bad cell -> one-line InputError before anything starts
-    env.update(cell_env)
-    env["RESULT_DIR"] = str(run.result_dir)
+    env.update(_cell_env(run))
     env.pop("PORT", None)  # each cell picks a free port
     return env
 
 
-def _cell_env(cell: Mapping[str, Any]) -> dict[str, str]:
-    return cell_dict_to_env(cell)
+def _cell_env(run: CellRun) -> dict[str, str]:
+    return {CELL_ENV_VAR: run.cell.to_json(), "RESULT_DIR": str(run.result_dir)}
 
 
 def dry_run_lines(
@@ -115,12 +112,11 @@ def dry_run_lines(
         for i, run in enumerate(plan.runs, 1):
             skip = " (SUCCESS, skipped with --resume)" if run.state == "done" else ""
             lines.append(f"[BEGIN CELL {i}/{total}] {run.exp_name}{skip}")
-            env = _cell_env(run.cell) | {"RESULT_DIR": str(run.result_dir)}
+            env = _cell_env(run)
             lines.append(
                 "launch:  " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + f" {launcher}"
             )
-            spec = CellSpec.from_env(_cell_env(run.cell))
-            cplan = plan_cell(spec, run.result_dir, port="$PORT", hardware=hardware_of(spec.runner))
+            cplan = plan_cell(run.cell, run.result_dir, port="$PORT", hardware=hardware_of(run.cell.runner))
             lines += cplan.describe()
             lines.append(f"[END CELL {i}/{total}]")
         lines.append(f"collect: {shlex.join(collect_command(plan.key_dir))}")

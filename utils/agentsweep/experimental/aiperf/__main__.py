@@ -3,31 +3,26 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from agentsweep.errors import AgentsweepError, InputError
 
 
-def _cell_from(args: argparse.Namespace) -> dict:
-    if args.cell:
-        try:
-            cell = json.loads(args.cell)
-        except json.JSONDecodeError as err:
-            raise InputError(f"--cell: not JSON ({err.msg})") from None
-        if not isinstance(cell, dict):
-            raise InputError("--cell: must be a JSON object of matrix cell fields")
-        return cell
-    # the launcher's environment (EXP_NAME, MODEL, USERS, ...), typed by the cell runner's own parser
-    from agentsweep.cell.spec import CellSpec
+def _cell_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The matrix cell from --cell (JSON or @FILE), else from the launcher's $AGENTSWEEP_CELL."""
+    from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 
-    env = dict(os.environ)
-    env["CLIENT"] = "replay"  # the spec's own check only knows the replayer
-    cell = CellSpec.from_env(env).to_dict()
-    cell["client"] = "aiperf"
-    return cell
+    if args.cell:
+        cell = Cell.load(args.cell)
+    else:
+        raw = os.environ.get(CELL_ENV_VAR, "")
+        if not raw.strip():
+            raise InputError(f"no cell: pass --cell JSON or set ${CELL_ENV_VAR}")
+        cell = Cell.parse(raw, where=f"${CELL_ENV_VAR}")
+    return {**cell.model_dump(mode="json"), "client": "aiperf"}
 
 
 def main(argv: list[str] | None = None) -> int:

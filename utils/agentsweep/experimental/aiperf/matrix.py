@@ -1,19 +1,17 @@
 """Run matrix cells locally with the AIPerf client through the cell runner's own plan and lifecycle.
 
 Until the cell runner dispatches on ``client`` itself, this swaps the replayer argv of
-``agentsweep.cell.runner.plan_cell`` for :func:`aiperf_command`'s; everything else (engine, health
+``agentsweep.cell.lifecycle.plan_cell`` for :func:`aiperf_command`'s; everything else (engine, health
 wait, scraper, cell.json with ``client: aiperf``, status.txt) is the cell runner's.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 from agentsweep.errors import InputError
-from agentsweep.experimental.aiperf.cell import aiperf_command
 
 
 def read_matrix(path: Path) -> list[dict[str, Any]]:
@@ -32,27 +30,17 @@ def read_matrix(path: Path) -> list[dict[str, Any]]:
 
 def run_cells(cells: list[dict[str, Any]], results: Path, *, health_timeout: float | None = None) -> int:
     """Run each cell into ``results/<exp_name>``; returns the number of FAILED cells."""
-    from agentsweep.cell.runner import CellOptions, free_port, plan_cell, resolve_hardware, run_cell
-    from agentsweep.cell.spec import CellSpec
+    from agentsweep.cell.lifecycle import CellOptions, free_port, plan_cell, resolve_hardware, run_cell
+    from agentsweep.contract.cell import Cell
 
-    names = {f.name for f in dataclasses.fields(CellSpec)}
     failed = 0
-    for raw in cells:
-        fields = {k: v for k, v in raw.items() if k in names}
-        fields["client"] = "aiperf"
-        try:
-            spec = CellSpec(**fields)
-        except TypeError as err:
-            raise InputError(f"matrix cell {raw.get('exp_name')!r}: {err}") from None
-        if spec.gpus == 0:
-            spec = dataclasses.replace(spec, gpus=spec.tp)
+    for i, raw in enumerate(cells):
+        spec = Cell.parse({**raw, "client": "aiperf"}, where=f"include[{i}]")
         result_dir = results / spec.exp_name
         if (result_dir / "status.txt").exists():
             raise InputError(f"{result_dir}: already holds a cell result; use an empty results folder")
+        # The cell's client is aiperf, so the plan's load command is aiperf_command's.
         plan = plan_cell(spec, result_dir, port=free_port(), hardware=resolve_hardware(spec))
-        plan = dataclasses.replace(
-            plan, replay_argv=aiperf_command(spec, endpoint=plan.base_url, output_dir=result_dir)
-        )
         status, _ = run_cell(plan, CellOptions(health_timeout_s=health_timeout))
         failed += status != "SUCCESS"
     return failed

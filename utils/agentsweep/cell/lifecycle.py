@@ -13,7 +13,6 @@ import signal
 import socket
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,10 +20,10 @@ from types import FrameType
 
 import agentsweep
 from agentsweep.cell import record
+from agentsweep.cell.clients import client
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
-from agentsweep.cell.recipes import VLLM_API_SERVER_PYTHON_VAR, EngineLaunch, build_engine_launch
-from agentsweep.cell.replay_flags import replay_command
-from agentsweep.cell.spec import CellSpec
+from agentsweep.cell.engines import EngineLaunch, build_engine_launch, recipe
+from agentsweep.contract.cell import Cell
 from agentsweep.errors import ConfigError, InputError
 
 RESULT_FILES = ("cell.json", "status.txt", "requests.jsonl", "summary.json")
@@ -53,12 +52,12 @@ class CellOptions:
     def health_timeout(self, engine: str) -> float:
         if self.health_timeout_s is not None:
             return self.health_timeout_s
-        return 120.0 if engine == "sim" else 1800.0
+        return recipe(engine).health_timeout_s
 
     def engine_grace(self, engine: str) -> float:
         if self.engine_stop_grace_s is not None:
             return self.engine_stop_grace_s
-        return 5.0 if engine == "sim" else 30.0
+        return recipe(engine).stop_grace_s
 
     def replay_timeout(self, duration: int) -> float:
         if self.replay_timeout_s is not None:
@@ -70,7 +69,7 @@ class CellOptions:
 class CellPlan:
     """Everything resolved for one cell: the exact commands and where results go."""
 
-    cell: CellSpec
+    cell: Cell
     result_dir: Path
     port: int | str
     hardware: str | None
@@ -99,14 +98,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def resolve_hardware(cell: CellSpec, runners_path: Path | None = None) -> str | None:
+def resolve_hardware(cell: Cell, runners_path: Path | None = None) -> str | None:
     """The runner's GRES type (h200|b200|mi355x) from configs/runners.yaml; None for a local runner."""
     from agentsweep.config import load_runners
 
     runners = load_runners(runners_path)
     if cell.runner not in runners:
         raise ConfigError(
-            f"environment variable RUNNER={cell.runner!r}: not a runner in runners.yaml "
+            f"cell.runner: {cell.runner!r} is not a runner in runners.yaml "
             f"(known: {', '.join(sorted(runners))})"
         )
     hardware = runners[cell.runner].hardware
@@ -114,7 +113,7 @@ def resolve_hardware(cell: CellSpec, runners_path: Path | None = None) -> str | 
 
 
 def plan_cell(
-    cell: CellSpec,
+    cell: Cell,
     result_dir: Path,
     *,
     port: int | str,
@@ -125,24 +124,12 @@ def plan_cell(
     scrape_interval_s: float = 1.0,
 ) -> CellPlan:
     engine = build_engine_launch(
-        cell,
-        hardware=hardware,
-        port=port,
-        host=host,
-        python=python,
-        vllm_api_server_python=environ.get(VLLM_API_SERVER_PYTHON_VAR) or None,
+        cell, hardware=hardware, port=port, host=host, python=python, environ=environ
     )
     base_url = f"http://{host}:{port}"
-    tokenizer = None if cell.engine == "sim" else cell.model
-    if cell.client == "aiperf":
-        # Experimental alternative client: same engine, scraper and result files, AIPerf drives the load.
-        from agentsweep.experimental.aiperf.cell import aiperf_command
-
-        replay = aiperf_command(cell, endpoint=base_url, output_dir=result_dir, python=python)
-    else:
-        replay = replay_command(
-            cell, endpoint=base_url, output_dir=result_dir, python=python, tokenizer=tokenizer
-        )
+    replay = client(cell.client).command(
+        cell, engine=recipe(cell.engine), endpoint=base_url, output_dir=result_dir, python=python
+    )
     scraper = [
         python,
         "-m",
@@ -198,7 +185,8 @@ def run_cell(
         "kv_cache_tester": _kv_cache_tester_version(),
         "engine": None,
     }
-    status, reason = "FAILED", "the cell did not finish"
+    status = "FAILED"
+    reason: str | None = "the cell did not finish"
     try:
         reason = _execute(plan, options, versions, say)
         status = "SUCCESS" if reason is None else "FAILED"
@@ -214,7 +202,7 @@ def run_cell(
         trim_log(plan.result_dir / "server.log")
         record.write_result(
             plan.result_dir,
-            cell=plan.cell.to_dict(),
+            cell=plan.cell.model_dump(mode="json"),
             engine_command=plan.engine.argv,
             engine_env=plan.engine.env,
             replay_command=plan.replay_argv,
@@ -244,7 +232,7 @@ def _execute(
     with engine:
         waited = engine.wait_healthy(options.health_timeout(cell.engine))
         say(f"engine healthy after {waited:.1f} s")
-        versions["engine"] = engine_version(cell.engine, plan.base_url)
+        versions["engine"] = recipe(cell.engine).version(plan.base_url)
         scraper = ManagedProcess(
             plan.scraper_argv,
             log_path=rd / "metrics-collector.log",
@@ -338,22 +326,6 @@ def _show_tail(log_path: Path, say: Callable[[str], None], n: int = 15) -> None:
 def _hint(proc: ManagedProcess) -> str:
     lines = [ln.strip() for ln in proc.last_lines(40) if ln.strip()]
     return f"; last line of {proc.log_path.name}: {lines[-1][:300]}" if lines else ""
-
-
-def engine_version(engine: str, base_url: str, timeout_s: float = 3.0) -> str | None:
-    """The serving engine's version as it reports it (vLLM /version, SGLang /get_server_info)."""
-    if engine == "sim":
-        return agentsweep.__version__
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    for path in ("/version", "/get_server_info"):
-        try:
-            with opener.open(base_url + path, timeout=timeout_s) as resp:
-                data = json.loads(resp.read())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and data.get("version"):
-            return str(data["version"])
-    return None
 
 
 def _kv_cache_tester_version() -> str | None:

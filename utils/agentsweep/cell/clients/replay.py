@@ -1,12 +1,12 @@
-"""The one place where a cell's replay options become `kv-cache-tester replay` flags."""
+"""The trace replayer (`kv-cache-tester replay`): the one place where a cell becomes its flags."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from agentsweep.cell.recipes import fmt_num
-from agentsweep.cell.spec import CellSpec
+from agentsweep.cell.engines import EngineRecipe, fmt_num, recipe
+from agentsweep.contract.cell import Cell
 
 # The replayer's own grace period (s) for in-flight requests when the duration ends. A simulated engine
 # running `speed` times faster finishes them that much sooner, so its cells get a shorter one.
@@ -15,7 +15,7 @@ MIN_SIM_GRACE_S = 5.0
 
 
 def replay_command(
-    cell: CellSpec,
+    cell: Cell,
     *,
     endpoint: str,
     output_dir: Path | str,
@@ -24,8 +24,8 @@ def replay_command(
 ) -> list[str]:
     """argv of the replayer for ``cell`` against ``endpoint`` (``http://HOST:PORT``).
 
-    Options the cell leaves unset (None) are left to the replayer's defaults. The simulated engine runs
-    its clock ``speed`` times faster, so think times and delays shrink by the same factor.
+    The simulated engine runs its clock ``speed`` times faster, so think times and delays shrink by
+    the same factor. ``max_context`` 0 leaves the replayer's own default.
     """
     argv = [python, "-m", "kv_cache_tester.cli", "replay", "--api-endpoint", endpoint, "--model", cell.model]
     if cell.traces.startswith("hf:"):
@@ -64,10 +64,24 @@ def replay_command(
         argv += ["--grace-period", fmt_num(max(MIN_SIM_GRACE_S, REPLAY_GRACE_S / cell.speed))]
     if cell.ignore_eos:
         argv.append("--ignore-eos")
-    if cell.engine != "sim":
+    if not recipe(cell.engine).simulated:
         # A GPU node has cores to spare: a polling client reads each token as it lands instead of
         # adding the OS's wake-up latency to it. A simulated engine shares its few cores with it.
         argv.append("--busy-poll")
     if tokenizer and cell.api == "chat":  # completions send token ids: no tokenizer needed
         argv += ["--tokenizer", tokenizer]
     return argv
+
+
+class ReplayClient:
+    def command(
+        self, cell: Cell, *, engine: EngineRecipe, endpoint: str, output_dir: Path, python: str
+    ) -> list[str]:
+        # A simulated engine needs no tokenizer (its own is word-level).
+        tokenizer = None if engine.simulated else cell.model
+        return replay_command(
+            cell, endpoint=endpoint, output_dir=output_dir, python=python, tokenizer=tokenizer
+        )
+
+
+CLIENT = ReplayClient()

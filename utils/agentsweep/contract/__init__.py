@@ -1,0 +1,58 @@
+"""The contracts every part shares, at the bottom of the package: the matrix cell and its enums.
+
+Nothing here imports another part of agentsweep (only ``agentsweep.errors``).
+"""
+
+from agentsweep.contract.cell import (
+    APIS,
+    CELL_ENV_VAR,
+    CELL_FIELDS,
+    CLIENTS,
+    CONNECTORS,
+    ENGINES,
+    ENTRY_FIELDS,
+    HARDWARE,
+    OFFLOAD_MODES,
+    REPLAY_FIELDS,
+    SAFE_NAME,
+    SIMULATED_ENGINE,
+    TIMING_STRATEGIES,
+    Api,
+    Cell,
+    CellAxes,
+    Client,
+    Engine,
+    EngineSettings,
+    Hardware,
+    Offload,
+    OffloadConnector,
+    ReplayOptions,
+    TimingStrategy,
+)
+
+__all__ = [
+    "APIS",
+    "CELL_ENV_VAR",
+    "CELL_FIELDS",
+    "CLIENTS",
+    "CONNECTORS",
+    "ENGINES",
+    "ENTRY_FIELDS",
+    "HARDWARE",
+    "OFFLOAD_MODES",
+    "REPLAY_FIELDS",
+    "SAFE_NAME",
+    "SIMULATED_ENGINE",
+    "TIMING_STRATEGIES",
+    "Api",
+    "Cell",
+    "CellAxes",
+    "Client",
+    "Engine",
+    "EngineSettings",
+    "Hardware",
+    "Offload",
+    "OffloadConnector",
+    "ReplayOptions",
+    "TimingStrategy",
+]

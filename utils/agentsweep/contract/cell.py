@@ -1,0 +1,235 @@
+"""The matrix cell: one typed, frozen value, defined here and nowhere else (ARCHITECTURE.md §2).
+
+The matrix generator makes cells; the workflow, the launchers, ``agentsweep cell``, the local sweep,
+collect and the experimental clients read them. A cell crosses every process boundary as ONE JSON
+value (``Cell.to_json`` / ``Cell.parse``): the workflow input ``cell``, the launcher variable
+``AGENTSWEEP_CELL`` and ``agentsweep cell --cell JSON|@file``.
+
+Its fields come in three groups, each a model of its own so that the sweep config reuses them
+instead of restating them: ``CellAxes`` (what the matrix varies), ``EngineSettings`` (what a config
+entry fixes for all its cells) and ``ReplayOptions`` (the entry's ``replay:`` block). Adding a field
+to one of them is the whole change: the config accepts it, the matrix copies it into every cell, and
+the workflow, the launchers and collect carry it without a list to update.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from agentsweep.contract.errors import validation_message
+from agentsweep.errors import InputError
+
+Engine = Literal["vllm", "sglang", "sim"]
+Offload = Literal["on", "off", "noprefix"]
+OffloadConnector = Literal["native", "simple"]
+TimingStrategy = Literal["think-only", "original", "api-scaled"]
+Api = Literal["chat", "completions"]
+Client = Literal["replay", "aiperf"]
+Hardware = Literal["h200", "b200", "mi355x"]
+
+ENGINES: tuple[str, ...] = get_args(Engine)
+OFFLOAD_MODES: tuple[str, ...] = get_args(Offload)
+CONNECTORS: tuple[str, ...] = get_args(OffloadConnector)
+TIMING_STRATEGIES: tuple[str, ...] = get_args(TimingStrategy)
+APIS: tuple[str, ...] = get_args(Api)
+CLIENTS: tuple[str, ...] = get_args(Client)
+HARDWARE: tuple[str, ...] = get_args(Hardware)
+
+# The one engine that can run faster than real time (its clock is simulated).
+SIMULATED_ENGINE = "sim"
+# Safe as a file name, a path component and an artifact name; never starts with '.' or '-'.
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The launcher variable that carries the cell as JSON.
+CELL_ENV_VAR = "AGENTSWEEP_CELL"
+
+PositiveInt = Annotated[int, Field(gt=0)]
+NonEmptyStr = Annotated[str, Field(min_length=1)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+class Frozen(BaseModel):
+    """Strict, frozen, unknown keys rejected; ``.inf``/``.nan`` mean nothing in any field."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class ReplayOptions(Frozen):
+    """How the replayer drives the users of a cell (a config entry's ``replay:`` block)."""
+
+    max_context: Annotated[int, Field(ge=0)] = 0  # 0: no cap on a request's context
+    max_delay: Annotated[float, Field(ge=0)] = 60.0
+    advance_min: Fraction = 0.0
+    advance_max: Fraction = 0.0
+    timing_strategy: TimingStrategy = "think-only"
+    ignore_eos: bool = True
+    seed: Annotated[int, Field(ge=0)] = 0
+    warmup_requests: Annotated[int, Field(ge=0)] = 1
+    api: Api = "chat"
+
+    @model_validator(mode="after")
+    def _advance_order(self) -> ReplayOptions:
+        if self.advance_min > self.advance_max:
+            raise ValueError(
+                f"advance_min ({self.advance_min}) must not exceed advance_max ({self.advance_max})"
+            )
+        return self
+
+
+class EngineSettings(Frozen):
+    """What a config entry fixes for all its cells: the runner, the engine and how it is started."""
+
+    runner: NonEmptyStr = "local"
+    engine: Engine
+    model: NonEmptyStr
+    precision: str = ""
+    image: str = ""
+    duration: PositiveInt
+    traces: NonEmptyStr
+    offload_connector: OffloadConnector = "native"
+    speed: Annotated[float, Field(gt=0)] = 1.0
+    client: Client = "replay"
+    engine_args: str = ""  # one shell-quoted command line, appended to the recipe's
+    # Extra engine environment as compact JSON text ({"NAME": "value"}, sorted): the cell stays flat,
+    # every value a scalar (a config gives a mapping; see engine_env_dict).
+    engine_env: str = "{}"
+
+    @property
+    def engine_env_dict(self) -> dict[str, str]:
+        """engine_env parsed (validated on construction, so this cannot fail)."""
+        parsed: dict[str, str] = json.loads(self.engine_env)
+        return parsed
+
+    @field_validator("engine_args", mode="before")
+    @classmethod
+    def _quote_args(cls, value: Any) -> Any:
+        """A list of arguments or one command-line string; stored as one shell-quoted string."""
+        if isinstance(value, list | tuple):
+            if not all(isinstance(v, str) for v in value):
+                raise ValueError("list items must be strings (quote numbers)")
+            return shlex.join(value)
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string or a list of strings, got {value!r}")
+        try:
+            return shlex.join(shlex.split(value))
+        except ValueError as err:
+            raise ValueError(f"cannot be split like a shell command line ({err})") from None
+
+    @field_validator("engine_env", mode="before")
+    @classmethod
+    def _env_json(cls, value: Any) -> Any:
+        """A mapping of NAME: value (strings or numbers), or its JSON text; stored as sorted JSON."""
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"not valid JSON ({err.msg})") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a mapping of NAME: value, got {value!r}")
+        out: dict[str, str] = {}
+        for name, val in value.items():
+            if not isinstance(name, str) or not ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not a valid environment variable name")
+            if isinstance(val, bool) or not isinstance(val, str | int | float):
+                raise ValueError(f"{name}: value must be a string or a number (quote it), got {val!r}")
+            out[name] = str(val)
+        return json.dumps(out, sort_keys=True, separators=(",", ":"))
+
+    @field_validator("speed", mode="after")
+    @classmethod
+    def _speed_only_simulated(cls, speed: float, info: ValidationInfo) -> float:
+        engine = info.data.get("engine")
+        if engine is not None and engine != SIMULATED_ENGINE and speed != 1.0:
+            raise ValueError(
+                f"only the simulated engine (engine: {SIMULATED_ENGINE}) can run faster; {engine} needs 1.0"
+            )
+        return speed
+
+
+class CellAxes(Frozen):
+    """What the matrix varies, and what follows from it for the launcher."""
+
+    exp_name: str
+    config_key: str = ""
+    tp: PositiveInt
+    ep: PositiveInt = 1
+    gpus: PositiveInt  # every GPU the cell takes; a cell given without it takes tp
+    users: PositiveInt
+    offload: Offload
+    cpu_dram_gb: Annotated[float, Field(ge=0)] = 0.0  # KV offload budget of the whole cell (GiB)
+
+    @field_validator("exp_name")
+    @classmethod
+    def _safe_exp_name(cls, value: str) -> str:
+        if not SAFE_NAME.match(value):
+            raise ValueError(f"{value!r}: use only [A-Za-z0-9._-], not starting with '.' or '-'")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gpus_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "gpus" not in data and "tp" in data:
+            return {**data, "gpus": data["tp"]}
+        return data
+
+
+# Base order makes the fields read axes, engine settings, replay options (pydantic lists the fields
+# of the last base first).
+class Cell(ReplayOptions, EngineSettings, CellAxes):
+    """One benchmark cell: a GitHub matrix ``include`` item, and the input of every later part."""
+
+    def to_json(self) -> str:
+        """The cell as one compact JSON object (field order kept)."""
+        return self.model_dump_json()
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump()
+
+    def replace(self, **changes: Any) -> Cell:
+        """A copy with ``changes``, validated like any cell (``InputError`` when one is bad)."""
+        return type(self).parse({**self.model_dump(), **changes})
+
+    @classmethod
+    def parse(cls, data: str | bytes | dict[str, Any], where: str = "cell") -> Cell:
+        """A cell from its JSON text or object; a bad one is an ``InputError`` naming ``where.field``."""
+        try:
+            if isinstance(data, dict):
+                return cls.model_validate(data)
+            return cls.model_validate_json(data)
+        except ValidationError as err:
+            field, what = validation_message(err, cls)
+            if err.errors()[0]["type"] == "json_invalid":
+                what = f"not a JSON object ({what})"
+            raise InputError(f"{where}.{field}: {what}" if field else f"{where}: {what}") from None
+
+    @classmethod
+    def load(cls, arg: str, where: str = "--cell") -> Cell:
+        """``--cell`` forms: the JSON itself, or ``@FILE`` holding it."""
+        if arg.startswith("@"):
+            path = Path(arg[1:])
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as err:
+                raise InputError(f"{where} {arg}: cannot read ({err})") from None
+            return cls.parse(text, where=f"{path}")
+        return cls.parse(arg, where=where)
+
+
+CELL_FIELDS: tuple[str, ...] = tuple(Cell.model_fields)
+# The fields a config entry sets for all its cells (copied into each cell by the matrix generator).
+ENTRY_FIELDS: tuple[str, ...] = tuple(EngineSettings.model_fields)
+REPLAY_FIELDS: tuple[str, ...] = tuple(ReplayOptions.model_fields)

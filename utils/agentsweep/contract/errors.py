@@ -1,0 +1,110 @@
+"""pydantic validation errors as one line: `<field path>: <what is wrong>` (with a did-you-mean hint).
+
+Shared by the config loader (errors name `<file>:<key>.<field>`) and the cell contract (errors name
+`<where>.<field>`), so a bad value reads the same wherever it is caught.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+
+def format_path(parts: typing.Iterable[str | int]) -> str:
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.startswith("["):
+            out += part
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found:
+            return found
+    return None
+
+
+def _model_at(root: type[BaseModel], loc: tuple[str | int, ...]) -> type[BaseModel] | None:
+    model: type[BaseModel] | None = root
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if model is None or part not in model.model_fields:
+            return None
+        model = _model_in(model.model_fields[part].annotation)
+    return model
+
+
+def suggest(word: str, choices: typing.Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest choice, or an empty string."""
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+_TYPE_WORDS = {
+    "int_type": "an integer",
+    "float_type": "a number",
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+}
+
+
+def _describe(error: Any, root: type[BaseModel], loc: tuple[str | int, ...]) -> str:
+    kind = error["type"]
+    value = error.get("input")
+    ctx = error.get("ctx") or {}
+    if kind == "extra_forbidden":
+        model = _model_at(root, loc[:-1])
+        fields = [f for f in (model.model_fields if model else ()) if f != "label"]
+        return f"unknown field{suggest(str(loc[-1]), fields)}"
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "literal_error":
+        allowed = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+        return f"{value!r} is not one of {', '.join(allowed)}{suggest(str(value), allowed)}"
+    if kind in _TYPE_WORDS:
+        return f"expected {_TYPE_WORDS[kind]}, got {value!r}"
+    if kind == "finite_number":
+        return f"must be a finite number, got {value!r}"
+    if kind == "greater_than":
+        return f"must be > {ctx.get('gt')}, got {value!r}"
+    if kind == "greater_than_equal":
+        return f"must be >= {ctx.get('ge')}, got {value!r}"
+    if kind == "less_than_equal":
+        return f"must be <= {ctx.get('le')}, got {value!r}"
+    if kind == "too_short":
+        return "must not be empty"
+    if kind == "string_too_short":
+        return "must not be empty"
+    message = str(error.get("msg", "invalid value"))
+    return message.removeprefix("Value error, ")
+
+
+def validation_message(
+    err: ValidationError, root: type[BaseModel], labels: typing.Sequence[str] = ()
+) -> tuple[str, str]:
+    """(field path, what is wrong) for the first error; `labels` names search-space items."""
+    error = err.errors()[0]
+    # Drop union-branch tags (e.g. "function-after[...]") pydantic puts into locations.
+    loc = tuple(p for p in error["loc"] if isinstance(p, int) or "[" not in p)
+    shown: list[str | int] = list(loc)
+    if len(loc) >= 2 and loc[0] == "search_space" and isinstance(loc[1], int) and loc[1] < len(labels):
+        shown[1] = labels[loc[1]]
+    return format_path(shown), _describe(error, root, loc)

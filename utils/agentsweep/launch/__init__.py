@@ -1,1 +1,0 @@
-"""Helpers for the Slurm launchers in runners/ (the shell side lives in runners/lib/)."""
