@@ -1,6 +1,6 @@
 """`agentsweep cell`: run one matrix cell (``--cell JSON|@FILE``, else $AGENTSWEEP_CELL) into $RESULT_DIR.
 
-Exit status: 0 SUCCESS, 1 FAILED (status.txt says why), 2 bad input (one line naming the variable).
+Exit status: 0 SUCCESS, 1 INVALID or FAILED (status.txt says why), 2 bad input (one line naming the field).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def _record_refusal(result_dir: Path, args: argparse.Namespace, err: AgentsweepE
             versions={},
             start_utc=record.utc_now(),
             status="FAILED",
-            reason=err.render(),
+            reasons=[err.render()],
         )
     except (AgentsweepError, OSError):
         pass

@@ -24,7 +24,9 @@ from agentsweep.cell.clients import client
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
 from agentsweep.cell.engines import EngineLaunch, build_engine_launch, recipe
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.verdict import Verdict
 from agentsweep.errors import ConfigError, InputError
+from agentsweep.validity import evaluate
 
 RESULT_FILES = ("cell.json", "status.txt", "requests.jsonl", "summary.json")
 
@@ -185,11 +187,16 @@ def run_cell(
         "kv_cache_tester": _kv_cache_tester_version(),
         "engine": None,
     }
-    status = "FAILED"
+    status: Verdict = "FAILED"
     reason: str | None = "the cell did not finish"
+    reasons: list[str] = []
     try:
         reason = _execute(plan, options, versions, say)
-        status = "SUCCESS" if reason is None else "FAILED"
+        if reason is None:
+            reasons = _judge(plan)
+            status = "INVALID" if reasons else "SUCCESS"
+        else:
+            reasons = [reason]
     except CellInterrupted as err:
         reason = str(err)
     except EngineFailed as err:
@@ -199,6 +206,8 @@ def run_cell(
         reason = f"{type(err).__name__}: {err}"
         raise
     finally:
+        if status == "FAILED":
+            reasons = [reason or "unknown failure"]
         trim_log(plan.result_dir / "server.log")
         record.write_result(
             plan.result_dir,
@@ -209,10 +218,20 @@ def run_cell(
             versions=versions,
             start_utc=start_utc,
             status=status,
-            reason=(reason or "unknown failure") if status == "FAILED" else None,
+            reasons=reasons,
         )
-        say(f"{status}" + (f": {reason}" if status == "FAILED" else ""))
-    return status, reason
+        say(status + (f": {'; '.join(reasons)}" if reasons else ""))
+    return status, "; ".join(reasons) or None
+
+
+def _judge(plan: CellPlan) -> list[str]:
+    """Run the validity checks, record them in summary.json, and return the failed checks' reasons."""
+    validity = evaluate(plan.result_dir, plan.cell)
+    path = plan.result_dir / "summary.json"
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    summary["validity"] = validity.to_dict()
+    record.write_atomic(path, json.dumps(summary, indent=2) + "\n")
+    return validity.reasons
 
 
 def _execute(

@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agentsweep.contract.verdict import VERDICTS
+
 SCHEMA_VERSION = 1
 MASK = "***"
 _SECRET = re.compile(r"TOKEN|SECRET|KEY|PASSWORD", re.IGNORECASE)
@@ -101,13 +103,18 @@ def write_result(
     versions: Mapping[str, str | None],
     start_utc: str,
     status: str,
-    reason: str | None,
+    reasons: Sequence[str] = (),
     end_utc: str | None = None,
 ) -> None:
-    """Write cell.json then status.txt (status.txt last: its presence means the record is complete)."""
-    if status not in ("SUCCESS", "FAILED"):
-        raise ValueError(f"status must be SUCCESS or FAILED, not {status!r}")
-    one_line = " ".join(reason.split()) if reason else None
+    """Write cell.json then status.txt (status.txt last: its presence means the record is complete).
+
+    status.txt is the verdict, then one line per reason (none for SUCCESS).
+    """
+    if status not in VERDICTS:
+        raise ValueError(f"status must be one of {', '.join(VERDICTS)}, not {status!r}")
+    if (status == "SUCCESS") != (not reasons):
+        raise ValueError(f"{status} needs {'no' if status == 'SUCCESS' else 'at least one'} reason")
+    lines = [" ".join(r.split()) for r in reasons]
     record = {
         "schema_version": SCHEMA_VERSION,
         "cell": mask_cell(cell),
@@ -119,11 +126,12 @@ def write_result(
         "start_utc": start_utc,
         "end_utc": end_utc or utc_now(),
         "status": status,
-        "reason": one_line,
+        "reason": "; ".join(lines) or None,
+        "reasons": lines,
     }
     result_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(result_dir / "cell.json", json.dumps(record, indent=2) + "\n")
-    write_atomic(result_dir / "status.txt", status + "\n" + (f"{one_line}\n" if status == "FAILED" else ""))
+    write_atomic(result_dir / "status.txt", "".join(f"{line}\n" for line in [status, *lines]))
 
 
 def read_status(result_dir: Path) -> tuple[str | None, str | None]:

@@ -89,6 +89,7 @@ def expand(
     if duration is not None:
         entry["duration"] = duration
     replay = spec.replay.model_dump()
+    validity = spec.validity.model_dump()
     cells: dict[str, Cell] = {}
     for point in spec.search_space:
         if (tps is not None and point.tp not in tps) or (max_tp is not None and point.tp > max_tp):
@@ -113,6 +114,7 @@ def expand(
                     cpu_dram_gb=offload_budget_gb(runner, point.tp) if mode == "on" else 0.0,
                     **entry,
                     **replay,
+                    **validity,
                 )
     return list(cells.values())
 

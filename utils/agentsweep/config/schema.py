@@ -26,6 +26,7 @@ from agentsweep.contract.cell import (
     Offload,
     PositiveInt,
     ReplayOptions,
+    ValidityLimits,
 )
 
 ContainerRuntime = Literal["pyxis", "docker", "none"]
@@ -118,6 +119,7 @@ class SweepSpec(EngineSettings):
     precision: NonEmptyStr
     image: str = Field(default="", validate_default=True)
     replay: ReplayOptions = Field(default_factory=ReplayOptions)
+    validity: ValidityLimits = Field(default_factory=ValidityLimits)
     max_parallel: PositiveInt | None = None
     search_space: tuple[SearchPoint, ...]
 

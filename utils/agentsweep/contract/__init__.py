@@ -17,6 +17,7 @@ from agentsweep.contract.cell import (
     SAFE_NAME,
     SIMULATED_ENGINE,
     TIMING_STRATEGIES,
+    VALIDITY_FIELDS,
     Api,
     Cell,
     CellAxes,
@@ -28,6 +29,7 @@ from agentsweep.contract.cell import (
     OffloadConnector,
     ReplayOptions,
     TimingStrategy,
+    ValidityLimits,
 )
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "SAFE_NAME",
     "SIMULATED_ENGINE",
     "TIMING_STRATEGIES",
+    "VALIDITY_FIELDS",
     "Api",
     "Cell",
     "CellAxes",
@@ -55,4 +58,5 @@ __all__ = [
     "OffloadConnector",
     "ReplayOptions",
     "TimingStrategy",
+    "ValidityLimits",
 ]

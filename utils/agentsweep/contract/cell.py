@@ -90,6 +90,27 @@ class ReplayOptions(Frozen):
         return self
 
 
+class ValidityLimits(Frozen):
+    """When a run counts (a config entry's ``validity:`` block); a check past its limit makes it INVALID.
+
+    Shares are fractions of the requests sent in the profiling window; gaps are relative differences
+    between what the client summed and what the server's counters say.
+    """
+
+    max_failed_share: Fraction = 0.02  # failed + abandoned (stalls and timeouts included)
+    max_context_error_share: Fraction = 0.01
+    min_window_coverage: Fraction = 0.95  # share of the window's seconds holding a token arrival
+    # A lane idle (nothing in flight, no think time pending) longer than this, in the engine's
+    # clock, is stuck; 0 means the entry's max_delay plus 10 s.
+    max_lane_idle_s: Annotated[float, Field(ge=0)] = 0.0
+    max_dispatch_lag_p99_s: Annotated[float, Field(gt=0)] = 0.25  # wall clock: the client's own lag
+    max_client_cpu_share: Annotated[float, Field(gt=0)] = 0.9
+    max_request_count_gap: Fraction = 0.01
+    max_prompt_token_gap: Fraction = 0.01
+    max_cached_token_gap: Fraction = 0.01
+    max_throughput_drift: Annotated[float, Field(ge=0)] = 0.5  # (max - min) / mean over window thirds
+
+
 class EngineSettings(Frozen):
     """What a config entry fixes for all its cells: the runner, the engine and how it is started."""
 
@@ -187,9 +208,9 @@ class CellAxes(Frozen):
         return data
 
 
-# Base order makes the fields read axes, engine settings, replay options (pydantic lists the fields
-# of the last base first).
-class Cell(ReplayOptions, EngineSettings, CellAxes):
+# Base order makes the fields read axes, engine settings, replay options, validity limits (pydantic
+# lists the fields of the last base first).
+class Cell(ValidityLimits, ReplayOptions, EngineSettings, CellAxes):
     """One benchmark cell: a GitHub matrix ``include`` item, and the input of every later part."""
 
     def to_json(self) -> str:
@@ -233,3 +254,4 @@ CELL_FIELDS: tuple[str, ...] = tuple(Cell.model_fields)
 # The fields a config entry sets for all its cells (copied into each cell by the matrix generator).
 ENTRY_FIELDS: tuple[str, ...] = tuple(EngineSettings.model_fields)
 REPLAY_FIELDS: tuple[str, ...] = tuple(ReplayOptions.model_fields)
+VALIDITY_FIELDS: tuple[str, ...] = tuple(ValidityLimits.model_fields)

@@ -30,6 +30,8 @@ COLUMNS: tuple[str, ...] = (
     "preemptions_total",
     "offload_bytes_gpu_to_cpu_total",
     "offload_bytes_cpu_to_gpu_total",
+    # Requests the engine finished (not aborted): the client's ok count is checked against it.
+    "requests_finished_total",
 )
 DIALECTS = ("vllm", "sglang")
 # vLLM's prompt_tokens_cached_by_source labels for tokens found on the accelerator itself; every
@@ -93,6 +95,8 @@ def parse_exposition(text: str) -> Exposition:
             if name.endswith("_created"):
                 continue
             if family.type in ("histogram", "summary", "gaugehistogram") and name.endswith(_HISTOGRAM_PARTS):
+                if name.endswith("_count"):  # observations: e.g. finished requests of a latency histogram
+                    expo.samples.setdefault(name, []).append((dict(sample.labels), float(sample.value)))
                 continue
             value = float(sample.value)
             if value != value:  # NaN: a gauge the engine has not set yet
@@ -131,6 +135,11 @@ def _vllm(expo: Exposition) -> dict[str, float | None]:
         ),
         "prefix_cache_hits_total": expo.first_total("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
         "preemptions_total": expo.total("vllm:num_preemptions"),
+        "requests_finished_total": expo.total(
+            "vllm:request_success", lambda labels: _label_ci(labels, "finished_reason") != "abort"
+        )
+        if expo.has("vllm:request_success")
+        else expo.total("vllm:e2e_request_latency_seconds_count"),
     }
     # Hits served from outside GPU memory. The per-source counter (newer releases) splits them
     # exactly; otherwise the KV-connector counter stands for the offload tier.
@@ -184,6 +193,7 @@ def _sglang(expo: Exposition) -> dict[str, float | None]:
         "preemptions_total": expo.total("sglang:num_retracted_requests"),
         "offload_bytes_gpu_to_cpu_total": expo.total("sglang:hicache_backup_bytes"),
         "offload_bytes_cpu_to_gpu_total": expo.total("sglang:load_back_bytes"),
+        "requests_finished_total": expo.total("sglang:e2e_request_latency_seconds_count"),
     }
 
 

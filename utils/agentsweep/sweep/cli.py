@@ -154,7 +154,7 @@ def _summary(runs: list[CellRun], seconds: float) -> None:
     parts = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
     print(f"sweep: finished in {fmt_duration(seconds)}: {parts}", flush=True)
     for r in runs:
-        if r.state in ("FAILED", "interrupted"):
+        if r.state in ("INVALID", "FAILED", "interrupted"):
             print(f"sweep:   {r.exp_name}: {r.state}: {r.reason}", flush=True)
 
 

@@ -34,7 +34,8 @@ class CellRun:
 
     cell: Cell
     result_dir: Path
-    state: str = "pending"  # pending | done (SUCCESS before this run) | SUCCESS | FAILED | interrupted
+    # pending | done (SUCCESS before this run) | SUCCESS | INVALID | FAILED | interrupted
+    state: str = "pending"
     reason: str | None = None
     seconds: float = 0.0
 
@@ -163,7 +164,7 @@ def run_one(
     if status == "SUCCESS" and code == 0:
         run.state, run.reason = "SUCCESS", None
     else:
-        run.state = "FAILED"
+        run.state = "INVALID" if status == "INVALID" else "FAILED"
         run.reason = reason or f"launcher exited with status {code} and left no status.txt"
 
 

@@ -1,0 +1,52 @@
+"""A cell's verdict and the validity record behind it (status.txt, summary.json ``validity``).
+
+SUCCESS: the cell ran to the end and passed every check. INVALID: it ran, but a check failed; the
+reasons follow on status.txt's next lines. FAILED: it did not run to the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+Verdict = Literal["SUCCESS", "INVALID", "FAILED"]
+VERDICTS: tuple[str, ...] = get_args(Verdict)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: the measured value, its limit, whether it passed, and what it says when it did not."""
+
+    value: float | None
+    limit: float | None
+    ok: bool
+    reason: str = ""  # one line, set when ok is False (or to note why a check could not measure)
+
+    def to_dict(self) -> dict[str, float | bool | str | None]:
+        out: dict[str, float | bool | str | None] = {"value": self.value, "limit": self.limit, "ok": self.ok}
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+@dataclass
+class Validity:
+    """Every check of one cell, in the order they ran."""
+
+    checks: dict[str, Check] = field(default_factory=dict)
+
+    @property
+    def valid(self) -> bool:
+        return all(check.ok for check in self.checks.values())
+
+    @property
+    def reasons(self) -> list[str]:
+        return [f"{name}: {check.reason}" for name, check in self.checks.items() if not check.ok]
+
+    def to_dict(self) -> dict[str, object]:
+        """The ``validity`` object of summary.json."""
+        return {
+            "valid": self.valid,
+            "reasons": self.reasons,
+            "checks": {name: check.to_dict() for name, check in self.checks.items()},
+        }

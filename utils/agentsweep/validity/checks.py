@@ -1,0 +1,346 @@
+"""Is a finished cell's measurement trustworthy? Every check, with its value and limit.
+
+Inputs are the cell's own result files: summary.json (the replayer's counts, window and self-audit),
+requests.jsonl (every finished request) and server_metrics.csv (the engine's counters, the last row
+scraped after the replayer stopped). Times in requests.jsonl are wall-clock seconds from the run's
+start; the window is recomputed from them exactly as the replayer defines it (it starts when the
+last warmup request finished and lasts ``window.duration_s``).
+
+The client/server cross-checks compare whole-run totals: every request the client saw finish (warmup
+included) against the engine's counters between the first scrape (before any request) and the last.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentsweep.contract.cell import Cell
+from agentsweep.contract.verdict import Check, Validity
+
+# Engine-neutral server columns a cell must have scraped (at least one value each).
+REQUIRED_SERVER_COLUMNS = (
+    "requests_finished_total",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "prefix_cache_queries_total",
+    "prefix_cache_hits_total",
+    "kv_cache_usage",
+)
+# Engine seconds a lane may idle beyond the entry's max_delay before it counts as stuck.
+LANE_IDLE_SLACK_S = 10.0
+
+
+@dataclass
+class _Lane:
+    busy: list[tuple[float, float]] = field(default_factory=list)  # (dispatch, done), wall seconds
+
+
+@dataclass
+class RecordFacts:
+    """What the checks need from requests.jsonl, in one pass."""
+
+    warmup_done: list[float] = field(default_factory=list)
+    lanes: dict[int, _Lane] = field(default_factory=lambda: defaultdict(_Lane))
+    streaming: list[tuple[float, float]] = field(default_factory=list)  # first token .. done (ok)
+    ok_done_out: list[tuple[float, int]] = field(default_factory=list)  # (done, output tokens), ok
+    ok_requests: int = 0
+    prompt_tokens: int = 0
+    prompt_reported: int = 0  # ok requests whose prompt size the server reported
+    cached_tokens: int = 0
+    cached_reported: int = 0
+    bad_lines: int = 0
+
+
+def read_records(path: Path) -> RecordFacts:
+    facts = RecordFacts()
+    with path.open("rb") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                facts.bad_lines += 1
+                continue
+            if not isinstance(rec, dict):
+                facts.bad_lines += 1
+                continue
+            _add(facts, rec)
+    return facts
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _add(facts: RecordFacts, rec: dict[str, Any]) -> None:
+    dispatch, done = _num(rec.get("t_dispatch")), _num(rec.get("t_done"))
+    if dispatch is None or done is None:
+        facts.bad_lines += 1
+        return
+    if rec.get("phase") == "warmup":
+        facts.warmup_done.append(done)
+    user = rec.get("user")
+    if isinstance(user, int):
+        facts.lanes[user].busy.append((dispatch, done))
+    if rec.get("status") != "ok":
+        return
+    facts.ok_requests += 1
+    ttft = _num(rec.get("ttft_s"))
+    if ttft is not None:
+        facts.streaming.append((dispatch + ttft, done))
+    facts.ok_done_out.append((done, int(rec.get("output_tokens") or 0)))
+    if rec.get("prompt_tokens_source") == "server" and _num(rec.get("prompt_tokens")) is not None:
+        facts.prompt_tokens += int(rec["prompt_tokens"])
+        facts.prompt_reported += 1
+        cached = _num(rec.get("cached_tokens"))
+        if cached is not None:
+            facts.cached_tokens += int(cached)
+            facts.cached_reported += 1
+
+
+@dataclass
+class ServerFacts:
+    """The scraped counters: first and last value of each column, and which went down."""
+
+    rows: int = 0
+    first: dict[str, float] = field(default_factory=dict)
+    last: dict[str, float] = field(default_factory=dict)
+    decreased: list[str] = field(default_factory=list)
+    unreadable: str = ""
+
+    def delta(self, column: str) -> float | None:
+        if column not in self.first or column not in self.last:
+            return None
+        return self.last[column] - self.first[column]
+
+
+def read_server(path: Path) -> ServerFacts:
+    facts = ServerFacts()
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                facts.rows += 1
+                for column, text in row.items():
+                    if not column or text is None or not text.strip():
+                        continue
+                    try:
+                        value = float(text)
+                    except ValueError:
+                        facts.unreadable = f"{column}={text[:40]!r} is not a number"
+                        continue
+                    if column.endswith("_total") and value < facts.last.get(column, value):
+                        facts.decreased.append(column)
+                    facts.first.setdefault(column, value)
+                    facts.last[column] = value
+    except FileNotFoundError:
+        facts.unreadable = "server_metrics.csv missing"
+    except (OSError, UnicodeDecodeError) as err:
+        facts.unreadable = f"server_metrics.csv unreadable ({err})"
+    return facts
+
+
+def _covered_seconds(intervals: list[tuple[float, float]], start: float, end: float) -> tuple[int, int]:
+    """(seconds of [start, end) that overlap any interval, all seconds), seconds counted from start."""
+    total = max(1, math.ceil(end - start))
+    hit = [False] * total
+    for lo, hi in intervals:
+        lo, hi = max(lo, start), min(hi, end)
+        if hi < lo:
+            continue
+        first = int((lo - start) // 1)
+        last = min(total - 1, int((hi - start) // 1))
+        for i in range(max(0, first), last + 1):
+            hit[i] = True
+    return sum(hit), total
+
+
+def _longest_idle(busy: list[tuple[float, float]], start: float, end: float) -> float:
+    """Longest stretch of [start, end] with none of the lane's requests in flight."""
+    longest, cursor = 0.0, start
+    for lo, hi in sorted(busy):
+        if lo > cursor:
+            longest = max(longest, min(lo, end) - cursor)
+        cursor = max(cursor, hi)
+        if cursor >= end:
+            break
+    return max(longest, end - cursor)
+
+
+def _gap(client: float, server: float | None) -> float | None:
+    if server is None:
+        return None
+    return abs(server - client) / max(client, 1.0)
+
+
+def _fmt(value: float | None) -> str:
+    return "none" if value is None else f"{value:.0f}"
+
+
+def _share_check(count: int, of: int, limit: float, what: str) -> Check:
+    share = count / of
+    return Check(
+        share, limit, share <= limit, f"{count} of {of} requests {what} ({share:.1%}, limit {limit:.1%})"
+    )
+
+
+def evaluate(result_dir: Path, cell: Cell) -> Validity:
+    """Run every check on a cell whose replayer finished; never raises for bad file content."""
+    validity = Validity()
+    checks = validity.checks
+    summary = json.loads((result_dir / "summary.json").read_text(encoding="utf-8"))
+    counts = summary.get("counts") or {}
+    audit = summary.get("self_audit") or {}
+    window = summary.get("window") or {}
+    records = read_records(result_dir / "requests.jsonl")
+    server = read_server(result_dir / "server_metrics.csv")
+
+    sent = int(counts.get("sent") or 0)
+    abandoned = int(audit.get("abandoned_in_flight") or 0)
+    failed = int(counts.get("failed") or 0) + abandoned
+    attempted = sent + abandoned
+    if attempted == 0:
+        checks["failed_share"] = Check(
+            None, cell.max_failed_share, False, "no request in the profiling window"
+        )
+    else:
+        checks["failed_share"] = _share_check(
+            failed, attempted, cell.max_failed_share, "failed or were abandoned in flight"
+        )
+        context = int((counts.get("failed_by_class") or {}).get("context_length") or 0)
+        checks["context_error_share"] = _share_check(
+            context, attempted, cell.max_context_error_share, "exceeded the model's context length"
+        )
+
+    # The profiling window in record time.
+    w_start = max(records.warmup_done, default=0.0)
+    duration = float(window.get("duration_s") or 0.0)
+    w_end = w_start + duration
+    if duration > 0:
+        covered, seconds = _covered_seconds(records.streaming, w_start, w_end)
+        coverage = covered / seconds
+        checks["window_coverage"] = Check(
+            coverage,
+            cell.min_window_coverage,
+            coverage >= cell.min_window_coverage,
+            f"{seconds - covered} of {seconds} window seconds saw no token arrive "
+            f"(coverage {coverage:.1%}, limit {cell.min_window_coverage:.0%})",
+        )
+        idle_limit = cell.max_lane_idle_s or cell.max_delay + LANE_IDLE_SLACK_S  # engine clock
+        idle = {
+            user: _longest_idle(lane.busy, w_start, w_end) * cell.speed
+            for user, lane in records.lanes.items()
+        }
+        missing = cell.users - len(idle)
+        worst = max(idle.values(), default=duration * cell.speed)
+        stuck = sorted(u for u, s in idle.items() if s > idle_limit)
+        checks["lanes_active"] = Check(
+            worst,
+            idle_limit,
+            not stuck and missing <= 0,
+            f"{missing} of {cell.users} lanes sent nothing"
+            if missing > 0
+            else f"lane(s) {', '.join(map(str, stuck[:5]))} idle {worst:.1f} s with nothing in flight "
+            f"(limit {idle_limit:g} s)",
+        )
+        checks["throughput_drift"] = _drift_check(records, w_start, w_end, cell.max_throughput_drift)
+
+    lag = _num((audit.get("dispatch_lag_s") or {}).get("p99"))
+    checks["dispatch_lag_p99"] = Check(
+        lag,
+        cell.max_dispatch_lag_p99_s,
+        lag is not None and lag <= cell.max_dispatch_lag_p99_s,
+        "the replayer measured no dispatch lag"
+        if lag is None
+        else f"the client dispatched {lag * 1000:.0f} ms late at p99 "
+        f"(limit {cell.max_dispatch_lag_p99_s * 1000:.0f} ms): the client, not the engine, was the limit",
+    )
+    cpu = _num(audit.get("client_cpu_share"))
+    checks["client_cpu_share"] = Check(
+        cpu,
+        cell.max_client_cpu_share,
+        cpu is None or cpu <= cell.max_client_cpu_share,
+        f"the client used {cpu:.0%} of a core (limit {cell.max_client_cpu_share:.0%}): it was the bottleneck"
+        if cpu is not None
+        else "",
+    )
+    _server_checks(checks, server, records, cell)
+    if records.bad_lines:
+        checks["records_readable"] = Check(
+            float(records.bad_lines),
+            0.0,
+            False,
+            f"{records.bad_lines} lines of requests.jsonl are unreadable",
+        )
+    return validity
+
+
+def _drift_check(records: RecordFacts, start: float, end: float, limit: float) -> Check:
+    third = (end - start) / 3
+    tokens = [0.0, 0.0, 0.0]
+    for done, out in records.ok_done_out:
+        if start <= done <= end:
+            tokens[min(2, int((done - start) // third))] += out
+    mean = sum(tokens) / 3
+    if mean <= 0:
+        return Check(None, limit, False, "no output token in the window")
+    drift = (max(tokens) - min(tokens)) / mean
+    shown = " / ".join(f"{t / third:.0f}" for t in tokens)
+    return Check(
+        drift,
+        limit,
+        drift <= limit,
+        f"output tokens/s per third of the window {shown} drift {drift:.0%} (limit {limit:.0%}): "
+        "not a steady state",
+    )
+
+
+def _server_checks(checks: dict[str, Check], server: ServerFacts, records: RecordFacts, cell: Cell) -> None:
+    missing = [c for c in REQUIRED_SERVER_COLUMNS if c not in server.last]
+    problem = (
+        server.unreadable
+        or (f"never scraped {', '.join(missing)}" if missing else "")
+        or (f"counters went down: {', '.join(sorted(set(server.decreased)))}" if server.decreased else "")
+    )
+    if server.rows < 2 and not problem:
+        problem = f"only {server.rows} scrape(s)"
+    checks["server_metrics"] = Check(float(server.rows), None, not problem, problem)
+    if problem:
+        return
+    requests = server.delta("requests_finished_total")
+    gap = _gap(records.ok_requests, requests)
+    checks["request_count_gap"] = Check(
+        gap,
+        cell.max_request_count_gap,
+        gap is not None and gap <= cell.max_request_count_gap,
+        f"the client saw {records.ok_requests} requests finish, the server counted {_fmt(requests)}",
+    )
+    if records.prompt_reported:
+        prompt = server.delta("prompt_tokens_total")
+        gap = _gap(records.prompt_tokens, prompt)
+        checks["prompt_token_gap"] = Check(
+            gap,
+            cell.max_prompt_token_gap,
+            gap is not None and gap <= cell.max_prompt_token_gap,
+            f"the client summed {records.prompt_tokens} prompt tokens, the server counted {_fmt(prompt)}",
+        )
+    if records.cached_reported:
+        hits = server.delta("prefix_cache_hits_total")
+        external = server.delta("cpu_cache_hits_total")
+        served = None if hits is None else hits + (external or 0.0)
+        gap = _gap(records.cached_tokens, served)
+        checks["cached_token_gap"] = Check(
+            gap,
+            cell.max_cached_token_gap,
+            gap is not None and gap <= cell.max_cached_token_gap,
+            f"the client summed {records.cached_tokens} cached tokens, the server counted {_fmt(served)} "
+            "prefix-cache hits",
+        )
