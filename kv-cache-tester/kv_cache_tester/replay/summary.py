@@ -102,6 +102,7 @@ def build_summary(
     for m in metas:
         hist.merge(m.itl_hist)
 
+    # The hit rates' definitions: docs/collect.md, "Hit rates".
     hit_blocks = sum(r["theoretical_hit_blocks"] or 0 for r in prof)
     blocks = sum(r["total_blocks"] or 0 for r in prof)
     reported = [

@@ -60,6 +60,7 @@ class RequestStats:
             "req_prompt_tokens": self.prompt_tokens,
             "req_cached_tokens": self.cached_tokens,
             "req_output_tokens": self.output_tokens,
+            # Definitions: docs/collect.md, "Hit rates".
             "req_theoretical_hit_rate": (
                 self.theoretical_hit_blocks / self.total_blocks if self.total_blocks else None
             ),
