@@ -37,6 +37,8 @@ import threading
 import time
 from pathlib import Path
 
+from kv_cache_tester.stats import percentile
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 ENTRY = ROOT / "trace_replay_tester.py"
@@ -46,13 +48,9 @@ OUT_TOKENS = 64
 
 
 def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    v = sorted(values)
-    pos = (len(v) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+    """Percentile q (0-100) of unsorted values; NaN when there are none."""
+    value = percentile(sorted(values), q)
+    return float("nan") if value is None else value
 
 
 def cut_request(r: dict, block: int) -> dict:

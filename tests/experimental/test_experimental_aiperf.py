@@ -16,6 +16,7 @@ from agentsweep.experimental.aiperf.exports import convert_records, write_output
 from agentsweep.experimental.aiperf.tokenizer import build_word_tokenizer
 from agentsweep.experimental.aiperf.traces import prepare_input
 from agentsweep.experimental.aiperf.venv import find_aiperf
+from kv_cache_tester.replay import RequestRecord, read_record, read_summary
 from kv_cache_tester.traces import load_traces
 
 SMALL = ("trace_0504.json", "trace_0021.json", "trace_0291.json")  # 0291 has sub-agent groups
@@ -200,6 +201,10 @@ def test_exports_become_our_records_and_summary(tmp_path, traces):
     assert summary["cache"]["client_hit_rate"] == pytest.approx(600 / (r0.in_tokens + r1.in_tokens))
     assert json.loads((tmp_path / "out" / "summary.json").read_text()) == summary
     assert len((tmp_path / "out" / "requests.jsonl").read_text().splitlines()) == 3
+    # Both files are what the replayer's types say, every key of a record included.
+    for n, line in enumerate((tmp_path / "out" / "requests.jsonl").read_text().splitlines(), start=1):
+        read_record(json.loads(line), f"line {n}", required=RequestRecord.__required_keys__)
+    assert read_summary(summary) == summary
 
 
 def test_convert_cli_rejects_non_aiperf_file(tmp_path):

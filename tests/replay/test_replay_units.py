@@ -6,10 +6,11 @@ import asyncio
 import socket
 
 import pytest
+from kv_cache_tester.replay import itl_summary
 from kv_cache_tester.replay.breaker import CircuitBreaker
 from kv_cache_tester.replay.pool import TracePool
-from kv_cache_tester.replay.stats import LogHistogram, distribution, itl_summary, pct
 from kv_cache_tester.replay.timing import raw_delay, scaled_delay
+from kv_cache_tester.stats import LogHistogram, distribution, percentile
 from kv_cache_tester.traces.model import Request
 
 
@@ -56,8 +57,8 @@ def test_timing_strategies():
 
 def test_percentiles_and_histogram():
     data = [float(i) for i in range(1, 101)]
-    assert pct(data, 50) == pytest.approx(50.5)
-    assert pct([], 50) is None
+    assert percentile(data, 50) == pytest.approx(50.5)
+    assert percentile([], 50) is None
     d = distribution([])
     assert d["p99.9"] is None and d["mean"] is None
     assert itl_summary([0.3, 0.1, 0.2]) == {
@@ -69,8 +70,8 @@ def test_percentiles_and_histogram():
     }
     h = LogHistogram()
     h.add_many([0.001 * i for i in range(1, 1001)])
-    assert h.quantile(50) == pytest.approx(0.5, rel=0.02)
-    assert h.quantile(99) == pytest.approx(0.99, rel=0.02)
+    assert h.percentile(50) == pytest.approx(0.5, rel=0.02)
+    assert h.percentile(99) == pytest.approx(0.99, rel=0.02)
     assert h.distribution()["mean"] == pytest.approx(0.5005)
 
 

@@ -8,7 +8,6 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -17,30 +16,19 @@ import aiohttp
 from kv_cache_tester.errors import RunAborted, UsageError
 from kv_cache_tester.replay.config import ReplayConfig
 from kv_cache_tester.replay.pool import TracePool
+from kv_cache_tester.replay.process import make_builder, run_loop
 from kv_cache_tester.replay.progress import Progress
-from kv_cache_tester.replay.prompts import PayloadBuilder
 from kv_cache_tester.replay.recorder import DEBUG_FILE, REQUESTS_FILE, Recorder
-from kv_cache_tester.replay.runner import Replayer, RunMeta
-from kv_cache_tester.replay.summary import build_summary, write_summary
+from kv_cache_tester.replay.results import SUMMARY_FILE
+from kv_cache_tester.replay.runner import Replayer
+from kv_cache_tester.replay.summary import RunMeta, build_summary, write_summary
+from kv_cache_tester.replay.workers import run_workers
 from kv_cache_tester.traces.loaders import load_traces
 from kv_cache_tester.traces.model import Trace
 
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def run_loop(main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-    """Run a coroutine on uvloop when importable, else the default loop."""
-    factory = None
-    try:
-        import uvloop
-
-        factory = uvloop.new_event_loop
-    except ImportError:  # pragma: no cover - optional extra
-        pass
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(main())
 
 
 def load(cfg: ReplayConfig) -> list[Trace]:
@@ -87,22 +75,10 @@ def prepare_output(cfg: ReplayConfig) -> Path:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UsageError(f"--output-dir {out}: {err.strerror or err}") from None
-    for name in (REQUESTS_FILE, DEBUG_FILE, "summary.json"):
+    for name in (REQUESTS_FILE, DEBUG_FILE, SUMMARY_FILE):
         (out / name).unlink(missing_ok=True)
     (out / REQUESTS_FILE).touch()
     return out
-
-
-def make_builder(cfg: ReplayConfig, model: str) -> PayloadBuilder:
-    return PayloadBuilder(
-        api=cfg.api,
-        model=model,
-        seed=cfg.seed,
-        ignore_eos=cfg.ignore_eos,
-        send_max_tokens=not cfg.no_max_tokens,
-        mode=cfg.prompt_mode,
-        tokenizer=cfg.tokenizer,
-    )
 
 
 def pool_for(cfg: ReplayConfig, n_traces: int, worker: int = 0, workers: int = 1) -> TracePool:
@@ -176,8 +152,6 @@ def replay(cfg: ReplayConfig, options: dict[str, Any]) -> int:
     model = run_loop(lambda: resolve_model(cfg))
     out = prepare_output(cfg)
     if cfg.workers > 1:
-        from kv_cache_tester.replay.workers import run_workers
-
         metas = run_workers(cfg, traces, out, model)
     else:
         metas = [run_loop(lambda: _single(cfg, traces, out, model))]

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from kv_cache_tester.replay.jsonfast import dumps
-from kv_cache_tester.replay.stats import LogHistogram, pct
+from kv_cache_tester.replay.results import REQUESTS_FILE, RequestRecord
+from kv_cache_tester.stats import LogHistogram, percentile
 
-REQUESTS_FILE = "requests.jsonl"
 DEBUG_FILE = "debug_trace.jsonl"
 
 
@@ -35,7 +34,7 @@ class Recorder:
         self.out_tokens = 0
         self._recent_ttft: list[float] = []
 
-    def write(self, rec: dict[str, Any], itls: list[float] | None) -> None:
+    def write(self, rec: RequestRecord, itls: list[float] | None) -> None:
         os.write(self._fd, dumps(rec) + b"\n")
         self.done += 1
         if rec["status"] == "ok":
@@ -62,7 +61,7 @@ class Recorder:
         """p50 TTFT since the previous call (for the progress line), then forget those samples."""
         data = sorted(self._recent_ttft)
         self._recent_ttft = []
-        return pct(data, 50.0)
+        return percentile(data, 50.0)
 
     def close(self) -> None:
         for fd in (self._fd, self._debug_fd):

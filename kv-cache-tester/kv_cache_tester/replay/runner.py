@@ -26,7 +26,8 @@ from kv_cache_tester.replay.eager import eager_body_writes
 from kv_cache_tester.replay.pool import TracePool
 from kv_cache_tester.replay.prompts import Built, PayloadBuilder, Scope
 from kv_cache_tester.replay.recorder import Recorder
-from kv_cache_tester.replay.stats import itl_summary
+from kv_cache_tester.replay.results import RequestRecord, itl_summary
+from kv_cache_tester.replay.summary import RunMeta
 from kv_cache_tester.replay.timing import scaled_delay
 from kv_cache_tester.traces.model import Request, SubAgent, SubAgentGroup, Trace
 
@@ -43,24 +44,6 @@ class _Lane:
     warm_left: int
     started: bool = False
     rng: random.Random = field(default_factory=random.Random)
-
-
-@dataclass(slots=True)
-class RunMeta:
-    """What the summary needs beyond requests.jsonl (one per process; merged across workers)."""
-
-    t0_unix: float
-    stop_rel: float  # dispatching stopped, seconds after t0
-    end_rel: float  # last request finished or abandoned
-    reason: str  # duration | signal | breaker | exhausted
-    first_dispatch: list[float]  # per lane that dispatched, seconds after t0
-    abandoned: int
-    idle_lanes: int
-    cpu_s: float
-    wall_s: float
-    itl_hist: dict[str, Any]
-    breaker: str | None = None
-    signum: int | None = None
 
 
 class Replayer:
@@ -311,7 +294,7 @@ class Replayer:
             if self._sem is not None:
                 self._sem.release()
         self.breaker.observe(None if out.ok else out.error_class)
-        rec = {
+        rec: RequestRecord = {
             "trace_id": trace.trace_id,
             "session_id": session_id,
             "user": lane.index,

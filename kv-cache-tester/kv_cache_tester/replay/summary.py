@@ -15,23 +15,40 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kv_cache_tester.replay.jsonfast import loads
-from kv_cache_tester.replay.runner import RunMeta
-from kv_cache_tester.replay.stats import LogHistogram, distribution, pct
+from kv_cache_tester.replay.results import SCHEMA_VERSION, SUMMARY_FILE, RequestRecord, Summary
+from kv_cache_tester.stats import HistogramState, LogHistogram, distribution, percentile
 
-SCHEMA_VERSION = 1
-SUMMARY_FILE = "summary.json"
+
+@dataclass(slots=True)
+class RunMeta:
+    """What the summary needs beyond requests.jsonl (one per process; merged across workers)."""
+
+    t0_unix: float
+    stop_rel: float  # dispatching stopped, seconds after t0
+    end_rel: float  # last request finished or abandoned
+    reason: str  # duration | signal | breaker | exhausted
+    first_dispatch: list[float]  # per lane that dispatched, seconds after t0
+    abandoned: int
+    idle_lanes: int
+    cpu_s: float
+    wall_s: float
+    itl_hist: HistogramState
+    breaker: str | None = None
+    signum: int | None = None
 
 
 def _rate(num: float, dur: float) -> float | None:
     return num / dur if dur > 0 else None
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    out = []
+def read_records(path: Path) -> list[RequestRecord]:
+    """The records of a requests.jsonl this package wrote (so trusted: not checked field by field)."""
+    out: list[RequestRecord] = []
     with open(path, "rb") as fh:
         for line in fh:
             if line.strip():
@@ -50,7 +67,7 @@ def build_summary(
     options: dict[str, Any],
     slo_ttft: float | None,
     slo_tpot: float | None,
-) -> dict[str, Any]:
+) -> Summary:
     records = read_records(records_path) if records_path.exists() else []
     t0_unix = min(m.t0_unix for m in metas)
     stop_rel = max(m.stop_rel for m in metas)
@@ -64,14 +81,15 @@ def build_summary(
     failed = [r for r in prof if r["status"] != "ok"]
     by_class: dict[str, int] = {}
     for r in failed:
-        cls = (r.get("error") or {}).get("class") or "unknown"
+        error = r.get("error")
+        cls = (error.get("class") if error else None) or "unknown"
         by_class[cls] = by_class.get(cls, 0) + 1
 
     in_win = [r for r in ok if w_start <= r["t_done"] <= stop_rel]
     in_tok = sum(r["prompt_tokens"] or 0 for r in in_win)
     out_tok = sum(r["output_tokens"] or 0 for r in in_win)
 
-    def meets(r: dict[str, Any]) -> bool:
+    def meets(r: RequestRecord) -> bool:
         if slo_ttft is not None and (r["ttft_s"] is None or r["ttft_s"] > slo_ttft):
             return False
         return not (slo_tpot is not None and r["tpot_s"] is not None and r["tpot_s"] > slo_tpot)
@@ -84,14 +102,14 @@ def build_summary(
     for m in metas:
         hist.merge(m.itl_hist)
 
-    def total(key: str, rows: list[dict[str, Any]]) -> int:
-        return sum(r[key] or 0 for r in rows)
-
-    hit_blocks, blocks = total("theoretical_hit_blocks", prof), total("total_blocks", prof)
+    # The hit rates' definitions: docs/collect.md, "Hit rates".
+    hit_blocks = sum(r["theoretical_hit_blocks"] or 0 for r in prof)
+    blocks = sum(r["total_blocks"] or 0 for r in prof)
     reported = [
         r for r in ok if r.get("cached_tokens") is not None and r.get("prompt_tokens_source") == "server"
     ]
-    c_prompt, c_cached = total("prompt_tokens", reported), total("cached_tokens", reported)
+    c_prompt = sum(r["prompt_tokens"] or 0 for r in reported)
+    c_cached = sum(r["cached_tokens"] or 0 for r in reported)
 
     lags = sorted(r["dispatch_lag_s"] for r in records if r.get("dispatch_lag_s") is not None)
     firsts = [t for m in metas for t in m.first_dispatch]
@@ -118,10 +136,10 @@ def build_summary(
             "total_tok_per_s": _rate(in_tok + out_tok, duration),
         },
         "latency": {
-            "ttft_s": distribution([r["ttft_s"] for r in ok]),
+            "ttft_s": distribution([r["ttft_s"] for r in ok if r["ttft_s"] is not None]),
             "tpot_s": distribution(tpots),
             "itl_s": hist.distribution(),
-            "e2e_s": distribution([r["e2e_s"] for r in ok]),
+            "e2e_s": distribution([r["e2e_s"] for r in ok if r["e2e_s"] is not None]),
             "interactivity_tok_per_s": distribution([1.0 / t for t in tpots if t > 0]),
         },
         "slo": {
@@ -138,8 +156,8 @@ def build_summary(
         },
         "self_audit": {
             "dispatch_lag_s": {
-                "p50": pct(lags, 50.0),
-                "p99": pct(lags, 99.0),
+                "p50": percentile(lags, 50.0),
+                "p99": percentile(lags, 99.0),
                 "max": lags[-1] if lags else None,
             },
             "first_dispatch_spread_s": (max(firsts) - min(firsts)) if firsts else None,
@@ -157,7 +175,7 @@ def build_summary(
     }
 
 
-def write_summary(out_dir: Path, summary: dict[str, Any]) -> Path:
+def write_summary(out_dir: Path, summary: Summary) -> Path:
     """Write atomically (temp file + rename): a reader never sees half a summary."""
     path = out_dir / SUMMARY_FILE
     tmp = out_dir / (SUMMARY_FILE + ".tmp")

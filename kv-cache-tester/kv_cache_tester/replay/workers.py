@@ -24,6 +24,7 @@ from typing import Any
 from kv_cache_tester.errors import RunAborted
 from kv_cache_tester.replay.config import ReplayConfig
 from kv_cache_tester.replay.pool import TracePool
+from kv_cache_tester.replay.process import make_builder, run_loop
 from kv_cache_tester.replay.progress import Progress
 from kv_cache_tester.replay.recorder import Recorder
 from kv_cache_tester.replay.runner import Replayer, RunMeta
@@ -46,7 +47,6 @@ def _worker_main(
     stop_all: Any,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from kv_cache_tester.replay.app import make_builder, run_loop
 
     async def main() -> RunMeta:
         loop = asyncio.get_running_loop()

@@ -11,10 +11,10 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
+from kv_cache_tester.stats import percentile
 from kv_cache_tester.traces.cache import LRUPrefixCache, PrefixTracker
 from kv_cache_tester.traces.model import Trace
 
@@ -84,16 +84,6 @@ def hit_summary(records: Sequence[RequestHits]) -> dict:
         "lru_hit_rate": rate(r.lru_hit_blocks for r in records),
         "lru_tier2_hit_rate": rate(r.lru_tier2_hit_blocks for r in records),
     }
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float | None:
-    """Linear-interpolated percentile ``q`` (0-100) of already sorted values; None when empty."""
-    if not sorted_values:
-        return None
-    pos = (len(sorted_values) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
 def histogram(values: Sequence[float], bins: int = 20) -> dict:

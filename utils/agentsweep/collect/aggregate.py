@@ -15,18 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from kv_cache_tester.replay import ResultError, Summary, read_summary
 
+from agentsweep.collect import columns
+from agentsweep.collect.columns import ENGINE_CLOCK, THROUGHPUTS, Unit
 from agentsweep.collect.discover import FoundCell
-from agentsweep.collect.stream import RequestStats, stream_requests
-from agentsweep.collect.window import SERVER_COLUMNS, window_figures
+from agentsweep.collect.stream import stream_requests
+from agentsweep.collect.window import window_figures
 from agentsweep.contract.cell import CELL_FIELDS, Cell
 from agentsweep.errors import InputError
 
 STATUSES = ("SUCCESS", "FAILED", "MALFORMED", "MISSING")
 # Cell fields first, in the cell contract's order; any other field of cell.json's `cell` follows them.
 CELL_COLUMNS = tuple(f for f in CELL_FIELDS if f != "exp_name")
-LATENCY_STATS = ("mean", "p50", "p90", "p95", "p99", "p99.9")
-THROUGHPUTS = ("input_tok_per_s", "output_tok_per_s", "total_tok_per_s")
 
 
 class Malformed(Exception):
@@ -105,47 +106,34 @@ def read_status(path: Path) -> tuple[str, str]:
     return first, reason
 
 
-def summary_columns(summary: dict[str, Any]) -> dict[str, Any]:
-    """The replayer's summary.json flattened into summary.csv columns; Malformed when invalid."""
-    if summary.get("schema_version") != 1:
-        raise Malformed(f"summary.json: schema_version {summary.get('schema_version')!r}, expected 1")
-    counts = _obj(summary.get("counts"), "summary.json: counts")
-    window = _obj(summary.get("window"), "summary.json: window")
-    throughput = _obj(summary.get("throughput"), "summary.json: throughput")
-    latency = _obj(summary.get("latency"), "summary.json: latency")
-    start, end = _number(window.get("start_unix")), _number(window.get("end_unix"))
-    if start is None or end is None or end < start:
-        raise Malformed(
-            f"summary.json: window {window.get('start_unix')!r}..{window.get('end_unix')!r} is invalid"
-        )
-    out: dict[str, Any] = {
-        "requests_sent": _number(counts.get("sent")),
-        "requests_ok": _number(counts.get("ok")),
-        "requests_failed": _number(counts.get("failed")),
-        "requests_warmup": _number(counts.get("warmup")),
-        "failed_by_class": _flat(counts.get("failed_by_class") or {}),
-        "window_start_unix": start,
-        "window_end_unix": end,
-        "window_s": _number(window.get("duration_s")) or end - start,
-        "requests_per_s": _number(throughput.get("requests_per_s")),
-    }
-    for key in THROUGHPUTS:
-        out[key] = _number(throughput.get(key))
-    for metric, unit in (("ttft", "s"), ("tpot", "s"), ("itl", "s"), ("e2e", "s")):
-        stats = latency.get(f"{metric}_s")
-        stats = stats if isinstance(stats, dict) else {}
-        for stat in LATENCY_STATS:
-            out[f"{metric}_{stat.replace('.', '')}_{unit}"] = _number(stats.get(stat))
-    slo = summary.get("slo") if isinstance(summary.get("slo"), dict) else {}
-    out["goodput_requests_per_s"] = _number(slo.get("goodput_requests_per_s"))
-    out["slo_attainment"] = _number(slo.get("attainment"))
-    cache = summary.get("cache") if isinstance(summary.get("cache"), dict) else {}
-    out["theoretical_hit_rate"] = _number(cache.get("theoretical_hit_rate"))
-    out["client_hit_rate"] = _number(cache.get("client_hit_rate"))
-    audit = summary.get("self_audit") if isinstance(summary.get("self_audit"), dict) else {}
-    lag = audit.get("dispatch_lag_s") if isinstance(audit.get("dispatch_lag_s"), dict) else {}
-    out["dispatch_lag_p99_s"] = _number(lag.get("p99"))
-    out["client_cpu_share"] = _number(audit.get("client_cpu_share"))
+def _at(doc: Any, path: str) -> Any:
+    """The value at a dotted path of summary.json (a last key may hold a dot: "p99.9"); None when
+    any part is absent."""
+    node = doc
+    while isinstance(node, dict):
+        if path in node:
+            return node[path]
+        head, dot, path = path.partition(".")
+        if not dot:
+            return None
+        node = node.get(head)
+    return None
+
+
+def summary_columns(data: Any) -> dict[str, Any]:
+    """The replayer's summary.json as summary.csv columns (columns.SUMMARY); Malformed when it is
+    not a valid Summary."""
+    try:
+        summary: Summary = read_summary(data, "summary.json")
+    except ResultError as err:
+        raise Malformed(str(err)) from None
+    out: dict[str, Any] = {}
+    for column in columns.SUMMARY:
+        assert column.source is not None
+        value = _at(summary, column.source)
+        out[column.name] = _flat(value or {}) if column.unit is Unit.JSON else _number(value)
+    window = summary["window"]
+    out["window_s"] = out["window_s"] or window["end_unix"] - window["start_unix"]
     return out
 
 
@@ -162,30 +150,25 @@ def derived_columns(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# Columns measured on the wall clock that the engine's clock rescales (see to_engine_clock).
-_LATENCY_PREFIXES = ("ttft_", "tpot_", "itl_", "e2e_", "req_ttft_", "req_tpot_", "req_e2e_")
-_RATE_SUFFIXES = ("_per_s", "_per_gpu")
-
-
 def to_engine_clock(values: dict[str, Any]) -> None:
     """Express a sped-up simulated cell's figures in the engine's own clock, in place.
 
     A simulated engine with ``speed`` S runs S times faster than the wall clock the replayer and the
-    scraper measure, so latencies are multiplied by S and rates divided by S: the table then reads
-    like the simulated hardware. ``clock_scale`` records S (1 for every real engine). The client's own
-    overhead is scaled too, so at high S small latencies carry S times the client's error.
+    scraper measure, so latencies (unit s) are multiplied by S and rates (per second) divided by S:
+    the table then reads like the simulated hardware. Wall-time lengths (the window, the client's
+    dispatch lag, scrape gaps) stay. ``clock_scale`` records S (1 for every real engine). The client's
+    own overhead is inside the latencies, so at high S small latencies carry S times its error.
     """
     speed = _number(values.get("speed")) or 1.0
     values["clock_scale"] = speed
     if speed == 1.0:
         return
-    for key, value in values.items():
-        if not isinstance(value, int | float) or isinstance(value, bool) or key == "speed":
+    for column in columns.METRICS:
+        power = ENGINE_CLOCK.get(column.unit)
+        value = values.get(column.name)
+        if power is None or not isinstance(value, int | float) or isinstance(value, bool):
             continue
-        if key.startswith(_LATENCY_PREFIXES) and key.endswith("_s"):
-            values[key] = value * speed
-        elif key.endswith(_RATE_SUFFIXES) or key.startswith("interactivity_"):
-            values[key] = value / speed
+        values[column.name] = value * speed if power > 0 else value / speed
 
 
 def load_cell(found: FoundCell) -> Row:
@@ -224,8 +207,7 @@ def _fill(row: Row, path: Path) -> None:
         row.status = "FAILED"
         row.reason = reason or (doc.get("reason") or "") or "no reason given"
         return
-    summary = _obj(_read_json(path / "summary.json"), "summary.json")
-    row.values.update(summary_columns(summary))
+    row.values.update(summary_columns(_read_json(path / "summary.json")))
     row.values.update(derived_columns(row.values))
 
     requests = path / "requests.jsonl"
@@ -301,16 +283,7 @@ def build_rows(found: list[FoundCell], matrix: list[dict[str, Any]] | None = Non
     return ordered
 
 
-def _metric_columns() -> list[str]:
-    """Every metric column, in summary.csv order, whether or not any cell has a value for it."""
-    window = {"start_unix": 0.0, "end_unix": 1.0, "duration_s": 1.0}
-    sample = {"schema_version": 1, "counts": {}, "window": window, "throughput": {}, "latency": {}}
-    values = summary_columns(sample)
-    values.update(derived_columns(values))
-    return [*values, *SERVER_COLUMNS, *RequestStats().as_columns(), "clock_scale"]
-
-
-METRIC_COLUMNS = tuple(_metric_columns())
+METRIC_COLUMNS = tuple(column.name for column in columns.METRICS)
 
 
 def to_frame(rows: list[Row]) -> pd.DataFrame:

@@ -1,7 +1,9 @@
-"""Stream a cell's requests.jsonl in constant memory: counts, token sums and latency quantiles.
+"""Stream a cell's requests.jsonl in constant memory: counts, token sums and latency percentiles.
 
-Quantiles come from a log-spaced histogram (1 % relative bins from 0.1 ms to 28 h), so a
-million-record file costs the same memory as a ten-record one.
+Percentiles come from the log-spaced histogram of kv_cache_tester.stats (1 % relative bins above
+0.1 ms), so a million-record file costs the same memory as a ten-record one. The keys read are
+those of kv_cache_tester.replay.RequestRecord; a record is counted as far as its values allow (a
+value of the wrong type counts as absent), so one odd line never hides a whole cell.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kv_cache_tester.stats import LogHistogram
 
 try:  # orjson is an optional speed-up (kv-cache-tester[fast]); json is the fallback
     import orjson
@@ -24,42 +28,9 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     _DecodeError = ValueError
 
 
-class LogHistogram:
-    """Quantiles of positive values with bounded relative error (``ratio`` - 1) and fixed memory."""
-
-    def __init__(self, low: float = 1e-4, high: float = 1e5, ratio: float = 1.01) -> None:
-        self.low = low
-        self.log_ratio = math.log(ratio)
-        self.nbins = math.ceil(math.log(high / low) / self.log_ratio) + 2
-        self.counts = [0] * self.nbins
-        self.n = 0
-        self.total = 0.0
-
-    def add(self, value: float) -> None:
-        if value <= self.low:
-            idx = 0
-        else:
-            idx = min(self.nbins - 1, 1 + int(math.log(value / self.low) / self.log_ratio))
-        self.counts[idx] += 1
-        self.n += 1
-        self.total += value
-
-    def quantile(self, q: float) -> float | None:
-        """The q-quantile (0..1), as the geometric centre of its bin; None when empty."""
-        if self.n == 0:
-            return None
-        rank = q * (self.n - 1)
-        seen = 0
-        for idx, count in enumerate(self.counts):
-            seen += count
-            if seen > rank:
-                if idx == 0:
-                    return self.low
-                return self.low * math.exp((idx - 0.5) * self.log_ratio)
-        return self.low * math.exp((self.nbins - 1.5) * self.log_ratio)
-
-    def mean(self) -> float | None:
-        return self.total / self.n if self.n else None
+def _histogram() -> LogHistogram:
+    # A floor of 0.1 ms: request latencies below it are not told apart.
+    return LogHistogram(floor=1e-4)
 
 
 @dataclass
@@ -75,9 +46,9 @@ class RequestStats:
     theoretical_hit_blocks: int = 0
     total_blocks: int = 0
     first_bad_line: int | None = None
-    ttft: LogHistogram = field(default_factory=LogHistogram)
-    e2e: LogHistogram = field(default_factory=LogHistogram)
-    tpot: LogHistogram = field(default_factory=LogHistogram)
+    ttft: LogHistogram = field(default_factory=_histogram)
+    e2e: LogHistogram = field(default_factory=_histogram)
+    tpot: LogHistogram = field(default_factory=_histogram)
 
     def as_columns(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -89,6 +60,7 @@ class RequestStats:
             "req_prompt_tokens": self.prompt_tokens,
             "req_cached_tokens": self.cached_tokens,
             "req_output_tokens": self.output_tokens,
+            # Definitions: docs/collect.md, "Hit rates".
             "req_theoretical_hit_rate": (
                 self.theoretical_hit_blocks / self.total_blocks if self.total_blocks else None
             ),
@@ -96,7 +68,7 @@ class RequestStats:
         }
         for name, hist in (("ttft", self.ttft), ("e2e", self.e2e), ("tpot", self.tpot)):
             for q in (50, 90, 99):
-                out[f"req_{name}_p{q}_s"] = hist.quantile(q / 100)
+                out[f"req_{name}_p{q}_s"] = hist.percentile(q)
         return out
 
 

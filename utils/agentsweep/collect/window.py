@@ -17,27 +17,12 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from agentsweep.collect.columns import SERVER
 from agentsweep.metrics.dialects import COLUMNS
 
 # The scraper's cumulative counters (its other columns are time_s and gauges).
 COUNTERS = tuple(c for c in COLUMNS if c.endswith("_total"))
-SERVER_COLUMNS = (
-    "gpu_hit_rate",
-    "cpu_hit_rate",
-    "kv_usage_peak",
-    "kv_usage_mean",
-    "cpu_kv_usage_peak",
-    "cpu_kv_usage_mean",
-    "requests_running_mean",
-    "requests_waiting_peak",
-    "preemptions",
-    "offload_bytes_gpu_to_cpu",
-    "offload_bytes_cpu_to_gpu",
-    "server_prompt_tok_per_s",
-    "server_generation_tok_per_s",
-    "server_rows_in_window",
-    "server_max_gap_s",
-)
+SERVER_COLUMNS = tuple(column.name for column in SERVER)
 
 
 # Scrapes start before the window and end after it; only a shortfall beyond this is reported.

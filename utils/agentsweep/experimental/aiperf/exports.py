@@ -18,9 +18,17 @@ import math
 from pathlib import Path
 from typing import Any
 
-from kv_cache_tester.replay.runner import RunMeta
-from kv_cache_tester.replay.stats import LogHistogram, itl_summary
-from kv_cache_tester.replay.summary import build_summary, write_summary
+from kv_cache_tester.replay import (
+    REQUESTS_FILE,
+    RequestError,
+    RequestRecord,
+    RunMeta,
+    Summary,
+    build_summary,
+    itl_summary,
+    write_summary,
+)
+from kv_cache_tester.stats import LogHistogram
 from kv_cache_tester.traces.cache import PrefixTracker
 
 from agentsweep.errors import InputError
@@ -82,7 +90,7 @@ def _session_of(conversation_id: str) -> tuple[str, str]:
     return trace, f"{trace}:{agent}" if agent else trace
 
 
-def _error(err: Any) -> dict[str, str]:
+def _error(err: Any) -> RequestError:
     if not isinstance(err, dict):
         return {"class": "unknown", "message": str(err)}
     code = err.get("code")
@@ -94,7 +102,7 @@ def _error(err: Any) -> dict[str, str]:
 
 def convert_records(
     records: list[dict[str, Any]], prepared: PreparedInput | None
-) -> tuple[list[dict[str, Any]], float, LogHistogram]:
+) -> tuple[list[RequestRecord], float, LogHistogram]:
     """Our per-request lines (dispatch order), the run's t0 (Unix s) and the profile ITL histogram."""
     records = sorted(records, key=lambda r: r["metadata"]["request_start_ns"])
     if not records:
@@ -102,7 +110,7 @@ def convert_records(
     t0_ns = min(r["metadata"].get("credit_issued_ns") or r["metadata"]["request_start_ns"] for r in records)
     tracker = PrefixTracker()
     hist = LogHistogram()
-    out = []
+    out: list[RequestRecord] = []
     for rec in records:
         meta, metrics = rec["metadata"], rec.get("metrics") or {}
         conv = str(meta.get("conversation_id") or "")
@@ -165,12 +173,12 @@ def write_outputs(
     cpu_s: float = 0.0,
     wall_s: float = 0.0,
     reason: str = "duration",
-) -> dict[str, Any]:
+) -> Summary:
     """Write requests.jsonl and summary.json into ``out_dir``; returns the summary."""
     records = read_records(artifact_dir / RECORDS_FILE)
     lines, t0_unix, hist = convert_records(records, prepared)
     out_dir.mkdir(parents=True, exist_ok=True)
-    req_path = out_dir / "requests.jsonl"
+    req_path = out_dir / REQUESTS_FILE
     with open(req_path, "w", encoding="utf-8") as fh:
         for line in lines:
             fh.write(json.dumps(line) + "\n")

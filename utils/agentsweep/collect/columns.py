@@ -1,0 +1,126 @@
+"""The metric columns of summary.csv, declared once with their units (cell fields come first and are
+not listed here; see aggregate.CELL_FIELDS).
+
+Each column says where its value comes from: a field of the replayer's summary.json (``source``, a
+dotted path into ``kv_cache_tester.replay.Summary``), a figure derived in collect, the server's
+metrics over the window (window.py) or the recount of requests.jsonl (stream.py). The unit decides
+how a sped-up simulated cell is rescaled to the engine's clock (see ``ENGINE_CLOCK``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Unit(StrEnum):
+    SECONDS = "s"  # a latency the engine's speed shortens
+    WALL_SECONDS = "wall s"  # a length of wall time (window, client lag, scrape gap): never rescaled
+    UNIX_SECONDS = "unix s"
+    REQUESTS_PER_S = "req/s"
+    TOKENS_PER_S = "tok/s"
+    TOKENS_PER_S_PER_GPU = "tok/s/gpu"
+    TOKENS_PER_S_PER_USER = "tok/s/user"  # interactivity
+    COUNT = "count"
+    TOKENS = "tokens"
+    BYTES = "bytes"
+    FRACTION = "fraction"  # 0..1 (hit rates, usage, shares)
+    FACTOR = "factor"
+    JSON = "json"  # a nested value, as compact JSON
+
+
+# How a value in each unit changes when the engine runs S times faster than the wall clock:
+# latencies are multiplied by S, rates divided by S; everything else stays.
+ENGINE_CLOCK: dict[Unit, int] = {
+    Unit.SECONDS: 1,
+    Unit.REQUESTS_PER_S: -1,
+    Unit.TOKENS_PER_S: -1,
+    Unit.TOKENS_PER_S_PER_GPU: -1,
+    Unit.TOKENS_PER_S_PER_USER: -1,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    unit: Unit
+    source: str | None = None  # dotted path in summary.json; None: computed in collect
+
+
+LATENCY_STATS = ("mean", "p50", "p90", "p95", "p99", "p99.9")
+THROUGHPUTS = ("input_tok_per_s", "output_tok_per_s", "total_tok_per_s")
+INTERACTIVITY_STATS = ("p50", "p90", "p99")
+
+# From summary.json, in summary.csv order.
+SUMMARY: tuple[Column, ...] = (
+    Column("requests_sent", Unit.COUNT, "counts.sent"),
+    Column("requests_ok", Unit.COUNT, "counts.ok"),
+    Column("requests_failed", Unit.COUNT, "counts.failed"),
+    Column("requests_warmup", Unit.COUNT, "counts.warmup"),
+    Column("failed_by_class", Unit.JSON, "counts.failed_by_class"),
+    Column("window_start_unix", Unit.UNIX_SECONDS, "window.start_unix"),
+    Column("window_end_unix", Unit.UNIX_SECONDS, "window.end_unix"),
+    Column("window_s", Unit.WALL_SECONDS, "window.duration_s"),
+    Column("requests_per_s", Unit.REQUESTS_PER_S, "throughput.requests_per_s"),
+    *(Column(key, Unit.TOKENS_PER_S, f"throughput.{key}") for key in THROUGHPUTS),
+    *(
+        Column(f"{metric}_{stat.replace('.', '')}_s", Unit.SECONDS, f"latency.{metric}_s.{stat}")
+        for metric in ("ttft", "tpot", "itl", "e2e")
+        for stat in LATENCY_STATS
+    ),
+    Column("goodput_requests_per_s", Unit.REQUESTS_PER_S, "slo.goodput_requests_per_s"),
+    Column("slo_attainment", Unit.FRACTION, "slo.attainment"),
+    Column("theoretical_hit_rate", Unit.FRACTION, "cache.theoretical_hit_rate"),
+    Column("client_hit_rate", Unit.FRACTION, "cache.client_hit_rate"),
+    Column("dispatch_lag_p99_s", Unit.WALL_SECONDS, "self_audit.dispatch_lag_s.p99"),
+    Column("client_cpu_share", Unit.FRACTION, "self_audit.client_cpu_share"),
+)
+
+# Derived from the summary columns and the cell's GPU count (aggregate.derived_columns).
+DERIVED: tuple[Column, ...] = (
+    *(Column(f"{key}_per_gpu", Unit.TOKENS_PER_S_PER_GPU) for key in THROUGHPUTS),
+    *(Column(f"interactivity_{stat}_tok_per_s", Unit.TOKENS_PER_S_PER_USER) for stat in INTERACTIVITY_STATS),
+)
+
+# The engine's metrics over the profiling window (window.window_figures).
+SERVER: tuple[Column, ...] = (
+    Column("gpu_hit_rate", Unit.FRACTION),
+    Column("cpu_hit_rate", Unit.FRACTION),
+    Column("kv_usage_peak", Unit.FRACTION),
+    Column("kv_usage_mean", Unit.FRACTION),
+    Column("cpu_kv_usage_peak", Unit.FRACTION),
+    Column("cpu_kv_usage_mean", Unit.FRACTION),
+    Column("requests_running_mean", Unit.COUNT),
+    Column("requests_waiting_peak", Unit.COUNT),
+    Column("preemptions", Unit.COUNT),
+    Column("offload_bytes_gpu_to_cpu", Unit.BYTES),
+    Column("offload_bytes_cpu_to_gpu", Unit.BYTES),
+    Column("server_prompt_tok_per_s", Unit.TOKENS_PER_S),
+    Column("server_generation_tok_per_s", Unit.TOKENS_PER_S),
+    Column("server_rows_in_window", Unit.COUNT),
+    Column("server_max_gap_s", Unit.WALL_SECONDS),
+)
+
+# The recount of requests.jsonl (stream.RequestStats.as_columns).
+REQUESTS: tuple[Column, ...] = (
+    Column("req_records", Unit.COUNT),
+    Column("req_bad_lines", Unit.COUNT),
+    Column("req_warmup", Unit.COUNT),
+    Column("req_profile_ok", Unit.COUNT),
+    Column("req_profile_errors", Unit.COUNT),
+    Column("req_prompt_tokens", Unit.TOKENS),
+    Column("req_cached_tokens", Unit.TOKENS),
+    Column("req_output_tokens", Unit.TOKENS),
+    Column("req_theoretical_hit_rate", Unit.FRACTION),
+    Column("req_client_hit_rate", Unit.FRACTION),
+    *(
+        Column(f"req_{metric}_p{q}_s", Unit.SECONDS)
+        for metric in ("ttft", "e2e", "tpot")
+        for q in (50, 90, 99)
+    ),
+)
+
+CLOCK_SCALE = Column("clock_scale", Unit.FACTOR)
+
+METRICS: tuple[Column, ...] = (*SUMMARY, *DERIVED, *SERVER, *REQUESTS, CLOCK_SCALE)
+UNITS: dict[str, Unit] = {c.name: c.unit for c in METRICS}
