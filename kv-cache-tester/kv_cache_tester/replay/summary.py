@@ -151,6 +151,7 @@ def build_summary(
             else ",".join(sorted({m.reason for m in metas})),
             "abandoned_in_flight": sum(m.abandoned for m in metas),
             "idle_lanes": sum(m.idle_lanes for m in metas),
+            "unsent_requests": sum(m.planned - m.sent for m in metas),
         },
         "users": users,
         "options": options,
