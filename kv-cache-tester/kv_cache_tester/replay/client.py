@@ -185,9 +185,15 @@ class StreamTimer:
             first = bytes(pending[:end])
             data = bytes(pending[end + 2 :])
             self._pending = bytearray()
+            if len(first) > self._max_event:
+                self._too_long(len(first))
+                return
             self._event(first, now)
         events = data.split(b"\n\n")
         tail = events.pop()
+        if len(data) > self._max_event and any(len(ev) > self._max_event for ev in events):
+            self._too_long(max(len(ev) for ev in events))
+            return
         for ev in events:
             self._event(ev, now)
         if tail and not self.broken:
@@ -201,60 +207,65 @@ class StreamTimer:
         self._protocol(f"an SSE event longer than {self._max_event} bytes ({size} bytes without its end)")
 
     def _event(self, ev: bytes, now: float) -> None:
+        # The order of the checks is the hot path's: a token event passes the fewest of them
+        # (byte scans of the payload cost more than dict look-ups after the parse).
         if self.broken:
-            return
-        if len(ev) > self._max_event:
-            self._too_long(len(ev))
             return
         idx = ev.find(b"data:")
         if idx < 0:
             return  # comment / keep-alive / event-name-only lines
         payload = ev[idx + 5 :]
-        if b"\n" in payload:  # more lines after the first data line: the SSE rules, in full
-            payload = b"\n".join(
-                line[5:].removeprefix(b" ") for line in ev.split(b"\n") if line.startswith(b"data:")
-            )
-        payload = payload.strip()
-        if not payload:
-            return
         if self.done:
-            self._protocol(f"data after [DONE]: {_excerpt(payload)}")
-            return
-        if payload == b"[DONE]":
-            self.done = True
+            if _data_of(ev).strip():
+                self._protocol(f"data after [DONE]: {_excerpt(_data_of(ev).strip())}")
             return
         try:
             obj = loads(payload)
         except ValueError:
-            self._protocol(f"an SSE event that is not JSON: {_excerpt(payload)}")
+            obj = None
+            if b"\n" in payload:  # more lines after the first data line: the SSE rules, in full
+                payload = _data_of(ev)
+                try:
+                    obj = loads(payload)
+                except ValueError:
+                    obj = None
+            if obj is None:
+                payload = payload.strip()
+                if payload == b"[DONE]":
+                    self.done = True
+                elif payload:
+                    self._protocol(f"an SSE event that is not JSON: {_excerpt(payload)}")
+                return
+        if obj.__class__ is not dict:
+            self._protocol(f"an SSE event that is not a JSON object: {_excerpt(payload.strip())}")
             return
-        if type(obj) is not dict:
-            self._protocol(f"an SSE event that is not a JSON object: {_excerpt(payload)}")
-            return
-        out = self.out
         choices = obj.get("choices")
-        if choices and type(choices) is list:
-            for choice in choices:
-                if type(choice) is not dict:
-                    continue
+        if choices:
+            try:
+                choice = choices[0]
                 delta = choice.get("delta")
-                if (
-                    delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-                    if type(delta) is dict
-                    else choice.get("text")
-                ):
-                    t = now - self._t0
-                    if out.ttft is None:
-                        out.ttft = t
-                    else:
-                        out.itls.append(t - self._last)
-                    self._last = t
-                    out.token_events += 1
-                    break
+                if delta is None:
+                    token = choice.get("text")
+                else:
+                    token = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+            except (AttributeError, KeyError, IndexError, TypeError):
+                token = None  # not the shape of a token event
+            if token:
+                out = self.out
+                t = now - self._t0
+                if out.ttft is None:
+                    out.ttft = t
+                else:
+                    out.itls.append(t - self._last)
+                self._last = t
+                out.token_events += 1
         usage = obj.get("usage")
         if usage is not None:
             self._usage(usage)
-        if obj.get("error") is not None or obj.get("object") == "error":
+        if "error" in obj or obj.get("object") == "error":
+            if obj.get("error") is None and obj.get("object") != "error":
+                return
+            out = self.out
             msg = _error_message(obj)
             out.error_class = "context_length" if _CONTEXT_RE.search(msg) else "stream_error"
             out.error_message = msg[:ERROR_BODY_LIMIT]
@@ -323,6 +334,11 @@ class StreamTimer:
             return out
         out.ok = True
         return out
+
+
+def _data_of(ev: bytes) -> bytes:
+    """The data of an SSE event with several lines: its data lines' values, joined by newlines."""
+    return b"\n".join(line[5:].removeprefix(b" ") for line in ev.split(b"\n") if line.startswith(b"data:"))
 
 
 def _excerpt(payload: bytes, n: int = 200) -> str:
