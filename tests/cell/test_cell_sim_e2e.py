@@ -28,6 +28,7 @@ def _cell_env(repo_root: Path, result_dir: Path, **over: object) -> dict[str, st
         "duration": 4,
         "traces": str(repo_root / "kv-cache-tester" / "sample_traces"),
         "max_context": 65536,
+        "max_delay": 1,  # short think times: a 4 s window of 2 users stays busy (window coverage)
         "warmup_requests": 0,
         "speed": 50,
         "engine_args": "--num-gpu-blocks-override 4096",

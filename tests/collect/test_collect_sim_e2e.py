@@ -34,6 +34,7 @@ def _run_cell(repo_root: Path, results: Path, users: int, offload: str) -> None:
         "duration": 4,
         "traces": str(repo_root / "kv-cache-tester" / "sample_traces"),
         "max_context": MAX_CONTEXT,
+        "max_delay": 1,  # short think times: a 4 s window of 2 users stays busy (window coverage)
         "warmup_requests": 0,
         "speed": 50,
         "engine_args": "--num-gpu-blocks-override 4096",

@@ -5,7 +5,10 @@ cached_tokens = words shared with the same session's previous prompt, rounded do
 [DONE]; and appends one JSON line per request to --log (arrival/finish times, headers, the prompt).
 Prints ``PORT <n>`` once listening.
 
-    python stream_server.py --log FILE [--itl-ms 1] [--ttft-ms 0] [--status 200]
+    python stream_server.py --log FILE [--itl-ms 1] [--ttft-ms 0] [--status 200] [--bad html|usage]
+
+``--bad html`` answers every request with an HTML page and status 200; ``--bad usage`` reports
+cached_tokens far above prompt_tokens.
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ async def handle(request: web.Request) -> web.StreamResponse:
     request.app["last"][sid] = words
     if args.status != 200:
         return web.json_response({"error": {"message": "forced failure"}}, status=args.status)
+    if args.bad == "html":
+        return web.Response(text="<html><body>It works!</body></html>", content_type="text/html")
+    if args.bad == "usage":
+        cached = 10_000_000
     n = int(body.get("max_tokens") or 16)
     chat = "messages" in body
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -114,5 +121,6 @@ if __name__ == "__main__":
     ap.add_argument("--ttft-ms", type=float, default=0.0)
     ap.add_argument("--status", type=int, default=200)
     ap.add_argument("--keep-prompts", action="store_true")
+    ap.add_argument("--bad", choices=("html", "usage"), default=None)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main(ap.parse_args()))

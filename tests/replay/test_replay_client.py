@@ -36,6 +36,10 @@ class FakeResponse:
     def __init__(self, status: int, reads: list[bytes]) -> None:
         self.status = status
         self.content = FakeContent(reads)
+        self.headers = {"Content-Type": "text/event-stream; charset=utf-8"}
+
+    def close(self) -> None:
+        return None
 
     async def __aenter__(self) -> FakeResponse:
         return self

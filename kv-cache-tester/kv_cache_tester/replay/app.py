@@ -140,11 +140,30 @@ def finish(cfg: ReplayConfig, out: Path, metas: list[RunMeta], options: dict[str
         f"done: {c['ok']} ok, {c['failed']} failed, {c['warmup']} warmup in {summary['window']['duration_s']:.1f} s"
         f" | {rps or 0:.1f} req/s | p50 TTFT {(p50 or 0) * 1000:.1f} ms | results in {out}"
     )
+    recorded = c["ok"] + c["failed"] + c["warmup"]
+    where = f"{recorded} requests recorded in {out}"
+    errors = [e for m in metas for e in m.errors]
+    for extra in errors[1:]:
+        log(f"error: {extra}")
+    if errors:
+        raise RunAborted(f"{errors[0]}; {where}")
     breakers = [m.breaker for m in metas if m.breaker]
     if breakers:
-        raise RunAborted(breakers[0] + f"; {c['ok'] + c['failed'] + c['warmup']} requests recorded in {out}")
+        raise RunAborted(f"{breakers[0]}; {where}")
     signums = [m.signum for m in metas if m.signum]
-    return 128 + signums[0] if signums else 0
+    if signums:
+        if not recorded:
+            log(f"stopped by signal {signums[0]} before any request was sent")
+        return 128 + signums[0]
+    if not recorded:
+        reason = ",".join(sorted({m.reason for m in metas}))
+        raise RunAborted(
+            f"no request was sent (stop reason: {reason}, after {summary['window']['duration_s']:.1f} s)"
+        )
+    unsent = sum(m.planned - m.sent for m in metas)
+    if unsent and all(m.reason == "exhausted" for m in metas):
+        raise RunAborted(f"{unsent} requests of the traces played were never sent; {where}")
+    return 0
 
 
 def replay(cfg: ReplayConfig, options: dict[str, Any]) -> int:

@@ -63,6 +63,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--request-timeout", type=float, default=3600.0, help="seconds per request")
     g.add_argument("--grace-period", type=float, default=30.0, help="seconds to let requests finish at stop")
     g.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=300.0,
+        help="a started stream that sends nothing for this long fails as 'stall' (0 = off)",
+    )
+    g.add_argument(
+        "--max-event-bytes",
+        type=int,
+        default=4 << 20,
+        help="longest SSE event accepted; a longer one is a 'protocol' error (default 4 MiB)",
+    )
+    g.add_argument(
         "--busy-poll",
         action="store_true",
         help="keep the client polling while requests are in flight (no OS wake-up latency in the "

@@ -1,11 +1,14 @@
 """Streaming OpenAI-compatible client: send one request, time its stream, classify its failure.
 
 The hot path is kept lean on purpose: the request body arrives pre-encoded, SSE events are split
-with C-level byte operations, a token event is recognised by one regular-expression search, and
-only the (rare) usage or error events are JSON-parsed. TTFT is taken at the first event carrying a
-non-empty content, reasoning or text delta; E2E at the last such event, so a trailing usage chunk
-or ``[DONE]`` never lengthens it. Times are those at which the bytes reached the client's
-connection (``arrival``), when the session's connector stamps them.
+with C-level byte operations (linear in the bytes received), and each event is parsed once by the
+fastest JSON parser available. The protocol is checked strictly: a 200 that is not an event
+stream, an event that is not a JSON object, data after ``[DONE]`` or an event longer than the bound
+end the request as a ``protocol`` error; usage figures that cannot be true (negative counts, cached
+tokens above prompt tokens) make it a ``bad_usage`` error, with the figures kept. TTFT is taken at
+the first event carrying a non-empty content, reasoning or text delta; E2E at the last such event,
+so a trailing usage chunk or ``[DONE]`` never lengthens it. Times are those at which the bytes
+reached the client's connection (``arrival``), when the session's connector stamps them.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ _CONTEXT_RE = re.compile(
     re.IGNORECASE,
 )
 ERROR_BODY_LIMIT = 2000
+MAX_EVENT_BYTES = 4 << 20  # default bound on one SSE event (--max-event-bytes)
 
+# Only these count towards the circuit breaker: a server that answers, however badly, is up.
 CONNECTION_CLASSES = frozenset({"connect", "stream_cut"})
 _NO_AIOHTTP_TIMEOUT = aiohttp.ClientTimeout()  # send() enforces the request timeout itself
 
@@ -51,6 +56,7 @@ class Outcome:
     completion_tokens: int | None = None
     error_class: str | None = None
     error_message: str | None = None
+    usage: dict[str, Any] | None = None  # the usage figures as reported (kept for a bad_usage error)
 
     @property
     def output_tokens(self) -> int:
@@ -83,89 +89,231 @@ class StreamTimer:
     """Consumes raw SSE bytes as they arrive and keeps the timings of one response.
 
     ``feed`` is called with each network read and the clock reading taken right after it;
-    events read together share that time (that is what the client really observed).
+    events read together share that time (that is what the client really observed). Parsing is
+    linear in the bytes received: an incomplete event waits in a buffer that only grows, and only
+    the new bytes are searched for the event's end. That buffer never holds more than
+    ``max_event`` bytes: a longer event ends the response as a ``protocol`` error.
     """
 
-    __slots__ = ("_buf", "_debug", "_last", "_t0", "_tfeed", "done", "out")
+    __slots__ = (
+        "_cr",
+        "_debug",
+        "_last",
+        "_max_event",
+        "_pending",
+        "_t0",
+        "_tfeed",
+        "broken",
+        "cm",
+        "done",
+        "expired",
+        "out",
+        "usage_problem",
+    )
 
-    def __init__(self, t0: float, debug: list[tuple[float, bytes]] | None = None) -> None:
+    def __init__(
+        self, t0: float, debug: list[tuple[float, bytes]] | None = None, max_event: int = MAX_EVENT_BYTES
+    ) -> None:
         self._t0 = t0
-        self._buf = b""
+        self._pending = bytearray()  # the start of an event whose end has not arrived yet
+        self._cr = False  # the previous read ended in a CR (maybe half of a CRLF)
         self._last = 0.0
         self._tfeed = t0
         self._debug = debug
-        self.done = False
+        self._max_event = max_event
+        self.done = False  # [DONE] seen
+        self.broken = False  # a protocol error: stop reading
+        self.cm: asyncio.Timeout | None = None  # the request's deadline, while the request is in flight
+        self.expired: tuple[str, str] | None = None  # (class, message) when ended from outside
+        self.usage_problem: str | None = None
         self.out = Outcome()
+
+    @property
+    def started(self) -> bool:
+        """Whether any body bytes have arrived."""
+        return self._tfeed != self._t0
+
+    @property
+    def idle_since(self) -> float:
+        """Clock reading of the newest read (the send time before the first one)."""
+        return self._tfeed
+
+    def expire(self, error_class: str, message: str) -> bool:
+        """End this request now (the run's stall watchdog, or abandonment at the run's end): it
+        fails with ``error_class``. Returns False when it can no longer be ended that way."""
+        cm = self.cm
+        if cm is None or self.expired is not None:
+            return False
+        try:
+            cm.reschedule(asyncio.get_running_loop().time())
+        except RuntimeError:  # already expiring or left
+            return False
+        self.expired = (error_class, message)
+        return True
+
+    def _protocol(self, message: str) -> None:
+        if self.broken:
+            return
+        self.broken = True
+        out = self.out
+        out.error_class = "protocol"
+        out.error_message = message[:ERROR_BODY_LIMIT]
 
     def feed(self, data: bytes, now: float) -> None:
         self._tfeed = now
         if self._debug is not None:
             self._debug.append((now - self._t0, data))
-        buf = self._buf + data if self._buf else data
-        if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n")
-            if buf.endswith(b"\r"):  # a CRLF split across reads: keep the CR for the next read
-                self._buf = buf
+        if self.broken:
+            return
+        if self._cr:
+            data = b"\r" + data
+            self._cr = False
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n")
+            if data.endswith(b"\r"):  # a CRLF split across reads: keep the CR for the next read
+                data = data[:-1]
+                self._cr = True
+        pending = self._pending
+        if pending:
+            start = len(pending) - 1  # the blank line may begin with the buffer's last byte
+            pending += data
+            end = pending.find(b"\n\n", start)
+            if end < 0:
+                if len(pending) > self._max_event:
+                    self._too_long(len(pending))
                 return
-        events = buf.split(b"\n\n")
-        self._buf = events.pop()
+            first = bytes(pending[:end])
+            data = bytes(pending[end + 2 :])
+            self._pending = bytearray()
+            if len(first) > self._max_event:
+                self._too_long(len(first))
+                return
+            self._event(first, now)
+        events = data.split(b"\n\n")
+        tail = events.pop()
+        if len(data) > self._max_event and any(len(ev) > self._max_event for ev in events):
+            self._too_long(max(len(ev) for ev in events))
+            return
         for ev in events:
             self._event(ev, now)
+        if tail and not self.broken:
+            if len(tail) > self._max_event:
+                self._too_long(len(tail))
+            else:
+                self._pending += tail
+
+    def _too_long(self, size: int) -> None:
+        self._pending = bytearray()
+        self._protocol(f"an SSE event longer than {self._max_event} bytes ({size} bytes without its end)")
 
     def _event(self, ev: bytes, now: float) -> None:
+        # The order of the checks is the hot path's: a token event passes the fewest of them
+        # (byte scans of the payload cost more than dict look-ups after the parse).
+        if self.broken:
+            return
         idx = ev.find(b"data:")
         if idx < 0:
-            return  # comment / keep-alive / event-name-only line
-        payload = ev[idx + 5 :].strip()
-        if payload == b"[DONE]":
-            self.done = True
+            return  # comment / keep-alive / event-name-only lines
+        payload = ev[idx + 5 :]
+        if self.done:
+            if _data_of(ev).strip():
+                self._protocol(f"data after [DONE]: {_excerpt(_data_of(ev).strip())}")
             return
-        out = self.out
-        if _TOKEN_RE.search(payload) is not None:
-            t = now - self._t0
-            if out.ttft is None:
-                out.ttft = t
-            else:
-                out.itls.append(t - self._last)
-            self._last = t
-            out.token_events += 1
-            if b'"usage":{' not in payload and b'"usage": {' not in payload:
-                return
-        if b'"usage"' in payload:
-            self._usage(payload)
-        elif b'"error"' in payload:
-            try:
-                obj = loads(payload)
-            except ValueError:
-                return
-            if isinstance(obj, dict) and (obj.get("error") is not None or obj.get("object") == "error"):
-                msg = _error_message(obj)
-                out.error_class = "context_length" if _CONTEXT_RE.search(msg) else "stream_error"
-                out.error_message = msg[:ERROR_BODY_LIMIT]
-
-    def _usage(self, payload: bytes) -> None:
         try:
             obj = loads(payload)
         except ValueError:
+            obj = None
+            if b"\n" in payload:  # more lines after the first data line: the SSE rules, in full
+                payload = _data_of(ev)
+                try:
+                    obj = loads(payload)
+                except ValueError:
+                    obj = None
+            if obj is None:
+                payload = payload.strip()
+                if payload == b"[DONE]":
+                    self.done = True
+                elif payload:
+                    self._protocol(f"an SSE event that is not JSON: {_excerpt(payload)}")
+                return
+        if obj.__class__ is not dict:
+            self._protocol(f"an SSE event that is not a JSON object: {_excerpt(payload.strip())}")
             return
-        usage = obj.get("usage") if isinstance(obj, dict) else None
-        if not isinstance(usage, dict):
+        choices = obj.get("choices")
+        if choices:
+            try:
+                choice = choices[0]
+                delta = choice.get("delta")
+                if delta is None:
+                    token = choice.get("text")
+                else:
+                    token = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+            except (AttributeError, KeyError, IndexError, TypeError):
+                token = None  # not the shape of a token event
+            if token:
+                out = self.out
+                t = now - self._t0
+                if out.ttft is None:
+                    out.ttft = t
+                else:
+                    out.itls.append(t - self._last)
+                self._last = t
+                out.token_events += 1
+        usage = obj.get("usage")
+        if usage is not None:
+            self._usage(usage)
+        if "error" in obj or obj.get("object") == "error":
+            if obj.get("error") is None and obj.get("object") != "error":
+                return
+            out = self.out
+            msg = _error_message(obj)
+            out.error_class = "context_length" if _CONTEXT_RE.search(msg) else "stream_error"
+            out.error_message = msg[:ERROR_BODY_LIMIT]
+
+    def _usage(self, usage: object) -> None:
+        """Keep the usage figures; note (once) any that cannot be true."""
+        if type(usage) is not dict:
+            self.out.usage = {"usage": _short(usage)}
+            self.usage_problem = self.usage_problem or "usage is not a JSON object"
             return
-        out = self.out
-        if isinstance(usage.get("prompt_tokens"), int):
-            out.prompt_tokens = usage["prompt_tokens"]
-        if isinstance(usage.get("completion_tokens"), int):
-            out.completion_tokens = usage["completion_tokens"]
         details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
-            out.cached_tokens = details["cached_tokens"]
+        raw = {
+            "prompt_tokens": usage.get("prompt_tokens"),
+            "completion_tokens": usage.get("completion_tokens"),
+            "cached_tokens": details.get("cached_tokens") if type(details) is dict else None,
+        }
+        out = self.out
+        problems = []
+        for key, value in raw.items():
+            if value is None:
+                continue
+            if type(value) is not int:
+                problems.append(f"{key} is not an integer: {_short(value)}")
+                raw[key] = _short(value)
+                continue
+            if value < 0:
+                problems.append(f"{key} is negative: {value}")
+            if key == "prompt_tokens":
+                out.prompt_tokens = value
+            elif key == "completion_tokens":
+                out.completion_tokens = value
+            else:
+                out.cached_tokens = value
+        prompt, cached = raw["prompt_tokens"], raw["cached_tokens"]
+        if type(prompt) is int and type(cached) is int and cached > prompt:
+            problems.append(f"cached_tokens {cached} > prompt_tokens {prompt}")
+        out.usage = raw
+        if problems and self.usage_problem is None:
+            self.usage_problem = "; ".join(problems)
 
     def finish(self) -> Outcome:
         """Close the response: decide ok/error from what was seen."""
-        if self._buf.strip():
-            self._event(self._buf, self._tfeed)
-            self._buf = b""
+        if self._pending.strip() and not self.broken:
+            ev, self._pending = bytes(self._pending), bytearray()
+            self._event(ev, self._tfeed)
         out = self.out
+        if out.ttft is not None:
+            out.e2e = self._last
         if out.error_class is not None:
             return out
         if out.ttft is None:
@@ -179,11 +327,28 @@ class StreamTimer:
         if not self.done:
             out.error_class = "stream_cut"
             out.error_message = f"stream closed after {out.token_events} token events without [DONE]"
-            out.e2e = self._last
             return out
-        out.e2e = self._last
+        if self.usage_problem is not None:
+            out.error_class = "bad_usage"
+            out.error_message = f"usage figures that cannot be true: {self.usage_problem}"[:ERROR_BODY_LIMIT]
+            return out
         out.ok = True
         return out
+
+
+def _data_of(ev: bytes) -> bytes:
+    """The data of an SSE event with several lines: its data lines' values, joined by newlines."""
+    return b"\n".join(line[5:].removeprefix(b" ") for line in ev.split(b"\n") if line.startswith(b"data:"))
+
+
+def _excerpt(payload: bytes, n: int = 200) -> str:
+    text = payload[:n].decode("utf-8", "replace")
+    return repr(text) + (f" ... ({len(payload)} bytes)" if len(payload) > n else "")
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 64 else text[:64] + "..."
 
 
 async def send(
@@ -194,56 +359,80 @@ async def send(
     timeout: aiohttp.ClientTimeout,
     clock: Clock = time.perf_counter,
     debug: list[tuple[float, bytes]] | None = None,
+    watch: set[StreamTimer] | None = None,
+    max_event: int = MAX_EVENT_BYTES,
 ) -> Outcome:
     """POST one streaming request and time it. Never raises for server or network trouble.
 
     ``timeout.total`` bounds the whole request. It is enforced with one ``asyncio.timeout`` rather
-    than by aiohttp, whose timer is entered and left around every read of the stream.
+    than by aiohttp, whose timer is entered and left around every read of the stream. While the
+    request is in flight its timer is in ``watch``, where the run can end it (``StreamTimer.expire``).
     """
     t0 = clock()
-    timer = StreamTimer(t0, debug)
+    timer = StreamTimer(t0, debug, max_event)
     got_headers = False
     try:
-        async with (
-            asyncio.timeout(timeout.total),
-            session.post(url, data=body, headers=headers, timeout=_NO_AIOHTTP_TIMEOUT) as resp,
-        ):
-            got_headers = True
-            if resp.status != 200:
-                raw = await resp.content.read(64 * 1024)
-                text = raw.decode("utf-8", "replace")
-                out = timer.out
-                out.error_class = classify_http(resp.status, text)
-                try:
-                    msg = _error_message(loads(raw))
-                except ValueError:
-                    msg = text
-                out.error_message = f"HTTP {resp.status}: {msg}"[:ERROR_BODY_LIMIT]
-                return out
-            content = resp.content
-            stamped = arrival_of(resp) if clock is time.perf_counter else None
-            end = 0
-            while True:
-                data = await content.readany()
-                if not data:
-                    break
-                if stamped is None:
-                    timer.feed(data, clock())
-                    continue
-                end += len(data)
-                if timer.out.ttft is None:  # exact arrival for the first token
-                    for piece, t in stamped.split(content, data, end):
-                        timer.feed(piece, t)
-                else:  # later events read together share the newest arrival (no per-read split)
-                    stamped.marks.clear()
-                    timer.feed(data, stamped.arrived)
-            if stamped is not None:
-                stamped.marks.clear()  # the response is read: hold no reference to it
+        async with asyncio.timeout(timeout.total) as cm:
+            if watch is not None:
+                timer.cm = cm
+                watch.add(timer)
+            try:
+                async with session.post(url, data=body, headers=headers, timeout=_NO_AIOHTTP_TIMEOUT) as resp:
+                    got_headers = True
+                    if resp.status != 200:
+                        raw = await resp.content.read(64 * 1024)
+                        text = raw.decode("utf-8", "replace")
+                        out = timer.out
+                        out.error_class = classify_http(resp.status, text)
+                        try:
+                            msg = _error_message(loads(raw))
+                        except ValueError:
+                            msg = text
+                        out.error_message = f"HTTP {resp.status}: {msg}"[:ERROR_BODY_LIMIT]
+                        return out
+                    ctype = resp.headers.get("Content-Type", "")
+                    if not ctype.lower().startswith("text/event-stream"):
+                        raw = await resp.content.read(ERROR_BODY_LIMIT)
+                        resp.close()
+                        out = timer.out
+                        out.error_class = "protocol"
+                        out.error_message = (
+                            f"HTTP 200 with Content-Type {ctype!r}, not an event stream: {_excerpt(raw)}"
+                        )[:ERROR_BODY_LIMIT]
+                        return out
+                    content = resp.content
+                    stamped = arrival_of(resp) if clock is time.perf_counter else None
+                    end = 0
+                    while True:
+                        data = await content.readany()
+                        if not data:
+                            break
+                        if stamped is None:
+                            timer.feed(data, clock())
+                        else:
+                            end += len(data)
+                            if timer.out.ttft is None:  # exact arrival for the first token
+                                for piece, t in stamped.split(content, data, end):
+                                    timer.feed(piece, t)
+                            else:  # later events read together share the newest arrival
+                                stamped.marks.clear()
+                                timer.feed(data, stamped.arrived)
+                        if timer.broken:  # a protocol error: read no further
+                            resp.close()
+                            break
+                    if stamped is not None:
+                        stamped.marks.clear()  # the response is read: hold no reference to it
+            finally:
+                if watch is not None:
+                    watch.discard(timer)
         return timer.finish()
     except TimeoutError:
         out = timer.out
-        out.error_class = "timeout"
-        out.error_message = f"no complete response within {timeout.total} s"
+        if timer.expired is not None:
+            out.error_class, out.error_message = timer.expired
+        else:
+            out.error_class = "timeout"
+            out.error_message = f"no complete response within {timeout.total} s"
     except aiohttp.ClientConnectorError as exc:
         out = timer.out
         out.error_class = "connect"

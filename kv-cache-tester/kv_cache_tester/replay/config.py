@@ -45,6 +45,8 @@ class ReplayConfig:
     plot: bool
     max_ttft: float | None = None
     busy_poll: bool = False
+    stall_timeout: float = 300.0  # seconds without data on a started stream before it fails (0 = off)
+    max_event_bytes: int = 4 << 20  # bound on one SSE event
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -108,6 +110,8 @@ def from_args(ns: argparse.Namespace) -> ReplayConfig:
     need(ns.request_timeout > 0, "--request-timeout: must be > 0 seconds")
     need(ns.workers >= 1, "--workers: must be >= 1")
     need(ns.grace_period >= 0, "--grace-period: must be >= 0 seconds")
+    need(ns.stall_timeout >= 0, "--stall-timeout: must be >= 0 seconds (0 = off)")
+    need(ns.max_event_bytes >= 1024, "--max-event-bytes: must be at least 1024")
     need(ns.hash_block_mode, "--no-hash-block-mode: only hash-block content is supported")
     need(not (ns.tokenizer and ns.api == "completions"), "--tokenizer works with --api chat only")
     return ReplayConfig(
@@ -144,6 +148,8 @@ def from_args(ns: argparse.Namespace) -> ReplayConfig:
         plot=not ns.no_plot,
         max_ttft=ns.max_ttft,
         busy_poll=ns.busy_poll,
+        stall_timeout=ns.stall_timeout,
+        max_event_bytes=ns.max_event_bytes,
     )
 
 

@@ -160,6 +160,7 @@ class SelfAudit(TypedDict):
     stop_reason: str
     abandoned_in_flight: int
     idle_lanes: int
+    unsent_requests: int  # requests of started plays never dispatched (a run cut short)
 
 
 class Summary(TypedDict):
@@ -175,6 +176,8 @@ class Summary(TypedDict):
     options: dict[str, Any]
     client: NotRequired[str]  # set by other clients ("aiperf")
     aiperf: NotRequired[dict[str, Any]]  # AIPerf's own headline figures, for cross-checking
+    # Written by the cell after the run (agentsweep's validity checks): valid, reasons, checks.
+    validity: NotRequired[dict[str, Any]]
 
 
 # What a summary must hold to be read at all; every other key may be absent.

@@ -4,6 +4,11 @@ A lane (user) leases a trace, plays it request by request (sleeping the trace's 
 sub-agent groups and joining them before the parent's next request), releases it and, with
 --recycle, leases the next one. Every request's body is built *before* the lane sleeps, so the
 dispatch itself is one HTTP write; all lanes build their first request, then start together.
+
+Every play sends at least one request (a trace that starts with sub-agent groups, or is nothing
+but them, spawns them at its start), so a lane always awaits something. A lane or sub-agent that
+raises stops the run and is reported; a request whose stream stops (``--stall-timeout``) or that is
+still in flight when the run gives up on it ends as a recorded failure (``stall`` or ``timeout``).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import aiohttp
 
 from kv_cache_tester.replay.arrival import ArrivalConnector
 from kv_cache_tester.replay.breaker import CircuitBreaker
-from kv_cache_tester.replay.client import Outcome, send
+from kv_cache_tester.replay.client import Outcome, StreamTimer, send
 from kv_cache_tester.replay.config import ReplayConfig
 from kv_cache_tester.replay.eager import eager_body_writes
 from kv_cache_tester.replay.pool import TracePool
@@ -43,6 +48,7 @@ class _Lane:
     index: int
     warm_left: int
     started: bool = False
+    sent: int = 0  # requests this lane (and its sub-agents) dispatched
     rng: random.Random = field(default_factory=random.Random)
 
 
@@ -74,6 +80,10 @@ class Replayer:
         self._sleepers: set[asyncio.Task[Any]] = set()
         self._children: set[asyncio.Task[Any]] = set()
         self._first_dispatch: dict[int, float] = {}
+        self._watch: set[StreamTimer] = set()  # requests in flight, to end stalled or abandoned ones
+        self.errors: list[str] = []
+        self.planned = 0
+        self.sent = 0
         self._ready = 0
         self._all_ready = asyncio.Event()
         self._start = asyncio.Event()
@@ -96,7 +106,13 @@ class Replayer:
         self.t_stop = clock()
         for task in list(self._sleepers):
             task.cancel()
+        self.breaker.healthy.set()  # lanes held while the breaker probes: let them see the stop
         self._stop_event.set()
+
+    def _fail(self, where: str, exc: BaseException) -> None:
+        """A lane or sub-agent raised: keep one line for the report and stop the run."""
+        self.errors.append(f"{where}: {type(exc).__name__}: {exc}")
+        self.stop("error")
 
     def on_signal(self, signum: int) -> None:
         """First SIGINT/SIGTERM: stop dispatching and let requests in flight finish (grace period).
@@ -178,13 +194,18 @@ class Replayer:
                         lane.warm_left = max(lane.warm_left, 1)
                 first_trace = False
                 self.active_users += 1
+                sent = lane.sent
                 try:
                     await self._play(lane, trace, play, start)
                 finally:
                     self.active_users -= 1
                     self.pool.release(idx)
+                if lane.sent == sent and not self.stopping:  # never loop without awaiting a request
+                    raise RuntimeError(f"trace {trace.trace_id}: a play sent no request")
         except _Stopped:
             return
+        except Exception as exc:
+            self._fail(f"lane {index}", exc)
         finally:
             if not lane.started:
                 lane.started = True
@@ -197,7 +218,14 @@ class Replayer:
         return "profile"
 
     async def _play(self, lane: _Lane, trace: Trace, play: int, start: int) -> None:
-        """One play of one trace, from parent request ``start`` (earlier groups count as finished)."""
+        """One play of one trace, from parent request ``start``.
+
+        With ``start`` > 0 (an advanced lane) the groups before request ``start`` count as finished;
+        from the trace's start, a group before the first parent request is spawned at once.
+        """
+        self.planned += sum(1 for r in trace.requests if r.index >= start) + sum(
+            len(a.requests) for g in trace.groups if not (start and g.join_index <= start) for a in g.agents
+        )
         scope = self.builder.open_scope(trace, play)
         session_id = trace.trace_id
         prev: Request | None = None
@@ -206,7 +234,7 @@ class Replayer:
         try:
             for step in trace.steps():
                 if isinstance(step, SubAgentGroup):
-                    if step.join_index <= start:
+                    if start and step.join_index <= start:
                         continue
                     await self._begin(lane)
                     group = [self._spawn(lane, trace, play, scope, agent) for agent in step.agents]
@@ -258,6 +286,8 @@ class Replayer:
                 prev, prev_end = req, clock()
         except _Stopped:
             return
+        except Exception as exc:
+            self._fail(f"lane {lane.index} sub-agent {agent.agent_id}", exc)
 
     # -- one request -----------------------------------------------------------------------------
     async def _dispatch(
@@ -283,16 +313,31 @@ class Replayer:
                 raise _Stopped
         if self._sem is not None:
             await self._sem.acquire()
+            if self.stopping:
+                self._sem.release()
+                raise _Stopped
         self.in_flight += 1
         t_send = clock()
         try:
             self._first_dispatch.setdefault(lane.index, t_send - self.t0)
-            out = await send(self._session, self.cfg.url, built.body, headers, self._timeout, clock, debug)
+            out = await send(
+                self._session,
+                self.cfg.url,
+                built.body,
+                headers,
+                self._timeout,
+                clock,
+                debug,
+                self._watch,
+                self.cfg.max_event_bytes,
+            )
             t_done = clock()
         finally:
             self.in_flight -= 1
             if self._sem is not None:
                 self._sem.release()
+        lane.sent += 1
+        self.sent += 1
         self.breaker.observe(None if out.ok else out.error_class)
         rec: RequestRecord = {
             "trace_id": trace.trace_id,
@@ -323,6 +368,8 @@ class Replayer:
             "status": "ok" if out.ok else "error",
             "error": None if out.ok else {"class": out.error_class, "message": out.error_message},
         }
+        if out.error_class == "bad_usage":
+            rec["error"]["usage"] = out.usage  # the figures as the server reported them
         self.recorder.write(rec, out.itls)
         if debug:
             self.recorder.write_debug(request_id, debug)
@@ -384,6 +431,48 @@ class Replayer:
             else:
                 await asyncio.sleep(0.0005)
 
+    async def _stall_watchdog(self, limit: float) -> None:
+        """--stall-timeout: end a request whose stream has started and then sent nothing for
+        ``limit`` seconds, as a ``stall`` failure."""
+        interval = min(1.0, limit / 4)
+        while True:
+            await asyncio.sleep(interval)
+            now = clock()
+            for timer in list(self._watch):
+                idle = now - timer.idle_since
+                if timer.started and idle >= limit:
+                    timer.expire(
+                        "stall",
+                        f"no data for {idle:.1f} s after {timer.out.token_events} token events "
+                        f"(--stall-timeout {limit:g} s)",
+                    )
+
+    async def _abandon(self, lane_tasks: list[asyncio.Task[Any]]) -> None:
+        """The grace period is over: end every request still in flight as a recorded failure
+        (``stall`` when its stream had started and nothing came in the last second, else
+        ``timeout``), give the lanes a moment to write those records, then cancel what is left."""
+        now = clock()
+        grace = now - (self.t_stop if self.t_stop is not None else now)
+        for timer in list(self._watch):
+            idle = now - timer.idle_since
+            if timer.started and idle >= 1.0:
+                timer.expire(
+                    "stall",
+                    f"abandoned at the end of the run: no data for {idle:.1f} s "
+                    f"after {timer.out.token_events} token events",
+                )
+            else:
+                state = "still streaming" if timer.started else "no response yet"
+                timer.expire(
+                    "timeout", f"abandoned at the end of the run: {state} {grace:.1f} s after the stop"
+                )
+        pending = {t for t in [*lane_tasks, *self._children] if not t.done()}
+        if pending:
+            await asyncio.wait(pending, timeout=1.0)
+        for task in [*lane_tasks, *self._children]:
+            task.cancel()
+        await asyncio.gather(*lane_tasks, *list(self._children), return_exceptions=True)
+
     async def _run(self, connector_limit: int | None) -> RunMeta:
         cfg = self.cfg
         loop = asyncio.get_running_loop()
@@ -408,12 +497,15 @@ class Replayer:
             self._all_ready.set()
         abandoned = 0
         duration_handle = None
+        watchdog = None
         try:
             await self._all_ready.wait()
             self.t0 = await self._start_gate() if self._start_gate is not None else clock()
             t0_unix = time.time() - (clock() - self.t0)
             wall0 = clock()
             self._start.set()
+            if cfg.stall_timeout > 0:
+                watchdog = loop.create_task(self._stall_watchdog(cfg.stall_timeout))
             if cfg.test_duration is not None:
                 duration_handle = loop.call_later(
                     max(0.0, self.t0 + cfg.test_duration - clock()), self.stop, "duration"
@@ -427,13 +519,13 @@ class Replayer:
                 await self._drain(lane_tasks, 1.0 if self.stop_reason == "breaker" else cfg.grace_period)
                 if not lanes_done.done() or self._children:
                     abandoned = self.in_flight
-                    for task in [*lane_tasks, *self._children]:
-                        task.cancel()
-                    await asyncio.gather(*lane_tasks, *list(self._children), return_exceptions=True)
+                    await self._abandon(lane_tasks)
                 await lanes_done
         finally:
             if duration_handle is not None:
                 duration_handle.cancel()
+            if watchdog is not None:
+                watchdog.cancel()
             if poller is not None:
                 poller.cancel()
             self.breaker.close()
@@ -453,4 +545,7 @@ class Replayer:
             itl_hist=self.recorder.itl_hist.to_dict(),
             breaker=self.breaker.tripped,
             signum=self.signum,
+            errors=list(self.errors),
+            planned=self.planned,
+            sent=self.sent,
         )

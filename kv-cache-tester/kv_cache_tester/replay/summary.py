@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,9 @@ class RunMeta:
     itl_hist: HistogramState
     breaker: str | None = None
     signum: int | None = None
+    errors: list[str] = field(default_factory=list)  # lanes or sub-agents that raised
+    planned: int = 0  # requests in the plays that were started, from their start point
+    sent: int = 0  # requests dispatched (each has a line in requests.jsonl)
 
 
 def _rate(num: float, dur: float) -> float | None:
@@ -169,6 +172,7 @@ def build_summary(
             else ",".join(sorted({m.reason for m in metas})),
             "abandoned_in_flight": sum(m.abandoned for m in metas),
             "idle_lanes": sum(m.idle_lanes for m in metas),
+            "unsent_requests": sum(m.planned - m.sent for m in metas),
         },
         "users": users,
         "options": options,

@@ -175,6 +175,6 @@ def run_workers(cfg: ReplayConfig, traces: list[Trace], out: Path, model: str) -
             signal.signal(s, h)
     if errors and not metas:
         raise RunAborted("; ".join(errors))
-    if errors:
-        print(f"warning: {'; '.join(errors)}", flush=True)
-    return [metas[w] for w in sorted(metas)]
+    ordered = [metas[w] for w in sorted(metas)]
+    ordered[0].errors.extend(errors)  # a worker that died fails the run too (reported by finish)
+    return ordered
