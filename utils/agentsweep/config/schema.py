@@ -49,20 +49,53 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
+# Upper bounds no real sweep comes near; past them a value is a typo or an attack (users: 10**11 made
+# the replayer run out of memory). docs/configs.md lists them.
+MAX_USERS = 100_000
+MAX_DURATION_S = 7 * 86_400  # a week of replay per cell
+MAX_TP = 1024  # also the bound on ep and gpus_per_node
+MAX_TOKENS = 2**31 - 1  # max_context; the trace loader bounds token counts the same way
+MAX_TIME_LIMIT_MIN = 30 * 24 * 60
+MAX_CPU_DRAM_GB = 1 << 20  # 1 PiB per node
+MAX_SPEED = 10_000.0
+MAX_DELAY_S = 86_400.0
+MAX_SEED = 2**32 - 1
+MAX_WARMUP_REQUESTS = 100_000
+MAX_PARALLEL = 256  # GitHub's matrix limit
+# Characters no name may hold: C0/C1 controls, DEL, Unicode line/paragraph separators and bidirectional
+# overrides (they break one-line messages, tables, logs and terminals).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _printable(value: Any) -> Any:
+    """A name (or list of names) without control characters; other types pass through to pydantic."""
+    for item in value if isinstance(value, list | tuple) else [value]:
+        if isinstance(item, str):
+            bad = _CONTROL.search(item)
+            if bad:
+                raise ValueError(f"control character {bad.group()!r} in {_brief(item)}")
+    return value
+
+
 class RunnerSpec(_Strict):
     """Facts about one kind of GPU node (one key of configs/runners.yaml)."""
 
     runs_on: Annotated[list[NonEmptyStr], Field(min_length=1)]
     launcher: str
-    gpus_per_node: PositiveInt
+    gpus_per_node: Annotated[int, Field(gt=0, le=MAX_TP)]
     gres_type: GresType | None = None
     # Which hardware the engine recipes' quirks and the simulated engine's profile follow; defaults
     # to gres_type when the site's GRES type is one of the known names.
     hardware: Hardware | None = None
-    cpu_dram_gb: Annotated[float, Field(ge=0)]
+    cpu_dram_gb: Annotated[float, Field(ge=0, le=MAX_CPU_DRAM_GB)]
     partition: str | None = None
     account: str | None = None
-    time_limit_min: PositiveInt = 240
+    time_limit_min: Annotated[int, Field(gt=0, le=MAX_TIME_LIMIT_MIN)] = 240
     exclude: list[NonEmptyStr] = Field(default_factory=list)
     container_runtime: ContainerRuntime
     hf_cache: str | None = None
@@ -77,21 +110,28 @@ class RunnerSpec(_Strict):
     @classmethod
     def _launcher_shape(cls, value: str) -> str:
         if not _LAUNCHER.match(value):
-            raise ValueError(f"must be a script under runners/ like runners/launch_<key>.sh, got {value!r}")
+            raise ValueError(
+                f"must be a script under runners/ like runners/launch_<key>.sh, got {_brief(value)}"
+            )
         return value
+
+    @field_validator("runs_on", "partition", "account", "exclude", "hf_cache", mode="before")
+    @classmethod
+    def _names_printable(cls, value: Any) -> Any:
+        return _printable(value)
 
 
 class ReplaySpec(_Strict):
     """Options handed to the trace replayer for every cell of the entry."""
 
-    max_delay: Annotated[float, Field(ge=0)] = 60.0
+    max_delay: Annotated[float, Field(ge=0, le=MAX_DELAY_S)] = 60.0
     advance_min: Annotated[float, Field(ge=0, le=1)] = 0.0
     advance_max: Annotated[float, Field(ge=0, le=1)] = 0.0
     timing_strategy: TimingStrategy = "think-only"
     ignore_eos: bool = True
-    seed: Annotated[int, Field(ge=0)] = 0
-    warmup_requests: Annotated[int, Field(ge=0)] = 1
-    max_context: Annotated[int, Field(ge=0)] = 0
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
+    warmup_requests: Annotated[int, Field(ge=0, le=MAX_WARMUP_REQUESTS)] = 1
+    max_context: Annotated[int, Field(ge=0, le=MAX_TOKENS)] = 0
     api: Api = "chat"
 
     @model_validator(mode="after")
@@ -115,9 +155,9 @@ def _dedupe(values: list[Any]) -> tuple[Any, ...]:
 class SearchPoint(_Strict):
     """One TP setting of the search space: its users and offload axes (deduped, in given order)."""
 
-    tp: PositiveInt
+    tp: Annotated[int, Field(gt=0, le=MAX_TP)]
     ep: PositiveInt = 1
-    users: Annotated[tuple[PositiveInt, ...], Field(min_length=1)]
+    users: Annotated[tuple[Annotated[int, Field(gt=0, le=MAX_USERS)], ...], Field(min_length=1)]
     offload: Annotated[tuple[Offload, ...], Field(min_length=1)] = DEFAULT_OFFLOAD
     # Where the point came from in the file ("tp4" or "[0]"), for error messages.
     label: str = Field(default="", exclude=True)
@@ -150,15 +190,15 @@ class SweepSpec(_Strict):
     model: NonEmptyStr
     precision: NonEmptyStr
     image: str = Field(default="", validate_default=True)
-    duration: PositiveInt
+    duration: Annotated[int, Field(gt=0, le=MAX_DURATION_S)]
     traces: NonEmptyStr
     replay: ReplaySpec = Field(default_factory=ReplaySpec)
     engine_args: str = ""
     engine_env: dict[str, Any] = Field(default_factory=dict)
     offload_connector: OffloadConnector = "native"
-    speed: Annotated[float, Field(gt=0)] = 1.0
+    speed: Annotated[float, Field(gt=0, le=MAX_SPEED)] = 1.0
     client: Client = "replay"
-    max_parallel: PositiveInt | None = None
+    max_parallel: Annotated[int, Field(gt=0, le=MAX_PARALLEL)] | None = None
     search_space: tuple[SearchPoint, ...]
 
     _key: str = PrivateAttr(default="")
@@ -174,19 +214,29 @@ class SweepSpec(_Strict):
         """The config file this entry was loaded from, as shown in errors."""
         return self._source
 
+    @field_validator("runner", "model", "precision", "image", "traces", mode="before")
+    @classmethod
+    def _names_printable(cls, value: Any) -> Any:
+        return _printable(value)
+
     @field_validator("engine_args", mode="before")
     @classmethod
     def _quote_args(cls, value: Any) -> Any:
-        """A list of arguments or one command-line string; stored as one shell-quoted string."""
+        """A list of arguments or one command-line string; stored as one shell-quoted string.
+
+        Line breaks and tabs may separate arguments in the string form; no argument may hold one.
+        """
         if isinstance(value, list | tuple):
             if not all(isinstance(v, str) for v in value):
                 raise ValueError("list items must be strings (quote numbers)")
-            return shlex.join(value)
+            return shlex.join(_printable(list(value)))
         if not isinstance(value, str):
-            raise ValueError(f"expected a string or a list of strings, got {value!r}")
+            raise ValueError(f"expected a string or a list of strings, got {_brief(value)}")
         try:
-            return shlex.join(shlex.split(value))
+            return shlex.join(_printable(shlex.split(value)))
         except ValueError as err:
+            if "control character" in str(err):
+                raise
             raise ValueError(f"cannot be split like a shell command line ({err})") from None
 
     @field_validator("engine_env", mode="after")
@@ -195,9 +245,13 @@ class SweepSpec(_Strict):
         out: dict[str, str] = {}
         for name, val in value.items():
             if not isinstance(name, str) or not _ENV_NAME.match(name):
-                raise ValueError(f"{name!r} is not a valid environment variable name")
+                raise ValueError(f"{_brief(name)} is not a valid environment variable name")
             if isinstance(val, bool) or not isinstance(val, str | int | float):
-                raise ValueError(f"{name}: value must be a string or a number (quote it), got {val!r}")
+                raise ValueError(f"{name}: value must be a string or a number (quote it), got {_brief(val)}")
+            try:
+                _printable(val)
+            except ValueError as err:
+                raise ValueError(f"{name}: {err}") from None
             out[name] = str(val)
         return out
 
@@ -260,7 +314,7 @@ def normalize_search_space(value: Any) -> list[Any]:
                 out.append({**item, "label": f"[{i}]"})
             else:
                 raise SearchSpaceShapeError(
-                    (i,), f"expected a mapping like {{tp: 4, users: [1, 2]}}, got {item!r}"
+                    (i,), f"expected a mapping like {{tp: 4, users: [1, 2]}}, got {_brief(item)}"
                 )
         return out
     if isinstance(value, dict):
@@ -273,7 +327,7 @@ def normalize_search_space(value: Any) -> list[Any]:
                 raise SearchSpaceShapeError((str(name),), "expected a key like tp4 (tp<N>, N >= 1)")
             if not isinstance(item, dict):
                 raise SearchSpaceShapeError(
-                    (str(name),), f"expected a mapping like {{users: [1, 2]}}, got {item!r}"
+                    (str(name),), f"expected a mapping like {{users: [1, 2]}}, got {_brief(item)}"
                 )
             _no_label(item, (str(name),))
             if "tp" in item:
