@@ -38,10 +38,10 @@ DEFAULT_RUNNERS = Path("configs") / "runners.yaml"
 RUNNERS_ENV = "AGENTSWEEP_RUNNERS"
 _RUNNER_KEY = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _BOOL_TAG = "tag:yaml.org,2002:bool"
-MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: the shipped configs are a few KiB
+MAX_CONFIG_BYTES = 128 << 10  # 128 KiB: the shipped configs are a few KiB; the YAML parser is pure Python
 MAX_YAML_DEPTH = 32  # levels of nesting, aliases followed; an entry needs about 6
 MAX_KEY_LENGTH = 100  # a config key starts every exp_name; file names stop at 255 bytes
-MAX_YAML_VALUES = 1_000_000  # nodes once every alias is expanded (a 1 MiB file has fewer without them)
+MAX_YAML_VALUES = 100_000  # nodes once every alias is expanded (a 128 KiB file has fewer without them)
 # C0 and C1 control characters, DEL, Unicode line/paragraph separators and bidirectional overrides:
 # each can break a one-line message, a log, a table or a terminal.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")

@@ -62,6 +62,7 @@ MAX_DELAY_S = 86_400.0
 MAX_SEED = 2**32 - 1
 MAX_WARMUP_REQUESTS = 100_000
 MAX_PARALLEL = 256  # GitHub's matrix limit
+MAX_ENTRY_CELLS = 10_000  # tp x users x offload of one key, before filters: weeks of GPU time
 # Characters no name may hold: C0/C1 controls, DEL, Unicode line/paragraph separators and bidirectional
 # overrides (they break one-line messages, tables, logs and terminals).
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -281,6 +282,17 @@ class SweepSpec(_Strict):
         if engine in ("vllm", "sglang") and speed != 1.0:
             raise ValueError(f"only the simulated engine (engine: sim) can run faster; {engine} needs 1.0")
         return speed
+
+    @model_validator(mode="after")
+    def _bounded_space(self) -> SweepSpec:
+        # Checked before the matrix is built: an alias-repeated search space could ask for millions.
+        cells = sum(len(p.users) * len(p.offload) for p in self.search_space)
+        if cells > MAX_ENTRY_CELLS:
+            raise ValueError(
+                f"search_space: {cells} cells (tp x users x offload) is over the {MAX_ENTRY_CELLS} "
+                "limit for one key; split it into several keys"
+            )
+        return self
 
     @property
     def engine_env_json(self) -> str:
