@@ -76,12 +76,16 @@ HOSTILE: dict[str, tuple[str | bytes, str]] = {
         "c.yaml:k: expected a mapping of fields, got [1, 1, 1,",
     ),
     "users repeated by an alias": (
-        ".u: &u [" + ",".join(map(str, range(1, 4001))) + "]\n"
+        ".u: &u ["
+        + ",".join(map(str, range(1, 4001)))
+        + "]\n"
         + entry().replace("users: [1]", "users: *u, offload: [on, off, noprefix]"),
         "c.yaml:k: search_space: 12000 cells (tp x users x offload) is over the 10000 limit for one key",
     ),
     "many keys sharing an alias": (
-        ".u: &u [" + ",".join(map(str, range(1, 3001))) + "]\n"
+        ".u: &u ["
+        + ",".join(map(str, range(1, 3001)))
+        + "]\n"
         + "".join(entry(key=f"k{i}").replace("users: [1]", "users: *u") for i in range(40)),
         "expands to more than 100,000 values",
     ),
