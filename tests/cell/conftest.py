@@ -64,20 +64,50 @@ STANDIN_REPLAYER = textwrap.dedent(
         stop = True
     signal.signal(signal.SIGTERM, on_term)
     n = 0
+    t0, t0_unix = time.monotonic(), time.time()
     with open(os.path.join(out, "requests.jsonl"), "a") as fh:
-        end = time.monotonic() + seconds
+        end = t0 + seconds
         while time.monotonic() < end and not stop:
             n += 1
-            fh.write(json.dumps({"trace_id": "t", "status": "ok", "turn": n}) + "\\n"); fh.flush()
+            sent = time.monotonic() - t0
             time.sleep(0.05)
+            record = {"trace_id": "t", "status": "ok", "turn": n, "user": n % 2, "phase": "profile",
+                      "t_dispatch": sent, "t_done": time.monotonic() - t0, "ttft_s": 0.01, "output_tokens": 10}
+            fh.write(json.dumps(record) + "\\n"); fh.flush()
+    window = {"start_unix": t0_unix, "end_unix": time.time(), "duration_s": time.monotonic() - t0}
+    audit = {"dispatch_lag_s": {"p99": 0.001}, "client_cpu_share": 0.01}
     with open(os.path.join(out, "summary.json"), "w") as fh:
-        json.dump({"schema_version": 1, "counts": {"sent": n, "ok": n, "failed": 0}}, fh)
+        json.dump({"schema_version": 1, "counts": {"sent": n, "ok": n, "failed": 0}, "window": window,
+                   "self_audit": audit}, fh)
     print(f"replayed {n} requests", flush=True)
     sys.exit(exit_code)
     """
 )
 
-STANDIN_SCRAPER = "import time\nwhile True: time.sleep(0.1)\n"
+# Writes server_metrics.csv rows whose finished-request counter follows requests.jsonl, like an engine's.
+STANDIN_SCRAPER = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    out = sys.argv[1]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    columns = ["time_s", "kv_cache_usage", "prompt_tokens_total", "generation_tokens_total",
+               "prefix_cache_queries_total", "prefix_cache_hits_total", "requests_finished_total"]
+    def row():
+        try:
+            done = sum(1 for _ in open(os.path.join(out, "requests.jsonl")))
+        except FileNotFoundError:
+            done = 0
+        return f"{time.time():.3f},0.5,0,{10 * done},0,0,{done}\\n"
+    with open(os.path.join(out, "server_metrics.csv"), "w") as fh:
+        fh.write(",".join(columns) + "\\n" + row()); fh.flush()
+        try:
+            while True:
+                time.sleep(0.1)
+                fh.write(row()); fh.flush()
+        finally:
+            fh.write(row())
+    """
+)
 
 
 @pytest.fixture

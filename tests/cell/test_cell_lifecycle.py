@@ -30,7 +30,7 @@ def _plan(standins, result_dir: Path, *, engine_flags=(), replay_seconds=0.5, re
             argv=[*standins["engine"], "--port", str(port), *engine_flags], env={"HF_TOKEN": "s"}
         ),
         replay_argv=[*standins["replayer"], str(result_dir), str(replay_seconds), str(replay_exit)],
-        scraper_argv=list(standins["scraper"]),
+        scraper_argv=[*standins["scraper"], str(result_dir)],
     )
 
 
@@ -112,7 +112,7 @@ DRIVER = textwrap.dedent(
         plan_cell(cell, rd, port=port, hardware=None),
         engine=EngineLaunch(argv=engine + ["--port", str(port), "--child-pid-file", str(rd.parent / "child.pid")]),
         replay_argv=replayer + [str(rd), "60", "0"],
-        scraper_argv=scraper,
+        scraper_argv=scraper + [str(rd)],
     )
     install_signal_handlers()
     status, _ = run_cell(plan, CellOptions(health_timeout_s=20, engine_stop_grace_s=2))

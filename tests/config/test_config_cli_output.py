@@ -175,6 +175,6 @@ def test_keys_that_sanitize_alike_are_refused(cli, tmp_path: Path, monkeypatch: 
     result = cli("--config", "c.yaml", "--key", "a*")
     assert (result.rc, result.err) == (
         2,
-        "config error: c.yaml:a/b: exp_name a-b-tp1-ep1-u1-off collides with key 'a b' "
-        "(keys differ only in characters outside [A-Za-z0-9._-])\n",
+        "config error: c.yaml:a/b: exp_name a-b-tp1-ep1-u1-off collides with a-b-tp1-ep1-u1-off of key "
+        "'a b' (keys differ only in letter case or in characters outside [A-Za-z0-9._-])\n",
     )

@@ -98,7 +98,7 @@ def test_failed_scrapes_leave_gaps_not_zeros(tmp_path, vllm_text):
     assert all(r["prefix_cache_queries_total"] == "500000" for r in rows)
     times = [float(r["time_s"]) for r in rows]
     assert times == sorted(times) and abs(times[0] - time.time()) < 60
-    assert "failed (1 so far): HTTPError" in log.getvalue()
+    assert "failed (1 in a row, 1 in all): HTTPError" in log.getvalue()
     assert scraper.dialect == "vllm"
 
 
@@ -170,6 +170,8 @@ def test_unreachable_endpoint_counts_failures(tmp_path):
         str(tmp_path / "m.csv"),
         "--interval",
         "0.05",
+        "--max-failures",
+        "1000",  # longer than this test: it checks the stop, not the give-up
     )
     time.sleep(0.6)
     os.kill(proc.pid, signal.SIGINT)

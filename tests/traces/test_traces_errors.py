@@ -47,7 +47,7 @@ CASES = [
     (
         "negative_id",
         _trace([_req(**{"in": 200, "hash_ids": [1, -1]})]),
-        "request 0: hash_ids: item 1 must be a non-negative integer, got -1",
+        "request 0: hash_ids: item 1 must be an integer from 0 to 2**63-1, got -1",
     ),
     (
         "ids_not_list",
@@ -69,7 +69,11 @@ CASES = [
     ),
     ("empty_trace", _trace([]), "requests: empty trace"),
     ("no_requests", {"id": "t1", "block_size": 64}, "requests: missing"),
-    ("bad_block_size", _trace([_req()], block_size=0), "block_size: must be an integer >= 1, got 0"),
+    (
+        "bad_block_size",
+        _trace([_req()], block_size=0),
+        "block_size: must be an integer from 1 to 2147483647, got 0",
+    ),
     ("request_not_object", _trace([_req(), 7]), "request 1: must be an object, got 7"),
 ]
 

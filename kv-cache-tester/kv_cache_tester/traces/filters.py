@@ -35,6 +35,7 @@ class FilterReport:
     truncated: dict[str, int] = field(default_factory=dict)  # trace id -> requests removed
     dropped_min_requests: list[str] = field(default_factory=list)
     renamed_duplicates: dict[str, str] = field(default_factory=dict)  # new id -> original id
+    skipped_links: list[str] = field(default_factory=list)  # "path (why)", links not followed
 
     @property
     def changed(self) -> bool:
@@ -65,6 +66,12 @@ class FilterReport:
             )
         if self.renamed_duplicates:
             out.append(f"renamed {len(self.renamed_duplicates)} duplicate trace ids (suffix ~N)")
+        if self.skipped_links:
+            out.append(
+                f"skipped {len(self.skipped_links)} symbolic links (followed only to files inside the "
+                f"directory given): {', '.join(self.skipped_links[:5])}"
+                + (" ..." if len(self.skipped_links) > 5 else "")
+            )
         return out
 
     def to_dict(self) -> dict:
@@ -80,6 +87,7 @@ class FilterReport:
             "truncated": dict(self.truncated),
             "dropped_min_requests": list(self.dropped_min_requests),
             "renamed_duplicates": dict(self.renamed_duplicates),
+            "skipped_links": list(self.skipped_links),
         }
 
 

@@ -18,6 +18,8 @@ from kv_cache_tester.traces.model import Request, SubAgent, SubAgentGroup, Trace
 
 SCOPES = ("local", "global")
 MAX_TOKENS = 2**31 - 1  # far above any context length; beyond it a count is a corrupt value
+MAX_SECONDS = 1e9  # about 31 years: times beyond it overflow waits (threading.TIMEOUT_MAX is ~9.2e9)
+MAX_HASH_ID = 2**63 - 1  # ids are kept in 64-bit integer arrays
 
 
 def _describe(value: Any) -> str:
@@ -62,6 +64,9 @@ class _RequestParser:
             raise self.fail(label, fld, f"must be a number, got {_describe(value)}")
         if value < 0:
             raise self.fail(label, fld, f"must be >= 0, got {value}")
+        limit = MAX_SECONDS * 1000 if fld == "timestamp" else MAX_SECONDS  # mooncake stamps are ms
+        if value > limit:
+            raise self.fail(label, fld, f"must be at most {limit:g}, got {_describe(value)}")
         return float(value)
 
     def hash_ids(self, raw: dict, label: str, in_tokens: int) -> list[int]:
@@ -94,9 +99,11 @@ class _RequestParser:
             common = lo
         tail = ids[common:]
         for pos, value in enumerate(tail, start=common):
-            if type(value) is not int or value < 0:
+            if type(value) is not int or value < 0 or value > MAX_HASH_ID:
                 raise self.fail(
-                    label, "hash_ids", f"item {pos} must be a non-negative integer, got {_describe(value)}"
+                    label,
+                    "hash_ids",
+                    f"item {pos} must be an integer from 0 to 2**63-1, got {_describe(value)}",
                 )
         result = prev[:common] + tail if common else tail
         self.prev_ids = result
@@ -128,8 +135,10 @@ def _trace_int(obj: dict, source: str, fld: str, default: int, minimum: int) -> 
     value = obj.get(fld, default)
     if value is None:
         value = default
-    if type(value) is not int or value < minimum:
-        raise TraceError(f"{source}: {fld}: must be an integer >= {minimum}, got {_describe(value)}")
+    if type(value) is not int or value < minimum or value > MAX_TOKENS:
+        raise TraceError(
+            f"{source}: {fld}: must be an integer from {minimum} to {MAX_TOKENS}, got {_describe(value)}"
+        )
     return value
 
 
@@ -204,9 +213,10 @@ def _parse_agent(raw: dict, source: str, i: int, block_size: int) -> SubAgent:
         raise TraceError(f"{source}: request {label}: agent_id: must be a string, got {_describe(agent_id)}")
     for fld in ("tool_tokens", "system_tokens"):
         value = raw.get(fld, 0)
-        if type(value) is not int or value < 0:
+        if type(value) is not int or value < 0 or value > MAX_TOKENS:
             raise TraceError(
-                f"{source}: request {label}: {fld}: must be a non-negative integer, got {_describe(value)}"
+                f"{source}: request {label}: {fld}: must be an integer from 0 to {MAX_TOKENS}, "
+                f"got {_describe(value)}"
             )
     return SubAgent(
         agent_id=str(agent_id),

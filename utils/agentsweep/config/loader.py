@@ -3,6 +3,11 @@
 YAML is read with two deliberate departures from ``yaml.safe_load``: a key repeated inside one mapping
 is an error (safe_load silently keeps the last one), and only ``true``/``false`` are booleans (YAML 1.1
 would turn the offload mode ``on``/``off`` into True/False).
+
+Input is bounded before anything looks at it: a regular file (never a FIFO or device) of at most
+MAX_CONFIG_BYTES of UTF-8, nested at most MAX_YAML_DEPTH levels, expanding to at most MAX_YAML_VALUES
+values once aliases are followed (an alias bomb is refused), with no control characters in keys or
+values (tabs and line breaks only in values).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kv_cache_tester.inputfiles import InputFileProblem, describe_encoding, read_limited
 from pydantic import ValidationError
 
 from agentsweep.config.schema import (
@@ -23,7 +29,7 @@ from agentsweep.config.schema import (
     SweepSpec,
     normalize_search_space,
 )
-from agentsweep.contract.errors import format_path, suggest, validation_message
+from agentsweep.contract.errors import CONTROL, brief, format_path, key_text, suggest, validation_message
 from agentsweep.errors import ConfigError
 
 DEFAULT_CONFIG = Path("configs") / "agentic.yaml"
@@ -31,10 +37,30 @@ DEFAULT_RUNNERS = Path("configs") / "runners.yaml"
 RUNNERS_ENV = "AGENTSWEEP_RUNNERS"
 _RUNNER_KEY = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _BOOL_TAG = "tag:yaml.org,2002:bool"
+MAX_CONFIG_BYTES = 128 << 10  # 128 KiB: the shipped configs are a few KiB; the YAML parser is pure Python
+MAX_YAML_DEPTH = 32  # levels of nesting, aliases followed; an entry needs about 6
+MAX_KEY_LENGTH = 100  # a config key starts every exp_name; file names stop at 255 bytes
+MAX_YAML_VALUES = 100_000  # nodes once every alias is expanded (a 128 KiB file has fewer without them)
+_CONTROL_IN_VALUE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader whose booleans are only true/false (YAML 1.2 core schema style)."""
+    """SafeLoader whose booleans are only true/false (YAML 1.2 core schema style), nesting bounded."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        # The composer recurses once per level: refuse deep nesting before Python's stack runs out.
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested more than {MAX_YAML_DEPTH} levels deep", mark
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -58,8 +84,9 @@ def repo_root() -> Path | None:
 
 def display_path(path: Path) -> str:
     """How a file is named in errors: relative to the current directory when it lies below it."""
+    # abspath, not resolve: a symbolic link is named as given (a broken one has no target to show).
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        return str(Path(os.path.abspath(path)).relative_to(os.getcwd()))
     except ValueError:
         return str(path)
 
@@ -79,53 +106,121 @@ def resolve_config_path(path: str | Path | None) -> Path:
     raise ConfigError(f"{DEFAULT_CONFIG}: file not found (looked in {tried}); pass --config FILE")
 
 
-def _check_duplicates(node: yaml.Node, path: list[str], seen: set[int]) -> str | None:
-    """First repeated key in any mapping under `node`, as an error message, or None."""
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_size(root: yaml.Node) -> str | None:
+    """Refuse a node graph that is recursive, too deep, or too large once aliases are expanded.
+
+    Iterative (no recursion), and each distinct node is visited once, so a billion-value alias bomb
+    costs as much as its few lines of text.
+    """
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        ident = id(node)
+        line = node.start_mark.line + 1
+        if finished:
+            open_nodes.discard(ident)
+            kids = _children(node)
+            size[ident] = 1 + sum(size[id(k)] for k in kids)
+            depth[ident] = 1 + max((depth[id(k)] for k in kids), default=0)
+            if size[ident] > MAX_YAML_VALUES:
+                return (
+                    f"{line}: expands to more than {MAX_YAML_VALUES:,} values (aliases counted each "
+                    "time they are used)"
+                )
+            if depth[ident] > MAX_YAML_DEPTH:
+                return f"{line}: nested more than {MAX_YAML_DEPTH} levels deep (aliases followed)"
+            continue
+        if ident in size:
+            continue
+        if ident in open_nodes:
+            return f"{line}: an alias refers to a node that contains it (a recursive structure)"
+        open_nodes.add(ident)
+        stack.append((node, True))
+        stack.extend((kid, False) for kid in _children(node) if id(kid) not in size)
+    return None
+
+
+def _check_nodes(node: yaml.Node, path: list[str], seen: set[int]) -> str | None:
+    """First repeated key or control character under `node`, as an error message, or None.
+
+    Recursive, but only after _check_size has bounded the depth.
+    """
     if id(node) in seen:
         return None
     seen.add(id(node))
-    if isinstance(node, yaml.MappingNode):
+    where = format_path(path) or "(top level)"
+    if isinstance(node, yaml.ScalarNode):
+        bad = _CONTROL_IN_VALUE.search(node.value)
+        if bad:
+            return (
+                f"{where}: control character {bad.group()!r} in {brief(node.value)} "
+                f"(line {node.start_mark.line + 1}); remove it"
+            )
+    elif isinstance(node, yaml.MappingNode):
         first_line: dict[tuple[str, str], int] = {}
         for key_node, value_node in node.value:
             if isinstance(key_node, yaml.ScalarNode):
                 ident = (key_node.tag, key_node.value)
                 line = key_node.start_mark.line + 1
-                where = ".".join([*path, key_node.value])
+                name = key_text(key_node.value)
+                bad = CONTROL.search(key_node.value)
+                if bad:
+                    return f"{format_path([*path, name])}: control character {bad.group()!r} in a key (line {line})"
                 if ident in first_line:
                     return (
-                        f"{where}: duplicate key (first at line {first_line[ident]}, again at line {line}); "
-                        "YAML would silently keep only the last one"
+                        f"{format_path([*path, name])}: duplicate key (first at line {first_line[ident]}, "
+                        f"again at line {line}); YAML would silently keep only the last one"
                     )
                 first_line[ident] = line
-                found = _check_duplicates(value_node, [*path, key_node.value], seen)
+                found = _check_nodes(value_node, [*path, name], seen)
             else:
-                found = _check_duplicates(value_node, path, seen)
+                found = _check_nodes(key_node, path, seen) or _check_nodes(value_node, path, seen)
             if found:
                 return found
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            found = _check_duplicates(item, [*path[:-1], f"{path[-1]}[{i}]"] if path else [f"[{i}]"], seen)
+            found = _check_nodes(item, [*path, f"[{i}]"], seen)
             if found:
                 return found
     return None
 
 
 def read_yaml(path: Path) -> Any:
-    """Parse one YAML file strictly (duplicate keys rejected, only true/false are booleans)."""
+    """Parse one YAML file strictly (bounded, duplicate keys rejected, only true/false are booleans)."""
     shown = display_path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{shown}: file not found") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{shown}: cannot read ({err})") from None
+        data = read_limited(path, MAX_CONFIG_BYTES)
+    except InputFileProblem as err:
+        raise ConfigError(f"{shown}: {err}") from None
+    encoding = describe_encoding(data[:4])
+    if encoding:
+        raise ConfigError(f"{shown}: the file is {encoding} text; save it as UTF-8")
     try:
-        node = yaml.compose(text, Loader=_Loader)
-        if node is not None:
-            duplicate = _check_duplicates(node, [], set())
-            if duplicate:
-                raise ConfigError(f"{shown}:{duplicate}")
-        return yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader subclass
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{shown}: not UTF-8 text (byte {data[err.start]:#04x} at offset {err.start}); save it as UTF-8"
+        ) from None
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        problem = _check_size(node) or _check_nodes(node, [], set())
+        if problem:
+            raise ConfigError(f"{shown}:{problem}")
+        return loader.construct_document(node)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line = f"{mark.line + 1}" if mark else "?"
@@ -133,6 +228,8 @@ def read_yaml(path: Path) -> Any:
         raise ConfigError(f"{shown}:{line}: invalid YAML: {problem}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{shown}: invalid YAML: {' '.join(str(err).split())}") from None
+    finally:
+        loader.dispose()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -161,9 +258,9 @@ def load_runners(path: str | Path | None = None) -> dict[str, RunnerSpec]:
     out: dict[str, RunnerSpec] = {}
     for key, raw in data.items():
         if not isinstance(key, str) or not _RUNNER_KEY.match(key):
-            raise ConfigError(f"{shown}:{key}: runner keys must be lower-case [a-z0-9_-] names")
+            raise ConfigError(f"{shown}:{brief(key)}: runner keys must be lower-case [a-z0-9_-] names")
         if not isinstance(raw, dict):
-            raise ConfigError(f"{shown}:{key}: expected a mapping of runner fields, got {raw!r}")
+            raise ConfigError(f"{shown}:{key}: expected a mapping of runner fields, got {brief(raw)}")
         try:
             out[key] = RunnerSpec.model_validate(raw)
         except ValidationError as err:
@@ -202,7 +299,12 @@ def read_config_file(path: str | Path | None) -> ConfigFile:
     entries: dict[str, Any] = {}
     for key, raw in data.items():
         if not isinstance(key, str) or not key:
-            raise ConfigError(f"{shown}:{key!r}: config keys must be non-empty strings")
+            raise ConfigError(f"{shown}:{brief(key)}: config keys must be non-empty strings")
+        if len(key) > MAX_KEY_LENGTH:
+            raise ConfigError(
+                f"{shown}:{brief(key)}: config keys are at most {MAX_KEY_LENGTH} characters "
+                "(each cell's exp_name, a file and artifact name, starts with it)"
+            )
         if not hidden_key(key):
             entries[key] = raw
     if not entries:
@@ -213,7 +315,7 @@ def read_config_file(path: str | Path | None) -> ConfigFile:
 def parse_entry(shown: str, key: str, raw: Any) -> SweepSpec:
     """Validate one raw entry; errors name `<file>:<key>.<field path>`."""
     if not isinstance(raw, dict):
-        raise ConfigError(f"{shown}:{key}: expected a mapping of fields, got {raw!r}")
+        raise ConfigError(f"{shown}:{key}: expected a mapping of fields, got {brief(raw)}")
     labels: list[str] = []
     if "search_space" in raw:
         try:

@@ -237,12 +237,15 @@ def select(
     if max_tp is not None and not any(c.tp <= max_tp for c in everything):
         raise InputError(f"--max-tp {max_tp}: every cell of the selected keys needs more GPUs")
     _check_filters(cells, everything, {"tp": tp, "users": users, "offload": offload})
-    owner: dict[str, str] = {}
+    # Artifact names and file names on some systems ignore case: compare exp_names case-folded.
+    owner: dict[str, Cell] = {}
     for cell in cells:
-        if owner.setdefault(cell.exp_name, cell.config_key) != cell.config_key:
+        first = owner.setdefault(cell.exp_name.lower(), cell)
+        if first.config_key != cell.config_key:
             raise ConfigError(
-                f"{config.shown}:{cell.config_key}: exp_name {cell.exp_name} collides with key "
-                f"'{owner[cell.exp_name]}' (keys differ only in characters outside [A-Za-z0-9._-])"
+                f"{config.shown}:{cell.config_key}: exp_name {cell.exp_name} collides with "
+                f"{first.exp_name} of key '{first.config_key}' (keys differ only in letter case or in "
+                "characters outside [A-Za-z0-9._-])"
             )
     if max_cells is not None and len(cells) > max_cells:
         raise ConfigError(

@@ -19,6 +19,9 @@ from pydantic import (
 
 from agentsweep.contract.cell import (
     HARDWARE,
+    MAX_CPU_DRAM_GB,
+    MAX_TP,
+    MAX_USERS,
     EngineSettings,
     Frozen,
     Hardware,
@@ -27,7 +30,9 @@ from agentsweep.contract.cell import (
     PositiveInt,
     ReplayOptions,
     ValidityLimits,
+    printable,
 )
+from agentsweep.contract.errors import brief
 
 ContainerRuntime = Literal["pyxis", "docker", "none"]
 # A Slurm GRES type as a site names it in gres.conf (gpu:<type>:N).
@@ -38,21 +43,25 @@ DEFAULT_OFFLOAD: tuple[Offload, ...] = ("on", "off")
 _LAUNCHER = re.compile(r"^runners/[A-Za-z0-9_.-]+\.sh$")
 TP_KEY = re.compile(r"^tp([1-9][0-9]*)$")
 
+MAX_TIME_LIMIT_MIN = 30 * 24 * 60
+MAX_PARALLEL = 256  # GitHub's matrix limit
+MAX_ENTRY_CELLS = 10_000  # tp x users x offload of one key, before filters: weeks of GPU time
+
 
 class RunnerSpec(Frozen):
     """Facts about one kind of GPU node (one key of configs/runners.yaml)."""
 
     runs_on: Annotated[list[NonEmptyStr], Field(min_length=1)]
     launcher: str
-    gpus_per_node: PositiveInt
+    gpus_per_node: Annotated[int, Field(gt=0, le=MAX_TP)]
     gres_type: GresType | None = None
     # Which hardware the engine recipes' quirks and the simulated engine's profile follow; defaults
     # to gres_type when the site's GRES type is one of the known names.
     hardware: Hardware | None = None
-    cpu_dram_gb: Annotated[float, Field(ge=0)]
+    cpu_dram_gb: Annotated[float, Field(ge=0, le=MAX_CPU_DRAM_GB)]
     partition: str | None = None
     account: str | None = None
-    time_limit_min: PositiveInt = 240
+    time_limit_min: Annotated[int, Field(gt=0, le=MAX_TIME_LIMIT_MIN)] = 240
     exclude: list[NonEmptyStr] = Field(default_factory=list)
     container_runtime: ContainerRuntime
     hf_cache: str | None = None
@@ -67,8 +76,15 @@ class RunnerSpec(Frozen):
     @classmethod
     def _launcher_shape(cls, value: str) -> str:
         if not _LAUNCHER.match(value):
-            raise ValueError(f"must be a script under runners/ like runners/launch_<key>.sh, got {value!r}")
+            raise ValueError(
+                f"must be a script under runners/ like runners/launch_<key>.sh, got {brief(value)}"
+            )
         return value
+
+    @field_validator("runs_on", "partition", "account", "exclude", "hf_cache", mode="before")
+    @classmethod
+    def _names_printable(cls, value: Any) -> Any:
+        return printable(value)
 
 
 def _as_list(value: Any) -> Any:
@@ -83,9 +99,9 @@ def _dedupe(values: list[Any]) -> tuple[Any, ...]:
 class SearchPoint(Frozen):
     """One TP setting of the search space: its users and offload axes (deduped, in given order)."""
 
-    tp: PositiveInt
+    tp: Annotated[int, Field(gt=0, le=MAX_TP)]
     ep: PositiveInt = 1
-    users: Annotated[tuple[PositiveInt, ...], Field(min_length=1)]
+    users: Annotated[tuple[Annotated[int, Field(gt=0, le=MAX_USERS)], ...], Field(min_length=1)]
     offload: Annotated[tuple[Offload, ...], Field(min_length=1)] = DEFAULT_OFFLOAD
     # Where the point came from in the file ("tp4" or "[0]"), for error messages.
     label: str = Field(default="", exclude=True)
@@ -120,7 +136,7 @@ class SweepSpec(EngineSettings):
     image: str = Field(default="", validate_default=True)
     replay: ReplayOptions = Field(default_factory=ReplayOptions)
     validity: ValidityLimits = Field(default_factory=ValidityLimits)
-    max_parallel: PositiveInt | None = None
+    max_parallel: Annotated[int, Field(gt=0, le=MAX_PARALLEL)] | None = None
     search_space: tuple[SearchPoint, ...]
 
     _key: str = PrivateAttr(default="")
@@ -155,6 +171,17 @@ class SweepSpec(EngineSettings):
             raise ValueError(f"engine {engine} needs a container image")
         return image
 
+    @model_validator(mode="after")
+    def _bounded_space(self) -> SweepSpec:
+        # Checked before the matrix is built: an alias-repeated search space could ask for millions.
+        cells = sum(len(p.users) * len(p.offload) for p in self.search_space)
+        if cells > MAX_ENTRY_CELLS:
+            raise ValueError(
+                f"search_space: {cells} cells (tp x users x offload) is over the {MAX_ENTRY_CELLS} "
+                "limit for one key; split it into several keys"
+            )
+        return self
+
 
 class SearchSpaceShapeError(ValueError):
     """A search space that is neither the per-TP mapping nor a list; `path` is relative to it."""
@@ -183,7 +210,7 @@ def normalize_search_space(value: Any) -> list[Any]:
                 out.append({**item, "label": f"[{i}]"})
             else:
                 raise SearchSpaceShapeError(
-                    (i,), f"expected a mapping like {{tp: 4, users: [1, 2]}}, got {item!r}"
+                    (i,), f"expected a mapping like {{tp: 4, users: [1, 2]}}, got {brief(item)}"
                 )
         return out
     if isinstance(value, dict):
@@ -196,7 +223,7 @@ def normalize_search_space(value: Any) -> list[Any]:
                 raise SearchSpaceShapeError((str(name),), "expected a key like tp4 (tp<N>, N >= 1)")
             if not isinstance(item, dict):
                 raise SearchSpaceShapeError(
-                    (str(name),), f"expected a mapping like {{users: [1, 2]}}, got {item!r}"
+                    (str(name),), f"expected a mapping like {{users: [1, 2]}}, got {brief(item)}"
                 )
             _no_label(item, (str(name),))
             if "tp" in item:

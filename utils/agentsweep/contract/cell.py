@@ -30,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from agentsweep.contract.errors import validation_message
+from agentsweep.contract.errors import CONTROL, brief, validation_message
 from agentsweep.errors import InputError
 
 Engine = Literal["vllm", "sglang", "sim"]
@@ -57,9 +57,31 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The launcher variable that carries the cell as JSON.
 CELL_ENV_VAR = "AGENTSWEEP_CELL"
 
+# Upper bounds no real sweep comes near; past them a value is a typo or an attack (users: 10**11 made
+# the replayer run out of memory). docs/configs.md lists them.
+MAX_USERS = 100_000
+MAX_DURATION_S = 7 * 86_400  # a week of replay per cell
+MAX_TP = 1024  # also the bound on ep and gpus_per_node
+MAX_TOKENS = 2**31 - 1  # max_context; the trace loader bounds token counts the same way
+MAX_SPEED = 10_000.0
+MAX_DELAY_S = 86_400.0
+MAX_SEED = 2**32 - 1
+MAX_WARMUP_REQUESTS = 100_000
+MAX_CPU_DRAM_GB = 1 << 20  # 1 PiB
+
 PositiveInt = Annotated[int, Field(gt=0)]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+def printable(value: Any) -> Any:
+    """A name (or list of names) without control characters; other types pass through to pydantic."""
+    for item in value if isinstance(value, list | tuple) else [value]:
+        if isinstance(item, str):
+            bad = CONTROL.search(item)
+            if bad:
+                raise ValueError(f"control character {bad.group()!r} in {brief(item)}")
+    return value
 
 
 class Frozen(BaseModel):
@@ -71,14 +93,14 @@ class Frozen(BaseModel):
 class ReplayOptions(Frozen):
     """How the replayer drives the users of a cell (a config entry's ``replay:`` block)."""
 
-    max_context: Annotated[int, Field(ge=0)] = 0  # 0: no cap on a request's context
-    max_delay: Annotated[float, Field(ge=0)] = 60.0
+    max_context: Annotated[int, Field(ge=0, le=MAX_TOKENS)] = 0  # 0: no cap on a request's context
+    max_delay: Annotated[float, Field(ge=0, le=MAX_DELAY_S)] = 60.0
     advance_min: Fraction = 0.0
     advance_max: Fraction = 0.0
     timing_strategy: TimingStrategy = "think-only"
     ignore_eos: bool = True
-    seed: Annotated[int, Field(ge=0)] = 0
-    warmup_requests: Annotated[int, Field(ge=0)] = 1
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
+    warmup_requests: Annotated[int, Field(ge=0, le=MAX_WARMUP_REQUESTS)] = 1
     api: Api = "chat"
 
     @model_validator(mode="after")
@@ -119,10 +141,10 @@ class EngineSettings(Frozen):
     model: NonEmptyStr
     precision: str = ""
     image: str = ""
-    duration: PositiveInt
+    duration: Annotated[int, Field(gt=0, le=MAX_DURATION_S)]
     traces: NonEmptyStr
     offload_connector: OffloadConnector = "native"
-    speed: Annotated[float, Field(gt=0)] = 1.0
+    speed: Annotated[float, Field(gt=0, le=MAX_SPEED)] = 1.0
     client: Client = "replay"
     engine_args: str = ""  # one shell-quoted command line, appended to the recipe's
     # Extra engine environment as compact JSON text ({"NAME": "value"}, sorted): the cell stays flat,
@@ -135,19 +157,29 @@ class EngineSettings(Frozen):
         parsed: dict[str, str] = json.loads(self.engine_env)
         return parsed
 
+    @field_validator("runner", "model", "precision", "image", "traces", mode="before")
+    @classmethod
+    def _names_printable(cls, value: Any) -> Any:
+        return printable(value)
+
     @field_validator("engine_args", mode="before")
     @classmethod
     def _quote_args(cls, value: Any) -> Any:
-        """A list of arguments or one command-line string; stored as one shell-quoted string."""
+        """A list of arguments or one command-line string; stored as one shell-quoted string.
+
+        Line breaks and tabs may separate arguments in the string form; no argument may hold one.
+        """
         if isinstance(value, list | tuple):
             if not all(isinstance(v, str) for v in value):
                 raise ValueError("list items must be strings (quote numbers)")
-            return shlex.join(value)
+            return shlex.join(printable(list(value)))
         if not isinstance(value, str):
-            raise ValueError(f"expected a string or a list of strings, got {value!r}")
+            raise ValueError(f"expected a string or a list of strings, got {brief(value)}")
         try:
-            return shlex.join(shlex.split(value))
+            return shlex.join(printable(shlex.split(value)))
         except ValueError as err:
+            if "control character" in str(err):
+                raise
             raise ValueError(f"cannot be split like a shell command line ({err})") from None
 
     @field_validator("engine_env", mode="before")
@@ -164,9 +196,13 @@ class EngineSettings(Frozen):
         out: dict[str, str] = {}
         for name, val in value.items():
             if not isinstance(name, str) or not ENV_NAME.match(name):
-                raise ValueError(f"{name!r} is not a valid environment variable name")
+                raise ValueError(f"{brief(name)} is not a valid environment variable name")
             if isinstance(val, bool) or not isinstance(val, str | int | float):
-                raise ValueError(f"{name}: value must be a string or a number (quote it), got {val!r}")
+                raise ValueError(f"{name}: value must be a string or a number (quote it), got {brief(val)}")
+            try:
+                printable(val)
+            except ValueError as err:
+                raise ValueError(f"{name}: {err}") from None
             out[name] = str(val)
         return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
@@ -186,12 +222,14 @@ class CellAxes(Frozen):
 
     exp_name: str
     config_key: str = ""
-    tp: PositiveInt
-    ep: PositiveInt = 1
-    gpus: PositiveInt  # every GPU the cell takes; a cell given without it takes tp
-    users: PositiveInt
+    tp: Annotated[int, Field(gt=0, le=MAX_TP)]
+    ep: Annotated[int, Field(gt=0, le=MAX_TP)] = 1
+    gpus: Annotated[int, Field(gt=0, le=MAX_TP)]  # every GPU the cell takes; default: tp
+    users: Annotated[int, Field(gt=0, le=MAX_USERS)]
     offload: Offload
-    cpu_dram_gb: Annotated[float, Field(ge=0)] = 0.0  # KV offload budget of the whole cell (GiB)
+    cpu_dram_gb: Annotated[float, Field(ge=0, le=MAX_CPU_DRAM_GB)] = (
+        0.0  # KV offload budget of the whole cell (GiB)
+    )
 
     @field_validator("exp_name")
     @classmethod

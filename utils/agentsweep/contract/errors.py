@@ -13,6 +13,21 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+# C0 and C1 control characters, DEL, Unicode line/paragraph separators and bidirectional overrides:
+# each can break a one-line message, a log, a table or a terminal.
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def brief(value: Any, width: int = 60) -> str:
+    """``repr(value)`` cut to ``width`` characters: error lines stay short whatever the input holds."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def key_text(value: str) -> str:
+    """A mapping key as a path part: plain when short and printable, else a shortened repr."""
+    return value if len(value) <= 60 and not CONTROL.search(value) else brief(value)
+
 
 def format_path(parts: typing.Iterable[str | int]) -> str:
     out = ""
@@ -22,6 +37,7 @@ def format_path(parts: typing.Iterable[str | int]) -> str:
         elif part.startswith("["):
             out += part
         else:
+            part = key_text(part)
             out += f".{part}" if out else part
     return out
 
@@ -78,17 +94,17 @@ def _describe(error: Any, root: type[BaseModel], loc: tuple[str | int, ...]) -> 
         return "required field is missing"
     if kind == "literal_error":
         allowed = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
-        return f"{value!r} is not one of {', '.join(allowed)}{suggest(str(value), allowed)}"
+        return f"{brief(value)} is not one of {', '.join(allowed)}{suggest(str(value), allowed)}"
     if kind in _TYPE_WORDS:
-        return f"expected {_TYPE_WORDS[kind]}, got {value!r}"
+        return f"expected {_TYPE_WORDS[kind]}, got {brief(value)}"
     if kind == "finite_number":
-        return f"must be a finite number, got {value!r}"
+        return f"must be a finite number, got {brief(value)}"
     if kind == "greater_than":
-        return f"must be > {ctx.get('gt')}, got {value!r}"
+        return f"must be > {ctx.get('gt')}, got {brief(value)}"
     if kind == "greater_than_equal":
-        return f"must be >= {ctx.get('ge')}, got {value!r}"
+        return f"must be >= {ctx.get('ge')}, got {brief(value)}"
     if kind == "less_than_equal":
-        return f"must be <= {ctx.get('le')}, got {value!r}"
+        return f"must be <= {ctx.get('le')}, got {brief(value)}"
     if kind == "too_short":
         return "must not be empty"
     if kind == "string_too_short":

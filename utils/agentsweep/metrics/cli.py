@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 
 from agentsweep.errors import InputError
 from agentsweep.metrics.dialects import DIALECTS
-from agentsweep.metrics.scraper import Scraper
+from agentsweep.metrics.scraper import DEFAULT_MAX_FAILURES, Scraper
 
 MAX_SECONDS = 86400.0  # a day: beyond it a wait overflows the platform's timeout, and means nothing
 
@@ -26,6 +26,16 @@ def _positive(text: str) -> float:
     return value
 
 
+def _failures(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 1 <= value <= 100_000:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 100000, got {value}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--endpoint", required=True, help="metrics URL, e.g. http://127.0.0.1:8000/metrics")
     parser.add_argument("--output", required=True, type=Path, help="CSV to append to (server_metrics.csv)")
@@ -33,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=_positive, default=None, help="per-scrape timeout in seconds")
     parser.add_argument(
         "--dialect", choices=DIALECTS, default=None, help="force a dialect instead of detecting it"
+    )
+    parser.add_argument(
+        "--max-failures",
+        type=_failures,
+        default=DEFAULT_MAX_FAILURES,
+        help=f"give up after this many failed scrapes in a row (default {DEFAULT_MAX_FAILURES})",
     )
 
 
@@ -42,7 +58,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--endpoint: not an http(s) URL: {args.endpoint!r}")
     if args.output.exists() and args.output.is_dir():
         raise InputError(f"--output: {args.output} is a directory")
-    scraper = Scraper(args.endpoint, args.output, args.interval, args.timeout, args.dialect)
+    scraper = Scraper(
+        args.endpoint, args.output, args.interval, args.timeout, args.dialect, max_failures=args.max_failures
+    )
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
         scraper.stop.set()

@@ -2,6 +2,11 @@
 
 A failed scrape (refused, timeout, HTTP error, unparsable text) is counted and leaves a gap in
 the CSV; it never becomes a row of zeros. The dialect is fixed by the first successful scrape.
+
+The collector starts once the engine is healthy, so failures in a row mean the endpoint is dead,
+refusing, or not a metrics endpoint: after ``max_failures`` of them it gives up with one line
+(exit 2 when no scrape ever succeeded, 1 when the target went away part way) instead of scraping
+forever. One reply is read for at most ``timeout`` seconds in all and MAX_REPLY_BYTES.
 """
 
 from __future__ import annotations
@@ -16,14 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from agentsweep.errors import InputError
+from agentsweep.errors import InputError, RunError
 from agentsweep.metrics.dialects import COLUMNS, format_row, map_text
+
+DEFAULT_MAX_FAILURES = 10
+MAX_REPLY_BYTES = 32 << 20  # a busy vLLM's /metrics is a few hundred KiB
 
 
 @dataclass
 class ScrapeStats:
     ok: int = 0
     failed: int = 0
+    in_a_row: int = 0  # consecutive failures since the last success
     last_error: str | None = None
 
 
@@ -38,32 +47,58 @@ class Scraper:
         timeout: float | None = None,
         dialect: str | None = None,
         log: TextIO = sys.stderr,
+        max_failures: int = DEFAULT_MAX_FAILURES,
     ) -> None:
         self.endpoint = endpoint
         self.output = output
         self.interval = interval
         self.timeout = timeout if timeout is not None else max(1.0, min(10.0, 2 * interval))
         self.dialect = dialect
+        self.max_failures = max_failures
         self.stats = ScrapeStats()
         self.stop = threading.Event()
         self._log = log
 
     def _fetch(self) -> str:
+        """The reply body; a reply that trickles past ``timeout`` or grows past MAX_REPLY_BYTES fails."""
+        deadline = time.monotonic() + self.timeout
         req = urllib.request.Request(self.endpoint, headers={"Accept": "text/plain"})
+        chunks: list[bytes] = []
+        size = 0
         with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-            return resp.read().decode("utf-8", errors="replace")
+            while chunk := resp.read1(1 << 16):
+                size += len(chunk)
+                if size > MAX_REPLY_BYTES:
+                    raise ValueError(f"reply larger than {MAX_REPLY_BYTES >> 20} MiB")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"reply not complete within {self.timeout:g} s")
+                chunks.append(chunk)
+        return b"".join(chunks).decode("utf-8", errors="replace")
 
     def _note_failure(self, err: BaseException) -> None:
         self.stats.failed += 1
-        self.stats.last_error = f"{type(err).__name__}: {err}"
-        # The first failures and then every 30th: an engine still loading fails for minutes.
-        if self.stats.failed <= 3 or self.stats.failed % 30 == 0:
+        self.stats.in_a_row += 1
+        text = " ".join(f"{type(err).__name__}: {err}".split())
+        self.stats.last_error = text if len(text) <= 160 else text[:157] + "..."
+        # After a success: the first failure of each streak. Before any success nothing until the
+        # give-up line (or every 30th, with a large --max-failures): the failure is then that line.
+        if (self.stats.ok and self.stats.in_a_row == 1) or self.stats.failed % 30 == 0:
             print(
-                f"metrics-collector: scrape {self.endpoint} failed ({self.stats.failed} so far): "
-                f"{self.stats.last_error}",
+                f"metrics-collector: scrape {self.endpoint} failed ({self.stats.in_a_row} in a row, "
+                f"{self.stats.failed} in all): {self.stats.last_error}",
                 file=self._log,
                 flush=True,
             )
+
+    def _give_up(self) -> None:
+        """Raise the one-line error once ``max_failures`` scrapes in a row have failed."""
+        stats = self.stats
+        if stats.in_a_row < self.max_failures:
+            return
+        what = f"{self.endpoint}: gave up after {stats.in_a_row} failed scrapes in a row"
+        if stats.ok == 0:
+            raise InputError(f"{what}, none succeeded (last error: {stats.last_error})")
+        raise RunError(f"{what} ({stats.ok} rows written before; last error: {stats.last_error})")
 
     def scrape_once(self) -> list[str] | None:
         """One scrape mapped to a CSV row, or None when it failed. Unknown dialect raises InputError."""
@@ -86,6 +121,7 @@ class Scraper:
                 f"metrics-collector: {self.endpoint} speaks the {dialect} dialect", file=self._log, flush=True
             )
         self.stats.ok += 1
+        self.stats.in_a_row = 0
         return format_row(now, values)
 
     def _check_output(self) -> bool:
@@ -134,6 +170,7 @@ class Scraper:
                     fh.flush()
                 if stopping:
                     break
+                self._give_up()
                 next_tick += self.interval
                 delay = next_tick - time.monotonic()
                 if delay < 0:  # a slow scrape: skip the missed ticks instead of bursting
