@@ -101,13 +101,16 @@ def summary_json(spec: Spec) -> dict[str, Any]:
     out_tps, in_tps = spec.output_tok_per_s(), spec.input_tok_per_s()
     ttft, tpot = spec.ttft_p50(), spec.tpot_p50()
     gpu, cpu = HIT[spec.offload]
+    # The counts of the records requests_lines writes (the summary agrees with its records).
+    profile = range(spec.users, RECORDS)
+    failed = sum(1 for i in profile if not _record_ok(i))
     return {
         "schema_version": 1,
         "counts": {
-            "sent": 120,
-            "ok": 118,
-            "failed": 2,
-            "failed_by_class": {"ReadTimeout": 2},
+            "sent": len(profile),
+            "ok": len(profile) - failed,
+            "failed": failed,
+            "failed_by_class": {"ReadTimeout": failed},
             "warmup": spec.users,
         },
         "window": {
@@ -143,6 +146,7 @@ def summary_json(spec: Spec) -> dict[str, Any]:
         },
         "users": spec.users,
         "options": {"duration": spec.duration, "users": spec.users},
+        "validity": {"valid": True, "reasons": [], "checks": {}},
     }
 
 
@@ -176,11 +180,18 @@ def server_rows(spec: Spec, interval: float = 1.0) -> list[list[str]]:
     return rows
 
 
-def requests_lines(spec: Spec, n: int = 40) -> list[str]:
+RECORDS = 40  # request records of a synthetic cell
+
+
+def _record_ok(i: int) -> bool:
+    return i % 17 != 5
+
+
+def requests_lines(spec: Spec, n: int = RECORDS) -> list[str]:
     lines = []
     for i in range(n):
         warm = i < spec.users
-        ok = i % 17 != 5
+        ok = _record_ok(i)
         rec = {
             "trace_id": f"t{i % 5}",
             "session_id": f"t{i % 5}",

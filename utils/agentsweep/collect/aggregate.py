@@ -20,12 +20,13 @@ from kv_cache_tester.replay import ResultError, Summary, read_summary
 from agentsweep.collect import columns
 from agentsweep.collect.columns import ENGINE_CLOCK, THROUGHPUTS, Unit
 from agentsweep.collect.discover import FoundCell
-from agentsweep.collect.stream import stream_requests
-from agentsweep.collect.window import window_figures
+from agentsweep.collect.stream import RequestStats, stream_requests
+from agentsweep.collect.window import NotNumbers, window_figures
 from agentsweep.contract.cell import CELL_FIELDS, Cell
+from agentsweep.contract.verdict import VERDICTS
 from agentsweep.errors import InputError
 
-STATUSES = ("SUCCESS", "FAILED", "MALFORMED", "MISSING")
+STATUSES = ("SUCCESS", "INVALID", "FAILED", "MALFORMED", "MISSING")
 # Cell fields first, in the cell contract's order; any other field of cell.json's `cell` follows them.
 CELL_COLUMNS = tuple(f for f in CELL_FIELDS if f != "exp_name")
 
@@ -87,12 +88,13 @@ def read_cell_json(path: Path) -> dict[str, Any]:
     if data.get("schema_version") != 1:
         raise Malformed(f"cell.json: schema_version {data.get('schema_version')!r}, expected 1")
     _obj(data.get("cell"), "cell.json: cell")
-    if data.get("status") not in ("SUCCESS", "FAILED"):
-        raise Malformed(f"cell.json: status {data.get('status')!r}, expected SUCCESS or FAILED")
+    if data.get("status") not in VERDICTS:
+        raise Malformed(f"cell.json: status {data.get('status')!r}, expected {' or '.join(VERDICTS)}")
     return data
 
 
-def read_status(path: Path) -> tuple[str, str]:
+def read_status(path: Path) -> tuple[str, list[str]]:
+    """The verdict and its reasons (status.txt's first line, then one reason per line)."""
     try:
         lines = (path / "status.txt").read_text(encoding="utf-8", errors="replace").splitlines()
     except FileNotFoundError:
@@ -100,10 +102,9 @@ def read_status(path: Path) -> tuple[str, str]:
     except OSError as err:
         raise Malformed(f"status.txt: unreadable ({err})") from None
     first = lines[0].strip() if lines else ""
-    if first not in ("SUCCESS", "FAILED"):
-        raise Malformed(f"status.txt: first line {first[:40]!r}, expected SUCCESS or FAILED")
-    reason = next((line.strip() for line in lines[1:] if line.strip()), "")
-    return first, reason
+    if first not in VERDICTS:
+        raise Malformed(f"status.txt: first line {first[:40]!r}, expected {' or '.join(VERDICTS)}")
+    return first, [line.strip() for line in lines[1:] if line.strip()]
 
 
 def _at(doc: Any, path: str) -> Any:
@@ -200,14 +201,18 @@ def _fill(row: Row, path: Path) -> None:
     row.values["start_utc"] = doc.get("start_utc")
     row.values["end_utc"] = doc.get("end_utc")
 
-    status, reason = read_status(path)
+    status, reasons = read_status(path)
     if status != doc["status"]:
         raise Malformed(f"status.txt says {status} but cell.json says {doc['status']}")
     if status == "FAILED":
         row.status = "FAILED"
-        row.reason = reason or (doc.get("reason") or "") or "no reason given"
+        row.reason = "; ".join(reasons) or (doc.get("reason") or "") or "no reason given"
         return
-    row.values.update(summary_columns(_read_json(path / "summary.json")))
+    if status == "INVALID":
+        row.status = "INVALID"
+        row.reason = "; ".join(reasons) or "no reason given"
+    summary = _read_json(path / "summary.json")
+    row.values.update(summary_columns(summary))
     row.values.update(derived_columns(row.values))
 
     requests = path / "requests.jsonl"
@@ -222,16 +227,52 @@ def _fill(row: Row, path: Path) -> None:
     if row.values.get("theoretical_hit_rate") is None:
         row.values["theoretical_hit_rate"] = row.values["req_theoretical_hit_rate"]
 
+    problems = cross_checks(summary, row.values, stats)
     metrics = path / "server_metrics.csv"
     if metrics.is_file():
-        figures, notes = window_figures(
-            metrics, row.values["window_start_unix"], row.values["window_end_unix"]
-        )
-        row.values.update(figures)
-        row.notes.extend(notes)
+        try:
+            figures, notes = window_figures(
+                metrics, row.values["window_start_unix"], row.values["window_end_unix"]
+            )
+        except NotNumbers as err:
+            problems.append(str(err))
+        else:
+            row.values.update(figures)
+            row.notes.extend(notes)
     else:
         row.notes.append("server_metrics.csv missing: no server-side figures")
+    if problems:
+        row.status = "INVALID"
+        row.reason = "; ".join([*([row.reason] if row.reason else []), *(f"collect: {p}" for p in problems)])
     to_engine_clock(row.values)
+
+
+def cross_checks(summary: dict[str, Any], values: dict[str, Any], stats: RequestStats) -> list[str]:
+    """What the artifacts say against each other; each contradiction is one reason (INVALID)."""
+    problems: list[str] = []
+    validity = summary.get("validity")
+    if not isinstance(validity, dict):
+        problems.append("summary.json has no validity record: the run was never checked")
+    elif validity.get("valid") is not True and values.get("status") != "INVALID":
+        problems.append("summary.json says the run is not valid")
+    sent, ok, failed = (values.get(k) for k in ("requests_sent", "requests_ok", "requests_failed"))
+    warmup = values.get("requests_warmup") or 0
+    if None not in (sent, ok, failed) and sent != ok + failed:
+        problems.append(f"summary counts sent {sent:g} != ok {ok:g} + failed {failed:g}")
+    if sent is not None and stats.records != sent + warmup:
+        problems.append(
+            f"requests.jsonl holds {stats.records} records but the summary counts {sent + warmup:g} "
+            "(sent + warmup)"
+        )
+    if ok is not None and stats.profile_ok != ok:
+        problems.append(f"requests.jsonl has {stats.profile_ok} ok profile requests, the summary {ok:g}")
+    if stats.impossible:
+        problems.append(f"{stats.impossible} records hold impossible values ({stats.first_impossible})")
+    for name, value in values.items():
+        number = _number(value)
+        if number is not None and number < 0 and columns.UNITS.get(name) is not None:
+            problems.append(f"{name} is negative ({number:g})")
+    return problems
 
 
 def natural_key(text: str) -> list[tuple[int, int | str]]:

@@ -31,6 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--matrix", type=Path, default=None, help="`agentsweep matrix --json` output: expected cells"
     )
     parser.add_argument("--no-plots", action="store_true", help="skip PNGs and report.html (tables only)")
+    parser.add_argument(
+        "--include-invalid",
+        action="store_true",
+        help="let INVALID cells onto the frontiers and plots (they stay INVALID in the table)",
+    )
 
 
 def prepare_out_dir(path: Path) -> Path:
@@ -60,12 +65,14 @@ def append_step_summary(text: str) -> None:
         ) from None
 
 
-def render_outputs(df: pd.DataFrame, out_dir: Path, plots: bool = True) -> pd.DataFrame:
+def render_outputs(
+    df: pd.DataFrame, out_dir: Path, plots: bool = True, include_invalid: bool = False
+) -> pd.DataFrame:
     """frontier.csv, plots, report.html and summary.md from a summary table; returns the frontier."""
-    frontier = frontier_table(df)
+    frontier = frontier_table(df, include_invalid)
     frontier.to_csv(out_dir / "frontier.csv", index=False)
     if plots:
-        write_report(df, write_plots(df, out_dir), out_dir)
+        write_report(df, write_plots(df, out_dir, include_invalid), out_dir)
     (out_dir / "summary.md").write_text(summary_markdown(df, frontier), encoding="utf-8")
     return frontier
 
@@ -81,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     df = to_frame(rows)
     prepare_out_dir(args.out_dir)
     df.to_csv(args.out_dir / "summary.csv", index=False)
-    render_outputs(df, args.out_dir, plots=not args.no_plots)
+    render_outputs(df, args.out_dir, plots=not args.no_plots, include_invalid=args.include_invalid)
 
     append_step_summary((args.out_dir / "summary.md").read_text(encoding="utf-8"))
 

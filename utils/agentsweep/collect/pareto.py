@@ -115,11 +115,12 @@ FRONTIER_COLUMNS = (
 )
 
 
-def successful(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows the frontiers may use: SUCCESS cells with the numbers needed."""
+def successful(df: pd.DataFrame, include_invalid: bool = False) -> pd.DataFrame:
+    """Rows the frontiers may use: SUCCESS cells (and INVALID ones when asked) with their numbers."""
     if df.empty or "status" not in df.columns:
         return df.iloc[0:0]
-    ok = df[df["status"] == "SUCCESS"].copy()
+    usable = ("SUCCESS", "INVALID") if include_invalid else ("SUCCESS",)
+    ok = df[df["status"].isin(usable)].copy()
     for column in ("engine", "offload"):
         if column not in ok.columns:
             ok[column] = "?"
@@ -130,9 +131,9 @@ def successful(df: pd.DataFrame) -> pd.DataFrame:
     return ok
 
 
-def frontier_table(df: pd.DataFrame) -> pd.DataFrame:
+def frontier_table(df: pd.DataFrame, include_invalid: bool = False) -> pd.DataFrame:
     """Every frontier point for every series kind, x metric and y metric (frontier.csv)."""
-    ok = successful(df)
+    ok = successful(df, include_invalid)
     records: list[dict[str, object]] = []
     for kind in SERIES_KINDS:
         for label, group in series_of(ok, kind).items():

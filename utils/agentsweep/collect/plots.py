@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,6 +19,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, PercentF
 from agentsweep.collect.pareto import X_METRICS, Y_METRICS, XMetric, frontier, successful
 
 OFFLOAD_COLORS = {"on": "#0f8b6d", "off": "#e07a1f", "noprefix": "#6a5acd"}
+INVALID_COLOR = "#9a9a9a"
 OFFLOAD_NAMES = {
     "on": "offload on (CPU KV tier)",
     "off": "offload off (GPU prefix cache)",
@@ -165,9 +167,23 @@ def _title(df: pd.DataFrame) -> str:
     return " · ".join(parts)
 
 
-def pareto_figure(df: pd.DataFrame, y: str, path: Path) -> Path:
+def _invalid_points(ax: Any, invalid: pd.DataFrame, xm: XMetric, y: str) -> None:
+    """INVALID cells as grey hollow points, never joined: seen, but not part of any frontier."""
+    if invalid.empty or xm.column not in invalid or y not in invalid:
+        return
+    xs = pd.to_numeric(invalid[xm.column], errors="coerce")
+    ys = pd.to_numeric(invalid[y], errors="coerce")
+    mask = np.isfinite(xs) & np.isfinite(ys)
+    if mask.any():
+        ax.scatter(
+            xs[mask], ys[mask], s=36, facecolors="none", edgecolors=INVALID_COLOR, linewidths=1.0, zorder=1
+        )
+
+
+def pareto_figure(df: pd.DataFrame, y: str, path: Path, include_invalid: bool = False) -> Path:
     """One PNG: every x metric against throughput-per-GPU metric ``y``, plus a legend panel."""
-    ok = successful(df)
+    ok = successful(df, include_invalid)
+    invalid = df.iloc[0:0] if include_invalid or "status" not in df else df[df["status"] == "INVALID"]
     markers, styles = _styles(ok) if not ok.empty else ({}, {})
     fig = Figure(figsize=(21, 10), dpi=DPI)
     # A fixed layout: constrained layout costs seconds per figure and the grid never changes.
@@ -175,6 +191,7 @@ def pareto_figure(df: pd.DataFrame, y: str, path: Path) -> Path:
     axes = fig.subplots(2, 4).ravel()
     for ax, xm in zip(axes, X_METRICS, strict=False):
         _panel(ax, ok, xm, y, markers, styles)
+        _invalid_points(ax, invalid, xm, y)
     legend_ax = axes[len(X_METRICS)]
     legend_ax.axis("off")
     if not ok.empty:
@@ -187,7 +204,8 @@ def pareto_figure(df: pd.DataFrame, y: str, path: Path) -> Path:
         "Lines join each engine × offload series' Pareto frontier\n"
         "(outlined points). Labels: concurrent users · TP.\n"
         "Interactivity = 1 / TPOT at that percentile.\n"
-        f"{len(ok)} successful cells of {len(df)}.",
+        + (f"Grey hollow points: {len(invalid)} INVALID cells (left out).\n" if len(invalid) else "")
+        + f"{len(ok)} {'usable' if include_invalid else 'successful'} cells of {len(df)}.",
         transform=legend_ax.transAxes,
         fontsize=9,
         color="#444444",
@@ -198,9 +216,9 @@ def pareto_figure(df: pd.DataFrame, y: str, path: Path) -> Path:
     return path
 
 
-def cache_figure(df: pd.DataFrame, path: Path) -> Path:
+def cache_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False) -> Path:
     """GPU and CPU hit rate (server-side, profiling window) against output throughput per GPU."""
-    ok = successful(df)
+    ok = successful(df, include_invalid)
     markers, _ = _styles(ok) if not ok.empty else ({}, {})
     fig = Figure(figsize=(15, 5.6), dpi=DPI, layout="constrained")
     axes = fig.subplots(1, 2)
@@ -253,9 +271,9 @@ def cache_figure(df: pd.DataFrame, path: Path) -> Path:
     return path
 
 
-def hit_rate_figure(df: pd.DataFrame, path: Path) -> Path:
+def hit_rate_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False) -> Path:
     """Per cell: ideal (infinite-cache) hit rate against what the engine's GPU and CPU tiers hit."""
-    ok = successful(df)
+    ok = successful(df, include_invalid)
     if not ok.empty:
         order = {name: i for i, name in enumerate(OFFLOAD_COLORS)}
         ok = ok.assign(_order=ok["offload"].map(lambda o: order.get(o, len(order))))
@@ -328,11 +346,16 @@ PLOT_FILES = {
 }
 
 
-def write_plots(df: pd.DataFrame, out_dir: Path) -> list[tuple[str, Path]]:
+def write_plots(df: pd.DataFrame, out_dir: Path, include_invalid: bool = False) -> list[tuple[str, Path]]:
     """Every plot of the sweep; returns (title, path) in report order."""
     out: list[tuple[str, Path]] = []
     for y in Y_METRICS:
-        out.append((Y_METRICS[y], pareto_figure(df, y, out_dir / f"pareto_{y}.png")))
-    out.append(("KV cache hit rates vs throughput", cache_figure(df, out_dir / "cache.png")))
-    out.append(("Ideal vs measured hit rate per cell", hit_rate_figure(df, out_dir / "hit_rates.png")))
+        out.append((Y_METRICS[y], pareto_figure(df, y, out_dir / f"pareto_{y}.png", include_invalid)))
+    out.append(("KV cache hit rates vs throughput", cache_figure(df, out_dir / "cache.png", include_invalid)))
+    out.append(
+        (
+            "Ideal vs measured hit rate per cell",
+            hit_rate_figure(df, out_dir / "hit_rates.png", include_invalid),
+        )
+    )
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import math
 from pathlib import Path
 from typing import Any
@@ -170,12 +171,13 @@ def write_report(df: pd.DataFrame, plots: list[tuple[str, Path]], out_dir: Path)
 
 
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text as inert Markdown for the job summary: no HTML, no table breaks, one line."""
+    return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|").replace("`", "'")
 
 
 def summary_markdown(df: pd.DataFrame, frontier: pd.DataFrame) -> str:
     """A compact Markdown summary for $GITHUB_STEP_SUMMARY."""
-    lines = [f"## agentsweep — {_distinct(df, 'config_key')}", ""]
+    lines = [f"## agentsweep — {_md_escape(_distinct(df, 'config_key'))}", ""]
     lines += ["| | |", "|---|---|"] + [f"| {k} | {_md_escape(v)} |" for k, v in identity(df)] + [""]
     headers = [h for _c, h, _k in TABLE]
     lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
@@ -183,7 +185,9 @@ def summary_markdown(df: pd.DataFrame, frontier: pd.DataFrame) -> str:
     problems = problem_cells(df)
     if problems:
         lines += ["", f"### {len(problems)} cell(s) not successful", ""]
-        lines += [f"- **{p['exp_name']}** ({p['status']}): {_md_escape(p['reason'])}" for p in problems]
+        lines += [
+            f"- **{_md_escape(p['exp_name'])}** ({p['status']}): {_md_escape(p['reason'])}" for p in problems
+        ]
     sub = (
         frontier[
             (frontier["series_kind"] == "engine_offload")

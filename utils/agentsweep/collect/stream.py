@@ -46,6 +46,9 @@ class RequestStats:
     theoretical_hit_blocks: int = 0
     total_blocks: int = 0
     first_bad_line: int | None = None
+    # Records whose values cannot be true (cached > prompt, a negative count or latency).
+    impossible: int = 0
+    first_impossible: str = ""
     ttft: LogHistogram = field(default_factory=_histogram)
     e2e: LogHistogram = field(default_factory=_histogram)
     tpot: LogHistogram = field(default_factory=_histogram)
@@ -83,6 +86,18 @@ def _int(value: Any) -> int:
     return int(number) if number is not None and number >= 0 else 0
 
 
+def _impossible(rec: dict[str, Any]) -> str:
+    """What in a record cannot be true, or an empty string."""
+    for key in ("prompt_tokens", "cached_tokens", "output_tokens", "ttft_s", "e2e_s", "tpot_s"):
+        value = _num(rec.get(key))
+        if value is not None and value < 0:
+            return f"{key} {value:g} is negative"
+    prompt, cached = _num(rec.get("prompt_tokens")), _num(rec.get("cached_tokens"))
+    if prompt is not None and cached is not None and cached > prompt:
+        return f"cached_tokens {cached:g} > prompt_tokens {prompt:g}"
+    return ""
+
+
 def stream_requests(path: Path) -> RequestStats:
     """Read requests.jsonl line by line. Undecodable lines are counted, never fatal."""
     stats = RequestStats()
@@ -100,6 +115,10 @@ def stream_requests(path: Path) -> RequestStats:
                     stats.first_bad_line = lineno
                 continue
             stats.records += 1
+            problem = _impossible(rec)
+            if problem:
+                stats.impossible += 1
+                stats.first_impossible = stats.first_impossible or f"line {lineno}: {problem}"
             if rec.get("phase") == "warmup":
                 stats.warmup += 1
                 continue

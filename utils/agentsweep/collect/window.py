@@ -70,8 +70,16 @@ class Series:
         return self.v[bisect_left(self.t, start) : bisect_right(self.t, end)]
 
 
+class NotNumbers(ValueError):
+    """server_metrics.csv holds text where the scraper writes numbers: its figures cannot be used."""
+
+
 def read_series(path: Path) -> tuple[dict[str, Series], list[float], list[str]]:
-    """Series per column, every row's time, and notes on what was wrong with the file."""
+    """Series per column, every row's time, and notes on what was wrong with the file.
+
+    Raises NotNumbers when a cell of a known column holds something other than a number (an empty
+    cell is a figure the engine did not report, and is fine).
+    """
     series = {name: Series() for name in COLUMNS[1:]}
     times: list[float] = []
     notes: list[str] = []
@@ -95,10 +103,13 @@ def read_series(path: Path) -> tuple[dict[str, Series], list[float], list[str]]:
         for t, row in rows:
             times.append(t)
             for name, s in series.items():
-                value = _float(row.get(name))
+                text = row.get(name)
+                value = _float(text)
                 if value is not None:
                     s.t.append(t)
                     s.v.append(value)
+                elif text and text.strip():
+                    raise NotNumbers(f"{path.name}: {name}={text[:40]!r} at time_s {t:.3f} is not a number")
     if bad:
         notes.append(f"{path.name}: {bad} unreadable rows skipped")
     return series, times, notes

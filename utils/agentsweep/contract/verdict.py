@@ -24,7 +24,7 @@ class Check:
 
     def to_dict(self) -> dict[str, float | bool | str | None]:
         out: dict[str, float | bool | str | None] = {"value": self.value, "limit": self.limit, "ok": self.ok}
-        if self.reason:
+        if not self.ok:
             out["reason"] = self.reason
         return out
 
