@@ -79,7 +79,7 @@ def test_stand_in_reacts_to_the_coefficients_as_physics_says() -> None:
         MODEL_NAME, "h200", 8, "fp8", "fp8", calibration=Calibration("k", base, F.DEFAULT_SHARED, 0, "")
     )
     prefill = dep.cost.time(1024, 0, 1024, 1024 * 1025 / 2)
-    assert prefill < one.median_ttft_s <= prefill + dep.cost.time(0, 1, 1536) * 1.01
+    assert prefill * 0.999 < one.median_ttft_s <= prefill + dep.cost.time(0, 1, 1536) * 1.01
     # more bandwidth: faster decode; lower overhead: faster decode; more users: more throughput
     assert pred(Efficiency(5e-3, 0.9, 0.3, 0.02), 4, 1024, 512).median_intvty > low.median_intvty
     assert pred(Efficiency(1e-3, 0.6, 0.3, 0.02), 4, 1024, 512).median_intvty > low.median_intvty
