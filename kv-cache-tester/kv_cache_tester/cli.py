@@ -1,4 +1,4 @@
-"""`kv-cache-tester` command line: `replay` and `analyze`, imported only when used.
+"""`kv-cache-tester` command line: `replay`, `analyze` and `synth`, imported only when used.
 
 Each subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int``.
 """
@@ -24,6 +24,10 @@ class OneLineParser(argparse.ArgumentParser):
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("kv_cache_tester.replay.cli", "replay traces at N concurrent users against an engine"),
     "analyze": ("kv_cache_tester.traces.cli", "trace statistics and theoretical prefix-cache hits"),
+    "synth": (
+        "kv_cache_tester.traces.synth_cli",
+        "write fixed-length synthetic request traces (random prompts)",
+    ),
 }
 
 

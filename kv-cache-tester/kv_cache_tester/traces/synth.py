@@ -52,8 +52,11 @@ after a 199k-token one costs the new blocks plus one string copy.
 from __future__ import annotations
 
 import hashlib
+import math
+import random
 import re
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -414,3 +417,118 @@ def calibrate_vocabulary(tokenizer: Any, chunk: int = 512) -> list[tuple[str, in
             f"tokenizer has only {len(good)} usable single-token words (need 256) for chat/ids synthesis"
         )
     return good
+
+
+# --- fixed-length synthetic workloads (the `synth` command) ---------------------------------------
+#
+# What vLLM's and SGLang's "random" benchmarks send: independent prompts of a given input length, each
+# asking for a given output length, optionally all starting with the same prefix. Each request is one
+# single-request trace, so a closed loop of N users (`replay --max-users N --recycle`) sends a new
+# prompt as soon as a user's previous one finishes.
+
+DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal")
+
+
+@dataclass(frozen=True, slots=True)
+class LengthSpec:
+    """A token-length distribution: ``1024``, ``uniform:LO:HI``, ``normal:MEAN:STD`` or
+    ``lognormal:MEDIAN:SIGMA``. Draws are rounded and clipped to ``[minimum, MAX_SYNTH_TOKENS]``
+    (``minimum`` is one token past a shared prefix for input lengths)."""
+
+    kind: str
+    a: float
+    b: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str, what: str) -> LengthSpec:
+        parts = text.strip().split(":")
+        try:
+            nums = [float(p) for p in parts[1:]] if len(parts) > 1 else [float(parts[0])]
+        except ValueError:
+            raise UsageError(
+                f"{what} {text!r}: expected N, uniform:LO:HI, normal:MEAN:STD or lognormal:MEDIAN:SIGMA"
+            ) from None
+        kind = parts[0] if len(parts) > 1 else "fixed"
+        arity = {"fixed": 1, "uniform": 2, "normal": 2, "lognormal": 2}.get(kind)
+        if arity is None or len(nums) != arity:
+            raise UsageError(
+                f"{what} {text!r}: expected N, uniform:LO:HI, normal:MEAN:STD or lognormal:MEDIAN:SIGMA"
+            )
+        if not all(n == n and abs(n) != float("inf") for n in nums):
+            raise UsageError(f"{what} {text!r}: numbers must be finite")
+        if kind == "fixed" and (nums[0] < 1 or not nums[0].is_integer()):
+            raise UsageError(f"{what} {text!r}: a fixed length must be a positive integer")
+        if kind == "uniform" and not 1 <= nums[0] <= nums[1]:
+            raise UsageError(f"{what} {text!r}: need 1 <= LO <= HI")
+        if kind in ("normal", "lognormal") and not (nums[0] >= 1 and nums[1] >= 0):
+            raise UsageError(f"{what} {text!r}: need a centre >= 1 and a spread >= 0")
+        return cls(kind, nums[0], nums[1] if len(nums) > 1 else 0.0)
+
+    def draw(self, rng: Any, minimum: int = 1) -> int:
+        if self.kind == "fixed":
+            value = self.a
+        elif self.kind == "uniform":
+            value = rng.randint(round(self.a), round(self.b))
+        elif self.kind == "normal":
+            value = rng.gauss(self.a, self.b)
+        else:
+            value = self.a * math.exp(rng.gauss(0.0, self.b))
+        return max(minimum, min(MAX_SYNTH_TOKENS, round(value)))
+
+    def __str__(self) -> str:
+        if self.kind == "fixed":
+            return f"{self.a:g}"
+        return f"{self.kind}:{self.a:g}:{self.b:g}"
+
+
+MAX_SYNTH_TOKENS = 10_000_000
+
+
+def synth_workload(
+    isl: LengthSpec,
+    osl: LengthSpec,
+    count: int,
+    *,
+    seed: int = 0,
+    shared_prefix: int = 0,
+    block_size: int = 64,
+) -> Iterator[dict[str, Any]]:
+    """``count`` single-request trace objects (the kv-cache-tester JSON format), deterministic for a seed.
+
+    Hash ids follow the weka layout (one id per block, the last naming the partial tail), so every
+    prompt token belongs to a named block. Without a shared prefix the traces are "local": each trace
+    has its own ids (from 0) and a replayed trace gets fresh content. With ``shared_prefix`` tokens
+    (whole blocks) the traces are "global": ids ``0..k-1`` are the common prefix and every other id
+    is used once in the whole file.
+    """
+    if count < 1:
+        raise UsageError(f"--count {count}: must be at least 1")
+    if block_size < 1:
+        raise UsageError(f"--block-size {block_size}: must be at least 1")
+    if shared_prefix < 0:
+        raise UsageError(f"--shared-prefix {shared_prefix}: must be >= 0")
+    shared_blocks = shared_prefix // block_size
+    lowest = isl.a if isl.kind in ("fixed", "uniform") else None
+    if shared_blocks and lowest is not None and lowest <= shared_blocks * block_size:
+        raise UsageError(
+            f"--shared-prefix {shared_prefix}: {shared_blocks * block_size} shared tokens leave nothing "
+            f"private in a {lowest:g}-token prompt"
+        )
+    rng = random.Random(f"synth:{seed}")
+    next_id = shared_blocks
+    width = max(6, len(str(count - 1)))
+    for i in range(count):
+        n_in = isl.draw(rng, minimum=shared_blocks * block_size + 1)
+        n_out = osl.draw(rng)
+        nblocks = -(-n_in // block_size)
+        if shared_blocks:
+            ids = list(range(shared_blocks)) + list(range(next_id, next_id + nblocks - shared_blocks))
+            next_id += nblocks - shared_blocks
+        else:
+            ids = list(range(nblocks))
+        yield {
+            "id": f"synth-{i:0{width}d}",
+            "block_size": block_size,
+            "hash_id_scope": "global" if shared_blocks else "local",
+            "requests": [{"t": 0.0, "in": n_in, "out": n_out, "hash_ids": ids}],
+        }

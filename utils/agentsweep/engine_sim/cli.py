@@ -39,7 +39,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--hardware", choices=sorted(HARDWARE), default="h200")
     p.add_argument("--tensor-parallel-size", "--tp-size", "--tp", "-tp", dest="tp", type=int, default=1)
     p.add_argument(
-        "--enable-expert-parallel", action="store_true", help="accepted (EP keeps TP's memory split)"
+        "--enable-expert-parallel",
+        action="store_true",
+        help="vLLM: experts spread over the TP ranks (EP = TP)",
+    )
+    p.add_argument(
+        "--ep-size",
+        "--expert-parallel-size",
+        dest="ep",
+        type=int,
+        default=None,
+        help="SGLang: EP size (divides TP)",
     )
     p.add_argument(
         "--speed", type=float, default=1.0, help="simulated clock runs F times faster than wall time"
@@ -77,6 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--enable-prompt-tokens-details", "--enable-cache-report", action="store_true", help="accepted"
     )
     p.add_argument("--default-max-tokens", type=int, default=256, help="max_tokens when a request sets none")
+    p.add_argument(
+        "--request-log", default=None, help="write each finished request's simulated timeline here (JSONL)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fail-rate", type=float, default=0.0, help="fault: fraction of requests answered 500")
     p.add_argument("--fail-after", type=int, default=None, help="fault: 500 for every request after the N-th")
@@ -127,6 +140,7 @@ def _check(args: argparse.Namespace) -> None:
         ("--default-max-tokens", args.default_max_tokens),
         ("--max-model-len", args.max_model_len),
         ("--num-gpu-blocks-override", args.num_gpu_blocks_override),
+        ("--ep-size", args.ep),
     ):
         if value is not None and value < 1:
             raise bad(flag, f"must be >= 1, got {value}")
@@ -151,7 +165,10 @@ def resolve(args: argparse.Namespace) -> Setup:
     _check(args)
     if args.quantization not in (None, "bf16", "fp8", "fp4"):
         raise InputError(f"engine-sim --quantization: expected bf16, fp8 or fp4, got {args.quantization!r}")
-    dep = deploy(model, args.hardware, args.tp, args.kv_cache_dtype, args.quantization)
+    ep = args.ep or (args.tp if args.enable_expert_parallel else 1)
+    if args.tp % ep:
+        raise InputError(f"engine-sim --ep-size: {ep} must divide --tensor-parallel-size {args.tp}")
+    dep = deploy(model, args.hardware, args.tp, args.kv_cache_dtype, args.quantization, ep=ep)
     if args.num_gpu_blocks_override is not None:
         gpu_blocks = args.num_gpu_blocks_override
     else:
@@ -220,11 +237,15 @@ def startup_lines(args: argparse.Namespace, setup: Setup) -> list[str]:
     dep = setup.deployment
     tokens = setup.gpu_blocks * args.block_size
     conc = tokens / setup.max_model_len
+    c = dep.cost
     lines = [
         f"[engine_sim] simulated {args.dialect} engine: model={setup.model} profile={dep.model.key} "
-        f"hardware={args.hardware} tp={args.tp} precision={dep.precision} speed={args.speed:g}",
-        f"[engine_sim] step time = {dep.cost.a * 1e3:.3f} ms + {dep.cost.b * 1e6:.3f} us/prefill token + "
-        f"{dep.cost.c * 1e6:.3f} us/decode seq + {dep.cost.d * 1e9:.3f} ns/KV token read",
+        f"hardware={args.hardware} tp={args.tp} ep={dep.ep} precision={dep.precision} speed={args.speed:g}",
+        f"[engine_sim] {dep.calibration.describe(dep.model.key)}" if dep.calibration else "",
+        f"[engine_sim] step time = {c.a * 1e3:.3f} ms (+ {c.prefill_a * 1e3:.3f} ms when prefilling) + "
+        f"{c.b * 1e6:.3f} us/prefill token + {c.c * 1e6:.3f} us/decode seq + {c.d * 1e9:.3f} ns/KV token read + "
+        f"{c.e * 1e12:.3f} ps/prefill attention pair"
+        + (f" + {c.moe_s * 1e3:.3f} ms x share of routed experts touched" if c.moe_s else ""),
         f"[kv_cache_utils.py] GPU KV cache size: {tokens:,} tokens",
         f"[kv_cache_utils.py] Maximum concurrency for {setup.max_model_len:,} tokens per request: {conc:.2f}x",
     ]
@@ -232,6 +253,7 @@ def startup_lines(args: argparse.Namespace, setup: Setup) -> list[str]:
         lines.append(f"[engine_sim] CPU offload tier: {setup.cpu_blocks * args.block_size:,} tokens")
     if not args.prefix_caching:
         lines.append("[engine_sim] prefix caching disabled")
+    lines = [line for line in lines if line]
     if args.dialect == "sglang":
         lines.append(
             f"KV Cache is allocated. #tokens: {tokens}, max_total_num_tokens={tokens}, "
@@ -245,6 +267,13 @@ async def _serve(args: argparse.Namespace, setup: Setup) -> int:
     from aiohttp import web
 
     server = build_server(args, setup)
+    log_file = None
+    if args.request_log:
+        try:
+            log_file = open(args.request_log, "w", buffering=1 << 16)  # noqa: SIM115 - closed at shutdown
+        except OSError as err:
+            raise InputError(f"engine-sim --request-log {args.request_log}: {err.strerror or err}") from None
+        server.engine.request_log = log_file
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -288,6 +317,9 @@ async def _serve(args: argparse.Namespace, setup: Setup) -> int:
     _log(f"Shutting down ({memo.prompts} prompts, {memo.reused} extended an earlier one of their session)")
     stats_task.cancel()
     await runner.cleanup()
+    if log_file is not None:
+        server.engine.request_log = None
+        log_file.close()
     return 0
 
 

@@ -30,6 +30,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import IO
 
 from agentsweep.engine_sim.kv_cache import KVCache, Node, block_hashes
 from agentsweep.engine_sim.profiles import StepCost
@@ -129,6 +130,9 @@ class Engine:
         # (position, block hash, resident at): the first block of each run still being copied back.
         # A prompt hits that run iff it hits past that position with that block there (chained hashes).
         self._arriving: list[tuple[int, int, float]] = []
+        # Optional per-request timeline in simulated seconds (--request-log): one JSON line per
+        # finished request, for measurements that must not include the wall clock's HTTP overhead.
+        self.request_log: IO[str] | None = None
 
     # -- requests ------------------------------------------------------------------------------
     def blocks_for(self, tokens: int) -> int:
@@ -205,13 +209,15 @@ class Engine:
                 burst_start = time.perf_counter()
                 continue
             prefill = decode = kv_read = 0
+            pairs = 0.0  # prefill attention: each new token attends to the context before it
             for r, n in sched:
                 if n == 1 and r.computed >= r.prefill_len:
                     decode += 1
                 else:
                     prefill += n
+                    pairs += n * (r.computed + (n + 1) / 2)
                 kv_read += r.computed + n
-            dt = self.cost.time(prefill, decode, kv_read)
+            dt = self.cost.time(prefill, decode, kv_read, pairs)
             k = 1
             if not prefill and not admitted_or_preempted:
                 k = self._batch_steps(sched, dt, decode, kv_read)
@@ -484,6 +490,13 @@ class Engine:
         self.stats.requests_finished[reason] = self.stats.requests_finished.get(reason, 0) + 1
         if reason != "abort":
             self.stats.e2e.observe(self.t - r.arrival)
+            if self.request_log is not None:
+                first = r.first_token_at if r.first_token_at is not None else self.t
+                self.request_log.write(
+                    f'{{"arrival_s":{r.arrival!r},"first_token_s":{first!r},"finish_s":{self.t!r},'
+                    f'"prompt_tokens":{r.tokens_len},"output_tokens":{r.generated},'
+                    f'"cached_tokens":{max(r.cached_tokens, 0)},"preemptions":{r.preemptions}}}\n'
+                )
         r.event.set()
 
     def reset_prefix_cache(self) -> None:

@@ -1,0 +1,166 @@
+"""`agentsweep calibrate`: points, the closed-loop stand-in, the fitter and the real path."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from agentsweep.calibrate import fit as F
+from agentsweep.calibrate.points import DEFAULT_POINTS, MODEL_NAME, read_points
+from agentsweep.calibrate.steady import closed_loop
+from agentsweep.engine_sim import cli as sim_cli
+from agentsweep.engine_sim.profiles import Calibration, Efficiency, deploy, load_calibrations
+from agentsweep.errors import InputError
+
+HEADER = "hardware,precision,isl,osl,tp,ep,conc,tput_per_gpu,median_intvty,median_ttft_s,run_url\n"
+
+
+def _csv(tmp_path: Path, *rows: str) -> Path:
+    path = tmp_path / "points.csv"
+    path.write_text(HEADER + "".join(r + "\n" for r in rows))
+    return path
+
+
+def _calibrate(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "agentsweep.cli", "calibrate", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def test_shipped_points_read_with_provenance() -> None:
+    columns, points = read_points(DEFAULT_POINTS)
+    assert len(points) == 31 and "run_url" in columns
+    assert all(
+        p.row["run_url"].startswith("https://github.com/SemiAnalysisAI/InferenceX/actions/runs/")
+        for p in points
+    )
+    assert {p.group for p in points} == {"b200/fp4", "b200/fp8", "h200/fp8", "mi355x/fp4", "mi355x/fp8"}
+
+
+@pytest.mark.parametrize(
+    ("row", "needle"),
+    [
+        ("h100,fp8,1024,1024,8,1,4,1,1,1,x", "line 2: hardware: unknown hardware 'h100'"),
+        ("h200,int3,1024,1024,8,1,4,1,1,1,x", "line 2: precision"),
+        ("h200,fp8,1024,1024,8,3,4,1,1,1,x", "line 2: ep: 3 must divide tp 8"),
+        ("h200,fp8,1024,abc,8,1,4,1,1,1,x", "line 2: osl: expected a positive integer, got 'abc'"),
+        ("h200,fp8,1024,1024,8,1,4,1,nan,1,x", "line 2: median_intvty: expected a positive number"),
+    ],
+)
+def test_bad_points_are_one_line_and_exit_2(tmp_path: Path, row: str, needle: str) -> None:
+    path = _csv(tmp_path, row)
+    with pytest.raises(InputError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        read_points(path)
+    res = _calibrate("--points", str(path), "--out", str(tmp_path / "o"))
+    assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_missing_column(tmp_path: Path) -> None:
+    path = tmp_path / "p.csv"
+    path.write_text("hardware,precision\nh200,fp8\n")
+    with pytest.raises(InputError, match="missing column"):
+        read_points(path)
+
+
+def test_stand_in_reacts_to_the_coefficients_as_physics_says() -> None:
+    base = Efficiency(5e-3, 0.6, 0.3, 0.02)
+
+    def pred(eff: Efficiency, conc: int, isl: int, osl: int):
+        cal = Calibration("h200/fp8", eff, F.DEFAULT_SHARED, 0, "test")
+        dep = deploy(MODEL_NAME, "h200", 8, "fp8", "fp8", calibration=cal)
+        return closed_loop(dep.cost, conc, isl, osl, 8)
+
+    low = pred(base, 4, 1024, 512)
+    # a single user never waits for another: TTFT is one prefill step after one decode step at most
+    one = pred(base, 1, 1024, 512)
+    dep = deploy(
+        MODEL_NAME, "h200", 8, "fp8", "fp8", calibration=Calibration("k", base, F.DEFAULT_SHARED, 0, "")
+    )
+    prefill = dep.cost.time(1024, 0, 1024, 1024 * 1025 / 2)
+    assert prefill * 0.999 < one.median_ttft_s <= prefill + dep.cost.time(0, 1, 1536) * 1.01
+    # more bandwidth: faster decode; lower overhead: faster decode; more users: more throughput
+    assert pred(Efficiency(5e-3, 0.9, 0.3, 0.02), 4, 1024, 512).median_intvty > low.median_intvty
+    assert pred(Efficiency(1e-3, 0.6, 0.3, 0.02), 4, 1024, 512).median_intvty > low.median_intvty
+    high = pred(base, 64, 1024, 512)
+    assert high.tput_per_gpu > 4 * low.tput_per_gpu and high.median_intvty < low.median_intvty
+    # throughput is what the latencies imply for a closed loop of `conc` users
+    cycle = low.median_ttft_s + 511 / low.median_intvty
+    assert low.tput_per_gpu == pytest.approx(4 * (1024 + 512) / cycle / 8, rel=0.05)
+
+
+@pytest.mark.slow
+def test_fit_recovers_known_coefficients(tmp_path: Path) -> None:
+    truth = Efficiency(4e-3, 0.7, 0.4, 0.05)
+    rows = []
+    for isl, osl, conc in ((1024, 512, 4), (1024, 512, 32), (4096, 256, 8), (1024, 2048, 16), (8192, 256, 2)):
+        cal = Calibration("h200/fp8", truth, F.DEFAULT_SHARED, 0, "test")
+        dep = deploy(MODEL_NAME, "h200", 8, "fp8", "fp8", calibration=cal)
+        p = closed_loop(dep.cost, conc, isl, osl, 8)
+        rows.append(f"h200,fp8,{isl},{osl},8,1,{conc},{p.tput_per_gpu},{p.median_intvty},{p.median_ttft_s},x")
+    _, points = read_points(_csv(tmp_path, *rows))
+    got = F.fit_group(points, F.DEFAULT_SHARED, F.DEFAULT_EFFICIENCY)
+    for p in points:
+        for e in F.log_errors(p, F.predict(p, got, F.DEFAULT_SHARED)):
+            assert abs(e) < 0.03
+    assert got.hbm_eff == pytest.approx(0.7, rel=0.15)
+    assert got.step_overhead_s == pytest.approx(4e-3, rel=0.25)
+
+
+def test_shipped_calibration_covers_every_group_with_provenance() -> None:
+    cals = load_calibrations()
+    _, points = read_points(DEFAULT_POINTS)
+    assert set(cals) == {p.group for p in points}
+    for key, cal in cals.items():
+        assert cal.points == sum(p.group == key for p in points)
+        e = cal.efficiency
+        assert 0 < e.hbm_eff < 1 and 0 < e.mfu < 1 and 0 < e.step_overhead_s < 0.05
+
+
+def _startup(argv: list[str]) -> list[str]:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    sim_cli.add_arguments(parser)
+    args = parser.parse_args(argv)
+    return sim_cli.startup_lines(args, sim_cli.resolve(args))
+
+
+def test_startup_log_names_the_calibration() -> None:
+    lines = _startup(["deepseek-ai/DeepSeek-R1", "--tp", "8", "--hardware", "mi355x"])
+    assert any("calibration mi355x/fp8: fitted to 5 published deepseek-r1 points" in ln for ln in lines)
+    lines = _startup(["meta-llama/Llama-3.3-70B-Instruct", "--tp", "4", "--hardware", "b200"])
+    assert any("calibration b200/bf16: no published data" in ln for ln in lines)
+    lines = _startup(["meta-llama/Llama-3.3-70B-Instruct-FP8", "--tp", "2", "--hardware", "h200"])
+    assert any("none for llama-3.3-70b" in ln for ln in lines)
+
+
+def test_ep_size_must_divide_tp() -> None:
+    with pytest.raises(InputError, match="--ep-size: 3 must divide"):
+        _startup(["deepseek-ai/DeepSeek-R1", "--tp", "8", "--ep-size", "3"])
+
+
+@pytest.mark.slow
+def test_real_path_agrees_with_the_stand_in_and_reports_rows_that_cannot_run(tmp_path: Path) -> None:
+    path = _csv(
+        tmp_path,
+        "h200,fp8,1024,256,8,1,4,100,100,0.1,https://example.org/run/1",
+        "h200,fp8,1024,256,1,1,4,100,100,0.1,https://example.org/run/2",  # 671 GB on one GPU: no room
+    )
+    out = tmp_path / "out"
+    res = _calibrate("--points", str(path), "--out", str(out), "--seconds", "4")
+    assert res.returncode == 1, res.stdout + res.stderr  # one row could not run
+    assert "CANNOT RUN" in res.stdout and "leaves no KV cache room" in res.stdout
+    assert "median absolute error, real path (1 of 2 rows ran)" in res.stdout
+    rows = list(csv.DictReader((out / "calibration.csv").open()))
+    assert [r["status"] for r in rows] == ["ok", "cannot run"]
+    assert rows[0]["run_url"] == "https://example.org/run/1"
+    assert (out / "parity.png").stat().st_size > 0
+    _, points = read_points(path)
+    cal = load_calibrations()["h200/fp8"]
+    want = F.predict(points[0], cal.efficiency, cal.shared)
+    got = rows[0]
+    assert float(got["pred_median_intvty"]) == pytest.approx(want.median_intvty, rel=0.05)
+    assert float(got["pred_tput_per_gpu"]) == pytest.approx(want.tput_per_gpu, rel=0.10)
+    assert float(got["pred_median_ttft_s"]) == pytest.approx(want.median_ttft_s, rel=0.25)

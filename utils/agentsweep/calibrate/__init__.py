@@ -1,0 +1,1 @@
+"""`agentsweep calibrate`: the simulated engine's speed model against published serving points."""

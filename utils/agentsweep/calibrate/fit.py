@@ -1,0 +1,180 @@
+"""Fitting the step model's coefficients to published points (``agentsweep calibrate --fit``).
+
+Per hardware x precision four coefficients (step overhead, achieved HBM fraction, MFU, prefill-step
+overhead); over all hardware two (per-sequence bookkeeping, expert-parallel cost per MoE layer). The
+objective is the mean absolute log error of the three measures (throughput per GPU, median
+interactivity, median TTFT) over the points, as predicted by the closed-loop stand-in
+(:mod:`agentsweep.calibrate.steady`), plus a weak pull of each coefficient toward the defaults so a
+hardware with few points stays physical. Minimized by Nelder-Mead in a transformed space that keeps
+every coefficient in its physical range.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from agentsweep.calibrate.points import MODEL_NAME, Point
+from agentsweep.calibrate.steady import KV_CACHE_DTYPE, Prediction, closed_loop
+from agentsweep.engine_sim.profiles import (
+    DEFAULT_EFFICIENCY,
+    DEFAULT_SHARED,
+    Calibration,
+    Efficiency,
+    Shared,
+    deploy,
+)
+
+PRIOR_WEIGHT = 0.02  # per coefficient, on its log distance from the default (a weak pull)
+CHUNK = 16384  # the simulator's --chunked-prefill-size in calibration runs
+ROUNDS = 2  # alternations between the per-hardware and the shared coefficients
+
+
+def predict(p: Point, eff: Efficiency, shared: Shared) -> Prediction:
+    cal = Calibration(p.group, eff, shared, 0, "fit")
+    dep = deploy(MODEL_NAME, p.hardware, p.tp, KV_CACHE_DTYPE, p.precision, ep=p.ep, calibration=cal)
+    return closed_loop(dep.cost, p.conc, p.isl, p.osl, p.tp, budget=CHUNK)
+
+
+def log_errors(p: Point, pred: Prediction) -> tuple[float, float, float]:
+    return (
+        math.log(pred.tput_per_gpu / p.tput_per_gpu),
+        math.log(pred.median_intvty / p.median_intvty),
+        math.log(pred.median_ttft_s / p.median_ttft_s),
+    )
+
+
+# -- coefficient <-> unconstrained vector ------------------------------------------------------------
+
+
+def _sig(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1.0 - p))
+
+
+def eff_to_x(e: Efficiency) -> np.ndarray:
+    return np.array(
+        [
+            math.log(e.step_overhead_s),
+            _logit(e.hbm_eff),
+            _logit(e.mfu),
+            math.log(max(e.prefill_overhead_s, 1e-5)),
+        ]
+    )
+
+
+def x_to_eff(x: np.ndarray) -> Efficiency:
+    return Efficiency(
+        step_overhead_s=min(math.exp(x[0]), 0.1),
+        hbm_eff=min(max(_sig(x[1]), 0.02), 0.98),
+        mfu=min(max(_sig(x[2]), 0.005), 0.95),
+        prefill_overhead_s=min(math.exp(x[3]), 2.0),
+    )
+
+
+def shared_to_x(s: Shared) -> np.ndarray:
+    return np.array([math.log(s.per_seq_s), math.log(s.ep_layer_s)])
+
+
+def x_to_shared(x: np.ndarray) -> Shared:
+    return Shared(per_seq_s=min(math.exp(x[0]), 1e-3), ep_layer_s=min(math.exp(x[1]), 1e-3))
+
+
+def nelder_mead(
+    f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.5, iters: int = 400
+) -> np.ndarray:
+    """Plain Nelder-Mead (no dependency beyond numpy); returns the best vertex."""
+    n = len(x0)
+    simplex = [x0.astype(float)] + [x0 + step * np.eye(n)[i] for i in range(n)]
+    values = [f(x) for x in simplex]
+    for _ in range(iters):
+        order = np.argsort(values)
+        simplex = [simplex[i] for i in order]
+        values = [values[i] for i in order]
+        if values[-1] - values[0] < 1e-7 and np.max(np.abs(simplex[-1] - simplex[0])) < 1e-4:
+            break
+        centroid = np.mean(simplex[:-1], axis=0)
+        worst = simplex[-1]
+        xr = centroid + (centroid - worst)
+        fr = f(xr)
+        if fr < values[0]:
+            xe = centroid + 2.0 * (centroid - worst)
+            fe = f(xe)
+            simplex[-1], values[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = xr, fr
+        else:
+            xc = centroid + 0.5 * (worst - centroid) if fr >= values[-1] else centroid + 0.5 * (xr - centroid)
+            fc = f(xc)
+            if fc < min(fr, values[-1]):
+                simplex[-1], values[-1] = xc, fc
+            else:
+                best = simplex[0]
+                simplex = [best] + [best + 0.5 * (x - best) for x in simplex[1:]]
+                values = [values[0]] + [f(x) for x in simplex[1:]]
+    return simplex[int(np.argmin(values))]
+
+
+def _loss(points: Sequence[Point], eff_of: Callable[[Point], Efficiency], shared: Shared) -> float:
+    total = 0.0
+    for p in points:
+        try:
+            total += sum(abs(e) for e in log_errors(p, predict(p, eff_of(p), shared)))
+        except (ValueError, ZeroDivisionError, OverflowError):
+            return math.inf
+    return total / max(1, len(points))
+
+
+_PRIOR_X = eff_to_x(DEFAULT_EFFICIENCY)
+
+
+def fit_group(points: Sequence[Point], shared: Shared, start: Efficiency) -> Efficiency:
+    def f(x: np.ndarray) -> float:
+        eff = x_to_eff(x)
+        return _loss(points, lambda _p: eff, shared) + PRIOR_WEIGHT * float(np.sum((x - _PRIOR_X) ** 2))
+
+    x = eff_to_x(start)
+    for step, iters in ((1.0, 250), (0.3, 120)):  # a restart from the best point escapes a collapsed simplex
+        x = nelder_mead(f, x, step=step, iters=iters)
+    return x_to_eff(x)
+
+
+@dataclass(slots=True)
+class FitResult:
+    groups: dict[str, Efficiency]
+    shared: Shared
+
+
+def fit(points: Sequence[Point], start: FitResult | None = None, shared_fixed: bool = False) -> FitResult:
+    by_group: dict[str, list[Point]] = {}
+    for p in points:
+        by_group.setdefault(p.group, []).append(p)
+    groups = {g: (start.groups.get(g, DEFAULT_EFFICIENCY) if start else DEFAULT_EFFICIENCY) for g in by_group}
+    shared = start.shared if start else DEFAULT_SHARED
+    for _ in range(1 if shared_fixed else ROUNDS):
+        for g, pts in by_group.items():
+            groups[g] = fit_group(pts, shared, groups[g])
+        if shared_fixed:
+            break
+
+        def f(x: np.ndarray) -> float:
+            return _loss(points, lambda p: groups[p.group], x_to_shared(x))
+
+        shared = x_to_shared(nelder_mead(f, shared_to_x(shared), step=1.0, iters=40))
+    return FitResult(groups, shared)
+
+
+def leave_one_out(points: Sequence[Point], full: FitResult) -> list[tuple[Point, Prediction]]:
+    """Each point predicted by its group's coefficients refitted without it (shared ones kept)."""
+    out = []
+    for i, p in enumerate(points):
+        rest = [q for j, q in enumerate(points) if j != i and q.group == p.group]
+        eff = fit_group(rest, full.shared, full.groups[p.group]) if rest else DEFAULT_EFFICIENCY
+        out.append((p, predict(p, eff, full.shared)))
+    return out

@@ -1,0 +1,185 @@
+"""One calibration row through the real path: the simulated engine (a subprocess, configured like the
+row) driven by ``kv-cache-tester replay`` (a subprocess) with a closed loop of ``conc`` users sending
+``kv-cache-tester synth`` random prompts of the row's input and output lengths.
+
+Latencies are read from the engine's own per-request timeline (``--request-log``, simulated seconds):
+at a ``--speed`` of S, each millisecond the HTTP path costs on the wall clock would add S ms to a
+client-measured TTFT. The replayer's summary is kept beside it as a cross-check. The first request of
+every user (all users arriving at once) is left out, as a benchmark's warm-up would be.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kv_cache_tester.traces.synth import LengthSpec, synth_workload
+
+from agentsweep.calibrate.points import MODEL_NAME, Point
+from agentsweep.calibrate.steady import CYCLES, KV_CACHE_DTYPE, closed_loop, osl_bounds
+from agentsweep.engine_sim.profiles import deploy
+
+CHUNK = 16384  # --chunked-prefill-size of the simulated engine in calibration runs
+START_TIMEOUT_S = 30.0
+_URL = re.compile(r"Uvicorn running on (http://\S+)")
+_LATE = re.compile(
+    r"Simulated clock: ([\d.]+)% of (\d+) engine steps were already due .*?([\d.]+) ms \(wall\) late"
+)
+
+
+@dataclass(slots=True)
+class RowResult:
+    status: str  # ok | cannot run | failed
+    reason: str = ""
+    tput_per_gpu: float = math.nan
+    median_intvty: float = math.nan
+    median_ttft_s: float = math.nan
+    requests: int = 0
+    speed: float = 0.0
+    late_steps_pct: float = math.nan
+    late_ms: float = math.nan
+    preemptions: int = 0
+    client_tput_per_gpu: float = math.nan
+    wall_s: float = 0.0
+
+
+def _median(values: list[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def choose_speed(p: Point, seconds: float) -> float:
+    """A clock speed-up that fits the first wave plus a few steady cycles into ``seconds`` of wall time."""
+    dep = deploy(MODEL_NAME, p.hardware, p.tp, KV_CACHE_DTYPE, p.precision, ep=p.ep)
+    pred = closed_loop(dep.cost, p.conc, p.isl, p.osl, p.tp, budget=CHUNK)
+    cycle = pred.median_ttft_s + (p.osl - 1) / pred.median_intvty
+    return max(1.0, (CYCLES + 0.7) * cycle / seconds)
+
+
+def measure(log: Path, isl: int, gpus: int) -> tuple[float, float, float, int, int]:
+    """(tput per GPU, median interactivity, median TTFT, requests, preemptions) from a request log."""
+    recs = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    if not recs:
+        return math.nan, math.nan, math.nan, 0, 0
+    first_finish = min(r["finish_s"] for r in recs)
+    steady = [r for r in recs if r["arrival_s"] >= first_finish] or recs
+    start = min(r["arrival_s"] for r in steady)
+    end = max(r["finish_s"] for r in steady)
+    tokens = sum(isl + r["output_tokens"] for r in steady)
+    ttft = [r["first_token_s"] - r["arrival_s"] for r in steady]
+    intv = [
+        (r["output_tokens"] - 1) / (r["finish_s"] - r["first_token_s"])
+        for r in steady
+        if r["output_tokens"] > 1 and r["finish_s"] > r["first_token_s"]
+    ]
+    span = end - start if end > start else math.nan
+    pre = sum(r["preemptions"] for r in steady)
+    return tokens / span / gpus, _median(intv) if intv else math.nan, _median(ttft), len(steady), pre
+
+
+def _engine_argv(p: Point, speed: float, log: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "agentsweep.cli", "engine-sim", MODEL_NAME,
+        "--host", "127.0.0.1", "--port", "0", "--dialect", "sglang",
+        "--hardware", p.hardware, "--tp-size", str(p.tp), "--ep-size", str(p.ep),
+        "--quantization", p.precision, "--chunked-prefill-size", str(CHUNK), "--kv-cache-dtype", KV_CACHE_DTYPE,
+        "--speed", f"{speed:.6g}", "--request-log", str(log),
+    ]  # fmt: skip
+
+
+def _wait_url(proc: subprocess.Popen[str], lines: list[str]) -> str | None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            return None
+        lines.append(line.rstrip("\n"))
+        m = _URL.search(line)
+        if m:
+            return m.group(1)
+    return None
+
+
+def run_row(p: Point, seconds: float, work: Path) -> RowResult:
+    t0 = time.monotonic()
+    speed = choose_speed(p, seconds)
+    res = RowResult("failed", speed=speed)
+    row_dir = Path(tempfile.mkdtemp(prefix=f"row{p.line}-", dir=work))
+    traces = row_dir / "random.jsonl"
+    count = p.conc * (CYCLES + 3)
+    with traces.open("w") as fh:
+        lo, hi = osl_bounds(p.osl)
+        spec_in, spec_out = LengthSpec.parse(str(p.isl), "isl"), LengthSpec.parse(f"uniform:{lo}:{hi}", "osl")
+        for trace in synth_workload(spec_in, spec_out, count, seed=p.line):
+            fh.write(json.dumps(trace, separators=(",", ":")) + "\n")
+    log = row_dir / "requests_engine.jsonl"
+    lines: list[str] = []
+    proc = subprocess.Popen(
+        _engine_argv(p, speed, log),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        url = _wait_url(proc, lines)
+        if url is None:
+            proc.wait(timeout=10)
+            rest = proc.stdout.read() if proc.stdout else ""
+            text = [ln for ln in ("\n".join(lines) + rest).splitlines() if ln.strip()]
+            res.status = "cannot run" if proc.returncode == 2 else "failed"
+            res.reason = (text[-1] if text else f"engine exited {proc.returncode}").strip()
+            return res
+        out = row_dir / "replay"
+        cmd = [
+            sys.executable, "-m", "kv_cache_tester.cli", "replay", "--api-endpoint", url,
+            "--trace-directory", str(traces), "--output-dir", str(out), "--max-users", str(p.conc),
+            "--recycle", "--test-duration", f"{seconds:g}", "--grace-period", "0", "--max-context", "0",
+            "--ignore-eos", "--no-plot", "--no-color", "--progress-interval", "3600",
+        ]  # fmt: skip
+        rep = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+        if rep.returncode != 0:
+            tail = (rep.stderr or rep.stdout).strip().splitlines()
+            res.reason = f"replay exited {rep.returncode}: {tail[-1] if tail else ''}"
+            return res
+        try:
+            summ = json.loads((out / "summary.json").read_text())
+            res.client_tput_per_gpu = summ["throughput"]["total_tok_per_s"] / speed / p.tp
+        except (OSError, KeyError, TypeError, ValueError):
+            pass
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            rest, _ = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rest, _ = proc.communicate()
+        lines.extend((rest or "").splitlines())
+    m = next((m for m in map(_LATE.search, lines) if m), None)
+    if m:
+        res.late_steps_pct, res.late_ms = float(m.group(1)), float(m.group(3))
+    tput, intv, ttft, n, pre = measure(log, p.isl, p.tp)
+    res.tput_per_gpu, res.median_intvty, res.median_ttft_s, res.requests, res.preemptions = (
+        tput,
+        intv,
+        ttft,
+        n,
+        pre,
+    )
+    res.status = "ok" if n and math.isfinite(tput) else "failed"
+    if res.status != "ok":
+        res.reason = "no request finished after the first wave"
+    res.wall_s = time.monotonic() - t0
+    return res

@@ -1,0 +1,131 @@
+"""A fast stand-in for a calibration run: the simulated engine's scheduler and step model, without
+HTTP, replayer or wall clock, driven by a closed loop of users in simulated time.
+
+It mirrors ``engine_sim.scheduler.Engine`` for what a random-prompt benchmark exercises (no prefix
+hits, a pool large enough not to preempt): each step, running requests first (a decode takes one
+token, a prefill a chunk of the remaining budget), then waiting requests in arrival order while the
+token budget lasts. A user whose request finishes sends the next one at once; it arrives while the
+next step is already under way (as over HTTP), so it waits for that step to end. Runs of identical
+decode steps are summed in closed form, so a row costs milliseconds. ``agentsweep calibrate
+--fit`` fits against this; ``agentsweep calibrate`` then checks the result through the real path.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass
+
+from agentsweep.engine_sim.profiles import StepCost
+
+CYCLES = 3  # request cycles per user simulated; the first (all users arriving at once) is left out
+# Output lengths are spread by this fraction around the row's (mean unchanged): with exactly equal
+# lengths a closed loop stays phase-locked in groups forever (an artefact: the published TTFTs at
+# high concurrency show single-request prefills). The real-path runs draw from the same spread.
+OSL_SPREAD = 0.02
+KV_CACHE_DTYPE = "fp8"  # the rows do not say; BF16 would not hold the largest rows' users in the pool
+
+
+def osl_bounds(osl: int) -> tuple[int, int]:
+    """The range output lengths are drawn from (uniformly, integers) for a row's ``osl``."""
+    half = round(osl * OSL_SPREAD)
+    return max(1, osl - half), osl + half
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    tput_per_gpu: float  # total (input + output) tokens/s per GPU
+    median_intvty: float  # tokens/s per user (1 / TPOT)
+    median_ttft_s: float
+    requests: int  # requests measured (after the first wave)
+
+
+@dataclass(slots=True)
+class _Req:
+    arrival: float
+    osl: int
+    computed: int = 0
+    generated: int = 0
+    first_token: float = -1.0
+
+
+def _median(values: list[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def closed_loop(
+    cost: StepCost, users: int, isl: int, osl: int, gpus: int, budget: int = 16384, seed: int = 0
+) -> Prediction:
+    """Steady-state figures of ``users`` users sending ``isl``-token prompts for ``osl`` tokens each."""
+    rng = random.Random(f"closed-loop:{seed}")
+    lo, hi = osl_bounds(osl)
+    waiting: deque[_Req] = deque(_Req(0.0, rng.randint(lo, hi)) for _ in range(users))
+    running: list[_Req] = []
+    done: list[tuple[_Req, float]] = []
+    t = 0.0
+    target = users * CYCLES
+    while len(done) < target:
+        room = budget
+        sched: list[tuple[_Req, int]] = []
+        for r in running:
+            if room <= 0:
+                break
+            n = 1 if r.computed >= isl else min(isl - r.computed, room)
+            sched.append((r, n))
+            room -= n
+        while waiting and room > 0 and waiting[0].arrival <= t:
+            r = waiting.popleft()
+            n = min(isl, room)
+            running.append(r)
+            sched.append((r, n))
+            room -= n
+        if not sched:
+            t = waiting[0].arrival
+            continue
+        prefill = decode = kv = 0
+        pairs = 0.0
+        for r, n in sched:
+            if r.computed >= isl:
+                decode += 1
+            else:
+                prefill += n
+                pairs += n * (r.computed + (n + 1) / 2)
+            kv += r.computed + n
+        dt = cost.time(prefill, decode, kv, pairs)
+        k = 1
+        if not prefill and not waiting and len(sched) == len(running):
+            # identical decode steps until the next request finishes (no arrival can come before)
+            k = min(r.osl - r.generated for r, _ in sched)
+        if k > 1:
+            total = k * (dt - cost.d * kv) + cost.d * (k * kv + decode * k * (k - 1) // 2)
+        else:
+            total = dt
+        t += total
+        finished = []
+        for r, n in sched:
+            was_decoding = r.computed >= isl
+            r.computed += n if not was_decoding else k
+            if not was_decoding and r.computed < isl:
+                continue
+            r.generated += k if was_decoding else 1
+            if r.first_token < 0:
+                r.first_token = t if not was_decoding else r.first_token
+            if r.generated >= r.osl:
+                finished.append(r)
+        for r in finished:
+            running.remove(r)
+            done.append((r, t))
+            waiting.append(_Req(t + 1e-9, rng.randint(lo, hi)))  # lands during the next step
+    first_finish = done[0][1]
+    steady = [(r, end) for r, end in done if r.arrival >= first_finish]
+    if not steady:  # one request per user in the window: fall back to everything
+        steady = done
+    start = min(r.arrival for r, _ in steady)
+    end = max(e for _, e in steady)
+    tokens = sum(isl + r.osl for r, _ in steady)
+    ttfts = [r.first_token - r.arrival for r, _ in steady]
+    intv = [(r.osl - 1) / (e - r.first_token) for r, e in steady if r.osl > 1 and e > r.first_token]
+    span = end - start if end > start else 1.0
+    return Prediction(tokens / span / gpus, _median(intv) if intv else 0.0, _median(ttfts), len(steady))
