@@ -20,6 +20,7 @@ from kv_cache_tester.replay import ResultError, Summary, read_summary
 from agentsweep.collect import columns
 from agentsweep.collect.columns import ENGINE_CLOCK, THROUGHPUTS, Unit
 from agentsweep.collect.discover import FoundCell
+from agentsweep.collect.kv_cliff import cliff_columns, kv_pool_tokens
 from agentsweep.collect.stream import RequestStats, stream_requests
 from agentsweep.collect.window import NotNumbers, window_figures
 from agentsweep.contract.cell import CELL_FIELDS, Cell
@@ -227,6 +228,8 @@ def _fill(row: Row, path: Path) -> None:
     if row.values.get("theoretical_hit_rate") is None:
         row.values["theoretical_hit_rate"] = row.values["req_theoretical_hit_rate"]
 
+    working_set = sum(stats.lane_peak.values()) if stats.lane_peak else None
+    row.values.update(cliff_columns(working_set, kv_pool_tokens(path / "server.log")))
     problems = cross_checks(summary, row.values, stats)
     metrics = path / "server_metrics.csv"
     if metrics.is_file():

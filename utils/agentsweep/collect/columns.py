@@ -27,6 +27,7 @@ class Unit(StrEnum):
     FRACTION = "fraction"  # 0..1 (hit rates, usage, shares)
     FACTOR = "factor"
     JSON = "json"  # a nested value, as compact JSON
+    FLAG = "flag"  # true or false
 
 
 # How a value in each unit changes when the engine runs S times faster than the wall clock:
@@ -120,7 +121,14 @@ REQUESTS: tuple[Column, ...] = (
     ),
 )
 
+# The KV-capacity cliff (kv_cliff.py): the users' live context against the engine's GPU KV pool.
+KV_CLIFF: tuple[Column, ...] = (
+    Column("kv_working_set_tokens", Unit.TOKENS),
+    Column("kv_pool_tokens", Unit.TOKENS),
+    Column("past_kv_cliff", Unit.FLAG),
+)
+
 CLOCK_SCALE = Column("clock_scale", Unit.FACTOR)
 
-METRICS: tuple[Column, ...] = (*SUMMARY, *DERIVED, *SERVER, *REQUESTS, CLOCK_SCALE)
+METRICS: tuple[Column, ...] = (*SUMMARY, *DERIVED, *SERVER, *REQUESTS, *KV_CLIFF, CLOCK_SCALE)
 UNITS: dict[str, Unit] = {c.name: c.unit for c in METRICS}

@@ -56,6 +56,7 @@ TABLE = (
     ("cpu_hit_rate", "CPU hit", "pct"),
     ("theoretical_hit_rate", "Ideal hit", "pct"),
     ("kv_usage_peak", "KV peak", "pct"),
+    ("past_kv_cliff", "Past KV cliff", "cliff"),
     ("preemptions", "Preempt.", "int"),
     ("requests_failed", "Req. failed", "int"),
 )
@@ -66,6 +67,8 @@ def fmt(value: Any, kind: str) -> str:
         return "–"
     if kind == "text":
         return str(value)
+    if kind == "cliff":  # a flag: 1/0 once the table is numeric
+        return "yes" if value in (True, 1, "True") else "no" if value in (False, 0, "False") else "–"
     try:
         number = float(value)
     except (TypeError, ValueError):

@@ -49,6 +49,8 @@ class RequestStats:
     # Records whose values cannot be true (cached > prompt, a negative count or latency).
     impossible: int = 0
     first_impossible: str = ""
+    # Per lane: the largest context (prompt + output tokens) one of its profiled requests held.
+    lane_peak: dict[int, int] = field(default_factory=dict)
     ttft: LogHistogram = field(default_factory=_histogram)
     e2e: LogHistogram = field(default_factory=_histogram)
     tpot: LogHistogram = field(default_factory=_histogram)
@@ -132,6 +134,10 @@ def stream_requests(path: Path) -> RequestStats:
             stats.prompt_tokens += _int(rec.get("prompt_tokens"))
             stats.cached_tokens += _int(rec.get("cached_tokens"))
             stats.output_tokens += _int(rec.get("output_tokens"))
+            user = rec.get("user")
+            if isinstance(user, int):
+                held = _int(rec.get("prompt_tokens")) + _int(rec.get("output_tokens"))
+                stats.lane_peak[user] = max(stats.lane_peak.get(user, 0), held)
             for key, hist in (("ttft_s", stats.ttft), ("e2e_s", stats.e2e), ("tpot_s", stats.tpot)):
                 value = _num(rec.get(key))
                 if value is not None and value >= 0:

@@ -39,7 +39,7 @@ class SimRecipe:
         argv = [python, "-m", "agentsweep.cli", "engine-sim", cell.model]
         argv += ["--host", host, "--port", str(port), "--tensor-parallel-size", str(cell.tp)]
         if cell.ep > 1:
-            argv.append("--enable-expert-parallel")
+            argv += ["--ep-size", str(cell.ep)]
         argv += ["--hardware", hardware or DEFAULT_HARDWARE, "--speed", fmt_num(cell.speed)]
         weights = WEIGHT_PRECISION.get(cell.precision.lower())
         if weights:  # the simulated weights footprint follows the cell's precision, not the model id
