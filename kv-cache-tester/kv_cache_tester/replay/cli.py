@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from kv_cache_tester.replay.config import from_args, options_dict
+from kv_cache_tester.replay.presets import PRESETS
 from kv_cache_tester.replay.timing import STRATEGIES
 
 
@@ -110,6 +111,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-color", action="store_true", help="no ANSI colors in the progress line")
     g.add_argument("--no-plot", action="store_true", help="skip ttft_throughput.png")
     g.add_argument("--progress-interval", type=float, default=1.0, help=argparse.SUPPRESS)
+
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="a named option set: agentx = InferenceX's agentic runs (lanes start 25-75%% into their trace "
+        "after a warm-up, gaps capped at 10 s, ignore_eos, at least 900 s); it fills the options you leave "
+        "unset and refuses ones that contradict it",
+    )
+    # What each preset option is when left unset (the preset only replaces those).
+    p.set_defaults(
+        preset_defaults={name: p.get_default(name) for preset in PRESETS.values() for name in preset}
+    )
 
 
 def run(args: argparse.Namespace) -> int:

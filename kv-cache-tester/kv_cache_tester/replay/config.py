@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kv_cache_tester.errors import UsageError
+from kv_cache_tester.replay.presets import MIN_DURATION_S, PRESETS, resolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,20 @@ def from_args(ns: argparse.Namespace) -> ReplayConfig:
     need(
         bool(ns.trace_directory) != bool(ns.hf_dataset), "give exactly one of --trace-directory, --hf-dataset"
     )
+    preset = getattr(ns, "preset", None)
+    if preset:
+        defaults = getattr(ns, "preset_defaults", {})
+        given = {name: getattr(ns, name) for name in PRESETS[preset]}
+        try:
+            for name, value in resolve(preset, given, defaults).items():
+                setattr(ns, name, value)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        least = MIN_DURATION_S[preset]
+        need(
+            ns.test_duration is not None and ns.test_duration >= least,
+            f"--preset {preset} needs --test-duration of at least {least:g} s",
+        )
     users = ns.max_users if ns.max_users is not None else (ns.start_users or 1)
     need(users >= 1, f"--max-users {users}: must be at least 1")
     if ns.start_users is not None:
@@ -155,7 +170,7 @@ def from_args(ns: argparse.Namespace) -> ReplayConfig:
 
 def options_dict(ns: argparse.Namespace) -> dict[str, Any]:
     """Every flag value as given (for summary.json ``options``)."""
-    return {k: v for k, v in sorted(vars(ns).items()) if not callable(v)}
+    return {k: v for k, v in sorted(vars(ns).items()) if not callable(v) and k != "preset_defaults"}
 
 
 def config_dict(cfg: ReplayConfig) -> dict[str, Any]:

@@ -28,6 +28,7 @@ IDENTITY_FIELDS = (
     ("clock_scale", "Engine clock speed-up (figures are in engine time)"),
 )
 REPLAY_OPTIONS = (
+    "preset",
     "timing_strategy",
     "max_delay",
     "advance_min",

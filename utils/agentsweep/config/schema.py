@@ -30,6 +30,7 @@ from agentsweep.contract.cell import (
     PositiveInt,
     ReplayOptions,
     ValidityLimits,
+    preset_duration_error,
     printable,
 )
 from agentsweep.contract.errors import brief
@@ -170,6 +171,13 @@ class SweepSpec(EngineSettings):
         if engine in ("vllm", "sglang") and not image:
             raise ValueError(f"engine {engine} needs a container image")
         return image
+
+    @model_validator(mode="after")
+    def _preset_duration(self) -> SweepSpec:
+        problem = preset_duration_error(self.replay.preset, self.duration)
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @model_validator(mode="after")
     def _bounded_space(self) -> SweepSpec:

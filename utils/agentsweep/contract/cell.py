@@ -20,6 +20,8 @@ import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
+from kv_cache_tester.replay.presets import MIN_DURATION_S, PRESETS
+from kv_cache_tester.replay.presets import resolve as resolve_preset
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -39,6 +41,8 @@ OffloadConnector = Literal["native", "simple"]
 TimingStrategy = Literal["think-only", "original", "api-scaled"]
 Api = Literal["chat", "completions"]
 Client = Literal["replay", "aiperf"]
+# Named replay option sets (kv_cache_tester.replay.presets); "none" leaves every option as given.
+Preset = Literal["none", "agentx"]
 Hardware = Literal["h200", "b200", "mi355x"]
 
 ENGINES: tuple[str, ...] = get_args(Engine)
@@ -56,6 +60,9 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The launcher variable that carries the cell as JSON.
 CELL_ENV_VAR = "AGENTSWEEP_CELL"
+
+# The replayer's flag names of the replay options whose cell names differ.
+REPLAYER_NAMES = {"warmup_requests": "warmup_requests_per_user"}
 
 # Upper bounds no real sweep comes near; past them a value is a typo or an attack (users: 10**11 made
 # the replayer run out of memory). docs/configs.md lists them.
@@ -102,6 +109,31 @@ class ReplayOptions(Frozen):
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
     warmup_requests: Annotated[int, Field(ge=0, le=MAX_WARMUP_REQUESTS)] = 1
     api: Api = "chat"
+    preset: Preset = "none"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        """A preset fills the options left unset; one given against it is refused."""
+        if not isinstance(data, dict) or data.get("preset", "none") in ("none", None):
+            return data
+        preset = data["preset"]
+        if preset not in PRESETS:
+            return data  # the Literal check says what is wrong
+        given = {REPLAYER_NAMES.get(str(k), str(k)): v for k, v in data.items()}
+        defaults = {REPLAYER_NAMES.get(k, k): f.default for k, f in ReplayOptions.model_fields.items()}
+        try:
+            values = resolve_preset(preset, given, defaults)
+        except ValueError as err:  # the replayer's message names its flags: name the cell's fields
+            cell_names_of = {f"--{v.replace('_', '-')}": k for k, v in REPLAYER_NAMES.items()}
+            message = re.sub(
+                r"--([a-z-]+)",
+                lambda m: cell_names_of.get(m.group(0), m.group(1).replace("-", "_")),
+                str(err),
+            )
+            raise ValueError(message) from None
+        cell_names = {v: k for k, v in REPLAYER_NAMES.items()}
+        return {**data, **{cell_names.get(k, k): v for k, v in values.items()}}
 
     @model_validator(mode="after")
     def _advance_order(self) -> ReplayOptions:
@@ -246,10 +278,25 @@ class CellAxes(Frozen):
         return data
 
 
+def preset_duration_error(preset: str, duration: int) -> str | None:
+    """Why a preset refuses a replay this short, or None."""
+    least = MIN_DURATION_S.get(preset)
+    if least is not None and duration < least:
+        return f"preset {preset} needs a duration of at least {least:g} s, got {duration}"
+    return None
+
+
 # Base order makes the fields read axes, engine settings, replay options, validity limits (pydantic
 # lists the fields of the last base first).
 class Cell(ValidityLimits, ReplayOptions, EngineSettings, CellAxes):
     """One benchmark cell: a GitHub matrix ``include`` item, and the input of every later part."""
+
+    @model_validator(mode="after")
+    def _preset_duration(self) -> Cell:
+        problem = preset_duration_error(self.preset, self.duration)
+        if problem:
+            raise ValueError(problem)
+        return self
 
     def to_json(self) -> str:
         """The cell as one compact JSON object (field order kept)."""

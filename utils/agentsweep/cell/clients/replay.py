@@ -64,6 +64,8 @@ def replay_command(
         argv += ["--grace-period", fmt_num(max(MIN_SIM_GRACE_S, REPLAY_GRACE_S / cell.speed))]
     if cell.ignore_eos:
         argv.append("--ignore-eos")
+    if cell.preset != "none":  # its values are the flags above; named so the summary records it
+        argv += ["--preset", cell.preset]
     if not recipe(cell.engine).simulated:
         # A GPU node has cores to spare: a polling client reads each token as it lands instead of
         # adding the OS's wake-up latency to it. A simulated engine shares its few cores with it.

@@ -1,0 +1,78 @@
+"""--preset agentx: fills the options left unset, refuses contradicting ones, needs 900 s."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from agentsweep.config import load_sweep
+from agentsweep.contract.cell import Cell
+from agentsweep.errors import ConfigError, InputError
+from kv_cache_tester.errors import UsageError
+from kv_cache_tester.replay.cli import add_arguments
+from kv_cache_tester.replay.config import from_args, options_dict
+
+BASE = ["--api-endpoint", "http://127.0.0.1:9", "--trace-directory", "t", "--output-dir", "o"]
+
+
+def _parse(*extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args([*BASE, *extra])
+
+
+def test_the_preset_sets_what_is_left_unset():
+    cfg = from_args(_parse("--preset", "agentx", "--test-duration", "900"))
+    assert (cfg.advance_min, cfg.advance_max, cfg.max_delay, cfg.ignore_eos) == (0.25, 0.75, 10.0, True)
+    assert cfg.warmup_requests_per_user == 1
+    plain = from_args(_parse("--test-duration", "900"))
+    assert (plain.advance_min, plain.max_delay, plain.ignore_eos) == (0.0, 60.0, False)
+    ns = _parse("--preset", "agentx", "--test-duration", "900")
+    from_args(ns)
+    assert options_dict(ns)["preset"] == "agentx" and "preset_defaults" not in options_dict(ns)
+
+
+def test_more_warmup_requests_still_fit_the_preset():
+    cfg = from_args(
+        _parse("--preset", "agentx", "--test-duration", "1200", "--warmup-requests-per-user", "3")
+    )
+    assert cfg.warmup_requests_per_user == 3
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--test-duration", "600"], "--preset agentx needs --test-duration of at least 900 s"),
+        ([], "--preset agentx needs --test-duration of at least 900 s"),
+        (["--test-duration", "900", "--max-delay", "30"], "--preset agentx sets --max-delay 10.0; drop"),
+        (["--test-duration", "900", "--advance-max", "0.5"], r"sets --advance-max 0\.75"),
+    ],
+)
+def test_what_contradicts_the_preset_is_refused(extra, message):
+    with pytest.raises(UsageError, match=message):
+        from_args(_parse("--preset", "agentx", *extra))
+
+
+CELL = {"exp_name": "x", "engine": "vllm", "model": "m", "tp": 1, "users": 4, "offload": "off", "traces": "t"}
+
+
+def test_a_cell_with_the_preset_carries_its_values():
+    cell = Cell.parse({**CELL, "duration": 900, "preset": "agentx"})
+    assert (cell.advance_min, cell.advance_max, cell.max_delay, cell.ignore_eos) == (0.25, 0.75, 10.0, True)
+    with pytest.raises(InputError, match="cell: preset agentx needs a duration of at least 900 s, got 600"):
+        Cell.parse({**CELL, "duration": 600, "preset": "agentx"})
+    with pytest.raises(InputError, match=r"preset agentx sets max_delay 10\.0; drop max_delay 30"):
+        Cell.parse({**CELL, "duration": 900, "preset": "agentx", "max_delay": 30})
+
+
+def test_a_config_entry_names_the_preset(tmp_path):
+    text = (
+        "k:\n  runner: local\n  engine: sim\n  model: m\n  precision: fp8\n  duration: {d}\n  traces: t\n"
+        "  replay: {{preset: agentx}}\n  search_space: {{tp1: {{users: 2}}}}\n"
+    )
+    (tmp_path / "ok.yaml").write_text(text.format(d=900))
+    spec = load_sweep(tmp_path / "ok.yaml", "k")
+    assert spec.replay.preset == "agentx" and spec.replay.max_delay == 10.0
+    (tmp_path / "short.yaml").write_text(text.format(d=60))
+    with pytest.raises(ConfigError, match="preset agentx needs a duration of at least 900 s"):
+        load_sweep(tmp_path / "short.yaml", "k")
