@@ -68,6 +68,20 @@ class EngineRecipe(Protocol):
         ...
 
 
+class ServingEngine:
+    """What vLLM and SGLang share: a long start (image, weights, graphs), a version over HTTP."""
+
+    startup_margin_s = 1800
+    health_timeout_s = 1800.0
+    stop_grace_s = 30.0
+    simulated = False
+
+    def version(self, base_url: str) -> str | None:
+        from agentsweep.cell.engines.http_version import fetch_version
+
+        return fetch_version(base_url, ("/version", "/get_server_info"))
+
+
 def recipe(engine: str) -> EngineRecipe:
     """The registered recipe of ``engine`` (imported on first use)."""
     module_path = RECIPES.get(engine)

@@ -9,18 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from agentsweep.cell.engines import EngineLaunch, offload_gib
-from agentsweep.cell.engines.http_version import fetch_version
+from agentsweep.cell.engines import EngineLaunch, ServingEngine, offload_gib
 from agentsweep.contract.cell import Cell
 from agentsweep.errors import InputError
 
 
-class SglangRecipe:
-    startup_margin_s = 1800
-    health_timeout_s = 1800.0
-    stop_grace_s = 30.0
-    simulated = False
-
+class SglangRecipe(ServingEngine):
     def launch(
         self,
         cell: Cell,
@@ -47,9 +41,6 @@ class SglangRecipe:
         elif cell.offload == "noprefix":
             argv.append("--disable-radix-cache")
         return EngineLaunch(argv=argv)
-
-    def version(self, base_url: str) -> str | None:
-        return fetch_version(base_url, ("/version", "/get_server_info"))
 
 
 RECIPE = SglangRecipe()

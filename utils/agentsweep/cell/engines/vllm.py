@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agentsweep.cell.engines import EngineLaunch, fmt_gib, offload_gib
-from agentsweep.cell.engines.http_version import fetch_version
+from agentsweep.cell.engines import EngineLaunch, ServingEngine, fmt_gib, offload_gib
 from agentsweep.contract.cell import Cell
 
 # Set this to a Python interpreter to start vLLM as `PY -m vllm.entrypoints.openai.api_server --model M`
@@ -19,12 +18,7 @@ from agentsweep.contract.cell import Cell
 VLLM_API_SERVER_PYTHON_VAR = "AGENTSWEEP_VLLM_API_SERVER_PYTHON"
 
 
-class VllmRecipe:
-    startup_margin_s = 1800
-    health_timeout_s = 1800.0
-    stop_grace_s = 30.0
-    simulated = False
-
+class VllmRecipe(ServingEngine):
     def launch(
         self,
         cell: Cell,
@@ -54,9 +48,6 @@ class VllmRecipe:
         elif cell.offload == "noprefix":
             argv.append("--no-enable-prefix-caching")
         return EngineLaunch(argv=argv, env=env)
-
-    def version(self, base_url: str) -> str | None:
-        return fetch_version(base_url, ("/version", "/get_server_info"))
 
 
 RECIPE = VllmRecipe()
