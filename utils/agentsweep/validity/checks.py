@@ -290,11 +290,12 @@ def evaluate(result_dir: Path, cell: Cell) -> Validity:
 def _drift_check(records: RecordFacts, start: float, end: float, limit: float) -> Check:
     third = (end - start) / 3
     tokens = [0.0, 0.0, 0.0]
-    finished = 0
+    finished, square_sum = 0, 0.0
     for done, out in records.ok_done_out:
         if start <= done <= end:
             tokens[min(2, int((done - start) // third))] += out
             finished += 1
+            square_sum += out * out
     mean = sum(tokens) / 3
     if mean <= 0:
         return Check(None, limit, False, "no output token in the window")
@@ -302,6 +303,12 @@ def _drift_check(records: RecordFacts, start: float, end: float, limit: float) -
     shown = " / ".join(f"{t / third:.0f}" for t in tokens)
     if finished < MIN_DRIFT_REQUESTS:
         return Check(drift, limit, True, f"not judged: only {finished} requests finished in the window")
+    # In a steady state a third's tokens are a sum of about finished/3 request sizes: the difference
+    # of two thirds has a spread of sqrt(2 * finished/3 * E[size^2]). Few large requests make a large
+    # drift by chance alone; only a drift beyond three such spreads says the load changed.
+    noise = 3 * math.sqrt(2 * finished / 3 * (square_sum / finished))
+    if max(tokens) - min(tokens) <= noise:
+        return Check(drift, limit, True, f"within the noise of {finished} requests' sizes")
     return Check(
         drift,
         limit,
