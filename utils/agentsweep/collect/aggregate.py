@@ -230,7 +230,7 @@ def _fill(row: Row, path: Path) -> None:
 
     working_set = sum(stats.lane_peak.values()) if stats.lane_peak else None
     row.values.update(cliff_columns(working_set, kv_pool_tokens(path / "server.log")))
-    problems = cross_checks(summary, row.values, stats)
+    problems = cross_checks(summary, row.values, stats, already_invalid=row.status == "INVALID")
     metrics = path / "server_metrics.csv"
     if metrics.is_file():
         try:
@@ -250,13 +250,15 @@ def _fill(row: Row, path: Path) -> None:
     to_engine_clock(row.values)
 
 
-def cross_checks(summary: dict[str, Any], values: dict[str, Any], stats: RequestStats) -> list[str]:
+def cross_checks(
+    summary: dict[str, Any], values: dict[str, Any], stats: RequestStats, *, already_invalid: bool = False
+) -> list[str]:
     """What the artifacts say against each other; each contradiction is one reason (INVALID)."""
     problems: list[str] = []
     validity = summary.get("validity")
     if not isinstance(validity, dict):
         problems.append("summary.json has no validity record: the run was never checked")
-    elif validity.get("valid") is not True and values.get("status") != "INVALID":
+    elif validity.get("valid") is not True and not already_invalid:
         problems.append("summary.json says the run is not valid")
     sent, ok, failed = (values.get(k) for k in ("requests_sent", "requests_ok", "requests_failed"))
     warmup = values.get("requests_warmup") or 0
