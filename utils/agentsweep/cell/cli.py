@@ -20,6 +20,7 @@ from agentsweep.cell.lifecycle import (
     resolve_hardware,
     run_cell,
 )
+from agentsweep.cell.watchdog import set_parent_death_signal
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import AgentsweepError, InputError
 
@@ -74,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         replay_timeout_s=args.replay_timeout,
     )
     restore = install_signal_handlers()
+    # Whoever started the cell (run_cell.sh, a launcher, a sweep) dying stops the cell cleanly too.
+    set_parent_death_signal()
     try:
         status, _reason = run_cell(plan, options)
     finally:
