@@ -83,15 +83,17 @@ class CellPlan:
     env_overrides: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> list[str]:
-        """Human lines: the exact commands (secrets masked)."""
+        """Human lines: the exact commands (secrets masked, by name and by value)."""
         env = record.mask_env(self.engine.env)
+        secrets = record.secret_values() | record.secret_values(self.engine.env)
         env_text = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+        engine = shlex.join(record.mask_argv(self.engine.argv, secrets))
         return [
-            f"engine:  {env_text + ' ' if env_text else ''}{shlex.join(record.mask_argv(self.engine.argv))}",
+            f"engine:  {env_text + ' ' if env_text else ''}{engine}",
             f"health:  {self.base_url}{self.engine.health_path}",
-            f"scraper: {shlex.join(self.scraper_argv)}",
-            f"replay:  {shlex.join(self.replay_argv)}",
-            f"results: {self.result_dir}",
+            f"scraper: {shlex.join(record.mask_argv(self.scraper_argv, secrets))}",
+            f"replay:  {shlex.join(record.mask_argv(self.replay_argv, secrets))}",
+            f"results: {record.mask_text(str(self.result_dir), secrets)}",
         ]
 
 
@@ -183,7 +185,12 @@ def run_cell(
     plan: CellPlan, options: CellOptions, *, log: Callable[[str], None] | None = None
 ) -> tuple[str, str | None]:
     """Run the plan; returns (status, reason) after writing cell.json and status.txt."""
-    say = log or (lambda line: print(f"[cell {plan.cell.exp_name}] {line}", flush=True))
+    shout = log or (lambda line: print(f"[cell {plan.cell.exp_name}] {line}", flush=True))
+    secrets = record.secret_values() | record.secret_values(plan.engine.env)
+
+    def say(line: str) -> None:
+        shout(record.mask_text(line, secrets))
+
     plan.result_dir.mkdir(parents=True, exist_ok=True)
     start_utc = record.utc_now()
     versions: dict[str, str | None] = {

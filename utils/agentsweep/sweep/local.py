@@ -7,6 +7,7 @@ Reusing a results directory needs ``resume`` (rerun only unfinished cells) or ``
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import shutil
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentsweep.cell.lifecycle import plan_cell
-from agentsweep.cell.record import read_status
+from agentsweep.cell.record import mask_cell, mask_text, read_status
 from agentsweep.cell.watchdog import die_with_parent
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import InputError
@@ -115,8 +116,11 @@ def dry_run_lines(
             skip = " (SUCCESS, skipped with --resume)" if run.state == "done" else ""
             lines.append(f"[BEGIN CELL {i}/{total}] {run.exp_name}{skip}")
             env = _cell_env(run)
+            env[CELL_ENV_VAR] = json.dumps(mask_cell(run.cell.model_dump(mode="json")), separators=(",", ":"))
             lines.append(
-                "launch:  " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + f" {launcher}"
+                "launch:  "
+                + " ".join(f"{k}={shlex.quote(mask_text(v))}" for k, v in env.items())
+                + f" {launcher}"
             )
             cplan = plan_cell(run.cell, run.result_dir, port="$PORT", hardware=hardware_of(run.cell.runner))
             lines += cplan.describe()
