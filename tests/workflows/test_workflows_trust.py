@@ -160,3 +160,19 @@ def test_ci_image_is_pinned_or_its_exception_is_documented() -> None:
     assert "# zizmor: ignore[unpinned-images]" in image[1]
     docs = (REPO / "docs" / "workflows.md").read_text()
     assert "## CI image" in docs and image[0] in docs
+
+
+def test_result_dir_comes_from_the_validated_exp_name_only(gha, tmp_path) -> None:
+    """A config key with commas and colons (pyxis mount separators) never reaches RESULT_DIR."""
+    cell = {"config_key": "k,/etc:/etc", "exp_name": "k-tp1-ep1-u1-off", "engine": "sim", "model": "m"}
+    cell |= {"tp": 1, "users": 1, "offload": "off", "duration": 5, "traces": "t"}
+    wf = gha.load_workflow("agentic-cell.yml")
+    (step,) = [s for s in wf["jobs"]["cell"]["steps"] if s.get("name") == "Check the cell"]
+    only = {"defaults": wf["defaults"], "jobs": {"cell": {"env": wf["jobs"]["cell"]["env"], "steps": [step]}}}
+    ws = gha.make_workspace(tmp_path / "ws")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    result = gha.run_job(only, "cell", {"inputs": {"cell": json.dumps(cell)}}, ws, temp, {})
+    assert result.step("Check the cell").returncode == 0, result.step("Check the cell").output
+    env_file = (temp / "env-0").read_text().splitlines()
+    assert env_file == ["EXP_NAME=k-tp1-ep1-u1-off", f"RESULT_DIR={ws}/results/k-tp1-ep1-u1-off"]
