@@ -41,7 +41,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/shellcheck -x $(SHELL_SCRIPTS)
-	$(BIN)/zizmor --offline .github
+	$(BIN)/zizmor --offline --persona pedantic .github
 	$(BIN)/actionlint -shellcheck $(BIN)/shellcheck
 
 clean:

@@ -5,7 +5,7 @@
 # optional PORT and AGENTSWEEP_RUNNERS.
 # Output: RESULT_DIR/{cell.json,status.txt,requests.jsonl,summary.json,server_metrics.csv,*.log}.
 # Exit status: 0 SUCCESS, 1 FAILED, 2 bad input. The work is done by `agentsweep cell`; this wrapper
-# forwards SIGTERM/SIGINT to it and writes a FAILED status.txt if it died without writing one.
+# forwards SIGTERM/SIGINT/SIGHUP to it and writes a FAILED status.txt if it died without writing one.
 # AGENTSWEEP_PYTHON picks the interpreter (default: the repo's .venv, else python3).
 set -uo pipefail
 
@@ -32,6 +32,7 @@ forward() {
 }
 trap 'forward TERM' TERM
 trap 'forward INT' INT
+trap 'forward HUP' HUP
 
 "$python" -m agentsweep.cli cell "$@" &
 child=$!
@@ -43,6 +44,11 @@ done
 wait "$child"
 rc=$?
 
+# A cell process that died outright leaves a watchdog stopping its engine, scraper and replayer; it
+# holds a lock on RESULT_DIR until the last of them is gone, so the verdict below is written last.
+if ((had_status == 0)) && [[ ! -e "$RESULT_DIR/status.txt" && -d "$RESULT_DIR" ]] && command -v flock >/dev/null; then
+  flock -w "${AGENTSWEEP_WATCHDOG_WAIT_S:-300}" "$RESULT_DIR" true || true
+fi
 if ((had_status == 0)) && [[ ! -e "$RESULT_DIR/status.txt" ]] && mkdir -p "$RESULT_DIR" 2>/dev/null; then
   printf 'FAILED\nthe cell process exited with status %s without writing its result\n' "$rc" >"$RESULT_DIR/status.txt"
   ((rc == 0)) && rc=1

@@ -55,11 +55,23 @@ as_mount_paths() {
   printf '%s\n' "${paths[@]}" | awk '!seen[$0]++'
 }
 
+# as_check_mount_path PATH: refuse (exit 2) a path that cannot be mounted as it is: pyxis splits
+# --container-mounts at commas and each mount at colons (docker --volume at colons), so such a path
+# would mount something else, or more.
+as_check_mount_path() {
+  case $1 in
+  *,* | *:*)
+    as_die 2 "cannot mount '$1' into the container: the path contains a comma or colon (rename it)"
+    ;;
+  esac
+}
+
 # as_pyxis_args SQSH: fill AS_CONTAINER_ARGS with the srun flags pyxis needs.
 as_pyxis_args() {
   local -a mounts=()
   local path
   while IFS= read -r path; do
+    as_check_mount_path "$path"
     mounts+=("$path:$path")
   done < <(as_mount_paths)
   # shellcheck disable=SC2034 # read by launch.sh
@@ -89,6 +101,7 @@ as_docker_args() {
     --workdir "$AS_REPO"
   )
   while IFS= read -r path; do
+    as_check_mount_path "$path"
     AS_DOCKER_ARGS+=(--volume "$path:$path")
   done < <(as_mount_paths)
   for env_name in "$@"; do

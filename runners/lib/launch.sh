@@ -174,6 +174,10 @@ as_launch() {
   case $AS_CONTAINER_RUNTIME in
   pyxis | docker)
     [[ -n ${AS_IMAGE:-} ]] || as_die 2 "cell IMAGE is empty but runner $runner runs cells in $AS_CONTAINER_RUNTIME"
+    local path
+    while IFS= read -r path; do
+      as_check_mount_path "$path" # before any allocation: one line, exit 2
+    done < <(as_mount_paths)
     ;;
   esac
   if [[ $AS_CONTAINER_RUNTIME == pyxis ]]; then

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import stat
@@ -255,10 +256,10 @@ def pyxis_runners(path: Path, hf_cache: Path) -> Path:
     path.write_text(
         "h200: {runs_on: [self-hosted], launcher: runners/launch_h200.sh, gpus_per_node: 8, gres_type: h200,"
         " cpu_dram_gb: 1536, partition: gpu-h200, account: bench, time_limit_min: 240,"
-        f" exclude: [node7, node9], container_runtime: pyxis, hf_cache: {hf_cache}}}\n"
+        f" exclude: [node7, node9], container_runtime: pyxis, hf_cache: {json.dumps(str(hf_cache))}}}\n"
         "mi355x: {runs_on: [self-hosted], launcher: runners/launch_mi355x.sh, gpus_per_node: 8,"
         " gres_type: mi355x, cpu_dram_gb: 2304, partition: amd, time_limit_min: 240,"
-        f" container_runtime: docker, hf_cache: {hf_cache}}}\n"
+        f" container_runtime: docker, hf_cache: {json.dumps(str(hf_cache))}}}\n"
     )
     return path
 
@@ -315,3 +316,25 @@ def test_bad_runners_file_is_one_line_exit_2(tmp_path, cell_env, make_runners):
     proc = dry_run("h200", env)
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "bad.yaml" in proc.stderr
+
+
+@pytest.mark.parametrize("where", ["hf_cache", "result_dir", "traces"])
+@pytest.mark.parametrize(("runner", "sep"), [("h200", ","), ("h200", ":"), ("mi355x", ":"), ("mi355x", ",")])
+def test_a_comma_or_colon_never_reaches_the_container_mounts(tmp_path, cell_env, where, runner, sep):
+    """pyxis splits --container-mounts at commas and colons: such a path is refused in one line, exit 2."""
+    odd = tmp_path / f"x{sep}{tmp_path}"  # with the separator, this would mount the whole tmp_path
+    odd.mkdir(parents=True)
+    hf = odd if where == "hf_cache" else tmp_path / "hf"
+    env = cell_env(runner, pyxis_runners(tmp_path / "runners.yaml", hf), tp=1, image="vllm/vllm-openai:v1")
+    if where == "result_dir":
+        env["RESULT_DIR"] = str(odd / "r")
+    if where == "traces":
+        cell = json.loads(env[CELL_ENV_VAR])
+        env[CELL_ENV_VAR] = json.dumps({**cell, "traces": str(odd)})
+    proc = dry_run(runner, env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        f"launch[{runner}]: cannot mount '{odd if where != 'result_dir' else odd / 'r'}' into the container: "
+        "the path contains a comma or colon (rename it)"
+    ]

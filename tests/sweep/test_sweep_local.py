@@ -159,6 +159,6 @@ def test_ctrl_c_stops_the_current_cell_cleanly_and_still_collects(setup, tmp_pat
     assert proc.returncode == 130, out
     assert _launched(log) == ["mini-tp1-ep1-u1-on"]  # nothing after the interrupted cell
     assert (key_dir / "mini-tp1-ep1-u1-on" / "status.txt").read_text() == "FAILED\ninterrupted by SIGTERM\n"
-    assert "interrupted; rerun with --resume" in out
+    assert "sweep: interrupted by SIGINT; 4 cell(s) left: rerun the same command with --resume" in out
     assert f"agentsweep.cli collect {key_dir} {key_dir}/aggregated" in out
     assert (key_dir / "aggregated" / "summary.csv").exists()  # what finished (here: nothing) is collected

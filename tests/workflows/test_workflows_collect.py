@@ -84,7 +84,9 @@ def _matrix_job(
     return inputs, result
 
 
-def _collect_job(gha: SimpleNamespace, tmp_path: Path, store: Path, inputs: dict[str, Any]) -> Any:
+def _collect_job(
+    gha: SimpleNamespace, tmp_path: Path, store: Path, inputs: dict[str, Any], matrix_result: Any
+) -> Any:
     workflow = gha.load_workflow("agentic-sweep.yml")
     temp = tmp_path / "temp-collect"
     temp.mkdir()
@@ -94,7 +96,9 @@ def _collect_job(gha: SimpleNamespace, tmp_path: Path, store: Path, inputs: dict
         "actions/download-artifact": downloader(store),
         "actions/upload-artifact": uploader(store),
     }
-    return gha.run_job(workflow, "collect", {"inputs": inputs}, tmp_path / "ws", temp, handlers, timeout=180)
+    needs = {"matrix": {"outputs": matrix_result.outputs, "result": "success"}}
+    ctx = {"inputs": inputs, "needs": needs}
+    return gha.run_job(workflow, "collect", ctx, tmp_path / "ws", temp, handlers, timeout=180)
 
 
 def _summary_rows(store: Path) -> dict[str, dict[str, str]]:
@@ -133,7 +137,7 @@ def test_collect_job_reports_failed_and_missing_cells(gha: SimpleNamespace, tmp_
             }
         )
     )
-    result = _collect_job(gha, tmp_path, store, inputs)
+    result = _collect_job(gha, tmp_path, store, inputs, matrix_result)
     collect = result.step("Collect")
     assert collect.returncode == 1, collect.output  # not every cell succeeded
     assert "Traceback" not in collect.output
@@ -179,7 +183,7 @@ def test_sweep_runs_end_to_end_through_the_workflow_files(gha: SimpleNamespace, 
     assert json.loads((artifact / "cell.json").read_text())["cell"] == ran
     assert (store / f"serverlog_{ran['exp_name']}" / "server.log").is_file()
 
-    result = _collect_job(gha, tmp_path, store, inputs)
+    result = _collect_job(gha, tmp_path, store, inputs, matrix_result)
     assert result.step("Collect").returncode == 1  # two cells of the matrix never ran
     rows = _summary_rows(store)
     assert set(rows) == {c["exp_name"] for c in cells}

@@ -20,6 +20,7 @@ from agentsweep.cell.lifecycle import (
     resolve_hardware,
     run_cell,
 )
+from agentsweep.cell.watchdog import set_parent_death_signal
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import AgentsweepError, InputError
 
@@ -42,12 +43,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--check", action="store_true", help="validate the cell, print its exp_name and exit (no RESULT_DIR)"
     )
+    parser.add_argument(
+        "--add-mask",
+        action="store_true",
+        help="print a GitHub Actions ::add-mask:: line for every secret value in the cell and exit",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     env = os.environ
     if args.check:
         print(_cell(args.cell, env).exp_name)
+        return 0
+    if args.add_mask:
+        for value in cell_secrets(_cell(args.cell, env)):
+            print(f"::add-mask::{value}")
         return 0
     result_text = str(args.result_dir) if args.result_dir else env.get("RESULT_DIR", "")
     if not result_text.strip():
@@ -74,11 +84,20 @@ def run(args: argparse.Namespace) -> int:
         replay_timeout_s=args.replay_timeout,
     )
     restore = install_signal_handlers()
+    # Whoever started the cell (run_cell.sh, a launcher, a sweep) dying stops the cell cleanly too.
+    set_parent_death_signal()
     try:
         status, _reason = run_cell(plan, options)
     finally:
         restore()
     return 0 if status == "SUCCESS" else 1
+
+
+def cell_secrets(cell: Cell) -> list[str]:
+    """Values in the cell to hide from logs: secret-named engine_env values and token-shaped strings."""
+    values = sorted(record.secret_values(cell.engine_env_dict))
+    values += record.token_values(cell.to_json())
+    return [v for v in dict.fromkeys(values) if "\n" not in v and "\r" not in v]
 
 
 def _cell(arg: str | None, env: os._Environ[str]) -> Cell:

@@ -1,8 +1,10 @@
 """Child processes of a cell (engine, scraper, replayer), each in its own process group.
 
 Stopping always means SIGTERM to the whole group, a grace period, then SIGKILL to the group, so an
-engine's worker processes never outlive the cell. The engine additionally has a bounded health wait
-that fails early, with the last log lines, when the engine process dies while loading.
+engine's worker processes never outlive the cell. Each child also gets SIGTERM when the cell process
+dies (parent-death signal), and its group is handed to the cell's watchdog when there is one. The
+engine additionally has a bounded health wait that fails early, with the last log lines, when the
+engine process dies while loading.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from agentsweep.cell.watchdog import Watchdog, die_with_parent
 from agentsweep.errors import RunError
 
 LOG_MAX_BYTES = 4 * 1024 * 1024
@@ -42,12 +45,14 @@ class ManagedProcess:
         name: str,
         env: Mapping[str, str] | None = None,
         stop_grace_s: float = 10.0,
+        watchdog: Watchdog | None = None,
     ) -> None:
         self.argv = list(argv)
         self.log_path = log_path
         self.name = name
         self.env = dict(env) if env is not None else None
         self.stop_grace_s = stop_grace_s
+        self.watchdog = watchdog
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ManagedProcess:
@@ -61,9 +66,12 @@ class ManagedProcess:
                     stderr=subprocess.STDOUT,
                     env=self.env,
                     start_new_session=True,
+                    preexec_fn=die_with_parent(),
                 )
             except OSError as err:
                 raise EngineFailed(f"cannot start the {self.name} ({self.argv[0]}): {err.strerror}") from None
+        if self.watchdog is not None:
+            self.watchdog.watch(self.proc.pid, self.stop_grace_s)
         return self
 
     @property
@@ -148,8 +156,11 @@ class EngineProcess(ManagedProcess):
         health_path: str = "/health",
         env: Mapping[str, str] | None = None,
         stop_grace_s: float = 30.0,
+        watchdog: Watchdog | None = None,
     ) -> None:
-        super().__init__(argv, log_path=log_path, name="engine", env=env, stop_grace_s=stop_grace_s)
+        super().__init__(
+            argv, log_path=log_path, name="engine", env=env, stop_grace_s=stop_grace_s, watchdog=watchdog
+        )
         self.base_url = base_url.rstrip("/")
         self.health_url = self.base_url + health_path
 

@@ -23,6 +23,7 @@ from agentsweep.cell import record
 from agentsweep.cell.clients import client
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
 from agentsweep.cell.engines import EngineLaunch, build_engine_launch, recipe
+from agentsweep.cell.watchdog import Watchdog
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.verdict import Verdict
 from agentsweep.errors import ConfigError, InputError
@@ -32,7 +33,7 @@ RESULT_FILES = ("cell.json", "status.txt", "requests.jsonl", "summary.json")
 
 
 class CellInterrupted(Exception):
-    """SIGTERM or SIGINT reached the cell; unwinding stops every child and still writes the verdict."""
+    """SIGTERM, SIGINT or SIGHUP reached the cell; unwinding stops every child and still writes the verdict."""
 
     def __init__(self, signum: int) -> None:
         self.signum = signum
@@ -82,15 +83,17 @@ class CellPlan:
     env_overrides: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> list[str]:
-        """Human lines: the exact commands (secrets masked)."""
+        """Human lines: the exact commands (secrets masked, by name and by value)."""
         env = record.mask_env(self.engine.env)
+        secrets = record.secret_values() | record.secret_values(self.engine.env)
         env_text = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+        engine = shlex.join(record.mask_argv(self.engine.argv, secrets))
         return [
-            f"engine:  {env_text + ' ' if env_text else ''}{shlex.join(record.mask_argv(self.engine.argv))}",
+            f"engine:  {env_text + ' ' if env_text else ''}{engine}",
             f"health:  {self.base_url}{self.engine.health_path}",
-            f"scraper: {shlex.join(self.scraper_argv)}",
-            f"replay:  {shlex.join(self.replay_argv)}",
-            f"results: {self.result_dir}",
+            f"scraper: {shlex.join(record.mask_argv(self.scraper_argv, secrets))}",
+            f"replay:  {shlex.join(record.mask_argv(self.replay_argv, secrets))}",
+            f"results: {record.mask_text(str(self.result_dir), secrets)}",
         ]
 
 
@@ -158,15 +161,18 @@ def check_result_dir(result_dir: Path) -> None:
         )
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 def install_signal_handlers() -> Callable[[], None]:
-    """SIGTERM/SIGINT raise CellInterrupted once; later signals are ignored so cleanup can finish."""
+    """SIGTERM/SIGINT/SIGHUP raise CellInterrupted once; later ones are ignored so cleanup can finish."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
         raise CellInterrupted(signum)
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
 
     def restore() -> None:
         for sig, old in previous.items():
@@ -179,7 +185,12 @@ def run_cell(
     plan: CellPlan, options: CellOptions, *, log: Callable[[str], None] | None = None
 ) -> tuple[str, str | None]:
     """Run the plan; returns (status, reason) after writing cell.json and status.txt."""
-    say = log or (lambda line: print(f"[cell {plan.cell.exp_name}] {line}", flush=True))
+    shout = log or (lambda line: print(f"[cell {plan.cell.exp_name}] {line}", flush=True))
+    secrets = record.secret_values() | record.secret_values(plan.engine.env)
+
+    def say(line: str) -> None:
+        shout(record.mask_text(line, secrets))
+
     plan.result_dir.mkdir(parents=True, exist_ok=True)
     start_utc = record.utc_now()
     versions: dict[str, str | None] = {
@@ -190,8 +201,11 @@ def run_cell(
     status: Verdict = "FAILED"
     reason: str | None = "the cell did not finish"
     reasons: list[str] = []
+    # Should this process die outright, the watchdog stops the children before anyone writes a verdict.
+    watchdog = Watchdog(plan.result_dir)
     try:
-        reason = _execute(plan, options, versions, say)
+        watchdog.start()
+        reason = _execute(plan, options, versions, say, watchdog)
         if reason is None:
             reasons = _judge(plan)
             status = "INVALID" if reasons else "SUCCESS"
@@ -206,6 +220,7 @@ def run_cell(
         reason = f"{type(err).__name__}: {err}"
         raise
     finally:
+        watchdog.dismiss()  # every child is stopped: nothing writes into result_dir after the verdict
         if status == "FAILED":
             reasons = [reason or "unknown failure"]
         trim_log(plan.result_dir / "server.log")
@@ -235,7 +250,11 @@ def _judge(plan: CellPlan) -> list[str]:
 
 
 def _execute(
-    plan: CellPlan, options: CellOptions, versions: dict[str, str | None], say: Callable[[str], None]
+    plan: CellPlan,
+    options: CellOptions,
+    versions: dict[str, str | None],
+    say: Callable[[str], None],
+    watchdog: Watchdog | None = None,
 ) -> str | None:
     cell = plan.cell
     rd = plan.result_dir
@@ -246,6 +265,7 @@ def _execute(
         health_path=plan.engine.health_path,
         env={**os.environ, **plan.engine.env},
         stop_grace_s=options.engine_grace(cell.engine),
+        watchdog=watchdog,
     )
     say(f"starting engine: {shlex.join(record.mask_argv(plan.engine.argv))}")
     with engine:
@@ -257,6 +277,7 @@ def _execute(
             log_path=rd / "metrics-collector.log",
             name="metrics collector",
             stop_grace_s=10.0,
+            watchdog=watchdog,
         )
         with scraper:
             replayer = ManagedProcess(
@@ -264,6 +285,7 @@ def _execute(
                 log_path=rd / "replay.log",
                 name="replayer",
                 stop_grace_s=options.replay_stop_grace_s,
+                watchdog=watchdog,
             )
             say(f"replaying {cell.users} users for {cell.duration} s")
             try:

@@ -25,13 +25,47 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+_NOT_SECRET = re.compile(r"(^|_)CONFIG_KEY$", re.IGNORECASE)  # a sweep's config key is a name, not a key
+
+
 def is_secret_name(name: str) -> bool:
-    return bool(_SECRET.search(name))
+    return bool(_SECRET.search(name)) and not _NOT_SECRET.search(name)
+
+
+# Values that are secrets whatever variable or flag carries them: Hugging Face, AWS access key ids,
+# GitHub tokens, OpenAI-style keys.
+TOKEN_SHAPES = re.compile(
+    r"(?<![A-Za-z0-9])(?:hf_[A-Za-z0-9]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}"
+    r"|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{16,})"
+)
+# Shorter values of secret-named variables are not searched for inside other text (too many false hits).
+MIN_SECRET_LEN = 6
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> set[str]:
+    """Values of the environment's secret-named variables (HF_TOKEN, *_API_KEY, ...), to mask anywhere."""
+    env = os.environ if environ is None else environ
+    return {v for k, v in env.items() if is_secret_name(k) and len(v.strip()) >= MIN_SECRET_LEN}
+
+
+def token_values(text: str) -> list[str]:
+    """The token-shaped substrings of ``text`` (for ``::add-mask::``), each once, in order."""
+    return list(dict.fromkeys(m.group(0) for m in TOKEN_SHAPES.finditer(text)))
+
+
+def mask_text(text: str, secrets: set[str] | None = None) -> str:
+    """``text`` with token-shaped values and the environment's secret values replaced by ``***``."""
+    values = secret_values() if secrets is None else secrets
+    for value in sorted(values, key=len, reverse=True):
+        text = text.replace(value, MASK)
+    return TOKEN_SHAPES.sub(MASK, text)
 
 
 def mask_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Values of variables whose name contains TOKEN, SECRET, KEY or PASSWORD become ``***``."""
-    return {k: (MASK if is_secret_name(k) else v) for k, v in env.items()}
+    """Values of variables whose name contains TOKEN, SECRET, KEY or PASSWORD become ``***``; secret
+    values under any other name are masked too (see ``mask_text``)."""
+    secrets = secret_values() | secret_values(env)
+    return {k: (MASK if is_secret_name(k) else mask_text(v, secrets)) for k, v in env.items()}
 
 
 def is_secret_flag(flag: str) -> bool:
@@ -43,8 +77,9 @@ def is_secret_flag(flag: str) -> bool:
     return words[-1] in _SECRET_WORDS
 
 
-def mask_argv(argv: Sequence[str]) -> list[str]:
-    """Mask the value of secret-looking flags (``--api-key X`` and ``--api-key=X``)."""
+def mask_argv(argv: Sequence[str], secrets: set[str] | None = None) -> list[str]:
+    """Mask the value of secret-looking flags (``--api-key X`` and ``--api-key=X``) and secret values."""
+    values = secret_values() if secrets is None else secrets
     out: list[str] = []
     hide_next = False
     for arg in argv:
@@ -59,28 +94,44 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
                 out.append(arg)
                 hide_next = True
             continue
-        out.append(arg)
+        out.append(mask_text(arg, values))
     return out
 
 
 def mask_cell(cell: Mapping[str, Any]) -> dict[str, Any]:
-    """The cell dict with secrets in engine_env / engine_args masked."""
+    """The cell dict with secrets in engine_env / engine_args masked, and secret values anywhere."""
     out = dict(cell)
     raw_env = out.get("engine_env")
+    env_secrets: set[str] = set()
     if isinstance(raw_env, str) and raw_env.strip():
         try:
             parsed = json.loads(raw_env)
         except json.JSONDecodeError:
             parsed = None
         if isinstance(parsed, dict):
-            out["engine_env"] = json.dumps(
-                mask_env({str(k): str(v) for k, v in parsed.items()}), sort_keys=True
-            )
+            env = {str(k): str(v) for k, v in parsed.items()}
+            env_secrets = secret_values(env)
+            out["engine_env"] = json.dumps(mask_env(env), sort_keys=True)
+    elif isinstance(raw_env, Mapping):
+        env = {str(k): str(v) for k, v in raw_env.items()}
+        env_secrets = secret_values(env)
+        out["engine_env"] = mask_env(env)
     raw_args = out.get("engine_args")
     if isinstance(raw_args, str) and raw_args:
         with contextlib.suppress(ValueError):
             out["engine_args"] = shlex.join(mask_argv(shlex.split(raw_args)))
-    return out
+    masked: dict[str, Any] = _mask_strings(out, secret_values() | env_secrets)
+    return masked
+
+
+def _mask_strings(value: Any, secrets: set[str]) -> Any:
+    if isinstance(value, str):
+        return mask_text(value, secrets)
+    if isinstance(value, Mapping):
+        return {k: _mask_strings(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask_strings(v, secrets) for v in value]
+    return value
 
 
 def visible_devices(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
@@ -114,13 +165,14 @@ def write_result(
         raise ValueError(f"status must be one of {', '.join(VERDICTS)}, not {status!r}")
     if (status == "SUCCESS") != (not reasons):
         raise ValueError(f"{status} needs {'no' if status == 'SUCCESS' else 'at least one'} reason")
-    lines = [" ".join(r.split()) for r in reasons]
+    secrets = secret_values() | secret_values(engine_env)
+    lines = [mask_text(" ".join(r.split()), secrets) for r in reasons]
     record = {
         "schema_version": SCHEMA_VERSION,
         "cell": mask_cell(cell),
-        "engine_command": mask_argv(engine_command),
+        "engine_command": mask_argv(engine_command, secrets),
         "engine_env": mask_env(engine_env),
-        "replay_command": list(replay_command),
+        "replay_command": mask_argv(replay_command, secrets),
         "versions": dict(versions),
         "visible_devices": visible_devices(),
         "start_utc": start_utc,

@@ -1,7 +1,8 @@
 """`agentsweep sweep --key KEY`: run a key's cells on this machine, one after another, then collect.
 
 Exit status: 0 when every cell succeeded and collect passed, 1 when a cell failed, 2 for bad input,
-130 after Ctrl-C (the current cell is stopped cleanly and what finished is still collected).
+128 + the signal's number after Ctrl-C (130), SIGTERM (143) or SIGHUP (129): the current cell is stopped
+cleanly (its verdict written), what finished is still collected, and --resume finishes the rest.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from agentsweep.sweep.local import (
     check_reuse,
     dry_run_lines,
     fmt_duration,
+    install_stop_handlers,
     plan_sweep,
     prepare,
     run_collect,
     run_one,
+    signal_number,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -92,7 +95,11 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--launcher {args.launcher}: no such file")
     check_reuse(plans, resume=args.resume, force=args.force)
     prepare(plans, force=args.force)
-    return _run_plans(plans, args.launcher, collect=not args.no_collect)
+    restore = install_stop_handlers()
+    try:
+        return _run_plans(plans, args.launcher, collect=not args.no_collect)
+    finally:
+        restore()
 
 
 def _run_plans(plans: list[SweepPlan], launcher: Path, *, collect: bool) -> int:
@@ -105,20 +112,26 @@ def _run_plans(plans: list[SweepPlan], launcher: Path, *, collect: bool) -> int:
         flush=True,
     )
     start = time.monotonic()
-    interrupted = False
-    for i, run in enumerate(todo, 1):
-        print(f"sweep: [{i}/{len(todo)}] {run.exp_name} {_eta(todo, i, start)}", flush=True)
-        try:
-            run_one(run, launcher)
-        except Interrupted:
-            interrupted = True
+    interrupted: Interrupted | None = None
+    try:
+        for i, run in enumerate(todo, 1):
+            print(f"sweep: [{i}/{len(todo)}] {run.exp_name} {_eta(todo, i, start)}", flush=True)
+            try:
+                run_one(run, launcher)
+            except Interrupted as err:
+                interrupted = err
+                print(
+                    f"sweep: [{i}/{len(todo)}] {run.exp_name} interrupted ({err}) after "
+                    f"{fmt_duration(run.seconds)}",
+                    flush=True,
+                )
+                break
+            verdict = run.state + (f": {run.reason}" if run.reason else "")
             print(
-                f"sweep: [{i}/{len(todo)}] {run.exp_name} interrupted after {fmt_duration(run.seconds)}",
-                flush=True,
+                f"sweep: [{i}/{len(todo)}] {run.exp_name} {verdict} ({fmt_duration(run.seconds)})", flush=True
             )
-            break
-        verdict = run.state + (f": {run.reason}" if run.reason else "")
-        print(f"sweep: [{i}/{len(todo)}] {run.exp_name} {verdict} ({fmt_duration(run.seconds)})", flush=True)
+    except KeyboardInterrupt as err:  # a signal between two cells: no cell is running
+        interrupted = Interrupted(signal_number(err))
     _summary(all_runs, time.monotonic() - start)
     collect_ok = True
     if collect:
@@ -132,9 +145,14 @@ def _run_plans(plans: list[SweepPlan], launcher: Path, *, collect: bool) -> int:
                     f"sweep: collect wrote no report.html under {report.parent} (exit status {code})",
                     flush=True,
                 )
-    if interrupted:
-        print("sweep: interrupted; rerun with --resume to finish the remaining cells", flush=True)
-        return 130
+    if interrupted is not None:
+        left = sum(r.state in ("pending", "interrupted") for r in all_runs)
+        print(
+            f"sweep: interrupted by {interrupted}; {left} cell(s) left: rerun the same command with --resume "
+            "to finish them",
+            flush=True,
+        )
+        return 128 + interrupted.signum
     failed = [r for r in all_runs if r.state not in ("SUCCESS", "done")]
     return 0 if not failed and collect_ok else 1
 

@@ -7,6 +7,7 @@ Reusing a results directory needs ``resume`` (rerun only unfinished cells) or ``
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import shutil
@@ -19,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentsweep.cell.lifecycle import plan_cell
-from agentsweep.cell.record import read_status
+from agentsweep.cell.record import mask_cell, mask_text, read_status
+from agentsweep.cell.watchdog import die_with_parent
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import InputError
 
@@ -114,8 +116,11 @@ def dry_run_lines(
             skip = " (SUCCESS, skipped with --resume)" if run.state == "done" else ""
             lines.append(f"[BEGIN CELL {i}/{total}] {run.exp_name}{skip}")
             env = _cell_env(run)
+            env[CELL_ENV_VAR] = json.dumps(mask_cell(run.cell.model_dump(mode="json")), separators=(",", ":"))
             lines.append(
-                "launch:  " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + f" {launcher}"
+                "launch:  "
+                + " ".join(f"{k}={shlex.quote(mask_text(v))}" for k, v in env.items())
+                + f" {launcher}"
             )
             cplan = plan_cell(run.cell, run.result_dir, port="$PORT", hardware=hardware_of(run.cell.runner))
             lines += cplan.describe()
@@ -129,7 +134,38 @@ def collect_command(key_dir: Path, python: str = sys.executable) -> list[str]:
 
 
 class Interrupted(Exception):
-    """Ctrl-C stopped the sweep; the current cell was stopped cleanly."""
+    """A signal stopped the sweep; the current cell was stopped cleanly."""
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+class StopSignal(KeyboardInterrupt):
+    """SIGTERM or SIGHUP reached the sweep: handled exactly like Ctrl-C (SIGINT)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+def install_stop_handlers() -> Callable[[], None]:
+    """SIGTERM and SIGHUP raise StopSignal (a KeyboardInterrupt); returns a function restoring the old ones."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise StopSignal(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore
+
+
+def signal_number(err: KeyboardInterrupt) -> int:
+    return err.signum if isinstance(err, StopSignal) else signal.SIGINT
 
 
 def run_one(
@@ -139,14 +175,25 @@ def run_one(
     environ: Mapping[str, str] = os.environ,
     grace_s: float = INTERRUPT_GRACE_S,
 ) -> None:
-    """Run one cell through the launcher in its own process group; Ctrl-C stops it with SIGTERM."""
+    """Run one cell through the launcher in its own process group.
+
+    Ctrl-C, SIGTERM or SIGHUP to the sweep stop the cell with SIGTERM (it writes its verdict); a second
+    one kills its process group. The launcher gets SIGTERM should the sweep itself die outright.
+    """
     start = time.monotonic()
-    proc = subprocess.Popen([str(launcher)], env=launcher_env(run, environ), start_new_session=True)
+    proc = subprocess.Popen(
+        [str(launcher)],
+        env=launcher_env(run, environ),
+        start_new_session=True,
+        preexec_fn=die_with_parent(signal.SIGTERM),
+    )
     try:
         code = proc.wait()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
+        signum = signal_number(err)
         print(
-            f"\nsweep: stopping {run.exp_name} (SIGTERM, up to {grace_s:g} s; Ctrl-C again to kill)",
+            f"\nsweep: {signal.Signals(signum).name}: stopping {run.exp_name} (SIGTERM, up to {grace_s:g} s;"
+            " signal again to kill)",
             flush=True,
         )
         _signal(proc, signal.SIGTERM)
@@ -158,7 +205,7 @@ def run_one(
         run.seconds = time.monotonic() - start
         status, reason = read_status(run.result_dir)
         run.state, run.reason = "interrupted", reason or "interrupted"
-        raise Interrupted from None
+        raise Interrupted(signum) from None
     run.seconds = time.monotonic() - start
     status, reason = read_status(run.result_dir)
     if status == "SUCCESS" and code == 0:
@@ -178,9 +225,9 @@ def run_collect(key_dir: Path) -> tuple[int, Path]:
     cmd = collect_command(key_dir)
     print(f"sweep: {shlex.join(cmd)}", flush=True)
     try:
-        code = subprocess.run(cmd, check=False).returncode
-    except KeyboardInterrupt:
-        code = 130
+        code = subprocess.run(cmd, check=False, preexec_fn=die_with_parent(signal.SIGTERM)).returncode
+    except KeyboardInterrupt as err:
+        code = 128 + signal_number(err)
     return code, key_dir / "aggregated" / "report.html"
 
 
