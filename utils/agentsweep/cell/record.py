@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kv_cache_tester.inputfiles import InputFileProblem, read_limited
+
 from agentsweep.contract.verdict import VERDICTS
 
 SCHEMA_VERSION = 1
@@ -187,11 +189,18 @@ def write_result(
 
 
 def read_status(result_dir: Path) -> tuple[str | None, str | None]:
-    """(first line, reason) of a result directory's status.txt, (None, None) when absent."""
-    try:
-        lines = (result_dir / "status.txt").read_text(encoding="utf-8").splitlines()
-    except (FileNotFoundError, NotADirectoryError):
+    """(first line, reason) of a result directory's status.txt, (None, None) when absent.
+
+    A status.txt that is not a small regular file (a FIFO would block the reader) reads as no
+    verdict, with the reason saying so.
+    """
+    path = result_dir / "status.txt"
+    if not path.exists() and not path.is_symlink():
         return None, None
+    try:
+        lines = read_limited(path, 1 << 20).decode("utf-8", "replace").splitlines()
+    except InputFileProblem as err:
+        return "", f"status.txt: {err}"
     first = lines[0].strip() if lines else ""
     reason = lines[1].strip() if len(lines) > 1 else None
     return first, reason

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from kv_cache_tester.inputfiles import InputFileProblem, read_limited
 from kv_cache_tester.replay import ResultError, Summary, read_summary
 
 from agentsweep.collect import columns
@@ -54,11 +55,25 @@ class Row:
         }
 
 
-def _read_json(path: Path) -> Any:
+# A summary or cell.json is a few KiB; past this it is not one (a link to an endless file, say).
+MAX_JSON_BYTES = 64 << 20
+MAX_STATUS_BYTES = 1 << 20
+
+
+def _read_bytes(path: Path, limit: int) -> bytes:
+    """A regular file of at most ``limit`` bytes; missing, a FIFO, a device or too big: Malformed."""
+    if not path.exists() and not path.is_symlink():
+        raise Malformed(f"{path.name} missing")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise Malformed(f"{path.name} missing") from None
+        return read_limited(path, limit)
+    except InputFileProblem as err:
+        raise Malformed(f"{path.name}: {err}") from None
+
+
+def _read_json(path: Path) -> Any:
+    data = _read_bytes(path, MAX_JSON_BYTES)
+    try:
+        return json.loads(data.decode("utf-8"))
     except (OSError, UnicodeDecodeError) as err:
         raise Malformed(f"{path.name}: unreadable ({err})") from None
     except ValueError as err:
@@ -96,12 +111,7 @@ def read_cell_json(path: Path) -> dict[str, Any]:
 
 def read_status(path: Path) -> tuple[str, list[str]]:
     """The verdict and its reasons (status.txt's first line, then one reason per line)."""
-    try:
-        lines = (path / "status.txt").read_text(encoding="utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        raise Malformed("status.txt missing") from None
-    except OSError as err:
-        raise Malformed(f"status.txt: unreadable ({err})") from None
+    lines = _read_bytes(path / "status.txt", MAX_STATUS_BYTES).decode("utf-8", "replace").splitlines()
     first = lines[0].strip() if lines else ""
     if first not in VERDICTS:
         raise Malformed(f"status.txt: first line {first[:40]!r}, expected {' or '.join(VERDICTS)}")

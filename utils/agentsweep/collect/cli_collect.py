@@ -79,7 +79,10 @@ def render_outputs(
 
 def run(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix) if args.matrix else None
-    found = find_cells(args.artifacts)
+    skipped: list[str] = []
+    found = find_cells(args.artifacts, skipped)
+    for line in skipped:
+        print(f"collect: {line}", file=sys.stderr)
     if not found and not matrix:
         raise InputError(
             f"{args.artifacts}: no cell result directories found (looked for cell.json, status.txt...)"
