@@ -29,6 +29,9 @@ def _cell_env(repo_root: Path, result_dir: Path, **over: object) -> dict[str, st
         "traces": str(repo_root / "kv-cache-tester" / "sample_traces"),
         "max_context": 65536,
         "max_delay": 1,  # short think times: a 4 s window of 2 users stays busy (window coverage)
+        # What this test checks is not run validity: room for a CI machine busy with other tests.
+        "min_window_coverage": 0.5,
+        "max_dispatch_lag_p99_s": 2.0,
         "warmup_requests": 0,
         "speed": 50,
         "engine_args": "--num-gpu-blocks-override 4096",
