@@ -2,7 +2,9 @@
 
 Prompt modes (``PromptSynthesizer``): ``words`` (default: one word per token, for the simulated
 engine), ``chat`` (``--tokenizer``: words calibrated to the served model's tokenizer) and ``ids``
-(``--api completions``: token ids).
+(``--api completions``: token ids). Token ids always come from the served model's vocabulary: the
+tokenizer's single-token words with ``--tokenizer``, else ids below the vocabulary size the server
+reported (``ids_for_vocab``).
 """
 
 from __future__ import annotations
@@ -10,10 +12,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kv_cache_tester.errors import UsageError
 from kv_cache_tester.replay.jsonfast import dumps
 from kv_cache_tester.traces.cache import PrefixTracker
 from kv_cache_tester.traces.model import Request, SubAgent, Trace
-from kv_cache_tester.traces.synth import PlaySynth, PromptSynthesizer
+from kv_cache_tester.traces.synth import IDS_BASE, IDS_RANGE, PlaySynth, PromptSynthesizer, _Vocab
+
+MIN_ID_CHOICES = 256  # fewer distinct ids and unrelated blocks would too often share content
+
+
+def ids_for_vocab(vocab_size: int) -> range:
+    """The token ids drawn for a model of ``vocab_size`` ids when no tokenizer is given.
+
+    ``[1000, 1000 + 16384)`` cut to the vocabulary, keeping clear of its low ids (bytes, control
+    tokens) and of its top (where many models keep their special tokens): at most ``[v/4, v - r)``
+    with ``r = min(256, v/16)``.
+    """
+    lo = min(IDS_BASE, vocab_size // 4)
+    hi = min(IDS_BASE + IDS_RANGE, vocab_size - min(256, vocab_size // 16))
+    if hi - lo < MIN_ID_CHOICES:
+        raise UsageError(
+            f"--api completions: a vocabulary of {vocab_size} ids leaves too few ids to draw prompts from; "
+            "pass --tokenizer"
+        )
+    return range(lo, hi)
 
 
 @dataclass(slots=True)
@@ -24,13 +46,13 @@ class Scope:
     salt: str
     cache_scope: str
     local: bool
+    closed: bool = False
 
 
 @dataclass(slots=True)
 class Built:
     body: bytes
     expected_prompt_tokens: int
-    hit_blocks: int
     total_blocks: int
 
 
@@ -54,10 +76,17 @@ class PayloadBuilder:
         send_max_tokens: bool,
         mode: str = "words",
         tokenizer: Any = None,
+        vocab_size: int | None = None,
     ) -> None:
         self.api = api
         self.mode = mode
         self.synth = PromptSynthesizer(mode=mode, seed=seed, tokenizer=tokenizer)  # type: ignore[arg-type]
+        if mode == "ids" and tokenizer is None:
+            if vocab_size is None:
+                raise UsageError(
+                    "--api completions: the served model's vocabulary is unknown; pass --tokenizer"
+                )
+            self.synth.vocab = _Vocab(list(ids_for_vocab(vocab_size)), "")
         self.tracker = PrefixTracker()
         self._head = b'{"model":' + dumps(model)
         self._tail_fixed = b',"stream":true,"stream_options":{"include_usage":true}' + (
@@ -72,8 +101,21 @@ class PayloadBuilder:
 
     def close_scope(self, scope: Scope) -> None:
         """Forget a finished play's blocks (bounded memory); global scopes live for the run."""
+        scope.closed = True
         if scope.local:
             self.tracker.forget(scope.cache_scope)
+
+    # The infinite-cache reference follows what the server really got (docs/traces.md, "Theoretical
+    # hit rate"): a request's hits are looked up when it is dispatched, and its blocks enter the
+    # reference only once the server has shown that it took the request (its prefill happened).
+    def hits(self, scope: Scope, req: Request) -> int:
+        """Leading blocks of ``req`` that requests the server accepted earlier in this scope hold."""
+        return self.tracker.peek(req.hash_ids, scope.cache_scope)
+
+    def delivered(self, scope: Scope, req: Request) -> None:
+        """The server took ``req``: its blocks are cached from now on (infinite cache)."""
+        if not scope.closed or not scope.local:
+            self.tracker.observe(req.hash_ids, scope.cache_scope)
 
     def build(self, scope: Scope, agent: SubAgent | None, req: Request) -> Built:
         p = scope.play.prompt(req, agent)
@@ -88,5 +130,4 @@ class PayloadBuilder:
             parts.append(b',"max_tokens":%d' % max(1, req.out_tokens))
         parts.append(b"}")
         body = b"".join(parts)  # one copy of the (often 100+ KB) prompt, not one per concatenation
-        hits = self.tracker.observe(req.hash_ids, scope.cache_scope)
-        return Built(body, p.expected_prompt_tokens, hits, len(req.hash_ids))
+        return Built(body, p.expected_prompt_tokens, len(req.hash_ids))
