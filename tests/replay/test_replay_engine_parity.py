@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from kv_cache_tester.replay.client import reuse_tracing, send
-from kv_cache_tester.replay.prompts import ids_for_vocab
+from kv_cache_tester.replay.prompts import DeliveredBlocks, ids_for_vocab
 
 SSE_BODY = (
     b'data: {"choices":[{"index":0,"text":"hi"}]}\n\n'
@@ -260,3 +260,17 @@ def test_theoretical_hits_leave_out_the_blocks_of_a_failed_request(tmp_path, str
     summ = kit.summary(out)
     assert summ["cache"]["theoretical_hit_rate"] == pytest.approx(2 / (2 + 4))  # accepted requests only
     assert json.loads((out / "summary.json").read_text())["counts"]["failed"] == 1
+
+
+def test_a_request_finds_the_blocks_of_accepted_requests_sent_before_it():
+    ref = DeliveredBlocks()
+    a, b, c = ref.ticket(), ref.ticket(), ref.ticket()  # three siblings sent in this order
+    ref.add([1, 2, 3], "s", b)  # b accepted (a not yet; c never: it failed)
+    assert ref.hits([1, 2, 3, 9], "s", c) == 3  # sent after b: finds b's blocks
+    assert ref.hits([1, 2, 3], "s", a) == 0  # sent before b: does not
+    assert ref.hits([1, 2, 3], "s", b) == 0  # never its own blocks
+    ref.add([1, 2], "s", a)  # a accepted late: its earlier ticket now holds blocks 1-2
+    assert ref.hits([1, 2, 3], "s", b) == 2
+    assert ref.hits([1, 2, 3], "other", c) == 0  # scopes stay apart
+    ref.forget("s")
+    assert ref.hits([1], "s", c) == 0

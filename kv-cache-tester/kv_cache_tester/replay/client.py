@@ -59,7 +59,7 @@ class Outcome:
     error_message: str | None = None
     usage: dict[str, Any] | None = None  # the usage figures as reported (kept for a bad_usage error)
     retries: int = 0  # sends again after a stale keep-alive connection (at most 1)
-    accepted: bool = False  # the server showed it took the request: a first token, or its prompt count
+    accepted: bool = False  # the engine took the request: a 200 event stream (then a token or usage)
 
     @property
     def output_tokens(self) -> int:
@@ -144,7 +144,7 @@ class StreamTimer:
         "cm",
         "done",
         "expired",
-        "on_prefill",
+        "on_accept",
         "out",
         "usage_problem",
     )
@@ -164,9 +164,7 @@ class StreamTimer:
         self.cm: asyncio.Timeout | None = None  # the request's deadline, while the request is in flight
         self.expired: tuple[str, str] | None = None  # (class, message) when ended from outside
         self.usage_problem: str | None = None
-        self.on_prefill: Callable[[], None] | None = (
-            None  # called once, when the server shows it took the request
-        )
+        self.on_accept: Callable[[], None] | None = None  # called once, when the engine took the request
         self.out = Outcome()
 
     @property
@@ -197,8 +195,8 @@ class StreamTimer:
         out = self.out
         if not out.accepted:
             out.accepted = True
-            if self.on_prefill is not None:
-                self.on_prefill()
+            if self.on_accept is not None:
+                self.on_accept()
 
     def _protocol(self, message: str) -> None:
         if self.broken:
@@ -414,7 +412,7 @@ async def send(
     watch: set[StreamTimer] | None = None,
     max_event: int = MAX_EVENT_BYTES,
     fresh: Callable[[], aiohttp.ClientSession] | None = None,
-    on_prefill: Callable[[], None] | None = None,
+    on_accept: Callable[[], None] | None = None,
 ) -> Outcome:
     """POST one streaming request and time it. Never raises for server or network trouble.
 
@@ -427,12 +425,12 @@ async def send(
     keep-alive connection was closed by the server before any byte of the response came back
     (``ServerDisconnectedError``, or a reset or broken pipe) is sent once more, on a fresh connection;
     ``Outcome.retries`` counts it. A request sent on a new connection, or one that got any byte of a
-    response, is never sent again. ``on_prefill`` is called once, when the server has shown that it
-    accepted the request (its first token, or a usage with its prompt count).
+    response, is never sent again. ``on_accept`` is called once, when the engine has shown that it took
+    the request: a 200 event-stream response (or, from a looser server, a token or a prompt count).
     """
     t0 = clock()
     timer = StreamTimer(t0, debug, max_event)
-    timer.on_prefill = on_prefill
+    timer.on_accept = on_accept
     got_headers = False
     retries = 0
     try:
@@ -474,6 +472,7 @@ async def send(
                                     f"HTTP 200 with Content-Type {ctype!r}, not an event stream: {_excerpt(raw)}"
                                 )[:ERROR_BODY_LIMIT]
                                 return out
+                            timer.accept()  # a 200 event stream: the engine took the request
                             content = resp.content
                             stamped = arrival_of(resp) if clock is time.perf_counter else None
                             end = 0

@@ -9,12 +9,12 @@ reported (``ids_for_vocab``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kv_cache_tester.errors import UsageError
 from kv_cache_tester.replay.jsonfast import dumps
-from kv_cache_tester.traces.cache import PrefixTracker
 from kv_cache_tester.traces.model import Request, SubAgent, Trace
 from kv_cache_tester.traces.synth import IDS_BASE, IDS_RANGE, PlaySynth, PromptSynthesizer, _Vocab
 
@@ -65,6 +65,42 @@ def salt_for(trace: Trace, play: int) -> str:
     return f"p{play}"
 
 
+class DeliveredBlocks:
+    """An infinite prefix cache per scope that holds only what the server accepted.
+
+    Each block remembers the earliest dispatch ticket of an accepted request that carried it. A
+    request's hits are its leading blocks carried by a request sent before it, whenever that one was
+    accepted (an engine caches a request's blocks once it schedules it, so a request sent just after
+    a sibling finds the sibling's blocks): the count is taken when the request has finished.
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[str, dict[int, int]] = {}
+        self._next = 0
+
+    def ticket(self) -> int:
+        self._next += 1
+        return self._next
+
+    def add(self, hash_ids: Sequence[int], scope: str, ticket: int) -> None:
+        first = self._first.setdefault(scope, {})
+        for hid in hash_ids:
+            if first.get(hid, ticket + 1) > ticket:
+                first[hid] = ticket
+
+    def hits(self, hash_ids: Sequence[int], scope: str, ticket: int) -> int:
+        first = self._first.get(scope, {})
+        n = 0
+        for hid in hash_ids:
+            if first.get(hid, ticket) >= ticket:
+                break
+            n += 1
+        return n
+
+    def forget(self, scope: str) -> None:
+        self._first.pop(scope, None)
+
+
 class PayloadBuilder:
     def __init__(
         self,
@@ -87,7 +123,7 @@ class PayloadBuilder:
                     "--api completions: the served model's vocabulary is unknown; pass --tokenizer"
                 )
             self.synth.vocab = _Vocab(list(ids_for_vocab(vocab_size)), "")
-        self.tracker = PrefixTracker()
+        self.reference = DeliveredBlocks()
         self._head = b'{"model":' + dumps(model)
         self._tail_fixed = b',"stream":true,"stream_options":{"include_usage":true}' + (
             b',"ignore_eos":true' if ignore_eos else b""
@@ -103,19 +139,22 @@ class PayloadBuilder:
         """Forget a finished play's blocks (bounded memory); global scopes live for the run."""
         scope.closed = True
         if scope.local:
-            self.tracker.forget(scope.cache_scope)
+            self.reference.forget(scope.cache_scope)
 
     # The infinite-cache reference follows what the server really got (docs/traces.md, "Theoretical
-    # hit rate"): a request's hits are looked up when it is dispatched, and its blocks enter the
-    # reference only once the server has shown that it took the request (its prefill happened).
-    def hits(self, scope: Scope, req: Request) -> int:
-        """Leading blocks of ``req`` that requests the server accepted earlier in this scope hold."""
-        return self.tracker.peek(req.hash_ids, scope.cache_scope)
+    # hit rate of a replay").
+    def dispatched(self) -> int:
+        """A ticket for a request about to be sent (its place in the dispatch order)."""
+        return self.reference.ticket()
 
-    def delivered(self, scope: Scope, req: Request) -> None:
-        """The server took ``req``: its blocks are cached from now on (infinite cache)."""
+    def delivered(self, scope: Scope, req: Request, ticket: int) -> None:
+        """The server took ``req``: its blocks are cached for every request sent after it."""
         if not scope.closed or not scope.local:
-            self.tracker.observe(req.hash_ids, scope.cache_scope)
+            self.reference.add(req.hash_ids, scope.cache_scope, ticket)
+
+    def hits(self, scope: Scope, req: Request, ticket: int) -> int:
+        """Leading blocks of ``req`` that requests sent before it, and taken by the server, hold."""
+        return self.reference.hits(req.hash_ids, scope.cache_scope, ticket)
 
     def build(self, scope: Scope, agent: SubAgent | None, req: Request) -> Built:
         p = scope.play.prompt(req, agent)

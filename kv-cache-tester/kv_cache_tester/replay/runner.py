@@ -338,7 +338,7 @@ class Replayer:
                 raise _Stopped
         self.in_flight += 1
         t_send = clock()
-        hit_blocks = self.builder.hits(scope, req)
+        ticket = self.builder.dispatched()
         try:
             self._first_dispatch.setdefault(lane.index, t_send - self.t0)
             out = await send(
@@ -352,7 +352,7 @@ class Replayer:
                 self._watch,
                 self.cfg.max_event_bytes,
                 fresh=self._fresh_session,
-                on_prefill=lambda: self.builder.delivered(scope, req),
+                on_accept=lambda: self.builder.delivered(scope, req, ticket),
             )
             t_done = clock()
         finally:
@@ -361,6 +361,7 @@ class Replayer:
                 self._sem.release()
         lane.sent += 1
         self.sent += 1
+        hit_blocks = self.builder.hits(scope, req, ticket)
         self.breaker.observe(None if out.ok else out.error_class)
         rec: RequestRecord = {
             "trace_id": trace.trace_id,
