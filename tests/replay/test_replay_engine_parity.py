@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -274,3 +276,18 @@ def test_a_request_finds_the_blocks_of_accepted_requests_sent_before_it():
     assert ref.hits([1, 2, 3], "other", c) == 0  # scopes stay apart
     ref.forget("s")
     assert ref.hits([1], "s", c) == 0
+
+
+@pytest.mark.slow
+def test_with_ten_percent_of_requests_failing_the_server_caches_what_the_reference_says(repo_root):
+    # the simulated engine, a cache that evicts nothing, 10 % of requests answered 500 before any work
+    cmd = [
+        sys.executable, str(repo_root / "scripts" / "fidelity.py"), "sim", "--fail-rate", "0.1",
+        "--duration", "900", "--users", "6", "--speed", "40", "--json",
+    ]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    row = json.loads(res.stdout.strip().splitlines()[-1])
+    assert row["failed"] >= 10 and row["accepted"] == row["requests"] - row["failed"]
+    assert abs(row["cached"] - row["theoretical"]) < 0.005
+    assert row["server_prompt"] == row["client_prompt"] and row["server_cached"] == row["client_cached"]
