@@ -9,8 +9,7 @@ on a fresh server, so they hold this run alone):
 - prompt tokens: the client's sum of the usage each request reported, the server's counter, and the
   per-request overhead over the trace's ``in`` (the chat template: 0 for completions).
 
-Benchmark against the simulated engine (rerunnable; the figure in the closing note of the
-engine-parity work came from it)::
+Benchmark against the simulated engine (rerunnable)::
 
     .venv/bin/python scripts/fidelity.py sim --fail-rate 0.1 --duration 120 --users 4
 
