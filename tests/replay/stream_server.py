@@ -8,7 +8,7 @@ Prints ``PORT <n>`` once listening.
     python stream_server.py --log FILE [--itl-ms 1] [--ttft-ms 0] [--status 200] [--bad html|usage]
 
 ``--bad html`` answers every request with an HTML page and status 200; ``--bad usage`` reports
-cached_tokens far above prompt_tokens.
+cached_tokens far above prompt_tokens. ``/v1/models`` gives ``--vocab-size`` (default 32000; 0: none).
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
     prompt = prompt_of(body)
     words = prompt.split()
     sid = request.headers.get("X-Session-ID", "")
+    turn = request.headers.get("X-Request-ID", "").rpartition("#")[2]
+    if args.fail_turns and turn in args.fail_turns.split(","):  # refused before any work: nothing cached
+        return web.json_response({"error": {"message": f"turn {turn} refused"}}, status=500)
     prev = request.app["last"].get(sid, [])
     cached = common_words(prev, words) // 16 * 16
     request.app["last"][sid] = words
@@ -95,7 +98,10 @@ async def handle(request: web.Request) -> web.StreamResponse:
 
 
 async def models(request: web.Request) -> web.Response:
-    return web.json_response({"object": "list", "data": [{"id": "test-model", "object": "model"}]})
+    entry: dict = {"id": "test-model", "object": "model"}
+    if request.app["args"].vocab_size:
+        entry["vocab_size"] = request.app["args"].vocab_size
+    return web.json_response({"object": "list", "data": [entry]})
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -122,5 +128,7 @@ if __name__ == "__main__":
     ap.add_argument("--status", type=int, default=200)
     ap.add_argument("--keep-prompts", action="store_true")
     ap.add_argument("--bad", choices=("html", "usage"), default=None)
+    ap.add_argument("--fail-turns", default="", help="comma-separated turns answered 500 (before any work)")
+    ap.add_argument("--vocab-size", type=int, default=32000, help="in /v1/models; 0 leaves it out")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main(ap.parse_args()))

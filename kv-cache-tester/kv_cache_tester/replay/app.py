@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import signal
 import sys
 import time
@@ -67,6 +68,33 @@ async def resolve_model(cfg: ReplayConfig) -> str:
         return str(data["data"][0]["id"])
     except (KeyError, IndexError, TypeError):
         raise RunAborted(f"{url}: no model listed; pass --model") from None
+
+
+async def resolve_vocab(cfg: ReplayConfig, model: str) -> int | None:
+    """--api completions without --tokenizer: the model's vocabulary size, from the ``vocab_size``
+    of its /v1/models entry. A server that gives none is refused (UsageError): ids drawn blindly
+    could fall outside the vocabulary and fail every request. None when not needed."""
+    if cfg.api != "completions" or cfg.tokenizer:
+        return None
+    url = cfg.api_endpoint + "/v1/models"
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session,
+            session.get(url) as resp,
+        ):
+            data = await resp.json(content_type=None) if resp.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+        raise RunAborted(f"cannot reach {url}: {type(err).__name__}: {err}") from None
+    entries = data.get("data") if isinstance(data, dict) else None
+    entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+    entry = next((e for e in entries if e.get("id") == model), entries[0] if len(entries) == 1 else None)
+    size = entry.get("vocab_size") if entry is not None else None
+    if type(size) is not int or size <= 0:
+        raise UsageError(
+            f"--api completions: {url} does not give the vocabulary size of model {model!r}, so token "
+            "ids could fall outside it; pass --tokenizer with the served model's tokenizer"
+        )
+    return size
 
 
 def prepare_output(cfg: ReplayConfig) -> Path:
@@ -169,6 +197,10 @@ def finish(cfg: ReplayConfig, out: Path, metas: list[RunMeta], options: dict[str
 def replay(cfg: ReplayConfig, options: dict[str, Any]) -> int:
     traces = load(cfg)
     model = run_loop(lambda: resolve_model(cfg))
+    vocab = run_loop(lambda: resolve_vocab(cfg, model))
+    if vocab is not None:
+        cfg = dataclasses.replace(cfg, vocab_size=vocab)
+        log(f"token ids: below the model's vocabulary of {vocab} ids (from /v1/models)")
     out = prepare_output(cfg)
     if cfg.workers > 1:
         metas = run_workers(cfg, traces, out, model)

@@ -29,8 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--tokenizer",
-        help="tokenizer.json path/folder or HF model id: calibrated chat text for a real engine "
-        "(default: words mode, one word = one token, for the simulated engine)",
+        help="the served model's tokenizer.json path/folder or HF model id: with --api chat, text "
+        "calibrated to it (default: one word = one token, for the simulated engine); with --api "
+        "completions, token ids from its vocabulary (default: ids below the vocabulary size the server "
+        "reports at /v1/models; refused when it reports none)",
     )
 
     g = p.add_argument_group("users")

@@ -14,6 +14,7 @@ reached the client's connection (``arrival``), when the session's connector stam
 from __future__ import annotations
 
 import asyncio
+import errno
 import re
 import time
 from collections.abc import Callable
@@ -57,6 +58,8 @@ class Outcome:
     error_class: str | None = None
     error_message: str | None = None
     usage: dict[str, Any] | None = None  # the usage figures as reported (kept for a bad_usage error)
+    retries: int = 0  # sends again after a stale keep-alive connection (at most 1)
+    accepted: bool = False  # the engine took the request: a 200 event stream (then a token or usage)
 
     @property
     def output_tokens(self) -> int:
@@ -68,6 +71,40 @@ class Outcome:
         if self.ttft is None or self.e2e is None or n < 2:
             return None
         return (self.e2e - self.ttft) / (n - 1)
+
+
+class _ReuseProbe:
+    """Per-request trace context: whether aiohttp took the connection from its keep-alive pool."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+async def _on_reuse(_session: object, ctx: Any, _params: object) -> None:
+    probe = ctx.trace_request_ctx
+    if isinstance(probe, _ReuseProbe):
+        probe.reused = True
+
+
+def reuse_tracing() -> aiohttp.TraceConfig:
+    """A trace config for the replay session: notes, per request, whether its connection was reused
+    (what the stale-connection retry of ``send`` needs to know)."""
+    config = aiohttp.TraceConfig()
+    config.on_connection_reuseconn.append(_on_reuse)
+    return config
+
+
+_STALE_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
+
+
+def _stale(exc: BaseException) -> bool:
+    """A failure that a keep-alive connection closed by the server produces before any response:
+    the server went away (EOF) or the write or read found the socket reset."""
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return True
+    return isinstance(exc, aiohttp.ClientOSError) and exc.errno in _STALE_ERRNOS
 
 
 def classify_http(status: int, body: str) -> str:
@@ -107,6 +144,7 @@ class StreamTimer:
         "cm",
         "done",
         "expired",
+        "on_accept",
         "out",
         "usage_problem",
     )
@@ -126,6 +164,7 @@ class StreamTimer:
         self.cm: asyncio.Timeout | None = None  # the request's deadline, while the request is in flight
         self.expired: tuple[str, str] | None = None  # (class, message) when ended from outside
         self.usage_problem: str | None = None
+        self.on_accept: Callable[[], None] | None = None  # called once, when the engine took the request
         self.out = Outcome()
 
     @property
@@ -150,6 +189,14 @@ class StreamTimer:
             return False
         self.expired = (error_class, message)
         return True
+
+    def accept(self) -> None:
+        """The server has shown that it took the request (its prefill happened)."""
+        out = self.out
+        if not out.accepted:
+            out.accepted = True
+            if self.on_accept is not None:
+                self.on_accept()
 
     def _protocol(self, message: str) -> None:
         if self.broken:
@@ -255,6 +302,7 @@ class StreamTimer:
                 t = now - self._t0
                 if out.ttft is None:
                     out.ttft = t
+                    self.accept()
                 else:
                     out.itls.append(t - self._last)
                 self._last = t
@@ -295,6 +343,8 @@ class StreamTimer:
                 problems.append(f"{key} is negative: {value}")
             if key == "prompt_tokens":
                 out.prompt_tokens = value
+                if value > 0:
+                    self.accept()  # the server counted the prompt: it was prefilled
             elif key == "completion_tokens":
                 out.completion_tokens = value
             else:
@@ -361,67 +411,96 @@ async def send(
     debug: list[tuple[float, bytes]] | None = None,
     watch: set[StreamTimer] | None = None,
     max_event: int = MAX_EVENT_BYTES,
+    fresh: Callable[[], aiohttp.ClientSession] | None = None,
+    on_accept: Callable[[], None] | None = None,
 ) -> Outcome:
     """POST one streaming request and time it. Never raises for server or network trouble.
 
     ``timeout.total`` bounds the whole request. It is enforced with one ``asyncio.timeout`` rather
     than by aiohttp, whose timer is entered and left around every read of the stream. While the
     request is in flight its timer is in ``watch``, where the run can end it (``StreamTimer.expire``).
+
+    The stale-connection retry: when ``session`` traces connection reuse (``reuse_tracing``) and
+    ``fresh`` gives a session that opens a new connection for every request, a request whose reused
+    keep-alive connection was closed by the server before any byte of the response came back
+    (``ServerDisconnectedError``, or a reset or broken pipe) is sent once more, on a fresh connection;
+    ``Outcome.retries`` counts it. A request sent on a new connection, or one that got any byte of a
+    response, is never sent again. ``on_accept`` is called once, when the engine has shown that it took
+    the request: a 200 event-stream response (or, from a looser server, a token or a prompt count).
     """
     t0 = clock()
     timer = StreamTimer(t0, debug, max_event)
+    timer.on_accept = on_accept
     got_headers = False
+    retries = 0
     try:
         async with asyncio.timeout(timeout.total) as cm:
             if watch is not None:
                 timer.cm = cm
                 watch.add(timer)
             try:
-                async with session.post(url, data=body, headers=headers, timeout=_NO_AIOHTTP_TIMEOUT) as resp:
-                    got_headers = True
-                    if resp.status != 200:
-                        raw = await resp.content.read(64 * 1024)
-                        text = raw.decode("utf-8", "replace")
-                        out = timer.out
-                        out.error_class = classify_http(resp.status, text)
-                        try:
-                            msg = _error_message(loads(raw))
-                        except ValueError:
-                            msg = text
-                        out.error_message = f"HTTP {resp.status}: {msg}"[:ERROR_BODY_LIMIT]
-                        return out
-                    ctype = resp.headers.get("Content-Type", "")
-                    if not ctype.lower().startswith("text/event-stream"):
-                        raw = await resp.content.read(ERROR_BODY_LIMIT)
-                        resp.close()
-                        out = timer.out
-                        out.error_class = "protocol"
-                        out.error_message = (
-                            f"HTTP 200 with Content-Type {ctype!r}, not an event stream: {_excerpt(raw)}"
-                        )[:ERROR_BODY_LIMIT]
-                        return out
-                    content = resp.content
-                    stamped = arrival_of(resp) if clock is time.perf_counter else None
-                    end = 0
-                    while True:
-                        data = await content.readany()
-                        if not data:
-                            break
-                        if stamped is None:
-                            timer.feed(data, clock())
-                        else:
-                            end += len(data)
-                            if timer.out.ttft is None:  # exact arrival for the first token
-                                for piece, t in stamped.split(content, data, end):
-                                    timer.feed(piece, t)
-                            else:  # later events read together share the newest arrival
-                                stamped.marks.clear()
-                                timer.feed(data, stamped.arrived)
-                        if timer.broken:  # a protocol error: read no further
-                            resp.close()
-                            break
-                    if stamped is not None:
-                        stamped.marks.clear()  # the response is read: hold no reference to it
+                while True:
+                    use = session if retries == 0 or fresh is None else fresh()
+                    probe = _ReuseProbe()
+                    try:
+                        async with use.post(
+                            url,
+                            data=body,
+                            headers=headers,
+                            timeout=_NO_AIOHTTP_TIMEOUT,
+                            trace_request_ctx=probe,
+                        ) as resp:
+                            got_headers = True
+                            if resp.status != 200:
+                                raw = await resp.content.read(64 * 1024)
+                                text = raw.decode("utf-8", "replace")
+                                out = timer.out
+                                out.error_class = classify_http(resp.status, text)
+                                try:
+                                    msg = _error_message(loads(raw))
+                                except ValueError:
+                                    msg = text
+                                out.error_message = f"HTTP {resp.status}: {msg}"[:ERROR_BODY_LIMIT]
+                                return out
+                            ctype = resp.headers.get("Content-Type", "")
+                            if not ctype.lower().startswith("text/event-stream"):
+                                raw = await resp.content.read(ERROR_BODY_LIMIT)
+                                resp.close()
+                                out = timer.out
+                                out.error_class = "protocol"
+                                out.error_message = (
+                                    f"HTTP 200 with Content-Type {ctype!r}, not an event stream: {_excerpt(raw)}"
+                                )[:ERROR_BODY_LIMIT]
+                                return out
+                            timer.accept()  # a 200 event stream: the engine took the request
+                            content = resp.content
+                            stamped = arrival_of(resp) if clock is time.perf_counter else None
+                            end = 0
+                            while True:
+                                data = await content.readany()
+                                if not data:
+                                    break
+                                if stamped is None:
+                                    timer.feed(data, clock())
+                                else:
+                                    end += len(data)
+                                    if timer.out.ttft is None:  # exact arrival for the first token
+                                        for piece, t in stamped.split(content, data, end):
+                                            timer.feed(piece, t)
+                                    else:  # later events read together share the newest arrival
+                                        stamped.marks.clear()
+                                        timer.feed(data, stamped.arrived)
+                                if timer.broken:  # a protocol error: read no further
+                                    resp.close()
+                                    break
+                            if stamped is not None:
+                                stamped.marks.clear()  # the response is read: hold no reference to it
+                        break
+                    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                        if got_headers or retries or fresh is None or not probe.reused or not _stale(exc):
+                            raise
+                        retries += 1  # a stale keep-alive connection: once more, on a new one
+                        timer.out.retries = retries
             finally:
                 if watch is not None:
                     watch.discard(timer)

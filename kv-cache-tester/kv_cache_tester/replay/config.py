@@ -48,6 +48,7 @@ class ReplayConfig:
     busy_poll: bool = False
     stall_timeout: float = 300.0  # seconds without data on a started stream before it fails (0 = off)
     max_event_bytes: int = 4 << 20  # bound on one SSE event
+    vocab_size: int | None = None  # the served model's, from the server (--api completions, no --tokenizer)
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -62,9 +63,11 @@ class ReplayConfig:
 
     @property
     def prompt_mode(self) -> str:
-        if self.tokenizer:
-            return "chat"
-        return "ids" if self.api == "completions" else "words"
+        """completions: token ids (from the tokenizer's vocabulary, else the server's vocabulary
+        size); chat: text calibrated to the tokenizer, else one word per token (simulated engine)."""
+        if self.api == "completions":
+            return "ids"
+        return "chat" if self.tokenizer else "words"
 
 
 def _endpoint(raw: str) -> str:
@@ -128,7 +131,6 @@ def from_args(ns: argparse.Namespace) -> ReplayConfig:
     need(ns.stall_timeout >= 0, "--stall-timeout: must be >= 0 seconds (0 = off)")
     need(ns.max_event_bytes >= 1024, "--max-event-bytes: must be at least 1024")
     need(ns.hash_block_mode, "--no-hash-block-mode: only hash-block content is supported")
-    need(not (ns.tokenizer and ns.api == "completions"), "--tokenizer works with --api chat only")
     return ReplayConfig(
         api_endpoint=_endpoint(ns.api_endpoint),
         trace_directory=ns.trace_directory,

@@ -34,4 +34,5 @@ def make_builder(cfg: ReplayConfig, model: str) -> PayloadBuilder:
         send_max_tokens=not cfg.no_max_tokens,
         mode=cfg.prompt_mode,
         tokenizer=cfg.tokenizer,
+        vocab_size=cfg.vocab_size,
     )

@@ -2,18 +2,40 @@
 
 Prompt modes (``PromptSynthesizer``): ``words`` (default: one word per token, for the simulated
 engine), ``chat`` (``--tokenizer``: words calibrated to the served model's tokenizer) and ``ids``
-(``--api completions``: token ids).
+(``--api completions``: token ids). Token ids always come from the served model's vocabulary: the
+tokenizer's single-token words with ``--tokenizer``, else ids below the vocabulary size the server
+reported (``ids_for_vocab``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kv_cache_tester.errors import UsageError
 from kv_cache_tester.replay.jsonfast import dumps
-from kv_cache_tester.traces.cache import PrefixTracker
 from kv_cache_tester.traces.model import Request, SubAgent, Trace
-from kv_cache_tester.traces.synth import PlaySynth, PromptSynthesizer
+from kv_cache_tester.traces.synth import IDS_BASE, IDS_RANGE, PlaySynth, PromptSynthesizer, _Vocab
+
+MIN_ID_CHOICES = 256  # fewer distinct ids and unrelated blocks would too often share content
+
+
+def ids_for_vocab(vocab_size: int) -> range:
+    """The token ids drawn for a model of ``vocab_size`` ids when no tokenizer is given.
+
+    ``[1000, 1000 + 16384)`` cut to the vocabulary, keeping clear of its low ids (bytes, control
+    tokens) and of its top (where many models keep their special tokens): at most ``[v/4, v - r)``
+    with ``r = min(256, v/16)``.
+    """
+    lo = min(IDS_BASE, vocab_size // 4)
+    hi = min(IDS_BASE + IDS_RANGE, vocab_size - min(256, vocab_size // 16))
+    if hi - lo < MIN_ID_CHOICES:
+        raise UsageError(
+            f"--api completions: a vocabulary of {vocab_size} ids leaves too few ids to draw prompts from; "
+            "pass --tokenizer"
+        )
+    return range(lo, hi)
 
 
 @dataclass(slots=True)
@@ -24,13 +46,13 @@ class Scope:
     salt: str
     cache_scope: str
     local: bool
+    closed: bool = False
 
 
 @dataclass(slots=True)
 class Built:
     body: bytes
     expected_prompt_tokens: int
-    hit_blocks: int
     total_blocks: int
 
 
@@ -41,6 +63,42 @@ def salt_for(trace: Trace, play: int) -> str:
     if play == 0 or trace.hash_id_scope == "global":
         return ""
     return f"p{play}"
+
+
+class DeliveredBlocks:
+    """An infinite prefix cache per scope that holds only what the server accepted.
+
+    Each block remembers the earliest dispatch ticket of an accepted request that carried it. A
+    request's hits are its leading blocks carried by a request sent before it, whenever that one was
+    accepted (an engine caches a request's blocks once it schedules it, so a request sent just after
+    a sibling finds the sibling's blocks): the count is taken when the request has finished.
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[str, dict[int, int]] = {}
+        self._next = 0
+
+    def ticket(self) -> int:
+        self._next += 1
+        return self._next
+
+    def add(self, hash_ids: Sequence[int], scope: str, ticket: int) -> None:
+        first = self._first.setdefault(scope, {})
+        for hid in hash_ids:
+            if first.get(hid, ticket + 1) > ticket:
+                first[hid] = ticket
+
+    def hits(self, hash_ids: Sequence[int], scope: str, ticket: int) -> int:
+        first = self._first.get(scope, {})
+        n = 0
+        for hid in hash_ids:
+            if first.get(hid, ticket) >= ticket:
+                break
+            n += 1
+        return n
+
+    def forget(self, scope: str) -> None:
+        self._first.pop(scope, None)
 
 
 class PayloadBuilder:
@@ -54,11 +112,18 @@ class PayloadBuilder:
         send_max_tokens: bool,
         mode: str = "words",
         tokenizer: Any = None,
+        vocab_size: int | None = None,
     ) -> None:
         self.api = api
         self.mode = mode
         self.synth = PromptSynthesizer(mode=mode, seed=seed, tokenizer=tokenizer)  # type: ignore[arg-type]
-        self.tracker = PrefixTracker()
+        if mode == "ids" and tokenizer is None:
+            if vocab_size is None:
+                raise UsageError(
+                    "--api completions: the served model's vocabulary is unknown; pass --tokenizer"
+                )
+            self.synth.vocab = _Vocab(list(ids_for_vocab(vocab_size)), "")
+        self.reference = DeliveredBlocks()
         self._head = b'{"model":' + dumps(model)
         self._tail_fixed = b',"stream":true,"stream_options":{"include_usage":true}' + (
             b',"ignore_eos":true' if ignore_eos else b""
@@ -72,8 +137,24 @@ class PayloadBuilder:
 
     def close_scope(self, scope: Scope) -> None:
         """Forget a finished play's blocks (bounded memory); global scopes live for the run."""
+        scope.closed = True
         if scope.local:
-            self.tracker.forget(scope.cache_scope)
+            self.reference.forget(scope.cache_scope)
+
+    # The infinite-cache reference follows what the server really got (docs/traces.md, "Theoretical
+    # hit rate of a replay").
+    def dispatched(self) -> int:
+        """A ticket for a request about to be sent (its place in the dispatch order)."""
+        return self.reference.ticket()
+
+    def delivered(self, scope: Scope, req: Request, ticket: int) -> None:
+        """The server took ``req``: its blocks are cached for every request sent after it."""
+        if not scope.closed or not scope.local:
+            self.reference.add(req.hash_ids, scope.cache_scope, ticket)
+
+    def hits(self, scope: Scope, req: Request, ticket: int) -> int:
+        """Leading blocks of ``req`` that requests sent before it, and taken by the server, hold."""
+        return self.reference.hits(req.hash_ids, scope.cache_scope, ticket)
 
     def build(self, scope: Scope, agent: SubAgent | None, req: Request) -> Built:
         p = scope.play.prompt(req, agent)
@@ -88,5 +169,4 @@ class PayloadBuilder:
             parts.append(b',"max_tokens":%d' % max(1, req.out_tokens))
         parts.append(b"}")
         body = b"".join(parts)  # one copy of the (often 100+ KB) prompt, not one per concatenation
-        hits = self.tracker.observe(req.hash_ids, scope.cache_scope)
-        return Built(body, p.expected_prompt_tokens, hits, len(req.hash_ids))
+        return Built(body, p.expected_prompt_tokens, len(req.hash_ids))

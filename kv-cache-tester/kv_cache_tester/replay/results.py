@@ -92,8 +92,12 @@ class RequestRecord(TypedDict):
     expected_prompt_tokens: int | None
     output_tokens: int | None
     expected_output_tokens: int | None
-    theoretical_hit_blocks: int | None  # leading hash blocks seen before in the same scope
+    theoretical_hit_blocks: int | None  # leading blocks that accepted requests of the scope held
     total_blocks: int | None
+    # Whether the server took the request (its first token, or a usage with its prompt count): only
+    # accepted requests count in the theoretical hit rate. Absent (older writers): ok requests count.
+    accepted: NotRequired[bool]
+    retries: NotRequired[int]  # sends again after a stale keep-alive connection (0 or 1)
     status: Status
     error: RequestError | None
     client: NotRequired[str]  # set by other clients ("aiperf"); absent for the replayer
@@ -139,7 +143,7 @@ class Slo(TypedDict):
 
 
 class Cache(TypedDict):
-    theoretical_hit_rate: float | None  # hit blocks / total blocks, every profile request
+    theoretical_hit_rate: float | None  # hit blocks / total blocks, profile requests the server accepted
     client_hit_rate: float | None  # cached / prompt tokens, ok requests with server usage
     prompt_tokens: int  # the denominator of client_hit_rate
     cached_tokens: int  # its numerator
@@ -193,6 +197,8 @@ RECORD_REQUIRED = frozenset({"trace_id", "t_dispatch"})
 
 def _what(tp: Any) -> str:
     """How a type reads in an error message."""
+    if tp is bool:
+        return "true or false"
     if tp is float:
         return "a number"
     if tp is int:
@@ -214,6 +220,8 @@ def _matches(value: Any, tp: Any) -> bool:
     """Whether ``value`` (decoded JSON) has the scalar or container shape ``tp``."""
     if tp is Any:
         return True
+    if tp is bool:
+        return isinstance(value, bool)
     if tp is float:
         return isinstance(value, int | float) and not isinstance(value, bool)
     if tp is int:

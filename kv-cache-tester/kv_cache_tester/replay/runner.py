@@ -25,7 +25,7 @@ import aiohttp
 
 from kv_cache_tester.replay.arrival import ArrivalConnector
 from kv_cache_tester.replay.breaker import CircuitBreaker
-from kv_cache_tester.replay.client import Outcome, StreamTimer, send
+from kv_cache_tester.replay.client import Outcome, StreamTimer, reuse_tracing, send
 from kv_cache_tester.replay.config import ReplayConfig
 from kv_cache_tester.replay.eager import eager_body_writes
 from kv_cache_tester.replay.pool import TracePool
@@ -37,6 +37,19 @@ from kv_cache_tester.replay.timing import scaled_delay
 from kv_cache_tester.traces.model import Request, SubAgent, SubAgentGroup, Trace
 
 clock = time.perf_counter
+
+
+def _make_session(
+    connector: aiohttp.BaseConnector, trace_configs: list[aiohttp.TraceConfig] | None = None
+) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=connector,
+        headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+        auto_decompress=False,
+        read_bufsize=1 << 18,
+        skip_auto_headers=("User-Agent",),
+        trace_configs=trace_configs,
+    )
 
 
 class _Stopped(Exception):
@@ -95,6 +108,7 @@ class Replayer:
         self.breaker = CircuitBreaker(host, port, on_trip=lambda msg: self.stop("breaker"))
         self._timeout = aiohttp.ClientTimeout(total=cfg.request_timeout)
         self._session: aiohttp.ClientSession | None = None
+        self._retry_session: aiohttp.ClientSession | None = None
 
     # -- control ---------------------------------------------------------------------------------
     def stop(self, reason: str) -> None:
@@ -290,6 +304,12 @@ class Replayer:
             self._fail(f"lane {lane.index} sub-agent {agent.agent_id}", exc)
 
     # -- one request -----------------------------------------------------------------------------
+    def _fresh_session(self) -> aiohttp.ClientSession:
+        """The session for a stale-connection retry: a new connection for every request."""
+        if self._retry_session is None:
+            self._retry_session = _make_session(ArrivalConnector(force_close=True, limit=0))
+        return self._retry_session
+
     async def _dispatch(
         self,
         lane: _Lane,
@@ -318,6 +338,7 @@ class Replayer:
                 raise _Stopped
         self.in_flight += 1
         t_send = clock()
+        ticket = self.builder.dispatched()
         try:
             self._first_dispatch.setdefault(lane.index, t_send - self.t0)
             out = await send(
@@ -330,6 +351,8 @@ class Replayer:
                 debug,
                 self._watch,
                 self.cfg.max_event_bytes,
+                fresh=self._fresh_session,
+                on_accept=lambda: self.builder.delivered(scope, req, ticket),
             )
             t_done = clock()
         finally:
@@ -338,6 +361,7 @@ class Replayer:
                 self._sem.release()
         lane.sent += 1
         self.sent += 1
+        hit_blocks = self.builder.hits(scope, req, ticket)
         self.breaker.observe(None if out.ok else out.error_class)
         rec: RequestRecord = {
             "trace_id": trace.trace_id,
@@ -363,8 +387,10 @@ class Replayer:
             "expected_prompt_tokens": built.expected_prompt_tokens,
             "output_tokens": out.output_tokens,
             "expected_output_tokens": req.out_tokens,
-            "theoretical_hit_blocks": built.hit_blocks,
+            "theoretical_hit_blocks": hit_blocks,
             "total_blocks": built.total_blocks,
+            "accepted": out.accepted,
+            "retries": out.retries,
             "status": "ok" if out.ok else "error",
             "error": None if out.ok else {"class": out.error_class, "message": out.error_message},
         }
@@ -483,13 +509,7 @@ class Replayer:
             ttl_dns_cache=None,
             use_dns_cache=True,
         )
-        session = aiohttp.ClientSession(
-            connector=connector,
-            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
-            auto_decompress=False,
-            read_bufsize=1 << 18,
-            skip_auto_headers=("User-Agent",),
-        )
+        session = _make_session(connector, trace_configs=[reuse_tracing()])
         self._session = session
         lane_tasks = [loop.create_task(self._lane(i)) for i in self.lanes]
         poller = loop.create_task(self._busy_poll()) if cfg.busy_poll else None
@@ -530,6 +550,8 @@ class Replayer:
                 poller.cancel()
             self.breaker.close()
             await session.close()
+            if self._retry_session is not None:
+                await self._retry_session.close()
         end = clock()
         assert self.t_stop is not None
         return RunMeta(

@@ -62,6 +62,13 @@ def read_records(path: Path) -> list[RequestRecord]:
     return out
 
 
+def accepted(r: RequestRecord) -> bool:
+    """Whether the server took the request (its prefill happened); records without the key (older
+    writers) count when they finished ok."""
+    value = r.get("accepted")
+    return value if value is not None else r["status"] == "ok"
+
+
 def build_summary(
     records_path: Path,
     metas: list[RunMeta],
@@ -106,8 +113,9 @@ def build_summary(
         hist.merge(m.itl_hist)
 
     # The hit rates' definitions: docs/collect.md, "Hit rates".
-    hit_blocks = sum(r["theoretical_hit_blocks"] or 0 for r in prof)
-    blocks = sum(r["total_blocks"] or 0 for r in prof)
+    delivered = [r for r in prof if accepted(r)]
+    hit_blocks = sum(r["theoretical_hit_blocks"] or 0 for r in delivered)
+    blocks = sum(r["total_blocks"] or 0 for r in delivered)
     reported = [
         r for r in ok if r.get("cached_tokens") is not None and r.get("prompt_tokens_source") == "server"
     ]

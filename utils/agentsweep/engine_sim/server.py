@@ -164,6 +164,7 @@ class SimServer:
                 "root": self.config.model,
                 "parent": None,
                 "max_model_len": self.config.max_model_len,
+                "vocab_size": tokenizer.MAX_TOKEN_ID + 1,  # every id it accepts in a completions prompt
             }
             for name in self.config.served_names
         ]

@@ -4,7 +4,11 @@ Reading rules (they hold for every name below):
 - A counter is found with or without its ``_total`` suffix; ``_created`` samples are ignored.
 - Counters and request counts are summed over every label set (engine, rank, model_name...);
   usage fractions are averaged over them (each DP engine or TP rank reports its own fraction).
-- A figure the engine does not report is ``None`` (an empty CSV cell), never a zero.
+- A figure the engine does not report is ``None`` (an empty CSV cell), never a zero; ``map_sources``
+  says, for every column, the metric it was read from or why it is absent (the scraper writes that
+  to server_metrics.sources.json beside the CSV).
+- Read but kept out of the columns: ``vllm:request_prefill_kv_computed_tokens`` (tokens computed
+  per finished request) has no column of the same meaning; prompt minus cached tokens is its sum.
 """
 
 from __future__ import annotations
@@ -66,20 +70,6 @@ class Exposition:
         values = self.select(name)
         return float(sum(values) / len(values)) if values else None
 
-    def first_total(self, *names: str) -> float | None:
-        """The sum of the first of ``names`` the engine exposes (newest name first)."""
-        for name in names:
-            if self.has(name):
-                return self.total(name)
-        return None
-
-    def first_mean(self, *names: str) -> float | None:
-        for name in names:
-            value = self.mean(name)
-            if value is not None:
-                return value
-        return None
-
 
 def _base(name: str) -> str:
     return name[: -len("_total")] if name.endswith("_total") else name
@@ -120,95 +110,231 @@ def _label_ci(labels: Labels, key: str) -> str:
     return labels.get(key, "").lower()
 
 
-def _vllm(expo: Exposition) -> dict[str, float | None]:
-    row: dict[str, float | None] = {
-        "kv_cache_usage": expo.first_mean("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-        "cpu_kv_cache_usage": expo.first_mean(
-            "vllm:kv_offload_cpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"
-        ),
-        "requests_running": expo.total("vllm:num_requests_running"),
-        "requests_waiting": expo.total("vllm:num_requests_waiting"),
-        "prompt_tokens_total": expo.total("vllm:prompt_tokens"),
-        "generation_tokens_total": expo.total("vllm:generation_tokens"),
-        "prefix_cache_queries_total": expo.first_total(
-            "vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"
-        ),
-        "prefix_cache_hits_total": expo.first_total("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
-        "preemptions_total": expo.total("vllm:num_preemptions"),
-        "requests_finished_total": expo.total(
-            "vllm:request_success", lambda labels: _label_ci(labels, "finished_reason") != "abort"
+class _Row:
+    """The figures of one scrape, each with where it came from: the metric it was read from, or
+    ``absent: <why>`` when the engine does not provide it."""
+
+    def __init__(self, expo: Exposition) -> None:
+        self.expo = expo
+        self.values: dict[str, float | None] = {}
+        self.sources: dict[str, str] = {}
+
+    def put(self, column: str, value: float | None, source: str, why_absent: str) -> None:
+        self.values[column] = value
+        self.sources[column] = source if value is not None else f"absent: {why_absent}"
+
+    def first(self, column: str, names: tuple[str, ...], why_absent: str, mean: bool = False) -> None:
+        """The first of ``names`` the engine exposes (newest name first)."""
+        for name in names:
+            if self.expo.has(name):
+                value = self.expo.mean(name) if mean else self.expo.total(name)
+                if value is not None:
+                    self.put(column, value, name, why_absent)
+                    return
+        self.put(column, None, "", why_absent)
+
+
+def _device_source(labels: Labels) -> bool:
+    return _label_ci(labels, "source") in _DEVICE_SOURCES
+
+
+def _vllm(expo: Exposition) -> _Row:
+    row = _Row(expo)
+    row.first(
+        "kv_cache_usage",
+        ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        "no KV-cache usage gauge",
+        mean=True,
+    )
+    row.first(
+        "cpu_kv_cache_usage",
+        ("vllm:kv_offload_cpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"),
+        "no CPU KV-cache tier (KV offload off, or not possible on this build: vLLM on a CPU cannot offload)",
+        mean=True,
+    )
+    row.first("requests_running", ("vllm:num_requests_running",), "no running-requests gauge")
+    # The total waiting gauge; newer releases also split it by reason (capacity, deferred), whose
+    # sum is the same figure.
+    row.first(
+        "requests_waiting",
+        ("vllm:num_requests_waiting", "vllm:num_requests_waiting_by_reason"),
+        "no waiting-requests gauge",
+    )
+    row.first("prompt_tokens_total", ("vllm:prompt_tokens",), "no prompt-token counter")
+    row.first("generation_tokens_total", ("vllm:generation_tokens",), "no generation-token counter")
+    row.first(
+        "prefix_cache_queries_total",
+        ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
+        "no prefix-cache query counter",
+    )
+    # Hits in GPU memory: the prefix-cache counter, else the device share of the per-source cached
+    # tokens (prompt_tokens_cached_by_source, or prompt_tokens_by_source{source=local_cache_hit}).
+    if expo.has("vllm:prefix_cache_hits") or expo.has("vllm:gpu_prefix_cache_hits"):
+        row.first(
+            "prefix_cache_hits_total", ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"), "unreachable"
         )
-        if expo.has("vllm:request_success")
-        else expo.total("vllm:e2e_request_latency_seconds_count"),
-    }
-    # Hits served from outside GPU memory. The per-source counter (newer releases) splits them
-    # exactly; otherwise the KV-connector counter stands for the offload tier.
-    if expo.has("vllm:prompt_tokens_cached_by_source"):
-        row["cpu_cache_hits_total"] = expo.total(
-            "vllm:prompt_tokens_cached_by_source",
-            lambda labels: _label_ci(labels, "source") not in _DEVICE_SOURCES,
+    elif expo.has("vllm:prompt_tokens_cached_by_source"):
+        row.put(
+            "prefix_cache_hits_total",
+            expo.total("vllm:prompt_tokens_cached_by_source", _device_source),
+            "vllm:prompt_tokens_cached_by_source{source=device}",
+            "",
+        )
+    elif expo.has("vllm:prompt_tokens_by_source"):
+        row.put(
+            "prefix_cache_hits_total",
+            expo.total(
+                "vllm:prompt_tokens_by_source",
+                lambda labels: _label_ci(labels, "source") == "local_cache_hit",
+            ),
+            "vllm:prompt_tokens_by_source{source=local_cache_hit}",
+            "",
         )
     else:
-        row["cpu_cache_hits_total"] = expo.total("vllm:external_prefix_cache_hits")
+        row.put("prefix_cache_hits_total", None, "", "no prefix-cache hit counter")
+    row.first("preemptions_total", ("vllm:num_preemptions",), "no preemption counter")
+    if expo.has("vllm:request_success"):
+        row.put(
+            "requests_finished_total",
+            expo.total(
+                "vllm:request_success", lambda labels: _label_ci(labels, "finished_reason") != "abort"
+            ),
+            "vllm:request_success{finished_reason!=abort}",
+            "",
+        )
+    else:
+        row.first(
+            "requests_finished_total",
+            ("vllm:e2e_request_latency_seconds_count",),
+            "no finished-request counter",
+        )
+    # Hits served from outside GPU memory. The per-source counters (newer releases) split them
+    # exactly; otherwise the KV-connector counter stands for the offload tier.
+    if expo.has("vllm:prompt_tokens_cached_by_source"):
+        row.put(
+            "cpu_cache_hits_total",
+            expo.total("vllm:prompt_tokens_cached_by_source", lambda labels: not _device_source(labels)),
+            "vllm:prompt_tokens_cached_by_source{source!=device}",
+            "",
+        )
+    elif expo.has("vllm:prompt_tokens_by_source"):
+        row.put(
+            "cpu_cache_hits_total",
+            expo.total(
+                "vllm:prompt_tokens_by_source",
+                lambda labels: _label_ci(labels, "source") == "external_kv_transfer",
+            ),
+            "vllm:prompt_tokens_by_source{source=external_kv_transfer}",
+            "",
+        )
+    else:
+        row.first(
+            "cpu_cache_hits_total",
+            ("vllm:external_prefix_cache_hits",),
+            "no hits from outside GPU memory are counted (no KV connector or offload tier)",
+        )
+    no_offload = "no KV offload transfer counter (KV offload off, or not possible on this build)"
     for column, direction, flat in (
         ("offload_bytes_gpu_to_cpu_total", "gpu_to_cpu", "vllm:kv_offload_store_bytes"),
         ("offload_bytes_cpu_to_gpu_total", "cpu_to_gpu", "vllm:kv_offload_load_bytes"),
     ):
         if expo.has(flat):
-            row[column] = expo.total(flat)
+            row.first(column, (flat,), no_offload)
         else:
-            row[column] = expo.total(
-                "vllm:kv_offload_total_bytes",
-                lambda labels, d=direction: _label_ci(labels, "transfer_type") == d,
+            row.put(
+                column,
+                expo.total(
+                    "vllm:kv_offload_total_bytes",
+                    lambda labels, d=direction: _label_ci(labels, "transfer_type") == d,
+                ),
+                f"vllm:kv_offload_total_bytes{{transfer_type={direction}}}",
+                no_offload,
             )
     return row
 
 
-def _sglang(expo: Exposition) -> dict[str, float | None]:
+def _sglang(expo: Exposition) -> _Row:
+    row = _Row(expo)
     prompt = expo.total("sglang:prompt_tokens")
     cached = expo.select("sglang:cached_tokens")
     by_source = expo.samples.get("sglang:cached_tokens", [])
     labelled = any("cache_source" in labels for labels, _ in by_source)
     if cached is None:
         # SGLang creates the counter on the first hit (multiprocess registry): no hits yet.
-        gpu_hits = 0.0 if prompt is not None else None
-        cpu_hits = None
+        row.put(
+            "prefix_cache_hits_total",
+            0.0 if prompt is not None else None,
+            "sglang:cached_tokens (not created yet: no hit so far)",
+            "no cached-token counter",
+        )
+        row.put("cpu_cache_hits_total", None, "", "no cached-token counter yet")
     elif labelled:
-        gpu_hits = float(sum(v for labels, v in by_source if _label_ci(labels, "cache_source") == "device"))
-        cpu_hits = float(sum(v for labels, v in by_source if _label_ci(labels, "cache_source") != "device"))
+        gpu = float(sum(v for labels, v in by_source if _label_ci(labels, "cache_source") == "device"))
+        cpu = float(sum(v for labels, v in by_source if _label_ci(labels, "cache_source") != "device"))
+        row.put("prefix_cache_hits_total", gpu, "sglang:cached_tokens{cache_source=device}", "")
+        row.put("cpu_cache_hits_total", cpu, "sglang:cached_tokens{cache_source!=device}", "")
     else:  # releases before the cache_source label: every hit is a device (radix) hit
-        gpu_hits, cpu_hits = float(sum(cached)), None
+        row.put("prefix_cache_hits_total", float(sum(cached)), "sglang:cached_tokens", "")
+        row.put("cpu_cache_hits_total", None, "", "this SGLang does not split cached tokens by source")
     host_used = expo.total("sglang:hicache_host_used_tokens")
     host_total = expo.total("sglang:hicache_host_total_tokens")
-    return {
-        "kv_cache_usage": expo.mean("sglang:token_usage"),
-        "cpu_kv_cache_usage": host_used / host_total if host_used is not None and host_total else None,
-        "requests_running": expo.total("sglang:num_running_reqs"),
-        "requests_waiting": expo.total("sglang:num_queue_reqs"),
-        "prompt_tokens_total": prompt,
-        "generation_tokens_total": expo.total("sglang:generation_tokens"),
-        "prefix_cache_queries_total": prompt,
-        "prefix_cache_hits_total": gpu_hits,
-        "cpu_cache_hits_total": cpu_hits,
-        "preemptions_total": expo.total("sglang:num_retracted_requests"),
-        "offload_bytes_gpu_to_cpu_total": expo.total("sglang:hicache_backup_bytes"),
-        "offload_bytes_cpu_to_gpu_total": expo.total("sglang:load_back_bytes"),
-        "requests_finished_total": expo.total("sglang:e2e_request_latency_seconds_count"),
-    }
+    row.first("kv_cache_usage", ("sglang:token_usage",), "no token-usage gauge", mean=True)
+    row.put(
+        "cpu_kv_cache_usage",
+        host_used / host_total if host_used is not None and host_total else None,
+        "sglang:hicache_host_used_tokens / sglang:hicache_host_total_tokens",
+        "no HiCache host pool (hierarchical cache off)",
+    )
+    row.first("requests_running", ("sglang:num_running_reqs",), "no running-requests gauge")
+    row.first("requests_waiting", ("sglang:num_queue_reqs",), "no queued-requests gauge")
+    row.put("prompt_tokens_total", prompt, "sglang:prompt_tokens", "no prompt-token counter")
+    row.first("generation_tokens_total", ("sglang:generation_tokens",), "no generation-token counter")
+    # Every prompt token is looked up in the radix cache.
+    row.put("prefix_cache_queries_total", prompt, "sglang:prompt_tokens", "no prompt-token counter")
+    row.first("preemptions_total", ("sglang:num_retracted_requests",), "no retraction counter")
+    row.first("offload_bytes_gpu_to_cpu_total", ("sglang:hicache_backup_bytes",), "no HiCache backup counter")
+    row.first("offload_bytes_cpu_to_gpu_total", ("sglang:load_back_bytes",), "no HiCache load-back counter")
+    row.first(
+        "requests_finished_total", ("sglang:e2e_request_latency_seconds_count",), "no finished-request count"
+    )
+    return row
 
 
-_MAPPERS: dict[str, Callable[[Exposition], dict[str, float | None]]] = {"vllm": _vllm, "sglang": _sglang}
+_MAPPERS: dict[str, Callable[[Exposition], _Row]] = {"vllm": _vllm, "sglang": _sglang}
 
 
-def map_exposition(expo: Exposition, dialect: str) -> dict[str, float | None]:
-    """The engine-neutral figures (every COLUMNS name but time_s) of one scrape."""
+def _mapped(expo: Exposition, dialect: str) -> _Row:
     if dialect not in _MAPPERS:
         raise InputError(f"unknown metrics dialect '{dialect}' (known: {', '.join(DIALECTS)})")
     return _MAPPERS[dialect](expo)
 
 
+def map_exposition(expo: Exposition, dialect: str) -> dict[str, float | None]:
+    """The engine-neutral figures (every COLUMNS name but time_s) of one scrape."""
+    return _mapped(expo, dialect).values
+
+
+def map_sources(expo: Exposition, dialect: str) -> dict[str, str]:
+    """Where each figure of ``map_exposition`` comes from: the metric (with its label filter) it was
+    read from, or ``absent: <why>`` for a figure this engine does not provide."""
+    return _mapped(expo, dialect).sources
+
+
 def map_text(text: str, dialect: str | None = None) -> tuple[str, dict[str, float | None]]:
     """Parse, detect the dialect when not given, and map. Unknown dialect -> InputError."""
+    found, row = _map_text(text, dialect)
+    return found, row.values
+
+
+def map_text_sources(
+    text: str, dialect: str | None = None
+) -> tuple[str, dict[str, float | None], dict[str, str]]:
+    """``map_text`` plus where each figure came from (``map_sources``)."""
+    found, row = _map_text(text, dialect)
+    return found, row.values, row.sources
+
+
+def _map_text(text: str, dialect: str | None) -> tuple[str, _Row]:
     expo = parse_exposition(text)
     found = dialect or detect_dialect(expo)
     if found is None:
@@ -217,7 +343,7 @@ def map_text(text: str, dialect: str | None = None) -> tuple[str, dict[str, floa
             "metrics are neither vLLM ('vllm:') nor SGLang ('sglang:'); first names seen: "
             + (", ".join(names) if names else "none")
         )
-    return found, map_exposition(expo, found)
+    return found, _mapped(expo, found)
 
 
 def format_row(time_s: float, values: dict[str, float | None]) -> list[str]:

