@@ -173,11 +173,20 @@ def test_stream_requests_counts_phases(tmp_path):
             "theoretical_hit_blocks": 3,
             "total_blocks": 4,
         },
-        {
+        {  # accepted by the server, then cut: its blocks count in the reference
             "phase": "profile",
             "status": "error",
+            "accepted": True,
             "ttft_s": None,
             "theoretical_hit_blocks": 1,
+            "total_blocks": 4,
+        },
+        {  # refused before any prefill: its blocks never reached a cache
+            "phase": "profile",
+            "status": "error",
+            "accepted": False,
+            "ttft_s": None,
+            "theoretical_hit_blocks": 2,
             "total_blocks": 4,
         },
         [1, 2],
@@ -185,10 +194,10 @@ def test_stream_requests_counts_phases(tmp_path):
     path.write_text("\n".join(json.dumps(r) for r in recs) + "\n\nnot json\n")
     stats = stream_requests(path)
     assert (stats.records, stats.warmup, stats.profile_ok, stats.profile_errors, stats.bad_lines) == (
-        3,
+        4,
         1,
         1,
-        1,
+        2,
         2,
     )
     cols = stats.as_columns()

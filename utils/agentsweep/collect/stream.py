@@ -124,9 +124,12 @@ def stream_requests(path: Path) -> RequestStats:
             if rec.get("phase") == "warmup":
                 stats.warmup += 1
                 continue
-            # Blocks count for every profiled request: the ideal cache sees every prompt.
-            stats.theoretical_hit_blocks += _int(rec.get("theoretical_hit_blocks"))
-            stats.total_blocks += _int(rec.get("total_blocks"))
+            # Blocks count for every request the server accepted (its prefill happened), as in the
+            # replayer's summary; a record without the key (older writers) counts when it is ok.
+            accepted = rec.get("accepted")
+            if accepted is True or (accepted is None and rec.get("status") == "ok"):
+                stats.theoretical_hit_blocks += _int(rec.get("theoretical_hit_blocks"))
+                stats.total_blocks += _int(rec.get("total_blocks"))
             if rec.get("status") != "ok":
                 stats.profile_errors += 1
                 continue
