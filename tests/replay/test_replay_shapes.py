@@ -20,9 +20,9 @@ from kv_cache_tester.errors import RunAborted
 from kv_cache_tester.replay import app
 from kv_cache_tester.replay.cli import add_arguments
 from kv_cache_tester.replay.config import from_args
+from kv_cache_tester.replay.loop import Replayer
 from kv_cache_tester.replay.prompts import PayloadBuilder
 from kv_cache_tester.replay.recorder import Recorder
-from kv_cache_tester.replay.runner import Replayer
 from kv_cache_tester.traces.loaders import load_traces
 
 

@@ -16,12 +16,12 @@ import aiohttp
 
 from kv_cache_tester.errors import RunAborted, UsageError
 from kv_cache_tester.replay.config import ReplayConfig
+from kv_cache_tester.replay.loop import Replayer
 from kv_cache_tester.replay.pool import TracePool
 from kv_cache_tester.replay.process import make_builder, run_loop
 from kv_cache_tester.replay.progress import Progress
 from kv_cache_tester.replay.recorder import DEBUG_FILE, REQUESTS_FILE, Recorder
 from kv_cache_tester.replay.results import SUMMARY_FILE
-from kv_cache_tester.replay.runner import Replayer
 from kv_cache_tester.replay.summary import RunMeta, build_summary, write_summary
 from kv_cache_tester.replay.workers import run_workers
 from kv_cache_tester.traces.loaders import load_traces
