@@ -152,14 +152,11 @@ def test_the_cell_job_masks_secret_values_before_printing_anything(gha, tmp_path
     assert check.output.count(HF) == 1
 
 
-def test_ci_image_is_pinned_or_its_exception_is_documented() -> None:
+def test_ci_image_is_pinned_by_digest() -> None:
     text = (REPO / ".github" / "workflows" / "ci.yml").read_text()
     (image,) = re.findall(r"^\s*image:\s*(\S+)(.*)$", text, re.M)
-    if re.fullmatch(r"[\w./:-]+@sha256:[0-9a-f]{64}", image[0]):
-        return
-    assert "# zizmor: ignore[unpinned-images]" in image[1]
-    docs = (REPO / "docs" / "workflows.md").read_text()
-    assert "## CI image" in docs and image[0] in docs
+    assert re.fullmatch(r"python:3\.11-bookworm@sha256:[0-9a-f]{64}", image[0]), image
+    assert "zizmor: ignore" not in image[1]
 
 
 def test_result_dir_comes_from_the_validated_exp_name_only(gha, tmp_path) -> None:
