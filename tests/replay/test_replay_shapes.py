@@ -300,3 +300,28 @@ def test_a_run_cut_by_its_duration_counts_what_it_did_not_send(tmp_path, stream_
     summ = kit.summary(out)
     assert summ["counts"]["sent"] == 2  # request 0, then request 1 after its 1 s think time
     assert summ["self_audit"]["unsent_requests"] == 48
+
+
+@pytest.fixture
+def sim_stalling_after_one(engine_sim_factory):
+    """The simulated engine whose responses after the first stop half-way, connection held open."""
+    with engine_sim_factory("--speed", "200", "--stall-after", "1") as url:
+        yield url
+
+
+@pytest.mark.slow
+def test_a_sub_agent_in_flight_when_the_run_stops_is_recorded(tmp_path, sim_stalling_after_one, kit):
+    """The parent lane is in a long think time when the run stops; its sub-agent's request, in flight
+    on the server, must still end as a record (an abandoned failure), never vanish with the lane."""
+    parent_next = {**req(6), "think_time": 10_000.0}  # 10 s at --time-scale 0.001: asleep at the stop
+    traces = kit.write_traces(tmp_path / "traces", [trace("p", [req(4), agent("a1", 1), parent_next])])
+    out = tmp_path / "out"
+    cmd = _sim_cmd(
+        sim_stalling_after_one, traces, out, "--max-users", "1", "--stall-timeout", "0",
+        "--test-duration", "1.5", "--grace-period", "1.0", "--max-delay", "100000",
+    )  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    records = kit.records(out)
+    assert [r["session_id"] for r in records] == ["p", "p:a1"], res.stderr
+    child = records[1]
+    assert child["status"] == "error" and "abandoned at the end of the run" in child["error"]["message"]

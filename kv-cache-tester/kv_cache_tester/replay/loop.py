@@ -273,8 +273,14 @@ class Replayer:
                 prev, prev_end = req, clock()
             await self._wait_children(group)
         finally:
-            for task in group:
-                task.cancel()
+            if self.stopping:
+                # The run is ending: sub-agent requests still in flight finish within the grace
+                # period or are ended and recorded as failures by it; cancelling them here would
+                # lose requests the server already took.
+                await self._wait_children(group)
+            else:
+                for task in group:
+                    task.cancel()
             self.builder.close_scope(scope)
 
     def _spawn(
