@@ -22,7 +22,7 @@ CONTRACT_FIELDS = {
     "max_failed_share": float, "max_context_error_share": float, "min_window_coverage": float,
     "max_lane_idle_s": float, "max_dispatch_lag_p99_s": float, "max_client_cpu_share": float,
     "max_request_count_gap": float, "max_prompt_token_gap": float, "max_cached_token_gap": float,
-    "max_throughput_drift": float,
+    "max_throughput_drift": float, "replicas": int, "router": str, "router_program": str,
 }  # fmt: skip
 SHIPPED_KEYS = read_config_file(None).keys()
 
