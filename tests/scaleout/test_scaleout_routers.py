@@ -106,3 +106,14 @@ def test_policy_names_map_to_each_program(program: str, flag: str) -> None:
     ).argv  # fmt: skip
     assert argv[argv.index("--policy") + 1] == flag
     assert argv[argv.index("--prometheus-host") + 1] == "127.0.0.1"  # never all interfaces
+
+
+def test_router_args_come_after_the_recipes_own() -> None:
+    cell = _cell("smg", "cache_aware").replace(
+        router_args="--disable-worker-overload-protection --cache-threshold 0.5"
+    )
+    argv = build_router_launch(
+        cell, ["http://127.0.0.1:1"], host="127.0.0.1", port=2, metrics_port=3, python="py"
+    ).argv
+    assert argv[-3:] == ["--disable-worker-overload-protection", "--cache-threshold", "0.5"]
+    assert argv[:4] == ["py", "-m", "smg", "launch"]

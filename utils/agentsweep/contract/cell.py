@@ -159,6 +159,7 @@ class EngineSettings(Frozen):
     # every value a scalar (a config gives a mapping; see engine_env_dict).
     engine_env: str = "{}"
     router_program: RouterProgram = "auto"  # used by cells with replicas or a router policy
+    router_args: str = ""  # one shell-quoted command line, appended to the router recipe's
 
     @property
     def engine_env_dict(self) -> dict[str, str]:
@@ -171,7 +172,7 @@ class EngineSettings(Frozen):
     def _names_printable(cls, value: Any) -> Any:
         return printable(value)
 
-    @field_validator("engine_args", mode="before")
+    @field_validator("engine_args", "router_args", mode="before")
     @classmethod
     def _quote_args(cls, value: Any) -> Any:
         """A list of arguments or one command-line string; stored as one shell-quoted string.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -89,6 +90,7 @@ def build_router_launch(
     program = program_for(cell)
     recipe = router_recipe(program)
     argv = recipe.argv(cell.router, workers, host=host, port=port, metrics_port=metrics_port, python=python)
+    argv += shlex.split(cell.router_args)  # validated as shell words when the cell was built
     return RouterLaunch(program, argv, recipe.ready_path, f"http://{host}:{metrics_port}/metrics")
 
 
