@@ -117,3 +117,27 @@ def test_router_args_come_after_the_recipes_own() -> None:
     ).argv
     assert argv[-3:] == ["--disable-worker-overload-protection", "--cache-threshold", "0.5"]
     assert argv[:4] == ["py", "-m", "smg", "launch"]
+
+
+SMG_CACHE_AWARE_METRICS = """\
+# TYPE smg_cache_aware_policy_branch_total counter
+smg_cache_aware_policy_branch_total{branch="expected_wait_fallback"} 19
+smg_cache_aware_policy_branch_total{branch="tree_match"} 344
+smg_cache_aware_policy_branch_total{branch="load_balance"} 0
+smg_cache_aware_match_ratio_sum 328.6064811699263
+smg_cache_aware_match_ratio_count 363
+smg_worker_requests_total{worker="http://127.0.0.1:1",model="m"} 182
+smg_worker_requests_total{worker="http://127.0.0.1:2",model="m"} 181
+"""
+
+
+def test_smg_affinity_figures_from_its_metrics() -> None:
+    smg = router_recipe("smg")
+    assert smg.requests_by_worker(SMG_CACHE_AWARE_METRICS) == {
+        "http://127.0.0.1:1": 182,
+        "http://127.0.0.1:2": 181,
+    }
+    figures = smg.affinity(SMG_CACHE_AWARE_METRICS)
+    assert figures["policy_branches"] == {"expected_wait_fallback": 19, "tree_match": 344}
+    assert figures["mean_prefix_match_ratio"] == pytest.approx(328.6064811699263 / 363)
+    assert router_recipe("vllm-router").affinity(SMG_CACHE_AWARE_METRICS) == {}

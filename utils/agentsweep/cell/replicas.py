@@ -306,6 +306,7 @@ def write_router_figures(plan: CellPlan, result_dir: Path) -> None:
         total = sum(counts)
         figures["requests_by_replica"] = counts
         figures["busiest_replica_share"] = max(counts) / total if total else None
+        figures.update(router_recipe(so.router.program).affinity(text))
         kept = "".join(
             line + "\n"
             for line in text.splitlines()

@@ -62,6 +62,10 @@ class RouterRecipe(Protocol):
         """Requests the router sent to each worker URL, from its /metrics text."""
         ...
 
+    def affinity(self, metrics_text: str) -> dict[str, object]:
+        """The router's own figures on how its policy chose (branches taken, prefix match), if any."""
+        ...
+
 
 def program_for(cell: Cell) -> str:
     """The router program of ``cell``: its ``router_program``, or the engine's own router for auto."""
@@ -104,6 +108,21 @@ def router_version(program: str) -> str | None:
 
 _SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)")
 _WORKER = re.compile(r'worker="(?P<url>[^"]*)"')
+
+
+def samples(metrics_text: str, name: str) -> list[tuple[str, float]]:
+    """(label text, value) of every sample of ``name`` (unlabelled samples have label text "")."""
+    out = []
+    for line in metrics_text.splitlines():
+        head, _, value = line.rpartition(" ")
+        metric, _, labels = head.partition("{")
+        if metric != name:
+            continue
+        try:
+            out.append((labels.rstrip("}"), float(value)))
+        except ValueError:
+            continue
+    return out
 
 
 def sum_by_worker(metrics_text: str, name: str) -> dict[str, float]:

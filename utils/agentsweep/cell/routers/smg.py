@@ -9,11 +9,13 @@ interfaces unless told otherwise, so the host is always given.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
-from agentsweep.cell.routers import sum_by_worker
+from agentsweep.cell.routers import samples, sum_by_worker
 
 _NAMES = {"consistent_hash": "consistent_hashing"}
+_BRANCH = re.compile(r'branch="(?P<branch>[^"]*)"')
 
 
 class SmgRecipe:
@@ -46,6 +48,24 @@ class SmgRecipe:
 
     def requests_by_worker(self, metrics_text: str) -> dict[str, float]:
         return sum_by_worker(metrics_text, "smg_worker_requests_total")
+
+    def affinity(self, metrics_text: str) -> dict[str, object]:
+        """Branches the policy took (tree_match, routing_key_hit, fallbacks) and cache_aware's mean
+        prefix match ratio, the share of a request's text its chosen worker had seen."""
+        out: dict[str, object] = {}
+        branches: dict[str, float] = {}
+        for name in ("smg_cache_aware_policy_branch_total", "smg_consistent_hashing_policy_branch_total"):
+            for labels, value in samples(metrics_text, name):
+                match = _BRANCH.search(labels)
+                if match and value:
+                    branches[match["branch"]] = branches.get(match["branch"], 0.0) + value
+        if branches:
+            out["policy_branches"] = branches
+        total = sum(v for _, v in samples(metrics_text, "smg_cache_aware_match_ratio_sum"))
+        count = sum(v for _, v in samples(metrics_text, "smg_cache_aware_match_ratio_count"))
+        if count:
+            out["mean_prefix_match_ratio"] = total / count
+        return out
 
 
 RECIPE = SmgRecipe()

@@ -44,5 +44,8 @@ class VllmRouterRecipe:
     def requests_by_worker(self, metrics_text: str) -> dict[str, float]:
         return sum_by_worker(metrics_text, "vllm_router_processed_requests_total")
 
+    def affinity(self, metrics_text: str) -> dict[str, object]:
+        return {}  # 0.1.17 counts decisions per worker only (requests_by_replica)
+
 
 RECIPE = VllmRouterRecipe()
