@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import csv
+import dataclasses
 import itertools
 import json
 import math
@@ -38,6 +39,7 @@ from agentsweep.cell.routers import (
     router_version,
 )
 from agentsweep.contract.cell import Cell
+from agentsweep.errors import InputError
 from agentsweep.metrics.dialects import COLUMNS
 
 if TYPE_CHECKING:
@@ -105,6 +107,33 @@ def replica_cell(cell: Cell) -> Cell:
     return cell.replace(replicas=1, router="", gpus=cell.tp, cpu_dram_gb=share)
 
 
+def device_slices(cell: Cell, hardware: str | None, environ: Mapping[str, str]) -> list[dict[str, str]]:
+    """Each replica's own GPUs, as the environment its engine starts with ({} for the simulated engine).
+
+    NVIDIA: replica i gets the i-th group of tp IDs of CUDA_VISIBLE_DEVICES (what the allocation
+    gave the cell), or of 0..gpus-1 when it is unset. MI355X: HIP_VISIBLE_DEVICES indexes inside
+    what ROCR_VISIBLE_DEVICES (set by the allocation) shows, so replica i gets indices i*tp.. .
+    """
+    if recipe(cell.engine).simulated:
+        return [{} for _ in range(cell.replicas)]
+    if hardware == "mi355x":
+        var, ids = "HIP_VISIBLE_DEVICES", [str(i) for i in range(cell.gpus)]
+    else:
+        var = "CUDA_VISIBLE_DEVICES"
+        given = environ.get(var, "").strip()
+        ids = (
+            [d.strip() for d in given.split(",") if d.strip()]
+            if given
+            else [str(i) for i in range(cell.gpus)]
+        )
+        if len(ids) < cell.gpus:
+            raise InputError(
+                f"cell {cell.exp_name}: {cell.replicas} replicas x tp {cell.tp} need {cell.gpus} GPUs but "
+                f"{var}={given} shows {len(ids)}"
+            )
+    return [{var: ",".join(ids[i * cell.tp : (i + 1) * cell.tp])} for i in range(cell.replicas)]
+
+
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -130,11 +159,12 @@ def plan_scaleout(
     one = replica_cell(cell)
     real = isinstance(port, int)
     replicas = []
-    for i in range(cell.replicas):
+    for i, devices in enumerate(device_slices(cell, hardware, environ)):
         rport: int | str = _free_port(host) if real else f"$REPLICA{i}_PORT"
         launch = build_engine_launch(
             one, hardware=hardware, port=rport, host=host, python=python, environ=environ
         )
+        launch = dataclasses.replace(launch, env={**launch.env, **devices})
         url = f"http://{host}:{rport}"
         metrics_name = f"server_metrics.r{i}.csv"
         scraper = [
