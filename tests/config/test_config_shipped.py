@@ -22,7 +22,8 @@ CONTRACT_FIELDS = {
     "max_failed_share": float, "max_context_error_share": float, "min_window_coverage": float,
     "max_lane_idle_s": float, "max_dispatch_lag_p99_s": float, "max_client_cpu_share": float,
     "max_request_count_gap": float, "max_prompt_token_gap": float, "max_cached_token_gap": float,
-    "max_throughput_drift": float, "preset": str,
+    "max_throughput_drift": float, "preset": str, "replicas": int, "router": str, "router_program": str,
+    "router_args": str,
 }  # fmt: skip
 SHIPPED_KEYS = read_config_file(None).keys()
 
@@ -70,8 +71,9 @@ def test_every_shipped_key_validates_and_expands(key: str) -> None:
         assert tuple(data) == CELL_FIELDS
         assert {k: type(v) for k, v in data.items()} == CONTRACT_FIELDS
         assert re.fullmatch(r"[A-Za-z0-9._-]+", cell.exp_name)
-        assert cell.exp_name == f"{key}-tp{cell.tp}-ep{cell.ep}-u{cell.users}-{cell.offload}"
-        assert cell.gpus == cell.tp <= runners[cell.runner].gpus_per_node
+        routed = f"-r{cell.replicas}-{cell.router}" if cell.router else ""
+        assert cell.exp_name == f"{key}-tp{cell.tp}-ep{cell.ep}-u{cell.users}-{cell.offload}{routed}"
+        assert cell.gpus == cell.tp * cell.replicas <= runners[cell.runner].gpus_per_node
         assert (cell.cpu_dram_gb > 0) == (cell.offload == "on")
         assert isinstance(json.loads(cell.engine_env), dict)
         shlex.split(cell.engine_args)

@@ -331,7 +331,8 @@ class Replayer:
         phase = self._phase(lane)
         header_sid = f"{session_id}/{scope.salt}" if scope.salt else session_id
         request_id = f"{header_sid}#{req.index}"
-        headers = {"X-Session-ID": header_sid, "X-Request-ID": request_id}
+        # X-Session-ID and X-SMG-Routing-Key: what routers' session-affinity policies hash on.
+        headers = {"X-Session-ID": header_sid, "X-SMG-Routing-Key": header_sid, "X-Request-ID": request_id}
         debug: list[tuple[float, bytes]] | None = [] if self.cfg.debug_trace else None
         if not self.breaker.healthy.is_set():  # a connection error is being probed: hold on
             await self.breaker.healthy.wait()

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 
 import agentsweep
-from agentsweep.cell import record
+from agentsweep.cell import record, replicas
 from agentsweep.cell.clients import client
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
 from agentsweep.cell.engines import EngineLaunch, build_engine_launch, recipe
@@ -81,9 +81,15 @@ class CellPlan:
     scraper_argv: list[str]
     base_url: str
     env_overrides: dict[str, str] = field(default_factory=dict)
+    # Replicas behind a router (a cell with a router policy); engine is then replica 0's command.
+    scaleout: replicas.ScaleoutPlan | None = None
 
     def describe(self) -> list[str]:
         """Human lines: the exact commands (secrets masked, by name and by value)."""
+        if self.scaleout is not None:
+            secrets = record.secret_values()
+            tail = [f"replay:  {shlex.join(self.replay_argv)}", f"results: {self.result_dir}"]
+            return [record.mask_text(line, secrets) for line in [*self.scaleout.describe(), *tail]]
         env = record.mask_env(self.engine.env)
         secrets = record.secret_values() | record.secret_values(self.engine.env)
         env_text = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
@@ -128,9 +134,23 @@ def plan_cell(
     environ: Mapping[str, str] = os.environ,
     scrape_interval_s: float = 1.0,
 ) -> CellPlan:
-    engine = build_engine_launch(
-        cell, hardware=hardware, port=port, host=host, python=python, environ=environ
-    )
+    scaleout = None
+    if cell.routed:
+        scaleout = replicas.plan_scaleout(
+            cell,
+            result_dir,
+            port=port,
+            hardware=hardware,
+            host=host,
+            python=python,
+            environ=environ,
+            scrape_interval_s=scrape_interval_s,
+        )
+        engine = scaleout.replicas[0].engine
+    else:
+        engine = build_engine_launch(
+            cell, hardware=hardware, port=port, host=host, python=python, environ=environ
+        )
     base_url = f"http://{host}:{port}"
     replay = client(cell.client).command(
         cell, engine=recipe(cell.engine), endpoint=base_url, output_dir=result_dir, python=python
@@ -147,7 +167,7 @@ def plan_cell(
         "--interval",
         f"{scrape_interval_s:g}",
     ]
-    return CellPlan(cell, result_dir, port, hardware, engine, replay, scraper, base_url)
+    return CellPlan(cell, result_dir, port, hardware, engine, replay, scraper, base_url, scaleout=scaleout)
 
 
 def check_result_dir(result_dir: Path) -> None:
@@ -234,6 +254,7 @@ def run_cell(
             start_utc=start_utc,
             status=status,
             reasons=reasons,
+            extra={"scaleout": plan.scaleout.to_record()} if plan.scaleout else None,
         )
         say(status + (f": {'; '.join(reasons)}" if reasons else ""))
     return status, "; ".join(reasons) or None
@@ -256,6 +277,8 @@ def _execute(
     say: Callable[[str], None],
     watchdog: Watchdog | None = None,
 ) -> str | None:
+    if plan.scaleout is not None:
+        return replicas.execute(plan, options, versions, say, _watch_replay, _check_outputs)
     cell = plan.cell
     rd = plan.result_dir
     engine = EngineProcess(

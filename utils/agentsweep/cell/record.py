@@ -158,6 +158,7 @@ def write_result(
     status: str,
     reasons: Sequence[str] = (),
     end_utc: str | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> None:
     """Write cell.json then status.txt (status.txt last: its presence means the record is complete).
 
@@ -182,6 +183,7 @@ def write_result(
         "status": status,
         "reason": "; ".join(lines) or None,
         "reasons": lines,
+        **(extra or {}),
     }
     result_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(result_dir / "cell.json", json.dumps(record, indent=2) + "\n")

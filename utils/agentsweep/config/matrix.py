@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import itertools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,8 +27,14 @@ def safe_name(text: str) -> str:
     return _UNSAFE.sub("-", text).lstrip(".-") or "config"
 
 
-def exp_name(config_key: str, tp: int, ep: int, users: int, offload: str) -> str:
-    return f"{safe_name(config_key)}-tp{tp}-ep{ep}-u{users}-{offload}"
+def exp_name(
+    config_key: str, tp: int, ep: int, users: int, offload: str, replicas: int = 1, router: str = ""
+) -> str:
+    """The cell's name; a single engine without a router keeps the original form."""
+    name = f"{safe_name(config_key)}-tp{tp}-ep{ep}-u{users}-{offload}"
+    if replicas > 1 or router:
+        name += f"-r{replicas}-{router}"
+    return name
 
 
 def offload_budget_gb(runner: RunnerSpec, gpus: int) -> float:
@@ -47,7 +54,13 @@ def _check_point(spec: SweepSpec, runner_key: str, runner: RunnerSpec, point: Se
             f"{where}.tp: tp {point.tp} needs {point.tp} GPUs but runner '{runner_key}' has "
             f"{runner.gpus_per_node} per node"
         )
-    if "on" in point.offload and offload_budget_gb(runner, point.tp) <= 0:
+    gpus = point.tp * point.replicas
+    if gpus > runner.gpus_per_node:
+        raise ConfigError(
+            f"{where}.replicas: {point.replicas} replicas x tp {point.tp} need {gpus} GPUs but runner "
+            f"'{runner_key}' has {runner.gpus_per_node} per node (cells span one node)"
+        )
+    if "on" in point.offload and offload_budget_gb(runner, gpus) <= 0:
         raise ConfigError(
             f"{where}.offload: offload 'on' needs a CPU DRAM budget but runner '{runner_key}' has "
             f"cpu_dram_gb {runner.cpu_dram_gb:g}"
@@ -97,21 +110,24 @@ def expand(
         for n_users in point.users:
             if userss is not None and n_users not in userss:
                 continue
-            for mode in point.offload:
+            for mode, router in itertools.product(point.offload, point.routers):
                 if offloads is not None and mode not in offloads:
                     continue
-                name = exp_name(spec.key, point.tp, point.ep, n_users, mode)
+                name = exp_name(spec.key, point.tp, point.ep, n_users, mode, point.replicas, router)
                 if name in cells:
                     continue
+                gpus = point.tp * point.replicas
                 cells[name] = Cell(
                     config_key=spec.key,
                     exp_name=name,
                     tp=point.tp,
                     ep=point.ep,
-                    gpus=point.tp,
+                    gpus=gpus,
                     users=n_users,
                     offload=mode,
-                    cpu_dram_gb=offload_budget_gb(runner, point.tp) if mode == "on" else 0.0,
+                    cpu_dram_gb=offload_budget_gb(runner, gpus) if mode == "on" else 0.0,
+                    replicas=point.replicas,
+                    router=router,
                     **entry,
                     **replay,
                     **validity,

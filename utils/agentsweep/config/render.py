@@ -22,12 +22,23 @@ TABLE_COLUMNS: tuple[str, ...] = (
     "cpu_dram_gb",
     "duration",
 )
+# Shown after offload when any cell is a scale-out cell (replicas behind a router).
+SCALEOUT_COLUMNS: tuple[str, ...] = ("replicas", "router", "gpus")
+
+
+def _columns(cells: Sequence[Cell]) -> tuple[str, ...]:
+    if not any(c.routed or c.replicas > 1 for c in cells):
+        return TABLE_COLUMNS
+    at = TABLE_COLUMNS.index("offload") + 1
+    return TABLE_COLUMNS[:at] + SCALEOUT_COLUMNS + TABLE_COLUMNS[at:]
 
 
 def _cell_text(cell: Cell, column: str) -> str:
     value = getattr(cell, column)
     if column == "cpu_dram_gb":
         return f"{value:g}" if value else "-"
+    if column == "router":
+        return str(value) or "-"
     return str(value)
 
 
@@ -44,14 +55,15 @@ def count_line(cells: Sequence[Cell]) -> str:
 
 
 def table(cells: Sequence[Cell]) -> str:
-    rows = [list(TABLE_COLUMNS)] + [[_cell_text(c, col) for col in TABLE_COLUMNS] for c in cells]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]
-    numeric = {"tp", "ep", "users", "cpu_dram_gb", "duration"}
+    columns = _columns(cells)
+    rows = [list(columns)] + [[_cell_text(c, col) for col in columns] for c in cells]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    numeric = {"tp", "ep", "users", "cpu_dram_gb", "duration", "replicas", "gpus"}
     lines = []
     for row in rows:
         parts = [
             text.rjust(w) if col in numeric else text.ljust(w)
-            for text, w, col in zip(row, widths, TABLE_COLUMNS, strict=True)
+            for text, w, col in zip(row, widths, columns, strict=True)
         ]
         lines.append("  ".join(parts).rstrip())
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -67,12 +79,13 @@ def matrix_json(cells: Sequence[Cell], indent: int | None = None) -> str:
 
 
 def markdown(cells: Sequence[Cell]) -> str:
-    head = "| " + " | ".join(TABLE_COLUMNS) + " |"
-    rule = "|" + "|".join("---" for _ in TABLE_COLUMNS) + "|"
+    columns = _columns(cells)
+    head = "| " + " | ".join(columns) + " |"
+    rule = "|" + "|".join("---" for _ in columns) + "|"
     body = [
         "| "
         + " | ".join(
-            f"`{_cell_text(c, col)}`" if col == "exp_name" else _cell_text(c, col) for col in TABLE_COLUMNS
+            f"`{_cell_text(c, col)}`" if col == "exp_name" else _cell_text(c, col) for col in columns
         )
         + " |"
         for c in cells

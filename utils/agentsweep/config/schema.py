@@ -20,6 +20,7 @@ from pydantic import (
 from agentsweep.contract.cell import (
     HARDWARE,
     MAX_CPU_DRAM_GB,
+    MAX_REPLICAS,
     MAX_TP,
     MAX_USERS,
     EngineSettings,
@@ -29,6 +30,7 @@ from agentsweep.contract.cell import (
     Offload,
     PositiveInt,
     ReplayOptions,
+    RouterPolicy,
     ValidityLimits,
     preset_duration_error,
     printable,
@@ -104,15 +106,18 @@ class SearchPoint(Frozen):
     ep: PositiveInt = 1
     users: Annotated[tuple[Annotated[int, Field(gt=0, le=MAX_USERS)], ...], Field(min_length=1)]
     offload: Annotated[tuple[Offload, ...], Field(min_length=1)] = DEFAULT_OFFLOAD
+    # Scale-out: engine instances of tp GPUs each, and the router policies to sweep in front of them.
+    replicas: Annotated[int, Field(gt=0, le=MAX_REPLICAS)] = 1
+    router: tuple[RouterPolicy, ...] = ()
     # Where the point came from in the file ("tp4" or "[0]"), for error messages.
     label: str = Field(default="", exclude=True)
 
-    @field_validator("users", "offload", mode="before")
+    @field_validator("users", "offload", "router", mode="before")
     @classmethod
     def _listify(cls, value: Any) -> Any:
         return tuple(_as_list(value))
 
-    @field_validator("users", "offload", mode="after")
+    @field_validator("users", "offload", "router", mode="after")
     @classmethod
     def _unique(cls, value: tuple[Any, ...]) -> tuple[Any, ...]:
         return _dedupe(list(value))
@@ -124,6 +129,19 @@ class SearchPoint(Frozen):
         if tp is not None and (ep > tp or tp % ep):
             raise ValueError(f"ep {ep} must divide tp {tp} (expert parallelism runs inside the TP group)")
         return ep
+
+    @model_validator(mode="after")
+    def _replicas_need_router(self) -> SearchPoint:
+        if self.replicas > 1 and not self.router:
+            raise ValueError(
+                f"replicas {self.replicas} need a router policy, e.g. router: [round_robin, cache_aware]"
+            )
+        return self
+
+    @property
+    def routers(self) -> tuple[RouterPolicy | Literal[""], ...]:
+        """The router axis: the policies given, or "" (no router) for a point without one."""
+        return self.router or ("",)
 
 
 class SweepSpec(EngineSettings):
@@ -182,7 +200,7 @@ class SweepSpec(EngineSettings):
     @model_validator(mode="after")
     def _bounded_space(self) -> SweepSpec:
         # Checked before the matrix is built: an alias-repeated search space could ask for millions.
-        cells = sum(len(p.users) * len(p.offload) for p in self.search_space)
+        cells = sum(len(p.users) * len(p.offload) * len(p.routers) for p in self.search_space)
         if cells > MAX_ENTRY_CELLS:
             raise ValueError(
                 f"search_space: {cells} cells (tp x users x offload) is over the {MAX_ENTRY_CELLS} "

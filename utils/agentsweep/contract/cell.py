@@ -44,6 +44,11 @@ Client = Literal["replay", "aiperf"]
 # Named replay option sets (kv_cache_tester.replay.presets); "none" leaves every option as given.
 Preset = Literal["none", "agentx"]
 Hardware = Literal["h200", "b200", "mi355x"]
+# A router's replica-selection policy, in engine-neutral names (each router program maps them to its
+# own flag values; docs/scaleout.md says what each does). "" = no router (one engine, no proxy).
+RouterPolicy = Literal["round_robin", "cache_aware", "consistent_hash", "power_of_two", "random"]
+# The router program in front of the replicas; auto = smg for sglang cells, vllm-router otherwise.
+RouterProgram = Literal["auto", "vllm-router", "smg"]
 
 ENGINES: tuple[str, ...] = get_args(Engine)
 OFFLOAD_MODES: tuple[str, ...] = get_args(Offload)
@@ -52,6 +57,8 @@ TIMING_STRATEGIES: tuple[str, ...] = get_args(TimingStrategy)
 APIS: tuple[str, ...] = get_args(Api)
 CLIENTS: tuple[str, ...] = get_args(Client)
 HARDWARE: tuple[str, ...] = get_args(Hardware)
+ROUTER_POLICIES: tuple[str, ...] = get_args(RouterPolicy)
+ROUTER_PROGRAMS: tuple[str, ...] = get_args(RouterProgram)
 
 # The one engine that can run faster than real time (its clock is simulated).
 SIMULATED_ENGINE = "sim"
@@ -75,6 +82,7 @@ MAX_DELAY_S = 86_400.0
 MAX_SEED = 2**32 - 1
 MAX_WARMUP_REQUESTS = 100_000
 MAX_CPU_DRAM_GB = 1 << 20  # 1 PiB
+MAX_REPLICAS = 256
 
 PositiveInt = Annotated[int, Field(gt=0)]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
@@ -182,6 +190,8 @@ class EngineSettings(Frozen):
     # Extra engine environment as compact JSON text ({"NAME": "value"}, sorted): the cell stays flat,
     # every value a scalar (a config gives a mapping; see engine_env_dict).
     engine_env: str = "{}"
+    router_program: RouterProgram = "auto"  # used by cells with replicas or a router policy
+    router_args: str = ""  # one shell-quoted command line, appended to the router recipe's
 
     @property
     def engine_env_dict(self) -> dict[str, str]:
@@ -194,7 +204,7 @@ class EngineSettings(Frozen):
     def _names_printable(cls, value: Any) -> Any:
         return printable(value)
 
-    @field_validator("engine_args", mode="before")
+    @field_validator("engine_args", "router_args", mode="before")
     @classmethod
     def _quote_args(cls, value: Any) -> Any:
         """A list of arguments or one command-line string; stored as one shell-quoted string.
@@ -260,8 +270,11 @@ class CellAxes(Frozen):
     users: Annotated[int, Field(gt=0, le=MAX_USERS)]
     offload: Offload
     cpu_dram_gb: Annotated[float, Field(ge=0, le=MAX_CPU_DRAM_GB)] = (
-        0.0  # KV offload budget of the whole cell (GiB)
+        0.0  # KV offload budget of the whole cell (GiB); each replica gets its share
     )
+    # Data-parallel engine instances of tp GPUs each, behind a router with this policy ("" = none).
+    replicas: Annotated[int, Field(gt=0, le=MAX_REPLICAS)] = 1
+    router: RouterPolicy | Literal[""] = ""
 
     @field_validator("exp_name")
     @classmethod
@@ -274,8 +287,25 @@ class CellAxes(Frozen):
     @classmethod
     def _gpus_default(cls, data: Any) -> Any:
         if isinstance(data, dict) and "gpus" not in data and "tp" in data:
-            return {**data, "gpus": data["tp"]}
+            replicas = data.get("replicas", 1)
+            if isinstance(replicas, int) and isinstance(data["tp"], int):
+                return {**data, "gpus": data["tp"] * replicas}
         return data
+
+    @model_validator(mode="after")
+    def _replicas_routed(self) -> CellAxes:
+        if self.replicas > 1 and not self.router:
+            raise ValueError(
+                f"replicas {self.replicas} need a router policy (router: {', '.join(ROUTER_POLICIES)})"
+            )
+        if self.gpus < self.tp * self.replicas:
+            raise ValueError(f"gpus {self.gpus} is fewer than tp {self.tp} x replicas {self.replicas}")
+        return self
+
+    @property
+    def routed(self) -> bool:
+        """True when a router stands in front of the engine(s)."""
+        return bool(self.router)
 
 
 def preset_duration_error(preset: str, duration: int) -> str | None:

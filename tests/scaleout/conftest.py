@@ -1,0 +1,76 @@
+"""Fixtures for scale-out tests: simulated engine replicas on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from agentsweep.cell.lifecycle import free_port
+
+MODEL = "meta-llama/Llama-3.3-70B-Instruct"
+
+
+def wait_ok(url: str, timeout_s: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the process serving {url} exited with status {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{url} not answering 200 after {timeout_s} s")
+        time.sleep(0.1)
+
+
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the process group (the router's and engine's children too), SIGKILL after 10 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+@pytest.fixture
+def start_process(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start a process (its output in a log under tmp_path); every one is stopped at teardown."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(argv: list[str], name: str) -> subprocess.Popen[bytes]:
+        log = (tmp_path / f"{name}.log").open("wb")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in reversed(procs):
+        stop_group(proc)
+
+
+@pytest.fixture
+def sim_replicas(start_process: Callable[..., subprocess.Popen[bytes]]) -> list[str]:
+    """Two simulated engines, healthy; their base URLs."""
+    urls, procs = [], []
+    for i in range(2):
+        port = free_port()
+        argv = [sys.executable, "-m", "agentsweep.cli", "engine-sim", MODEL, "--port", str(port)]
+        argv += ["--speed", "50", "--quantization", "fp8"]
+        procs.append(start_process(argv, f"replica{i}"))
+        urls.append(f"http://127.0.0.1:{port}")
+    for url, proc in zip(urls, procs, strict=True):
+        wait_ok(url + "/health", proc=proc)
+    return urls

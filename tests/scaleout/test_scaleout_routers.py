@@ -1,0 +1,143 @@
+"""The real routers (vllm-router, smg) in front of simulated engine replicas on loopback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable
+
+import pytest
+from agentsweep.cell.lifecycle import free_port
+from agentsweep.cell.routers import SESSION_HEADERS, RouterLaunch, build_router_launch, router_recipe
+from agentsweep.contract.cell import Cell
+
+from .conftest import MODEL, wait_ok
+
+pytestmark = pytest.mark.slow
+
+PROGRAMS = ("vllm-router", "smg")
+
+
+def _cell(program: str, policy: str) -> Cell:
+    return Cell.parse(
+        {
+            "exp_name": "r", "tp": 1, "users": 1, "offload": "off", "engine": "sim", "model": MODEL,
+            "duration": 5, "traces": "t", "replicas": 2, "router": policy, "router_program": program,
+        }
+    )  # fmt: skip
+
+
+def _start_router(
+    start_process: Callable[..., subprocess.Popen[bytes]], program: str, policy: str, workers: list[str]
+) -> tuple[RouterLaunch, str]:
+    port = free_port()
+    launch = build_router_launch(
+        _cell(program, policy),
+        workers,
+        host="127.0.0.1",
+        port=port,
+        metrics_port=free_port(),
+        python=sys.executable,
+    )
+    proc = start_process(launch.argv, program)
+    url = f"http://127.0.0.1:{port}"
+    wait_ok(url + launch.ready_path, timeout_s=60, proc=proc)
+    return launch, url
+
+
+def _chat(url: str, session: str | None, text: str) -> None:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": 4, "stream": False}
+    headers = {"Content-Type": "application/json"}
+    if session is not None:
+        headers.update({name: session for name in SESSION_HEADERS})
+    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(), headers)
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
+        assert json.loads(resp.read())["usage"]["prompt_tokens"] > 0
+
+
+def _counts(launch: RouterLaunch, workers: list[str]) -> list[float]:
+    with urllib.request.urlopen(launch.metrics_url, timeout=5) as resp:
+        by_worker = router_recipe(launch.program).requests_by_worker(resp.read().decode())
+    return [by_worker.get(w, 0.0) for w in workers]
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_consistent_hash_keeps_each_session_on_one_replica(program, sim_replicas, start_process):
+    launch, url = _start_router(start_process, program, "consistent_hash", sim_replicas)
+    homes = set()
+    for session in range(6):
+        before = _counts(launch, sim_replicas)
+        for turn in range(4):  # every turn's text differs: only the session header can keep them together
+            _chat(url, f"trace-{session}", f"session {session} turn {turn} " + "word " * (7 * turn + session))
+        after = _counts(launch, sim_replicas)
+        delta = [a - b for a, b in zip(after, before, strict=True)]
+        assert sorted(delta) == [0.0, 4.0], (session, delta)
+        homes.add(delta.index(4.0))
+    assert homes == {0, 1}  # six sessions hash onto both replicas
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_round_robin_alternates_between_replicas(program, sim_replicas, start_process):
+    launch, url = _start_router(start_process, program, "round_robin", sim_replicas)
+    for turn in range(6):
+        _chat(url, "one-session", f"turn {turn}")
+    assert _counts(launch, sim_replicas) == [3.0, 3.0]
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_cache_aware_follows_the_shared_prefix(program, sim_replicas, start_process):
+    launch, url = _start_router(start_process, program, "cache_aware", sim_replicas)
+    prefix = "You are a coding agent working in a large repository. " * 40
+    for turn in range(6):  # one growing conversation, no session header
+        _chat(url, None, prefix + "tool output " * (10 * turn))
+    assert sorted(_counts(launch, sim_replicas)) == [0.0, 6.0]
+
+
+@pytest.mark.parametrize(
+    ("program", "flag"), [("vllm-router", "consistent_hash"), ("smg", "consistent_hashing")]
+)
+def test_policy_names_map_to_each_program(program: str, flag: str) -> None:
+    argv = build_router_launch(
+        _cell(program, "consistent_hash"), ["http://127.0.0.1:1"], host="127.0.0.1", port=2, metrics_port=3,
+        python="py",
+    ).argv  # fmt: skip
+    assert argv[argv.index("--policy") + 1] == flag
+    assert argv[argv.index("--prometheus-host") + 1] == "127.0.0.1"  # never all interfaces
+
+
+def test_router_args_come_after_the_recipes_own() -> None:
+    cell = _cell("smg", "cache_aware").replace(
+        router_args="--disable-worker-overload-protection --cache-threshold 0.5"
+    )
+    argv = build_router_launch(
+        cell, ["http://127.0.0.1:1"], host="127.0.0.1", port=2, metrics_port=3, python="py"
+    ).argv
+    assert argv[-3:] == ["--disable-worker-overload-protection", "--cache-threshold", "0.5"]
+    assert argv[:4] == ["py", "-m", "smg", "launch"]
+
+
+SMG_CACHE_AWARE_METRICS = """\
+# TYPE smg_cache_aware_policy_branch_total counter
+smg_cache_aware_policy_branch_total{branch="expected_wait_fallback"} 19
+smg_cache_aware_policy_branch_total{branch="tree_match"} 344
+smg_cache_aware_policy_branch_total{branch="load_balance"} 0
+smg_cache_aware_match_ratio_sum 328.6064811699263
+smg_cache_aware_match_ratio_count 363
+smg_worker_requests_total{worker="http://127.0.0.1:1",model="m"} 182
+smg_worker_requests_total{worker="http://127.0.0.1:2",model="m"} 181
+"""
+
+
+def test_smg_affinity_figures_from_its_metrics() -> None:
+    smg = router_recipe("smg")
+    assert smg.requests_by_worker(SMG_CACHE_AWARE_METRICS) == {
+        "http://127.0.0.1:1": 182,
+        "http://127.0.0.1:2": 181,
+    }
+    figures = smg.affinity(SMG_CACHE_AWARE_METRICS)
+    assert figures["policy_branches"] == {"expected_wait_fallback": 19, "tree_match": 344}
+    assert figures["mean_prefix_match_ratio"] == pytest.approx(328.6064811699263 / 363)
+    assert router_recipe("vllm-router").affinity(SMG_CACHE_AWARE_METRICS) == {}

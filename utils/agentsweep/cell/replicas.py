@@ -1,0 +1,413 @@
+"""Scale-out cells: N engine replicas on their own ports, a real router in front, the replayer on the router.
+
+Each replica is the engine recipe's command for a one-replica copy of the cell (``tp`` GPUs, its share
+of the offload budget). Every replica is scraped on its own (``server_metrics.r<i>.csv``); after the
+replay the rows are merged into ``server_metrics.csv``: counters and request counts summed over the
+replicas, usage fractions averaged, so the validity checks that compare client sums with server
+counters hold as for one engine. The router's own per-replica request counts go to ``router.json``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import csv
+import dataclasses
+import itertools
+import json
+import math
+import os
+import shlex
+import signal
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentsweep.cell import record
+from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
+from agentsweep.cell.engines import EngineLaunch, build_engine_launch, recipe
+from agentsweep.cell.routers import (
+    SESSION_HEADERS,
+    RouterLaunch,
+    build_router_launch,
+    router_recipe,
+    router_version,
+)
+from agentsweep.contract.cell import Cell
+from agentsweep.errors import InputError
+from agentsweep.metrics.dialects import COLUMNS
+
+if TYPE_CHECKING:
+    from agentsweep.cell.lifecycle import CellOptions, CellPlan
+
+# Averaged over the replicas (each reports the fraction of its own pool); every other column is summed.
+MEAN_COLUMNS = frozenset({"kv_cache_usage", "cpu_kv_cache_usage"})
+ROUTER_METRICS_MAX_BYTES = 8 << 20
+ROUTER_SNAPSHOT_MAX_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Replica:
+    index: int
+    port: int | str
+    url: str
+    engine: EngineLaunch
+    log_name: str
+    metrics_name: str
+    scraper_argv: list[str]
+
+
+@dataclass(frozen=True)
+class ScaleoutPlan:
+    """The replicas and the router of one cell (the replayer and results are the CellPlan's)."""
+
+    replicas: list[Replica]
+    router: RouterLaunch
+    router_url: str
+
+    def describe(self) -> list[str]:
+        lines = []
+        for rep in self.replicas:
+            env = " ".join(
+                f"{k}={shlex.quote(v)}" for k, v in sorted(record.mask_env(rep.engine.env).items())
+            )
+            argv = shlex.join(record.mask_argv(rep.engine.argv))
+            lines.append(f"replica {rep.index}: {env + ' ' if env else ''}{argv}")
+            lines.append(f"  health:  {rep.url}{rep.engine.health_path}")
+            lines.append(f"  scraper: {shlex.join(rep.scraper_argv)}")
+        lines.append(f"router:  {shlex.join(self.router.argv)}")
+        lines.append(f"  ready:   {self.router_url}{self.router.ready_path}")
+        lines.append(f"  metrics: {self.router.metrics_url}")
+        lines.append(f"  session headers: {', '.join(SESSION_HEADERS)}")
+        return lines
+
+    def to_record(self) -> dict[str, Any]:
+        """What cell.json keeps of the plan (commands with secrets masked)."""
+        return {
+            "replicas": [
+                {
+                    "url": r.url,
+                    "command": record.mask_argv(r.engine.argv),
+                    "env": record.mask_env(r.engine.env),
+                }
+                for r in self.replicas
+            ],
+            "router": {"program": self.router.program, "command": self.router.argv, "url": self.router_url},
+        }
+
+
+def replica_cell(cell: Cell) -> Cell:
+    """The one-replica cell each replica's engine is started for: tp GPUs, its share of the DRAM budget."""
+    share = math.floor(cell.cpu_dram_gb / cell.replicas * 10) / 10
+    return cell.replace(replicas=1, router="", gpus=cell.tp, cpu_dram_gb=share)
+
+
+def device_slices(cell: Cell, hardware: str | None, environ: Mapping[str, str]) -> list[dict[str, str]]:
+    """Each replica's own GPUs, as the environment its engine starts with ({} for the simulated engine).
+
+    NVIDIA: replica i gets the i-th group of tp IDs of CUDA_VISIBLE_DEVICES (what the allocation
+    gave the cell), or of 0..gpus-1 when it is unset. MI355X: HIP_VISIBLE_DEVICES indexes inside
+    what ROCR_VISIBLE_DEVICES (set by the allocation) shows, so replica i gets indices i*tp.. .
+    """
+    if recipe(cell.engine).simulated:
+        return [{} for _ in range(cell.replicas)]
+    if hardware == "mi355x":
+        var, ids = "HIP_VISIBLE_DEVICES", [str(i) for i in range(cell.gpus)]
+    else:
+        var = "CUDA_VISIBLE_DEVICES"
+        given = environ.get(var, "").strip()
+        ids = (
+            [d.strip() for d in given.split(",") if d.strip()]
+            if given
+            else [str(i) for i in range(cell.gpus)]
+        )
+        if len(ids) < cell.gpus:
+            raise InputError(
+                f"cell {cell.exp_name}: {cell.replicas} replicas x tp {cell.tp} need {cell.gpus} GPUs but "
+                f"{var}={given} shows {len(ids)}"
+            )
+    return [{var: ",".join(ids[i * cell.tp : (i + 1) * cell.tp])} for i in range(cell.replicas)]
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def plan_scaleout(
+    cell: Cell,
+    result_dir: Path,
+    *,
+    port: int | str,
+    hardware: str | None,
+    host: str,
+    python: str,
+    environ: Mapping[str, str],
+    scrape_interval_s: float,
+) -> ScaleoutPlan:
+    """Ports, engine commands and scrapers of every replica, and the router on ``port``.
+
+    With a real port the replicas and the router's metrics get free ports of this host; a dry run
+    (``port`` is a placeholder) shows placeholders.
+    """
+    one = replica_cell(cell)
+    real = isinstance(port, int)
+    replicas = []
+    for i, devices in enumerate(device_slices(cell, hardware, environ)):
+        rport: int | str = _free_port(host) if real else f"$REPLICA{i}_PORT"
+        launch = build_engine_launch(
+            one, hardware=hardware, port=rport, host=host, python=python, environ=environ
+        )
+        launch = dataclasses.replace(launch, env={**launch.env, **devices})
+        url = f"http://{host}:{rport}"
+        metrics_name = f"server_metrics.r{i}.csv"
+        scraper = [
+            python, "-m", "agentsweep.cli", "metrics-collector",
+            "--endpoint", url + launch.metrics_path,
+            "--output", str(result_dir / metrics_name),
+            "--interval", f"{scrape_interval_s:g}",
+        ]  # fmt: skip
+        log_name = "server.log" if i == 0 else f"server.r{i}.log"
+        replicas.append(Replica(i, rport, url, launch, log_name, metrics_name, scraper))
+    metrics_port: int | str = _free_port(host) if real else "$ROUTER_METRICS_PORT"
+    router = build_router_launch(
+        cell, [r.url for r in replicas], host=host, port=port, metrics_port=metrics_port, python=python
+    )
+    return ScaleoutPlan(replicas, router, f"http://{host}:{port}")
+
+
+class _Named(EngineProcess):
+    """An engine replica or the router: its messages name it and its own log."""
+
+    def __init__(self, label: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.label = label
+
+    def wait_healthy(self, timeout_s: float, poll_s: float = 0.2) -> float:
+        try:
+            return super().wait_healthy(timeout_s, poll_s)
+        except EngineFailed as err:
+            raise EngineFailed(self._rename(str(err))) from None
+
+    def died_reason(self) -> str | None:
+        reason = super().died_reason()
+        return self._rename(reason) if reason else None
+
+    def _rename(self, text: str) -> str:
+        text = text.replace("server.log", self.log_path.name)
+        return self.label + text.removeprefix("engine") if text.startswith("engine") else text
+
+
+class _Group:
+    """The replicas and the router seen as one engine by the replay watcher."""
+
+    def __init__(self, members: Sequence[_Named]) -> None:
+        self.members = list(members)
+
+    def died_reason(self) -> str | None:
+        for member in self.members:
+            if member.proc is not None:
+                reason = member.died_reason()
+                if reason:
+                    return reason
+        return None
+
+
+def execute(
+    plan: CellPlan,
+    options: CellOptions,
+    versions: dict[str, str | None],
+    say: Callable[[str], None],
+    watch_replay: Callable[[Any, ManagedProcess, CellOptions, int], str | None],
+    check_outputs: Callable[[Path], str | None],
+) -> str | None:
+    """Start the replicas, then the router, scrape every replica, replay through the router, stop all."""
+    so = plan.scaleout
+    assert so is not None
+    cell, rd = plan.cell, plan.result_dir
+    grace = options.engine_grace(cell.engine)
+    engines = [
+        _Named(
+            f"replica {r.index}",
+            r.engine.argv,
+            log_path=rd / r.log_name,
+            base_url=r.url,
+            health_path=r.engine.health_path,
+            env={**os.environ, **r.engine.env},
+            stop_grace_s=grace,
+        )
+        for r in so.replicas
+    ]
+    router = _Named(
+        f"router ({so.router.program})",
+        so.router.argv,
+        log_path=rd / "router.log",
+        base_url=so.router_url,
+        health_path=so.router.ready_path,
+        env=dict(os.environ),
+        stop_grace_s=10.0,
+    )
+    reason: str | None = None
+    try:
+        with contextlib.ExitStack() as stack:
+            for eng in engines:
+                say(f"starting {eng.label}: {shlex.join(record.mask_argv(eng.argv))}")
+                stack.enter_context(eng)
+            start = time.monotonic()
+            timeout = options.health_timeout(cell.engine)
+            for eng in engines:
+                eng.wait_healthy(max(0.1, timeout - (time.monotonic() - start)))
+            say(f"{len(engines)} replicas healthy after {time.monotonic() - start:.1f} s")
+            versions["engine"] = recipe(cell.engine).version(so.replicas[0].url)
+            versions["router"] = f"{so.router.program} {router_version(so.router.program) or 'unknown'}"
+            say(f"starting router: {shlex.join(so.router.argv)}")
+            stack.enter_context(router)
+            waited = router.wait_healthy(timeout)
+            say(f"router ready after {waited:.1f} s")
+            scrapers = [
+                ManagedProcess(
+                    r.scraper_argv,
+                    log_path=rd / f"metrics-collector.r{r.index}.log",
+                    name=f"metrics collector of replica {r.index}",
+                    stop_grace_s=10.0,
+                )
+                for r in so.replicas
+            ]
+            for scraper in scrapers:
+                stack.enter_context(scraper)
+            replayer = ManagedProcess(
+                plan.replay_argv,
+                log_path=rd / "replay.log",
+                name="replayer",
+                stop_grace_s=options.replay_stop_grace_s,
+            )
+            say(f"replaying {cell.users} users for {cell.duration} s through {so.router_url}")
+            try:
+                reason = watch_replay(_Group([*engines, router]), replayer, options, cell.duration)
+            finally:
+                replayer.stop()
+            for scraper in scrapers:
+                code = scraper.poll()
+                if reason is None and code is not None:
+                    reason = f"{scraper.name} exited early with status {code}{_hint(scraper)}"
+            for scraper in scrapers:  # all take their last scrape at about the same moment
+                scraper.signal_group(signal.SIGTERM)
+            for scraper in scrapers:
+                scraper.stop()
+            if router.poll() is None:
+                write_router_figures(plan, rd)
+    finally:
+        for name in [r.log_name for r in so.replicas[1:]] + ["router.log"]:
+            trim_log(rd / name)
+    merge_metrics([rd / r.metrics_name for r in so.replicas], rd / "server_metrics.csv")
+    return reason or check_outputs(rd)
+
+
+def _hint(proc: ManagedProcess) -> str:
+    lines = [ln.strip() for ln in tail_lines(proc.log_path, 40) if ln.strip()]
+    return f"; last line of {proc.log_path.name}: {lines[-1][:300]}" if lines else ""
+
+
+def write_router_figures(plan: CellPlan, result_dir: Path) -> None:
+    """router.json: the router's requests per replica (and its metrics text, histograms left out)."""
+    so = plan.scaleout
+    assert so is not None
+    figures: dict[str, Any] = {
+        "program": so.router.program,
+        "version": router_version(so.router.program),
+        "policy": plan.cell.router,
+        "policy_flag": router_recipe(so.router.program).policy_name(plan.cell.router),
+        "replicas": [r.url for r in so.replicas],
+    }
+    try:
+        with urllib.request.urlopen(so.router.metrics_url, timeout=5.0) as resp:
+            text = resp.read(ROUTER_METRICS_MAX_BYTES).decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError, TimeoutError) as err:
+        figures["error"] = f"cannot read {so.router.metrics_url}: {err}"
+    else:
+        by_worker = router_recipe(so.router.program).requests_by_worker(text)
+        counts = [by_worker.get(r.url, 0.0) for r in so.replicas]
+        total = sum(counts)
+        figures["requests_by_replica"] = counts
+        figures["busiest_replica_share"] = max(counts) / total if total else None
+        figures.update(router_recipe(so.router.program).affinity(text))
+        kept = "".join(
+            line + "\n"
+            for line in text.splitlines()
+            if line and "_bucket{" not in line and not line.startswith("#")
+        )
+        record.write_atomic(result_dir / "router_metrics.txt", kept[:ROUTER_SNAPSHOT_MAX_BYTES])
+    record.write_atomic(result_dir / "router.json", json.dumps(figures, indent=2) + "\n")
+
+
+def _read_rows(path: Path) -> list[list[str]]:
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            rows = list(csv.reader(fh))
+    except FileNotFoundError:
+        return []
+    if not rows or tuple(rows[0]) != COLUMNS:
+        return []
+    return [row for row in rows[1:] if len(row) == len(COLUMNS)]
+
+
+def merge_metrics(inputs: Sequence[Path], output: Path) -> int:
+    """Write ``output`` (server_metrics.csv) from per-replica CSVs; returns the rows written.
+
+    Rows are matched to the first replica's scrape times (the nearest row of every other replica,
+    the last rows with each other). A time some replica has no row near is left out rather than
+    written with that replica missing; an empty figure in any replica leaves the merged figure empty.
+    """
+    tables = [_read_rows(p) for p in inputs]
+    out_rows: list[list[str]] = []
+    if tables and all(tables):
+        times = [[float(row[0]) for row in table] for table in tables]
+        gaps = [b - a for t in times for a, b in itertools.pairwise(t)]
+        tolerance = 0.75 * (sorted(gaps)[len(gaps) // 2] if gaps else 1.0)
+        ref = tables[0]
+        for k, row in enumerate(ref):
+            t = float(row[0])
+            last = k == len(ref) - 1
+            picks = [row]
+            for table, ts in zip(tables[1:], times[1:], strict=True):
+                j = len(ts) - 1 if last else _nearest(ts, t)
+                if not last and abs(ts[j] - t) > tolerance:
+                    break
+                picks.append(table[j])
+            else:
+                out_rows.append(_combine(picks))
+    tmp = output.with_suffix(".csv.tmp")
+    with tmp.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(COLUMNS)
+        writer.writerows(out_rows)
+    tmp.replace(output)
+    return len(out_rows)
+
+
+def _nearest(ts: list[float], t: float) -> int:
+    i = bisect.bisect_left(ts, t)
+    if i == 0:
+        return 0
+    if i == len(ts):
+        return len(ts) - 1
+    return i if ts[i] - t < t - ts[i - 1] else i - 1
+
+
+def _combine(rows: Sequence[list[str]]) -> list[str]:
+    out = [rows[0][0]]
+    for col, name in enumerate(COLUMNS[1:], start=1):
+        cells = [row[col] for row in rows]
+        if any(c == "" for c in cells):
+            out.append("")
+            continue
+        values = [float(c) for c in cells]
+        value = float(sum(values) / len(values) if name in MEAN_COLUMNS else sum(values))
+        out.append(str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value))
+    return out

@@ -1,0 +1,143 @@
+"""Router programs started in front of a scale-out cell's engine replicas, as plug-ins.
+
+A router recipe (:class:`RouterRecipe`) knows one program's command line, how it names the
+engine-neutral policies of the cell contract (``RouterPolicy``), where it says it is ready to route,
+and how to read its own per-replica figures from its Prometheus text. ``ROUTERS`` maps each program
+name of ``RouterProgram`` to the module holding its ``RECIPE``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from agentsweep.contract.cell import Cell
+from agentsweep.errors import InputError
+
+ROUTERS: dict[str, str] = {
+    "vllm-router": "agentsweep.cell.routers.vllm_router",
+    "smg": "agentsweep.cell.routers.smg",
+}
+# The headers the replayer sends with the session id (trace, or trace:agent) on every request; the
+# consistent-hash policies of both routers key on one of them.
+SESSION_HEADERS: tuple[str, ...] = ("X-Session-ID", "X-SMG-Routing-Key")
+
+
+@dataclass(frozen=True)
+class RouterLaunch:
+    """A resolved router start."""
+
+    program: str
+    argv: list[str]
+    ready_path: str  # answers 200 once every replica is registered and healthy
+    metrics_url: str
+
+
+class RouterRecipe(Protocol):
+    program: str
+    distribution: str  # the PyPI distribution that ships it
+    ready_path: str
+
+    def policy_name(self, policy: str) -> str:
+        """The program's own name for an engine-neutral policy."""
+        ...
+
+    def argv(
+        self,
+        policy: str,
+        workers: Sequence[str],
+        *,
+        host: str,
+        port: int | str,
+        metrics_port: int | str,
+        python: str,
+    ) -> list[str]: ...
+
+    def requests_by_worker(self, metrics_text: str) -> dict[str, float]:
+        """Requests the router sent to each worker URL, from its /metrics text."""
+        ...
+
+    def affinity(self, metrics_text: str) -> dict[str, object]:
+        """The router's own figures on how its policy chose (branches taken, prefix match), if any."""
+        ...
+
+
+def program_for(cell: Cell) -> str:
+    """The router program of ``cell``: its ``router_program``, or the engine's own router for auto."""
+    if cell.router_program != "auto":
+        return cell.router_program
+    return "smg" if cell.engine == "sglang" else "vllm-router"
+
+
+def router_recipe(program: str) -> RouterRecipe:
+    module = ROUTERS.get(program)
+    if module is None:
+        raise InputError(f"cell.router_program: no recipe for {program!r} (known: {', '.join(ROUTERS)})")
+    found: RouterRecipe = importlib.import_module(module).RECIPE
+    return found
+
+
+def build_router_launch(
+    cell: Cell,
+    workers: Sequence[str],
+    *,
+    host: str,
+    port: int | str,
+    metrics_port: int | str,
+    python: str,
+) -> RouterLaunch:
+    program = program_for(cell)
+    recipe = router_recipe(program)
+    argv = recipe.argv(cell.router, workers, host=host, port=port, metrics_port=metrics_port, python=python)
+    argv += shlex.split(cell.router_args)  # validated as shell words when the cell was built
+    return RouterLaunch(program, argv, recipe.ready_path, f"http://{host}:{metrics_port}/metrics")
+
+
+def router_version(program: str) -> str | None:
+    """The installed version of the program's distribution, or None when it is not installed."""
+    try:
+        return importlib.metadata.version(router_recipe(program).distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)")
+_WORKER = re.compile(r'worker="(?P<url>[^"]*)"')
+
+
+def samples(metrics_text: str, name: str) -> list[tuple[str, float]]:
+    """(label text, value) of every sample of ``name`` (unlabelled samples have label text "")."""
+    out = []
+    for line in metrics_text.splitlines():
+        head, _, value = line.rpartition(" ")
+        metric, _, labels = head.partition("{")
+        if metric != name:
+            continue
+        try:
+            out.append((labels.rstrip("}"), float(value)))
+        except ValueError:
+            continue
+    return out
+
+
+def sum_by_worker(metrics_text: str, name: str) -> dict[str, float]:
+    """The samples of ``name`` summed per ``worker`` label (other label sets are added together)."""
+    out: dict[str, float] = {}
+    for line in metrics_text.splitlines():
+        match = _SAMPLE.match(line)
+        if not match or match["name"] != name:
+            continue
+        worker = _WORKER.search(match["labels"])
+        if worker is None:
+            continue
+        try:
+            value = float(match["value"])
+        except ValueError:
+            continue
+        out[worker["url"]] = out.get(worker["url"], 0.0) + value
+    return out

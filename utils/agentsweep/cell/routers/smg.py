@@ -1,0 +1,71 @@
+"""SGLang's model gateway (PyPI ``smg``): ``python -m smg launch``.
+
+Its ``consistent_hashing`` policy keys on the ``X-SMG-Routing-Key`` header; ``cache_aware`` keeps a
+prefix tree of the request text per worker. ``/readiness`` answers 200 once enough workers are
+registered and healthy (``/health`` answers as soon as it listens). Its Prometheus port counts
+requests per worker (``smg_worker_requests_total{worker=...}``). The metrics listener binds to all
+interfaces unless told otherwise, so the host is always given.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from agentsweep.cell.routers import samples, sum_by_worker
+
+_NAMES = {"consistent_hash": "consistent_hashing"}
+_BRANCH = re.compile(r'branch="(?P<branch>[^"]*)"')
+
+
+class SmgRecipe:
+    program = "smg"
+    distribution = "smg"
+    ready_path = "/readiness"
+
+    def policy_name(self, policy: str) -> str:
+        return _NAMES.get(policy, policy)
+
+    def argv(
+        self,
+        policy: str,
+        workers: Sequence[str],
+        *,
+        host: str,
+        port: int | str,
+        metrics_port: int | str,
+        python: str,
+    ) -> list[str]:
+        return [
+            python, "-m", "smg", "launch",
+            "--host", host, "--port", str(port),
+            "--worker-urls", *workers,
+            "--policy", self.policy_name(policy),
+            "--prometheus-host", host, "--prometheus-port", str(metrics_port),
+            "--worker-startup-check-interval", "1",
+            "--log-level", "warn",
+        ]  # fmt: skip
+
+    def requests_by_worker(self, metrics_text: str) -> dict[str, float]:
+        return sum_by_worker(metrics_text, "smg_worker_requests_total")
+
+    def affinity(self, metrics_text: str) -> dict[str, object]:
+        """Branches the policy took (tree_match, routing_key_hit, fallbacks) and cache_aware's mean
+        prefix match ratio, the share of a request's text its chosen worker had seen."""
+        out: dict[str, object] = {}
+        branches: dict[str, float] = {}
+        for name in ("smg_cache_aware_policy_branch_total", "smg_consistent_hashing_policy_branch_total"):
+            for labels, value in samples(metrics_text, name):
+                match = _BRANCH.search(labels)
+                if match and value:
+                    branches[match["branch"]] = branches.get(match["branch"], 0.0) + value
+        if branches:
+            out["policy_branches"] = branches
+        total = sum(v for _, v in samples(metrics_text, "smg_cache_aware_match_ratio_sum"))
+        count = sum(v for _, v in samples(metrics_text, "smg_cache_aware_match_ratio_count"))
+        if count:
+            out["mean_prefix_match_ratio"] = total / count
+        return out
+
+
+RECIPE = SmgRecipe()

@@ -1,0 +1,51 @@
+"""vllm-router (PyPI ``vllm-router``): ``python -m vllm_router.launch_router``.
+
+Its ``consistent_hash`` policy keys on the ``X-Session-ID`` header; ``cache_aware`` keeps a prefix
+tree of the request text per worker. It waits for the workers itself; ``/health`` answers 200 once
+they are healthy. Its Prometheus port counts requests per worker
+(``vllm_router_processed_requests_total{worker=...}``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agentsweep.cell.routers import sum_by_worker
+
+
+class VllmRouterRecipe:
+    program = "vllm-router"
+    distribution = "vllm-router"
+    ready_path = "/health"
+
+    def policy_name(self, policy: str) -> str:
+        return policy  # the contract's names are vllm-router's own
+
+    def argv(
+        self,
+        policy: str,
+        workers: Sequence[str],
+        *,
+        host: str,
+        port: int | str,
+        metrics_port: int | str,
+        python: str,
+    ) -> list[str]:
+        return [
+            python, "-m", "vllm_router.launch_router",
+            "--host", host, "--port", str(port),
+            "--worker-urls", *workers,
+            "--policy", self.policy_name(policy),
+            "--prometheus-host", host, "--prometheus-port", str(metrics_port),
+            "--worker-startup-check-interval", "1",
+            "--log-level", "warning",
+        ]  # fmt: skip
+
+    def requests_by_worker(self, metrics_text: str) -> dict[str, float]:
+        return sum_by_worker(metrics_text, "vllm_router_processed_requests_total")
+
+    def affinity(self, metrics_text: str) -> dict[str, object]:
+        return {}  # 0.1.17 counts decisions per worker only (requests_by_replica)
+
+
+RECIPE = VllmRouterRecipe()
