@@ -10,6 +10,7 @@ import sys
 
 import pytest
 from agentsweep.cell.record import read_status
+from agentsweep.cli import main
 from agentsweep.collect.aggregate import build_rows, to_frame
 from agentsweep.collect.discover import find_cells, load_matrix
 from agentsweep.errors import InputError
@@ -73,3 +74,16 @@ def test_duplicate_exp_names_in_the_matrix_are_refused(tmp_path):
     )
     with pytest.raises(InputError, match="cells 0 and 2 share the exp_name 'A-TP1'"):
         load_matrix(path)
+
+
+def test_collect_exits_3_when_the_only_problems_are_invalid_cells(tmp_path, cell_factory, spec_cls):
+    path = cell_factory(tmp_path / "arts", spec_cls(tp=1, users=2, offload="off"))
+    cell_factory(tmp_path / "arts", spec_cls(tp=1, users=8, offload="off"))
+    summary = json.loads((path / "summary.json").read_text())
+    summary["counts"]["ok"] += 5  # sent no longer equals ok + failed
+    (path / "summary.json").write_text(json.dumps(summary))
+    assert main(["collect", str(tmp_path / "arts"), str(tmp_path / "out"), "--no-plots"]) == 3
+    rows = {r["exp_name"]: r for r in _rows(tmp_path / "out")}
+    assert sorted(r["status"] for r in rows.values()) == ["INVALID", "SUCCESS"]
+    (path / "status.txt").unlink()  # now a broken directory: MALFORMED wins with 1
+    assert main(["collect", str(tmp_path / "arts"), str(tmp_path / "out2"), "--no-plots"]) == 1

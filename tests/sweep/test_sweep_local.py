@@ -44,6 +44,9 @@ LAUNCHER = textwrap.dedent(
     case " ${FAIL_CELLS:-} " in
       *" $EXP_NAME "*) printf 'FAILED\\nengine exited with status 1\\n' > "$RESULT_DIR/status.txt"; exit 1 ;;
     esac
+    case " ${INVALID_CELLS:-} " in
+      *" $EXP_NAME "*) printf 'INVALID\\nfailed_share: 9 of 10 requests failed\\n' > "$RESULT_DIR/status.txt"; exit 1 ;;
+    esac
     echo SUCCESS > "$RESULT_DIR/status.txt"
     """
 )
@@ -59,6 +62,7 @@ def setup(tmp_path, monkeypatch):
     log = tmp_path / "launch.log"
     monkeypatch.setenv("LAUNCH_LOG", str(log))
     monkeypatch.delenv("FAIL_CELLS", raising=False)
+    monkeypatch.delenv("INVALID_CELLS", raising=False)
     monkeypatch.delenv("SLEEP_S", raising=False)
     base = ["sweep", "--key", "mini", "--config", str(config), "--results", str(tmp_path / "results")]
     base += ["--launcher", str(launcher), "--no-collect"]
@@ -162,3 +166,14 @@ def test_ctrl_c_stops_the_current_cell_cleanly_and_still_collects(setup, tmp_pat
     assert "sweep: interrupted by SIGINT; 4 cell(s) left: rerun the same command with --resume" in out
     assert f"agentsweep.cli collect {key_dir} {key_dir}/aggregated" in out
     assert (key_dir / "aggregated" / "summary.csv").exists()  # what finished (here: nothing) is collected
+
+
+def test_invalid_cells_are_named_and_exit_3_failed_ones_win_with_1(setup, monkeypatch, capsys):
+    base, _log, _key_dir = setup
+    monkeypatch.setenv("INVALID_CELLS", "mini-tp1-ep1-u2-off")
+    assert main(base) == 3  # every cell ran; one did not pass its checks
+    out = capsys.readouterr().out
+    assert "sweep: [4/4] mini-tp1-ep1-u2-off INVALID: failed_share: 9 of 10 requests failed" in out
+    assert "1 INVALID, 3 SUCCESS" in out
+    monkeypatch.setenv("FAIL_CELLS", "mini-tp1-ep1-u1-on")
+    assert main([*base, "--force"]) == 1

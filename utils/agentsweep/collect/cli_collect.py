@@ -2,7 +2,8 @@
 
 Writes summary.csv, frontier.csv, the PNG plots, report.html and summary.md into OUT_DIR (and
 appends summary.md to $GITHUB_STEP_SUMMARY when that is set). Exit 0 when every cell succeeded,
-1 when any cell is FAILED, MALFORMED or MISSING, 2 on bad arguments.
+1 when any cell is FAILED, MALFORMED or MISSING, 3 when the only problems are INVALID cells, 2 on bad
+arguments.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from agentsweep.collect.discover import find_cells, load_matrix
 from agentsweep.collect.pareto import frontier_table
 from agentsweep.collect.plots import write_plots
 from agentsweep.collect.report import summary_markdown, write_report
+from agentsweep.contract.verdict import INVALID_EXIT
 from agentsweep.errors import InputError
 
 
@@ -99,4 +101,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"collect: {len(rows)} cells, {len(rows) - len(bad)} SUCCESS -> {args.out_dir}", file=sys.stderr)
     for row in bad:
         print(f"collect: {row.exp_name}: {row.status}: {row.reason}", file=sys.stderr)
-    return 1 if bad else 0
+    if not bad:
+        return 0
+    return INVALID_EXIT if all(r.status == "INVALID" for r in bad) else 1

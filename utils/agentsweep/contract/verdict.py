@@ -11,6 +11,8 @@ from typing import Literal, get_args
 
 Verdict = Literal["SUCCESS", "INVALID", "FAILED"]
 VERDICTS: tuple[str, ...] = get_args(Verdict)
+# The exit status of `agentsweep sweep` and `collect` when every cell ran but some are INVALID.
+INVALID_EXIT = 3
 
 
 @dataclass(frozen=True)

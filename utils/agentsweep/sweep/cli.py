@@ -1,6 +1,7 @@
 """`agentsweep sweep --key KEY`: run a key's cells on this machine, one after another, then collect.
 
-Exit status: 0 when every cell succeeded and collect passed, 1 when a cell failed, 2 for bad input,
+Exit status: 0 when every cell succeeded and collect passed, 1 when a cell failed, 3 when every cell
+ran but some are INVALID (their checks failed; the report says why), 2 for bad input,
 128 + the signal's number after Ctrl-C (130), SIGTERM (143) or SIGHUP (129): the current cell is stopped
 cleanly (its verdict written), what finished is still collected, and --resume finishes the rest.
 """
@@ -12,6 +13,7 @@ import fnmatch
 import time
 from pathlib import Path
 
+from agentsweep.contract.verdict import INVALID_EXIT
 from agentsweep.errors import InputError
 from agentsweep.sweep.local import (
     CellRun,
@@ -133,11 +135,12 @@ def _run_plans(plans: list[SweepPlan], launcher: Path, *, collect: bool) -> int:
     except KeyboardInterrupt as err:  # a signal between two cells: no cell is running
         interrupted = Interrupted(signal_number(err))
     _summary(all_runs, time.monotonic() - start)
-    collect_ok = True
+    collect_ok, collect_invalid = True, False
     if collect:
         for plan in plans:
             code, report = run_collect(plan.key_dir)
-            collect_ok &= code == 0
+            collect_ok &= code in (0, INVALID_EXIT)
+            collect_invalid |= code == INVALID_EXIT
             if report.exists():
                 print(f"sweep: report: {report.resolve()}", flush=True)
             else:
@@ -153,8 +156,11 @@ def _run_plans(plans: list[SweepPlan], launcher: Path, *, collect: bool) -> int:
             flush=True,
         )
         return 128 + interrupted.signum
-    failed = [r for r in all_runs if r.state not in ("SUCCESS", "done")]
-    return 0 if not failed and collect_ok else 1
+    failed = [r for r in all_runs if r.state not in ("SUCCESS", "done", "INVALID")]
+    invalid = [r for r in all_runs if r.state == "INVALID"]
+    if failed or not collect_ok:
+        return 1
+    return INVALID_EXIT if invalid or collect_invalid else 0
 
 
 def _eta(todo: list[CellRun], i: int, start: float) -> str:
