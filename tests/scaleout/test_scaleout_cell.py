@@ -67,7 +67,8 @@ def test_scaleout_cell_succeeds_and_sums_its_replicas(
     router = json.loads((rd / "router.json").read_text())
     assert router["program"] == program and router["policy"] == policy
     assert sum(router["requests_by_replica"]) >= float(merged["requests_finished_total"]) > 0
-    assert all(n > 0 for n in router["requests_by_replica"])
+    if policy == "round_robin":  # consistent hashing may put a few sessions all on one replica
+        assert all(n > 0 for n in router["requests_by_replica"])
     if program == "smg":  # every request was placed by the session key the replayer sent
         assert router["policy_branches"] == {"routing_key_hit": sum(router["requests_by_replica"])}
 
