@@ -141,3 +141,25 @@ def sum_by_worker(metrics_text: str, name: str) -> dict[str, float]:
             continue
         out[worker["url"]] = out.get(worker["url"], 0.0) + value
     return out
+
+
+def launch_argv(
+    command: Sequence[str],
+    *,
+    policy: str,
+    workers: Sequence[str],
+    host: str,
+    port: int | str,
+    metrics_port: int | str,
+    log_level: str,
+) -> list[str]:
+    """The flags vllm-router and smg both take, after ``command`` (their launch command)."""
+    return [
+        *command,
+        "--host", host, "--port", str(port),
+        "--worker-urls", *workers,
+        "--policy", policy,
+        "--prometheus-host", host, "--prometheus-port", str(metrics_port),
+        "--worker-startup-check-interval", "1",
+        "--log-level", log_level,
+    ]  # fmt: skip

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from agentsweep.cell.routers import samples, sum_by_worker
+from agentsweep.cell.routers import launch_argv, samples, sum_by_worker
 
 _NAMES = {"consistent_hash": "consistent_hashing"}
 _BRANCH = re.compile(r'branch="(?P<branch>[^"]*)"')
@@ -36,15 +36,15 @@ class SmgRecipe:
         metrics_port: int | str,
         python: str,
     ) -> list[str]:
-        return [
-            python, "-m", "smg", "launch",
-            "--host", host, "--port", str(port),
-            "--worker-urls", *workers,
-            "--policy", self.policy_name(policy),
-            "--prometheus-host", host, "--prometheus-port", str(metrics_port),
-            "--worker-startup-check-interval", "1",
-            "--log-level", "warn",
-        ]  # fmt: skip
+        return launch_argv(
+            [python, "-m", "smg", "launch"],
+            policy=self.policy_name(policy),
+            workers=workers,
+            host=host,
+            port=port,
+            metrics_port=metrics_port,
+            log_level="warn",
+        )
 
     def requests_by_worker(self, metrics_text: str) -> dict[str, float]:
         return sum_by_worker(metrics_text, "smg_worker_requests_total")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentsweep.cell.routers import sum_by_worker
+from agentsweep.cell.routers import launch_argv, sum_by_worker
 
 
 class VllmRouterRecipe:
@@ -31,15 +31,15 @@ class VllmRouterRecipe:
         metrics_port: int | str,
         python: str,
     ) -> list[str]:
-        return [
-            python, "-m", "vllm_router.launch_router",
-            "--host", host, "--port", str(port),
-            "--worker-urls", *workers,
-            "--policy", self.policy_name(policy),
-            "--prometheus-host", host, "--prometheus-port", str(metrics_port),
-            "--worker-startup-check-interval", "1",
-            "--log-level", "warning",
-        ]  # fmt: skip
+        return launch_argv(
+            [python, "-m", "vllm_router.launch_router"],
+            policy=self.policy_name(policy),
+            workers=workers,
+            host=host,
+            port=port,
+            metrics_port=metrics_port,
+            log_level="warning",
+        )
 
     def requests_by_worker(self, metrics_text: str) -> dict[str, float]:
         return sum_by_worker(metrics_text, "vllm_router_processed_requests_total")
