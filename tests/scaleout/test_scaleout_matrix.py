@@ -81,8 +81,8 @@ def test_single_engine_table_is_unchanged(tmp_path: Path, capsys: pytest.Capture
     [
         (
             "    tp4: {users: 2, offload: off, replicas: 3, router: round_robin}",
-            "c.yaml:so.search_space.tp4.replicas: 3 replicas x tp 4 need 12 GPUs but runner 'local' has "
-            "8 per node (cells span one node)",
+            "c.yaml:so.search_space.tp4.replicas: 3 replicas x tp 4 need 12 GPUs on 2 nodes but runner 'local' has "
+            "8 per node and max_nodes 1",
         ),
         (
             "    tp1: {users: 2, offload: off, replicas: 2}",

@@ -20,6 +20,7 @@ from pydantic import (
 from agentsweep.contract.cell import (
     HARDWARE,
     MAX_CPU_DRAM_GB,
+    MAX_NODES,
     MAX_REPLICAS,
     MAX_TP,
     MAX_USERS,
@@ -30,6 +31,7 @@ from agentsweep.contract.cell import (
     Offload,
     PositiveInt,
     ReplayOptions,
+    RoleShape,
     RouterPolicy,
     ValidityLimits,
     preset_duration_error,
@@ -68,6 +70,12 @@ class RunnerSpec(Frozen):
     exclude: list[NonEmptyStr] = Field(default_factory=list)
     container_runtime: ContainerRuntime
     hf_cache: str | None = None
+    # Nodes one cell may span (a scale-out cell takes one allocation of that many nodes).
+    max_nodes: Annotated[int, Field(gt=0, le=MAX_NODES)] = 1
+    # KV transfer bandwidth of disaggregated cells, GB/s per GPU: inside a node (NVLink, xGMI) and
+    # between nodes (the scale-out network); the simulated engine models transfers with them.
+    intra_node_gbs: Annotated[float, Field(gt=0, le=1e5)] = 450.0
+    inter_node_gbs: Annotated[float, Field(gt=0, le=1e5)] = 50.0
 
     @model_validator(mode="after")
     def _hardware_from_gres(self) -> RunnerSpec:
@@ -109,6 +117,9 @@ class SearchPoint(Frozen):
     # Scale-out: engine instances of tp GPUs each, and the router policies to sweep in front of them.
     replicas: Annotated[int, Field(gt=0, le=MAX_REPLICAS)] = 1
     router: tuple[RouterPolicy, ...] = ()
+    # Disaggregated prefill/decode (both or neither); tp then defaults to decode's tp.
+    prefill: RoleShape | None = None
+    decode: RoleShape | None = None
     # Where the point came from in the file ("tp4" or "[0]"), for error messages.
     label: str = Field(default="", exclude=True)
 
@@ -129,6 +140,38 @@ class SearchPoint(Frozen):
         if tp is not None and (ep > tp or tp % ep):
             raise ValueError(f"ep {ep} must divide tp {tp} (expert parallelism runs inside the TP group)")
         return ep
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tp_from_decode(cls, data: Any) -> Any:
+        if isinstance(data, dict) and (data.get("prefill") is None) != (data.get("decode") is None):
+            missing = "decode" if data.get("decode") is None else "prefill"
+            raise ValueError(f"a disaggregated point needs both prefill and decode; {missing} is missing")
+        decode = data.get("decode") if isinstance(data, dict) else None
+        if isinstance(decode, dict) and "tp" in decode and "tp" not in data:
+            return {**data, "tp": decode["tp"]}
+        return data
+
+    @model_validator(mode="after")
+    def _disaggregated(self) -> SearchPoint:
+        if self.decode is None:
+            return self
+        if self.replicas != 1:
+            raise ValueError(
+                "replicas: give a disaggregated point's instances in prefill.replicas and decode.replicas"
+            )
+        if self.tp != self.decode.tp:
+            raise ValueError(f"tp {self.tp} must equal decode.tp {self.decode.tp} (or leave tp out)")
+        if not self.router:
+            raise ValueError("a disaggregated point needs a router policy, e.g. router: [round_robin]")
+        return self
+
+    @property
+    def instance_tps(self) -> list[int]:
+        """The TP of every engine instance of the point's cells (prefill first)."""
+        if self.prefill is not None and self.decode is not None:
+            return [self.prefill.tp] * self.prefill.replicas + [self.decode.tp] * self.decode.replicas
+        return [self.tp] * self.replicas
 
     @model_validator(mode="after")
     def _replicas_need_router(self) -> SearchPoint:

@@ -83,6 +83,7 @@ MAX_SEED = 2**32 - 1
 MAX_WARMUP_REQUESTS = 100_000
 MAX_CPU_DRAM_GB = 1 << 20  # 1 PiB
 MAX_REPLICAS = 256
+MAX_NODES = 1024
 
 PositiveInt = Annotated[int, Field(gt=0)]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
@@ -259,6 +260,22 @@ class EngineSettings(Frozen):
         return speed
 
 
+class RoleShape(Frozen):
+    """One role of a disaggregated cell: ``replicas`` engine instances of ``tp`` GPUs each."""
+
+    replicas: Annotated[int, Field(gt=0, le=MAX_REPLICAS)] = 1
+    tp: Annotated[int, Field(gt=0, le=MAX_TP)]
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.tp
+
+    @property
+    def label(self) -> str:
+        """``1x2`` for one instance of TP 2 (exp_name and report labels)."""
+        return f"{self.replicas}x{self.tp}"
+
+
 class CellAxes(Frozen):
     """What the matrix varies, and what follows from it for the launcher."""
 
@@ -275,6 +292,12 @@ class CellAxes(Frozen):
     # Data-parallel engine instances of tp GPUs each, behind a router with this policy ("" = none).
     replicas: Annotated[int, Field(gt=0, le=MAX_REPLICAS)] = 1
     router: RouterPolicy | Literal[""] = ""
+    # Disaggregated prefill/decode: both given or neither. Then tp is decode's tp, replicas stays 1, the
+    # router runs in its prefill/decode mode and gpus counts both roles.
+    prefill: RoleShape | None = None
+    decode: RoleShape | None = None
+    # Nodes of one allocation the cell spans (instances packed in order, none split across nodes).
+    nodes: Annotated[int, Field(gt=0, le=MAX_NODES)] = 1
 
     @field_validator("exp_name")
     @classmethod
@@ -287,10 +310,51 @@ class CellAxes(Frozen):
     @classmethod
     def _gpus_default(cls, data: Any) -> Any:
         if isinstance(data, dict) and "gpus" not in data and "tp" in data:
+            if data.get("prefill") is not None and data.get("decode") is not None:
+                return data  # gpus follows from the roles
             replicas = data.get("replicas", 1)
             if isinstance(replicas, int) and isinstance(data["tp"], int):
                 return {**data, "gpus": data["tp"] * replicas}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _disagg_gpus_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "gpus" not in data:
+            roles = [data.get("prefill"), data.get("decode")]
+            try:
+                gpus = sum(int(r.get("replicas", 1)) * int(r["tp"]) for r in roles if isinstance(r, dict))
+            except (KeyError, TypeError, ValueError):
+                return data  # the field checks name what is wrong
+            if all(isinstance(r, dict) for r in roles):
+                return {**data, "gpus": gpus}
+        return data
+
+    @model_validator(mode="after")
+    def _disaggregated_shape(self) -> CellAxes:
+        if (self.prefill is None) != (self.decode is None):
+            missing = "decode" if self.decode is None else "prefill"
+            raise ValueError(f"a disaggregated cell needs both prefill and decode; {missing} is missing")
+        if self.prefill is None or self.decode is None:
+            return self
+        if self.replicas != 1:
+            raise ValueError(
+                f"replicas {self.replicas}: a disaggregated cell gives its instances in prefill.replicas "
+                "and decode.replicas"
+            )
+        if self.tp != self.decode.tp:
+            raise ValueError(f"tp {self.tp} must equal decode.tp {self.decode.tp} in a disaggregated cell")
+        if not self.router:
+            raise ValueError(
+                f"a disaggregated cell needs a router policy (router: {', '.join(ROUTER_POLICIES)})"
+            )
+        need = self.prefill.gpus + self.decode.gpus
+        if self.gpus < need:
+            raise ValueError(
+                f"gpus {self.gpus} is fewer than prefill {self.prefill.label} + decode {self.decode.label} "
+                f"= {need}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _replicas_routed(self) -> CellAxes:
@@ -306,6 +370,18 @@ class CellAxes(Frozen):
     def routed(self) -> bool:
         """True when a router stands in front of the engine(s)."""
         return bool(self.router)
+
+    @property
+    def disaggregated(self) -> bool:
+        """True when prefill and decode run on separate engine instances."""
+        return self.prefill is not None and self.decode is not None
+
+    @property
+    def instance_tps(self) -> list[int]:
+        """The TP of every engine instance, in start order (prefill instances first)."""
+        if self.prefill is not None and self.decode is not None:
+            return [self.prefill.tp] * self.prefill.replicas + [self.decode.tp] * self.decode.replicas
+        return [self.tp] * self.replicas
 
 
 def preset_duration_error(preset: str, duration: int) -> str | None:
