@@ -6,13 +6,11 @@ left afterwards is found by listing /proc, whatever session or process group it 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -21,43 +19,8 @@ from agentsweep.contract.cell import CELL_ENV_VAR
 
 pytestmark = pytest.mark.slow
 
-MARKER = "AGENTSWEEP_TEST_TREE"
 
-
-def marked(tag: str) -> dict[int, str]:
-    """pid -> command line of every live (non-zombie) process whose environment holds MARKER=tag."""
-    found: dict[int, str] = {}
-    needle = f"{MARKER}={tag}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle not in (entry / "environ").read_bytes().split(b"\0"):
-                continue
-            if "\nState:\tZ" in (entry / "status").read_text():
-                continue
-            found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except (FileNotFoundError, PermissionError, ProcessLookupError):
-            continue
-    return found
-
-
-def wait_until_gone(tag: str, seconds: float) -> dict[int, str]:
-    deadline = time.monotonic() + seconds
-    left = marked(tag)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = marked(tag)
-    return left
-
-
-def kill_marked(tag: str) -> None:
-    for pid in marked(tag):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _cell_env(repo_root: Path, rd: Path, tag: str) -> dict[str, str]:
+def _cell_env(repo_root: Path, rd: Path, marker: dict[str, str]) -> dict[str, str]:
     cell = {
         "config_key": "tree",
         "exp_name": "tree-tp1-ep1-u2-off",
@@ -81,7 +44,7 @@ def _cell_env(repo_root: Path, rd: Path, tag: str) -> dict[str, str]:
         CELL_ENV_VAR: json.dumps(cell),
         "RESULT_DIR": str(rd),
         "PORT": str(free_port()),
-        MARKER: tag,
+        **marker,
     }
 
 
@@ -93,12 +56,13 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in text.split()]
 
 
-def test_sigkill_to_the_cell_process_stops_its_whole_tree_before_the_verdict(repo_root, tmp_path):
+def test_sigkill_to_the_cell_process_stops_its_whole_tree_before_the_verdict(
+    repo_root, tmp_path, process_tree
+):
     rd = tmp_path / "cell"
-    tag = uuid.uuid4().hex
     proc = subprocess.Popen(
         [str(repo_root / "benchmarks" / "run_cell.sh"), "--health-timeout", "30"],
-        env=_cell_env(repo_root, rd, tag),
+        env=_cell_env(repo_root, rd, process_tree.env),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -109,7 +73,7 @@ def test_sigkill_to_the_cell_process_stops_its_whole_tree_before_the_verdict(rep
         while time.monotonic() < deadline and not (requests.exists() and requests.stat().st_size > 0):
             time.sleep(0.1)
         assert requests.exists(), "the replay never started"
-        started = marked(tag)
+        started = process_tree.marked()
         # run_cell.sh, the cell, engine, scraper, replayer, watchdog
         assert len(started) >= 6, started
         cell = [p for p in _children(proc.pid) if "agentsweep.cli cell" in started.get(p, "")]
@@ -118,13 +82,13 @@ def test_sigkill_to_the_cell_process_stops_its_whole_tree_before_the_verdict(rep
         out, _ = proc.communicate(timeout=60)
         assert proc.returncode == 137, out
         # Nothing of the cell is left (run_cell.sh waited for the watchdog before writing the verdict).
-        left = wait_until_gone(tag, 1.0)
+        left = process_tree.wait_until_gone(1.0)
         assert not left, f"left running after the cell was killed: {left}\n{out}"
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        kill_marked(tag)
+        process_tree.kill()
     status = rd / "status.txt"
     assert (
         status.read_text() == "FAILED\nthe cell process exited with status 137 without writing its result\n"
