@@ -17,6 +17,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from agentsweep.engine_sim import disagg
+from agentsweep.engine_sim.disagg import Disagg, DisaggConfig
 from agentsweep.engine_sim.faults import Faults
 from agentsweep.engine_sim.kv_cache import KVCache
 from agentsweep.engine_sim.metrics import DIALECTS
@@ -90,6 +92,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--request-log", default=None, help="write each finished request's simulated timeline here (JSONL)"
     )
+    p.add_argument(
+        "--disaggregation-mode",
+        choices=disagg.MODES,
+        default="null",
+        help="disaggregated serving role: prefill or decode (null: serve whole requests)",
+    )
+    p.add_argument(
+        "--disaggregation-bootstrap-port",
+        type=int,
+        default=disagg.DEFAULT_BOOTSTRAP_PORT,
+        help="prefill: the port decodes rendezvous on for SGLang-style handoffs (0: a free port)",
+    )
+    p.add_argument(
+        "--kv-transfer-gbs",
+        type=float,
+        default=disagg.DEFAULT_KV_TRANSFER_GBS,
+        help="decode: prefill->decode fabric bandwidth per GPU, GB/s (times TP for the instance)",
+    )
+    p.add_argument(
+        "--kv-transfer-latency-ms",
+        type=float,
+        default=disagg.DEFAULT_KV_TRANSFER_LATENCY_MS,
+        help="decode: fixed cost of one KV handoff, ms of simulated time",
+    )
+    p.add_argument(
+        "--kv-transfer-timeout",
+        type=float,
+        default=disagg.DEFAULT_KV_TRANSFER_TIMEOUT_S,
+        help="simulated seconds a prefill holds blocks for its decode, and a decode waits for its prefill",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fail-rate", type=float, default=0.0, help="fault: fraction of requests answered 500")
     p.add_argument("--fail-after", type=int, default=None, help="fault: 500 for every request after the N-th")
@@ -126,6 +158,9 @@ def _check(args: argparse.Namespace) -> None:
         ("--hicache-size", args.hicache_size, 0.0, False, math.inf),
         ("--hicache-ratio", args.hicache_ratio, 0.0, False, math.inf),
         ("--slow-start", args.slow_start, 0.0, False, math.inf),
+        ("--kv-transfer-gbs", args.kv_transfer_gbs, 0.0, True, math.inf),
+        ("--kv-transfer-latency-ms", args.kv_transfer_latency_ms, 0.0, False, math.inf),
+        ("--kv-transfer-timeout", args.kv_transfer_timeout, 0.0, True, math.inf),
     ):
         above = value > low if low_open else value >= low
         if not (math.isfinite(value) and above and value <= high):
@@ -144,8 +179,12 @@ def _check(args: argparse.Namespace) -> None:
     ):
         if value is not None and value < 1:
             raise bad(flag, f"must be >= 1, got {value}")
-    if not 0 <= args.port <= 65535:
-        raise bad("--port", f"must be in 0..65535, got {args.port}")
+    for flag, port in (
+        ("--port", args.port),
+        ("--disaggregation-bootstrap-port", args.disaggregation_bootstrap_port),
+    ):
+        if not 0 <= port <= 65535:
+            raise bad(flag, f"must be in 0..65535, got {port}")
     for flag in ("fail_after", "stall_after", "crash_after"):
         value = getattr(args, flag)
         if value is not None and value < 0:
@@ -208,6 +247,21 @@ def build_server(args: argparse.Namespace, setup: Setup) -> SimServer:
         max_num_batched_tokens=args.max_batched,
         max_num_seqs=args.max_seqs,
         host_link_bw=dep.hardware.host_link_bw * args.tp,
+        kv_transfer_bw=args.kv_transfer_gbs * 1e9 * args.tp,
+        kv_transfer_latency=args.kv_transfer_latency_ms / 1e3,
+    )
+    role = Disagg(
+        DisaggConfig(
+            mode=args.disaggregation_mode,
+            host=args.host,
+            bootstrap_port=args.disaggregation_bootstrap_port,
+            kv_transfer_gbs=args.kv_transfer_gbs,
+            kv_transfer_latency_ms=args.kv_transfer_latency_ms,
+            kv_transfer_timeout_s=args.kv_transfer_timeout,
+        ),
+        engine,
+        speed=args.speed,
+        tp=args.tp,
     )
     faults = Faults(
         fail_rate=args.fail_rate,
@@ -225,7 +279,7 @@ def build_server(args: argparse.Namespace, setup: Setup) -> SimServer:
         default_max_tokens=args.default_max_tokens,
         faults=faults,
     )
-    return SimServer(config, engine)
+    return SimServer(config, engine, role)
 
 
 def _log(line: str) -> None:
@@ -293,6 +347,8 @@ async def _serve(args: argparse.Namespace, setup: Setup) -> int:
     await site.start()
     for line in startup_lines(args, setup):
         _log(line)
+    if server.disagg.mode != "null":
+        _log(server.disagg.describe(setup.deployment.kv_bytes_per_token_all, args.tp))
     url = f"http://{args.host}:{port}"
     _log(f"Starting {args.dialect} API server on {url}")
     print(f"INFO:     Started server process [{os.getpid()}]", flush=True)

@@ -42,11 +42,18 @@ class Snapshot:
     bytes_cpu_to_gpu: int
     evicted_tokens: int
     retracted_last: int  # SGLang: retractions of the most recent step
+    pinned_blocks: int = 0  # prefill role: blocks held for decodes not yet served
 
 
-def _hist(name: str, doc: str, labels: dict[str, str], h: Histogram) -> HistogramMetricFamily:
+def _hist(
+    name: str, doc: str, labels: dict[str, str], h: Histogram, scale: float = 1.0
+) -> HistogramMetricFamily:
+    """``scale`` converts the recorded unit into the exposed one (bucket bounds and sum)."""
     fam = HistogramMetricFamily(name, doc, labels=list(labels))
-    fam.add_metric(list(labels.values()), h.cumulative(), h.sum)
+    buckets = h.cumulative()
+    if scale != 1.0:
+        buckets = [(b if b == "+Inf" else repr(float(b) * scale), n) for b, n in buckets]
+    fam.add_metric(list(labels.values()), buckets, h.sum * scale)
     return fam
 
 
@@ -65,6 +72,32 @@ class _Base(Collector):
         fam = CounterMetricFamily(name, doc, labels=list(self.labels))
         fam.add_metric(list(self.labels.values()), value)
         return fam
+
+    def _sim_transfer(self, s: Snapshot) -> Iterator[Metric]:
+        """Transfer figures neither engine exports under one name (sim-only, both dialects)."""
+        st = self.stats
+        fam = GaugeMetricFamily(
+            "engine_sim:disaggregation_mode",
+            "Disaggregated serving role (1 for the role served).",
+            labels=[*self.labels, "mode"],
+        )
+        fam.add_metric([*self.labels.values(), st.kv_role], 1.0)
+        yield fam
+        yield self._counter(
+            "engine_sim:kv_transfer_tokens",
+            "Prompt tokens whose KV this decode received from a prefill instance (modelled transfer).",
+            st.kv_transfer_tokens,
+        )
+        yield self._counter(
+            "engine_sim:kv_transfer_bytes",
+            "KV bytes this decode received from prefill instances.",
+            st.kv_transfer_bytes,
+        )
+        yield self._gauge(
+            "engine_sim:kv_transfer_pinned_blocks",
+            "Blocks finished prefills hold until their decode takes them.",
+            s.pinned_blocks,
+        )
 
     def _by(self, name: str, doc: str, label: str, values: dict[str, float]) -> CounterMetricFamily:
         fam = CounterMetricFamily(name, doc, labels=[*self.labels, label])
@@ -120,20 +153,47 @@ class VllmCollector(_Base):
             {
                 "local_compute": st.prompt_local_compute,
                 "local_cache_hit": st.prompt_local_hit,
-                "external_kv_transfer": st.prompt_external_hit,
+                "external_kv_transfer": st.prompt_external_hit + st.prompt_remote_hit,
             },
         )
+        cached = {"device": st.prompt_local_hit, "host": st.prompt_external_hit}
+        if st.kv_role != "null":
+            cached["external_kv_transfer"] = st.prompt_remote_hit
         yield self._by(
             "vllm:prompt_tokens_cached_by_source",
             "Number of cached prompt tokens by the tier they were found in.",
             "source",
-            {"device": st.prompt_local_hit, "host": st.prompt_external_hit},
+            cached,
         )
         yield self._counter(
             "vllm:prompt_tokens_cached",
             "Number of cached prompt tokens (local + external).",
-            st.prompt_local_hit + st.prompt_external_hit,
+            st.prompt_local_hit + st.prompt_external_hit + st.prompt_remote_hit,
         )
+        if st.kv_role != "null":
+            yield _hist(
+                "vllm:nixl_xfer_time_seconds",
+                "Histogram of transfer duration for NIXL KV Cache transfers.",
+                self.labels,
+                st.kv_transfer_time,
+            )
+            yield _hist(
+                "vllm:nixl_bytes_transferred",
+                "Histogram of bytes transferred per NIXL KV Cache transfers.",
+                self.labels,
+                st.kv_transfer_size,
+            )
+            yield self._counter(
+                "vllm:nixl_num_failed_transfers",
+                "Number of failed NIXL KV Cache transfers.",
+                st.kv_transfer_failed,
+            )
+            yield self._counter(
+                "vllm:nixl_num_kv_expired_reqs",
+                "Number of requests whose KV blocks expired before a decode took them.",
+                st.kv_transfer_expired,
+            )
+            yield from self._sim_transfer(s)
         yield self._counter(
             "vllm:num_preemptions", "Cumulative number of preemption from the engine.", st.preemptions
         )
@@ -187,12 +247,46 @@ class SglangCollector(_Base):
         )
         hit_rate = (st.prefix_hits + st.external_hits) / st.prefix_queries if st.prefix_queries else 0.0
         yield self._gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", hit_rate)
+        cached = {"device": st.prompt_local_hit, "host": st.prompt_external_hit}
+        if st.kv_role != "null":
+            cached["remote"] = st.prompt_remote_hit  # transferred from the prefill instance
         yield self._by(
             "sglang:cached_tokens",
             "Number of cached prompt tokens by the tier they were found in.",
             "cache_source",
-            {"device": st.prompt_local_hit, "host": st.prompt_external_hit},
+            cached,
         )
+        if st.kv_role != "null":
+            yield _hist(
+                "sglang:kv_transfer_latency_ms",
+                "The transfer latency of the KV cache in ms.",
+                self.labels,
+                st.kv_transfer_time,
+                scale=1e3,
+            )
+            yield _hist(
+                "sglang:kv_transfer_total_mb",
+                "The total size of the KV cache transferred per request in MB.",
+                self.labels,
+                st.kv_transfer_size,
+                scale=1e-6,
+            )
+            yield self._gauge(
+                "sglang:kv_transfer_speed_gb_s",
+                "The transfer speed of the KV cache in GB/s (most recent transfer).",
+                st.kv_transfer_last_gbs,
+            )
+            yield self._counter(
+                "sglang:num_transfer_failed_reqs",
+                "Number of requests whose KV transfer failed.",
+                st.kv_transfer_failed,
+            )
+            yield self._counter(
+                "engine_sim:kv_transfer_expired",
+                "Prefilled prompts whose blocks no decode took in time (freed).",
+                st.kv_transfer_expired,
+            )
+            yield from self._sim_transfer(s)
         yield self._counter("sglang:prompt_tokens", "Number of prefill tokens processed.", st.prompt_tokens)
         yield self._counter(
             "sglang:generation_tokens", "Number of generation tokens processed.", st.generation_tokens

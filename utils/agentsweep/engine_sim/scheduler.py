@@ -29,10 +29,11 @@ import itertools
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
-from agentsweep.engine_sim.kv_cache import KVCache, Node, block_hashes
+from agentsweep.engine_sim.kv_cache import KVCache, Lookup, Node, block_hashes
 from agentsweep.engine_sim.profiles import StepCost
 from agentsweep.engine_sim.prompt_memo import PromptBlocks
 from agentsweep.engine_sim.stats import EngineStats
@@ -90,6 +91,14 @@ class SimRequest:
     aborted: bool = False
     finish_reason: str = "length"
     event: asyncio.Event = field(default_factory=asyncio.Event)
+    # Disaggregated serving (``disagg.py``). A decode's ``remote`` prompt arrives over the fabric instead
+    # of being computed: ``remote_tokens`` of it were transferred. A prefill's ``pin`` keeps its blocks
+    # held after it finishes, until the decode has taken them (``Engine.release_pinned``).
+    remote: bool = False
+    remote_tokens: int = 0
+    pin: bool = False
+    pinned: bool = False
+    on_loaded: Callable[[], None] | None = None  # called once its transferred blocks are resident
 
 
 class Engine:
@@ -104,6 +113,8 @@ class Engine:
         max_num_seqs: int = 1024,
         host_link_bw: float = 50e9,
         stats: EngineStats | None = None,
+        kv_transfer_bw: float = 450e9,
+        kv_transfer_latency: float = 0.0,
     ) -> None:
         self.kv = cache
         self.cost = cost
@@ -112,6 +123,9 @@ class Engine:
         self.max_batched = max_num_batched_tokens
         self.max_seqs = max_num_seqs
         self.host_link_bw = host_link_bw  # bytes/s for all ranks together
+        self.kv_transfer_bw = kv_transfer_bw  # prefill -> decode fabric, bytes/s for all ranks together
+        self.kv_transfer_latency = kv_transfer_latency  # simulated seconds of fixed cost per handoff
+        self.pinned_blocks = 0  # blocks finished prefills hold for their decode
         self.stats = stats or EngineStats()
         self.waiting: deque[SimRequest] = deque()
         self.loading: list[SimRequest] = []
@@ -142,8 +156,14 @@ class Engine:
         """Whether a request of ``tokens`` (prompt + output) can ever be held by the GPU pool."""
         return self.blocks_for(tokens) <= self.kv.total
 
-    def submit(self, prompt: PromptBlocks | list[int], max_tokens: int) -> SimRequest:
-        """Queue a prompt (token ids, or its length and block hashes when already known)."""
+    def submit(
+        self, prompt: PromptBlocks | list[int], max_tokens: int, *, remote: bool = False, pin: bool = False
+    ) -> SimRequest:
+        """Queue a prompt (token ids, or its length and block hashes when already known).
+
+        ``remote``: the prompt's KV comes from a prefill instance (only the local prefix-cache miss is
+        transferred). ``pin``: keep the blocks held once finished, for a decode to take.
+        """
         if isinstance(prompt, list):
             hashes = block_hashes(prompt, self.block_size) if self.kv.prefix_caching else []
             prompt = PromptBlocks(len(prompt), hashes)
@@ -151,9 +171,19 @@ class Engine:
             f"{next(self._ids)}", prompt.length, prompt.hashes, max(1, max_tokens), self.clock.now()
         )
         req.prefill_len = req.tokens_len
+        req.remote = remote
+        req.pin = pin
         self.waiting.append(req)
         self._wake.set()
         return req
+
+    def release_pinned(self, req: SimRequest) -> None:
+        """A finished prefill's blocks were taken (or the wait for them expired): let them go."""
+        if req.pinned:
+            req.pinned = False
+            self.pinned_blocks -= req.held
+            self._free(req)
+            self._wake.set()
 
     def abort(self, req: SimRequest) -> None:
         """The client went away: drop the request at the next step boundary."""
@@ -251,6 +281,7 @@ class Engine:
                     queue.remove(r)
                     self._free(r)
                     self._finish(r, "abort")
+                    self._loaded(r)
         if any(r.aborted for r in self.waiting):
             for r in [r for r in self.waiting if r.aborted]:
                 self.waiting.remove(r)
@@ -265,6 +296,13 @@ class Engine:
                 self.loading.remove(r)
                 r.status = RUNNING
                 self.running.append(r)
+                self._loaded(r)
+
+    @staticmethod
+    def _loaded(r: SimRequest) -> None:
+        if r.on_loaded is not None:
+            callback, r.on_loaded = r.on_loaded, None
+            callback()
 
     # -- scheduling ----------------------------------------------------------------------------
     def _schedule(self) -> tuple[list[tuple[SimRequest, int]], bool]:
@@ -314,6 +352,8 @@ class Engine:
         kv = self.kv
         bs = self.block_size
         hit = kv.lookup(r.hashes, (r.prefill_len - 1) // bs)
+        if r.remote and not r.preemptions:
+            return self._admit_remote(r, hit)
         g, c = hit.gpu_blocks, hit.cpu_blocks
         reclaim = hit.reclaim  # evictable blocks the hit takes off the list
         computed = (g + c) * bs
@@ -366,6 +406,50 @@ class Engine:
         else:
             r.status = RUNNING
         return n
+
+    def _admit_remote(self, r: SimRequest, hit: Lookup) -> int:
+        """A decode's prompt: its local GPU prefix hits are used, the rest arrives over the fabric.
+
+        The request takes blocks for the whole prompt now (as a decode preallocates them) and waits
+        ``bytes / kv_transfer_bw + kv_transfer_latency`` of simulated time while others keep stepping.
+        Then only the last prompt token is computed (for its logits, as vLLM does), so every prompt
+        token is reported cached: local hits plus transferred tokens. The CPU tier is not consulted.
+        """
+        kv = self.kv
+        bs = self.block_size
+        g = hit.gpu_blocks
+        hit = Lookup(g, 0, hit.reclaim, hit.path)
+        need = self.blocks_for(r.tokens_len) - g
+        if need > kv.available - hit.reclaim:
+            return -1
+        r.node = kv.acquire(hit)
+        kv.allocate(need)
+        r.depth = r.registered = g
+        r.held = g + need
+        r.computed = r.tokens_len - 1
+        local = g * bs
+        moved = r.tokens_len - local
+        r.remote_tokens = moved
+        st = self.stats
+        if kv.prefix_caching:
+            st.prefix_queries += r.prefill_len
+            st.prefix_hits += local
+        st.external_queries += moved
+        st.external_hits += moved
+        nbytes = moved * kv.block_bytes // bs
+        seconds = nbytes / self.kv_transfer_bw + self.kv_transfer_latency
+        st.kv_transfers += 1
+        st.kv_transfer_tokens += moved
+        st.kv_transfer_bytes += nbytes
+        st.kv_transfer_time.observe(seconds)
+        st.kv_transfer_size.observe(nbytes)
+        st.kv_transfer_last_gbs = nbytes / seconds / 1e9 if seconds > 0 else 0.0
+        r.cached_tokens = r.tokens_len
+        r.gpu_hit_tokens = local
+        r.status = LOADING
+        r.ready_at = self.t + seconds
+        self.loading.append(r)
+        return 0
 
     def _preempt(self, r: SimRequest) -> None:
         self._free(r)
@@ -462,7 +546,11 @@ class Engine:
         st.generation_tokens += decoded
         for r in finished:
             self.running.remove(r)
-            self._free(r)
+            if r.pin:
+                r.pinned = True  # held for the decode: ``release_pinned`` frees them
+                self.pinned_blocks += r.held
+            else:
+                self._free(r)
             self._finish(r, "length")
 
     def _register_blocks(self, r: SimRequest) -> None:
@@ -481,7 +569,8 @@ class Engine:
         st.prompt_tokens += r.tokens_len
         st.prompt_local_hit += r.gpu_hit_tokens
         st.prompt_external_hit += r.cpu_hit_tokens
-        st.prompt_local_compute += r.tokens_len - r.gpu_hit_tokens - r.cpu_hit_tokens
+        st.prompt_remote_hit += r.remote_tokens
+        st.prompt_local_compute += r.tokens_len - r.gpu_hit_tokens - r.cpu_hit_tokens - r.remote_tokens
 
     def _finish(self, r: SimRequest, reason: str) -> None:
         r.status = FINISHED

@@ -26,6 +26,7 @@ from aiohttp import web
 
 from agentsweep import __version__
 from agentsweep.engine_sim import tokenizer
+from agentsweep.engine_sim.disagg import Disagg, DisaggConfig, Plan, ProtocolError
 from agentsweep.engine_sim.faults import CRASH, FAIL, STALL, Faults
 from agentsweep.engine_sim.metrics import CONTENT_TYPE, Snapshot, build_registry, render
 from agentsweep.engine_sim.prompt_memo import PromptBlocks, PromptMemo, Segment
@@ -83,9 +84,11 @@ class ServerConfig:
 
 
 class SimServer:
-    def __init__(self, config: ServerConfig, engine: Engine) -> None:
+    def __init__(self, config: ServerConfig, engine: Engine, disagg: Disagg | None = None) -> None:
         self.config = config
         self.engine = engine
+        # Prefill or decode role of disaggregated serving (``disagg.py``); 'null' serves whole requests.
+        self.disagg = disagg or Disagg(DisaggConfig(), engine)
         self.name = config.served_names[0]
         self._name_json = _dumps(self.name)
         self.started = time.monotonic()
@@ -108,11 +111,14 @@ class SimServer:
         r.add_route("*", "/flush_cache", self.reset_prefix_cache)
         r.add_get("/version", self.version)
         r.add_get("/get_model_info", self.model_info)
+        self.disagg.add_routes(r)
 
     async def _on_startup(self, _app: web.Application) -> None:
+        await self.disagg.start()
         self.engine.start()
 
     async def _on_cleanup(self, _app: web.Application) -> None:
+        await self.disagg.stop()
         await self.engine.stop()
 
     # -- state ---------------------------------------------------------------------------------
@@ -139,6 +145,7 @@ class SimServer:
             bytes_cpu_to_gpu=kv.bytes_cpu_to_gpu,
             evicted_tokens=kv.evicted_blocks * bs,
             retracted_last=retracted,
+            pinned_blocks=e.pinned_blocks,
         )
 
     # -- simple routes -------------------------------------------------------------------------
@@ -271,23 +278,47 @@ class SimServer:
             opts = body.get("stream_options")
             if opts is not None and not isinstance(opts, dict):
                 raise BadRequest("'stream_options' must be an object")
-        except BadRequest as err:
+            plan = self.disagg.plan(body, request.headers.get("X-Request-ID"))
+        except (BadRequest, ProtocolError) as err:
             return error_response(str(err), err.status, err.kind)
+        if plan.role == "prefill":
+            max_tokens = 1  # a prefill instance computes the prompt and its first token only
         fault = self.config.faults.next_request()
         if fault == CRASH:
             self.config.crash()
         if fault == FAIL:
             return error_response("simulated engine failure", 500, "InternalServerError")
-        req = self.engine.submit(prompt, max_tokens)
+        if plan.role == "decode":
+            try:
+                await self.disagg.fetch(plan, prompt.length)
+            except ProtocolError as err:
+                return error_response(str(err), err.status, err.kind)
+        req = self.engine.submit(prompt, max_tokens, remote=plan.role == "decode", pin=plan.role == "prefill")
+        if plan.role == "decode":
+            req.on_loaded = lambda: self.disagg.release(plan)
         stall_at = max(1, max_tokens // 2) if fault == STALL else None
         try:
             if body.get("stream"):
                 include_usage = bool((opts or {}).get("include_usage"))
                 return await self._stream(request, req, chat, include_usage, stall_at)
-            return await self._whole(request, req, chat, stall_at)
+            return await self._whole(request, req, chat, stall_at, plan)
         finally:
             if req.status != FINISHED:
                 self.engine.abort(req)
+            if plan.role == "prefill":
+                self.disagg.settle(plan, req)
+            elif plan.role == "decode":
+                self.disagg.release(plan)
+
+    @staticmethod
+    def _own_address(request: web.Request) -> tuple[str, int]:
+        """Host and port this server was reached on (where a decode finds a prefill's blocks)."""
+        sock = request.transport.get_extra_info("sockname") if request.transport else None
+        host = request.url.host or "127.0.0.1"
+        if sock and sock[0] not in ("0.0.0.0", "::", ""):
+            host = sock[0]
+        port = sock[1] if sock else (request.url.port or 80)
+        return host, port
 
     def _usage(self, req: SimRequest) -> str:
         return (
@@ -358,7 +389,12 @@ class SimServer:
         return resp
 
     async def _whole(
-        self, request: web.Request, req: SimRequest, chat: bool, stall_at: int | None
+        self,
+        request: web.Request,
+        req: SimRequest,
+        chat: bool,
+        stall_at: int | None,
+        plan: Plan | None = None,
     ) -> web.Response:
         if stall_at is not None:
             await self._wait_disconnect(request)
@@ -378,8 +414,13 @@ class SimServer:
         else:
             choice = f'{{"index":0,"text":"{text}","logprobs":null,"finish_reason":"{req.finish_reason}","stop_reason":null}}'
             rid, obj = f"cmpl-{uuid.uuid4().hex}", "text_completion"
+        extra = ""
+        if plan is not None and plan.role == "prefill" and plan.protocol == "vllm" and req.pinned:
+            self.disagg.publish(plan, req)
+            params = self.disagg.transfer_params(plan, req, self._own_address(request))
+            extra = f',"kv_transfer_params":{_dumps(params)}'
         body = (
             f'{{"id":"{rid}","object":"{obj}","created":{created},"model":{self._name_json},'
-            f'"choices":[{choice}],"usage":{self._usage(req)}}}'
+            f'"choices":[{choice}],"usage":{self._usage(req)}{extra}}}'
         )
         return web.Response(body=body.encode(), content_type="application/json")

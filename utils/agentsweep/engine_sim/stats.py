@@ -18,6 +18,25 @@ E2E_BUCKETS = (
     480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
 
+TRANSFER_S_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.2,
+    0.3,
+    0.5,
+    0.75,
+    1.0,
+    5.0,
+)
+TRANSFER_BYTES_BUCKETS = tuple(float(2**20 * 4**k) for k in range(11))  # 1 MiB .. 1 TiB
+
 
 class Histogram:
     """Cumulative-ready bucket counts; ``observe`` takes a count so batched steps cost one call."""
@@ -58,8 +77,19 @@ class EngineStats:
     prompt_local_compute: int = 0  # prompt tokens by source, counted once per request
     prompt_local_hit: int = 0
     prompt_external_hit: int = 0
+    prompt_remote_hit: int = 0  # decode role: prompt tokens whose KV came from the prefill instance
     preemptions: int = 0
     requests_finished: dict[str, int] = field(default_factory=lambda: {"length": 0, "stop": 0, "abort": 0})
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
     itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
     e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
+    # Disaggregated serving (``disagg.py``): the role, and the decode's modelled KV handoffs.
+    kv_role: str = "null"
+    kv_transfers: int = 0
+    kv_transfer_tokens: int = 0
+    kv_transfer_bytes: int = 0
+    kv_transfer_failed: int = 0  # decode: handoffs that could not be made (prefill unreachable, timeout)
+    kv_transfer_expired: int = 0  # prefill: pinned prompts no decode took in time
+    kv_transfer_last_gbs: float = 0.0
+    kv_transfer_time: Histogram = field(default_factory=lambda: Histogram(TRANSFER_S_BUCKETS))
+    kv_transfer_size: Histogram = field(default_factory=lambda: Histogram(TRANSFER_BYTES_BUCKETS))
