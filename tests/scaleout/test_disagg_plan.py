@@ -277,34 +277,40 @@ def test_router_counts_requests_per_role(
     start_process: Callable[..., subprocess.Popen[bytes]],
     tmp_path: Path,
 ) -> None:
-    """The real router in its PD mode in front of two engines (one per role): router.json's figures.
+    """The real router in its PD mode in front of two prefill engines and one decode engine: router.json's
+    per-role figures from its /metrics.
 
     The engines here are plain simulated engines (they ignore the PD fields of a request), enough for
     the router to route and count; the PD engines themselves are exercised end to end elsewhere.
     """
+    third = free_port()
+    argv = [sys.executable, "-m", "agentsweep.cli", "engine-sim", MODEL, "--port", str(third)]
+    argv += ["--speed", "50", "--quantization", "fp8"]
+    engines = [*sim_replicas, f"http://127.0.0.1:{third}"]
+    wait_ok(engines[2] + "/health", proc=start_process(argv, "decode"))
     cell = Cell.parse({**BASE, "runner": "local", "engine": "sim", "router_program": program, "tp": 1,
-                       "prefill": {"tp": 1}, "decode": {"tp": 1}})  # fmt: skip
+                       "prefill": {"replicas": 2, "tp": 1}, "decode": {"tp": 1}})  # fmt: skip
     port = free_port()
     plan = plan_cell(cell, tmp_path, port=port, hardware=None, environ={})
     so = plan.scaleout
     assert so is not None
     # Point the plan's router at the running engines instead of the instances it planned.
-    argv = [sim_replicas[0] if a == so.prefill[0].url else sim_replicas[1] if a == so.decode[0].url else a
-            for a in so.router.argv]  # fmt: skip
-    proc = start_process(argv, program)
+    planned = [r.url for r in so.replicas]
+    proc = start_process([engines[planned.index(a)] if a in planned else a for a in so.router.argv], program)
     url = f"http://127.0.0.1:{port}"
     wait_ok(url + so.router.ready_path, timeout_s=60, proc=proc)
-    for i in range(3):
+    for i in range(4):
         body = {"model": MODEL, "messages": [{"role": "user", "content": f"turn {i}"}], "max_tokens": 4}
-        headers = {"Content-Type": "application/json", **{h: "s" for h in SESSION_HEADERS}}
+        headers = {"Content-Type": "application/json", **{h: f"s{i}" for h in SESSION_HEADERS}}
         req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(), headers)
         with urllib.request.urlopen(req, timeout=30) as resp:
             assert resp.status == 200
     with urllib.request.urlopen(so.router.metrics_url, timeout=5) as resp:
         text = resp.read().decode()
-    text = text.replace(sim_replicas[0], so.prefill[0].url).replace(sim_replicas[1], so.decode[0].url)
+    for running, planned_url in zip(engines, planned, strict=True):
+        text = text.replace(f'"{running}"', f'"{planned_url}"')
     figures = router_figures(plan, text)
-    assert figures["requests_by_prefill"] == [3.0]
-    assert figures["requests_by_decode"] == [3.0]
-    assert figures["busiest_prefill_share"] == figures["busiest_decode_share"] == 1.0
+    assert figures["requests_by_prefill"] == [2.0, 2.0]  # round robin over the two prefill instances
+    assert figures["requests_by_decode"] == [4.0]
+    assert figures["busiest_prefill_share"] == 0.5 and figures["busiest_decode_share"] == 1.0
     assert "requests_by_replica" not in figures
