@@ -18,6 +18,7 @@ from agentsweep.cell.lifecycle import (
     install_signal_handlers,
     plan_cell,
     resolve_hardware,
+    resolve_kv_transfer_gbs,
     run_cell,
 )
 from agentsweep.cell.watchdog import set_parent_death_signal
@@ -70,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
         port = _port(env, args.dry_run)
         runners_path = Path(env["AGENTSWEEP_RUNNERS"]) if env.get("AGENTSWEEP_RUNNERS") else None
         hardware = resolve_hardware(cell, runners_path)
-        plan = plan_cell(cell, result_dir, port=port, hardware=hardware)
+        gbs = resolve_kv_transfer_gbs(cell, runners_path)
+        plan = plan_cell(cell, result_dir, port=port, hardware=hardware, kv_transfer_gbs=gbs)
     except AgentsweepError as err:
         if not args.dry_run:
             _record_refusal(result_dir, args, err)

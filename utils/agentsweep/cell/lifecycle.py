@@ -81,7 +81,8 @@ class CellPlan:
     scraper_argv: list[str]
     base_url: str
     env_overrides: dict[str, str] = field(default_factory=dict)
-    # Replicas behind a router (a cell with a router policy); engine is then replica 0's command.
+    # Instances behind a router (a cell with a router policy); engine is then the command of the first
+    # instance answering the client (replica 0, or decode instance 0).
     scaleout: replicas.ScaleoutPlan | None = None
 
     def describe(self) -> list[str]:
@@ -123,6 +124,23 @@ def resolve_hardware(cell: Cell, runners_path: Path | None = None) -> str | None
     return str(hardware) if hardware else None
 
 
+def resolve_kv_transfer_gbs(cell: Cell, runners_path: Path | None = None) -> float | None:
+    """The runner's KV transfer bandwidth per GPU for a disaggregated cell: ``intra_node_gbs`` on one
+    node, ``inter_node_gbs`` when the cell spans several; None for any other cell."""
+    if not cell.disaggregated:
+        return None
+    from agentsweep.config import load_runners
+
+    runners = load_runners(runners_path)
+    if cell.runner not in runners:
+        raise ConfigError(
+            f"cell.runner: {cell.runner!r} is not a runner in runners.yaml "
+            f"(known: {', '.join(sorted(runners))})"
+        )
+    spec = runners[cell.runner]
+    return float(spec.inter_node_gbs if cell.nodes > 1 else spec.intra_node_gbs)
+
+
 def plan_cell(
     cell: Cell,
     result_dir: Path,
@@ -133,7 +151,10 @@ def plan_cell(
     python: str = sys.executable,
     environ: Mapping[str, str] = os.environ,
     scrape_interval_s: float = 1.0,
+    kv_transfer_gbs: float | None = None,
 ) -> CellPlan:
+    """Resolve every command of ``cell``; ``kv_transfer_gbs`` is the runner's KV transfer bandwidth per
+    GPU for a disaggregated cell (``resolve_kv_transfer_gbs``)."""
     scaleout = None
     if cell.routed:
         scaleout = replicas.plan_scaleout(
@@ -145,8 +166,9 @@ def plan_cell(
             python=python,
             environ=environ,
             scrape_interval_s=scrape_interval_s,
+            kv_transfer_gbs=kv_transfer_gbs,
         )
-        engine = scaleout.replicas[0].engine
+        engine = scaleout.client.engine
     else:
         engine = build_engine_launch(
             cell, hardware=hardware, port=port, host=host, python=python, environ=environ

@@ -1,10 +1,16 @@
-"""Scale-out cells: N engine replicas on their own ports, a real router in front, the replayer on the router.
+"""Scale-out cells: engine instances on their own ports, a real router in front, the replayer on the router.
 
-Each replica is the engine recipe's command for a one-replica copy of the cell (``tp`` GPUs, its share
-of the offload budget). Every replica is scraped on its own (``server_metrics.r<i>.csv``); after the
-replay the rows are merged into ``server_metrics.csv``: counters and request counts summed over the
-replicas, usage fractions averaged, so the validity checks that compare client sums with server
-counters hold as for one engine. The router's own per-replica request counts go to ``router.json``.
+Two modes. Data-parallel (``dp``): N replicas ``r<i>``, each serving whole requests. Disaggregated
+(``pd``): prefill instances ``p<i>`` and decode instances ``d<i>``, the router in its prefill/decode
+mode sending each request through one of each, the KV cache moving between them.
+
+Each instance is the engine recipe's command for a one-instance copy of the cell (its role's ``tp``
+GPUs, its share of the offload budget, its role flags). Every instance is scraped on its own
+(``server_metrics.<name>.csv``); after the replay the rows of the instances that answer the client
+(the replicas, or the decode instances) are merged into ``server_metrics.csv``: counters and request
+counts summed, usage fractions averaged, so the validity checks that compare client sums with server
+counters hold as for one engine. The prefill instances are merged the same way into
+``server_metrics.prefill.csv``. The router's own per-instance request counts go to ``router.json``.
 """
 
 from __future__ import annotations
@@ -26,13 +32,14 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentsweep.cell import record
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
-from agentsweep.cell.engines import EngineLaunch, build_engine_launch, recipe
+from agentsweep.cell.engines import EngineLaunch, PdRole, build_engine_launch, recipe
 from agentsweep.cell.routers import (
     SESSION_HEADERS,
+    PdWorkers,
     RouterLaunch,
     build_router_launch,
     router_recipe,
@@ -49,10 +56,13 @@ if TYPE_CHECKING:
 MEAN_COLUMNS = frozenset({"kv_cache_usage", "cpu_kv_cache_usage"})
 ROUTER_METRICS_MAX_BYTES = 8 << 20
 ROUTER_SNAPSHOT_MAX_BYTES = 1 << 20
+Role = Literal["replica", "prefill", "decode"]
 
 
 @dataclass(frozen=True)
 class Replica:
+    """One engine instance: a replica (``r<i>``), or a prefill (``p<i>``) or decode (``d<i>``) instance."""
+
     index: int
     port: int | str
     url: str
@@ -60,26 +70,64 @@ class Replica:
     log_name: str
     metrics_name: str
     scraper_argv: list[str]
+    name: str = ""
+    role: Role = "replica"
+    bootstrap_port: int | str | None = None  # a prefill instance's, where its engine serves one
+
+    @property
+    def label(self) -> str:
+        return f"{self.role} {self.index}"
 
 
 @dataclass(frozen=True)
 class ScaleoutPlan:
-    """The replicas and the router of one cell (the replayer and results are the CellPlan's)."""
+    """The engine instances and the router of one cell (the replayer and results are the CellPlan's).
 
-    replicas: list[Replica]
+    ``mode`` is ``dp`` (replicas, each serving whole requests) or ``pd`` (prefill instances, then
+    decode instances; the router sends each request through one of each).
+    """
+
+    replicas: list[Replica]  # every instance, in start order (prefill instances first)
     router: RouterLaunch
     router_url: str
+    mode: Literal["dp", "pd"] = "dp"
+
+    @property
+    def prefill(self) -> list[Replica]:
+        return [r for r in self.replicas if r.role == "prefill"]
+
+    @property
+    def decode(self) -> list[Replica]:
+        return [r for r in self.replicas if r.role == "decode"]
+
+    @property
+    def answering(self) -> list[Replica]:
+        """The instances that answer the client (their merged scrapes are server_metrics.csv)."""
+        return self.decode if self.mode == "pd" else self.replicas
+
+    @property
+    def client(self) -> Replica:
+        """The first answering instance: its log is server.log, its version the engine's."""
+        return self.answering[0]
 
     def describe(self) -> list[str]:
         lines = []
+        if self.mode == "pd":
+            lines.append(
+                f"disaggregated: prefill {', '.join(r.name for r in self.prefill)}; "
+                f"decode {', '.join(r.name for r in self.decode)}"
+            )
         for rep in self.replicas:
             env = " ".join(
                 f"{k}={shlex.quote(v)}" for k, v in sorted(record.mask_env(rep.engine.env).items())
             )
             argv = shlex.join(record.mask_argv(rep.engine.argv))
-            lines.append(f"replica {rep.index}: {env + ' ' if env else ''}{argv}")
+            lines.append(f"{rep.label}: {env + ' ' if env else ''}{argv}")
             lines.append(f"  health:  {rep.url}{rep.engine.health_path}")
+            if rep.bootstrap_port is not None:
+                lines.append(f"  bootstrap port: {rep.bootstrap_port}")
             lines.append(f"  scraper: {shlex.join(rep.scraper_argv)}")
+            lines.append(f"  log:     {rep.log_name}")
         lines.append(f"router:  {shlex.join(self.router.argv)}")
         lines.append(f"  ready:   {self.router_url}{self.router.ready_path}")
         lines.append(f"  metrics: {self.router.metrics_url}")
@@ -88,56 +136,102 @@ class ScaleoutPlan:
 
     def to_record(self) -> dict[str, Any]:
         """What cell.json keeps of the plan (commands with secrets masked)."""
-        return {
-            "replicas": [
-                {
-                    "url": r.url,
-                    "command": record.mask_argv(r.engine.argv),
-                    "env": record.mask_env(r.engine.env),
-                }
-                for r in self.replicas
-            ],
-            "router": {"program": self.router.program, "command": self.router.argv, "url": self.router_url},
-        }
+        out: dict[str, Any] = {"mode": self.mode}
+        out["replicas"] = []
+        for r in self.replicas:
+            item: dict[str, Any] = {
+                "name": r.name,
+                "role": r.role,
+                "url": r.url,
+                "command": record.mask_argv(r.engine.argv),
+                "env": record.mask_env(r.engine.env),
+            }
+            if r.bootstrap_port is not None:
+                item["bootstrap_port"] = r.bootstrap_port
+            out["replicas"].append(item)
+        if self.mode == "pd":
+            out["prefill"] = [r.url for r in self.prefill]
+            out["decode"] = [r.url for r in self.decode]
+        out["router"] = {"program": self.router.program, "command": self.router.argv, "url": self.router_url}
+        return out
+
+
+def instance_cell(cell: Cell, tp: int) -> Cell:
+    """The one-instance cell an engine instance is started for: ``tp`` GPUs, its share of the DRAM budget.
+
+    A replica's share is ``cpu_dram_gb / replicas``; a prefill or decode instance's is
+    ``cpu_dram_gb x tp / gpus`` (its GPUs' part of the cell's), both floored to 0.1 GiB.
+    """
+    if cell.disaggregated:
+        share = math.floor(round(cell.cpu_dram_gb * tp / cell.gpus * 10, 6)) / 10
+    else:
+        share = math.floor(round(cell.cpu_dram_gb / cell.replicas * 10, 6)) / 10
+    return cell.replace(
+        replicas=1, router="", gpus=tp, tp=tp, cpu_dram_gb=share, prefill=None, decode=None, nodes=1
+    )
 
 
 def replica_cell(cell: Cell) -> Cell:
-    """The one-replica cell each replica's engine is started for: tp GPUs, its share of the DRAM budget."""
-    share = math.floor(cell.cpu_dram_gb / cell.replicas * 10) / 10
-    return cell.replace(replicas=1, router="", gpus=cell.tp, cpu_dram_gb=share)
+    """The one-replica cell each replica of a data-parallel cell is started for."""
+    return instance_cell(cell, cell.tp)
+
+
+def _shape(cell: Cell) -> str:
+    if cell.prefill is not None and cell.decode is not None:
+        return f"prefill {cell.prefill.label} + decode {cell.decode.label}"
+    return f"{cell.replicas} replicas x tp {cell.tp}"
 
 
 def device_slices(cell: Cell, hardware: str | None, environ: Mapping[str, str]) -> list[dict[str, str]]:
-    """Each replica's own GPUs, as the environment its engine starts with ({} for the simulated engine).
+    """Each instance's own GPUs, in start order, as the environment its engine starts with ({} for the
+    simulated engine).
 
-    NVIDIA: replica i gets the i-th group of tp IDs of CUDA_VISIBLE_DEVICES (what the allocation
-    gave the cell), or of 0..gpus-1 when it is unset. MI355X: HIP_VISIBLE_DEVICES indexes inside
-    what ROCR_VISIBLE_DEVICES (set by the allocation) shows, so replica i gets indices i*tp.. .
+    NVIDIA: instance k gets the next ``tp`` IDs of CUDA_VISIBLE_DEVICES (what the allocation gave the
+    cell), or of 0..gpus-1 when it is unset. MI355X: HIP_VISIBLE_DEVICES indexes inside what
+    ROCR_VISIBLE_DEVICES (set by the allocation) shows, so the indices run from 0 the same way.
     """
+    tps = cell.instance_tps
     if recipe(cell.engine).simulated:
-        return [{} for _ in range(cell.replicas)]
+        return [{} for _ in tps]
+    need = sum(tps)
     if hardware == "mi355x":
-        var, ids = "HIP_VISIBLE_DEVICES", [str(i) for i in range(cell.gpus)]
+        var, ids = "HIP_VISIBLE_DEVICES", [str(i) for i in range(max(need, cell.gpus))]
     else:
         var = "CUDA_VISIBLE_DEVICES"
         given = environ.get(var, "").strip()
         ids = (
             [d.strip() for d in given.split(",") if d.strip()]
             if given
-            else [str(i) for i in range(cell.gpus)]
+            else [str(i) for i in range(max(need, cell.gpus))]
         )
-        if len(ids) < cell.gpus:
+        if len(ids) < need:
             raise InputError(
-                f"cell {cell.exp_name}: {cell.replicas} replicas x tp {cell.tp} need {cell.gpus} GPUs but "
-                f"{var}={given} shows {len(ids)}"
+                f"cell {cell.exp_name}: {_shape(cell)} need {need} GPUs but {var}={given} shows {len(ids)}"
             )
-    return [{var: ",".join(ids[i * cell.tp : (i + 1) * cell.tp])} for i in range(cell.replicas)]
+    starts = list(itertools.accumulate(tps, initial=0))
+    return [{var: ",".join(ids[a : a + tp])} for a, tp in zip(starts, tps, strict=False)]
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+def _free_port(host: str, taken: set[int] | None = None) -> int:
+    """A free port of ``host``, none of ``taken`` (added to it)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if taken is None:
+            return port
+        if port not in taken:
+            taken.add(port)
+            return port
+
+
+def _instances(cell: Cell) -> list[tuple[Role, str, int, int]]:
+    """(role, name, index, tp) of every engine instance, in start order."""
+    if cell.prefill is not None and cell.decode is not None:
+        return [("prefill", f"p{i}", i, cell.prefill.tp) for i in range(cell.prefill.replicas)] + [
+            ("decode", f"d{i}", i, cell.decode.tp) for i in range(cell.decode.replicas)
+        ]
+    return [("replica", f"r{i}", i, cell.tp) for i in range(cell.replicas)]
 
 
 def plan_scaleout(
@@ -150,36 +244,68 @@ def plan_scaleout(
     python: str,
     environ: Mapping[str, str],
     scrape_interval_s: float,
+    kv_transfer_gbs: float | None = None,
 ) -> ScaleoutPlan:
-    """Ports, engine commands and scrapers of every replica, and the router on ``port``.
+    """Ports, engine commands and scrapers of every instance, and the router on ``port``.
 
-    With a real port the replicas and the router's metrics get free ports of this host; a dry run
-    (``port`` is a placeholder) shows placeholders.
+    With a real port the instances (and prefill bootstrap ports, KV handshake ports) and the router's
+    metrics get free ports of this host; a dry run (``port`` is a placeholder) shows placeholders.
+    ``kv_transfer_gbs`` (disaggregated cells) is the runner's KV transfer bandwidth per GPU for the
+    cell's placement, passed to engines that model the transfer.
     """
-    one = replica_cell(cell)
     real = isinstance(port, int)
-    replicas = []
-    for i, devices in enumerate(device_slices(cell, hardware, environ)):
-        rport: int | str = _free_port(host) if real else f"$REPLICA{i}_PORT"
+    taken: set[int] = {port} if isinstance(port, int) else set()
+    engine_recipe = recipe(cell.engine)
+    pd_mode = cell.disaggregated
+    specs = _instances(cell)
+    slices = device_slices(cell, hardware, environ)
+    client_name = "d0" if pd_mode else "r0"
+    instances = []
+    for (role, name, i, tp), devices in zip(specs, slices, strict=True):
+        tag = f"{role.upper()}{i}"
+
+        def new_port(what: str, tag: str = tag) -> int | str:
+            return _free_port(host, taken) if real else f"${tag}_{what}"
+
+        rport = new_port("PORT")
+        pd = None
+        boot: int | str | None = None
+        if pd_mode:
+            if role == "prefill" and engine_recipe.pd_bootstrap:
+                boot = new_port("BOOTSTRAP_PORT")
+            side = new_port("NIXL_PORT") if engine_recipe.pd_side_channel else None
+            pd = PdRole(
+                "prefill" if role == "prefill" else "decode",
+                bootstrap_port=boot,
+                side_channel_port=side,
+                kv_transfer_gbs=kv_transfer_gbs,
+            )
         launch = build_engine_launch(
-            one, hardware=hardware, port=rport, host=host, python=python, environ=environ
-        )
+            instance_cell(cell, tp), hardware=hardware, port=rport, host=host, python=python,
+            environ=environ, pd=pd,
+        )  # fmt: skip
         launch = dataclasses.replace(launch, env={**launch.env, **devices})
         url = f"http://{host}:{rport}"
-        metrics_name = f"server_metrics.r{i}.csv"
+        metrics_name = f"server_metrics.{name}.csv"
         scraper = [
             python, "-m", "agentsweep.cli", "metrics-collector",
             "--endpoint", url + launch.metrics_path,
             "--output", str(result_dir / metrics_name),
             "--interval", f"{scrape_interval_s:g}",
         ]  # fmt: skip
-        log_name = "server.log" if i == 0 else f"server.r{i}.log"
-        replicas.append(Replica(i, rport, url, launch, log_name, metrics_name, scraper))
-    metrics_port: int | str = _free_port(host) if real else "$ROUTER_METRICS_PORT"
+        log_name = "server.log" if name == client_name else f"server.{name}.log"
+        instances.append(Replica(i, rport, url, launch, log_name, metrics_name, scraper, name, role, boot))
+    metrics_port: int | str = _free_port(host, taken) if real else "$ROUTER_METRICS_PORT"
+    workers: list[str] | PdWorkers = [r.url for r in instances]
+    if pd_mode:
+        workers = PdWorkers(
+            prefill=[(r.url, r.bootstrap_port) for r in instances if r.role == "prefill"],
+            decode=[r.url for r in instances if r.role == "decode"],
+        )
     router = build_router_launch(
-        cell, [r.url for r in replicas], host=host, port=port, metrics_port=metrics_port, python=python
+        cell, workers, host=host, port=port, metrics_port=metrics_port, python=python
     )
-    return ScaleoutPlan(replicas, router, f"http://{host}:{port}")
+    return ScaleoutPlan(instances, router, f"http://{host}:{port}", "pd" if pd_mode else "dp")
 
 
 class _Named(EngineProcess):
@@ -227,14 +353,15 @@ def execute(
     watch_replay: Callable[[Any, ManagedProcess, CellOptions, int], str | None],
     check_outputs: Callable[[Path], str | None],
 ) -> str | None:
-    """Start the replicas, then the router, scrape every replica, replay through the router, stop all."""
+    """Start the instances (prefill first), then the router, scrape every instance, replay through the
+    router, stop all."""
     so = plan.scaleout
     assert so is not None
     cell, rd = plan.cell, plan.result_dir
     grace = options.engine_grace(cell.engine)
     engines = [
         _Named(
-            f"replica {r.index}",
+            r.label,
             r.engine.argv,
             log_path=rd / r.log_name,
             base_url=r.url,
@@ -253,6 +380,7 @@ def execute(
         env=dict(os.environ),
         stop_grace_s=10.0,
     )
+    what = "instances" if so.mode == "pd" else "replicas"
     reason: str | None = None
     try:
         with contextlib.ExitStack() as stack:
@@ -263,8 +391,8 @@ def execute(
             timeout = options.health_timeout(cell.engine)
             for eng in engines:
                 eng.wait_healthy(max(0.1, timeout - (time.monotonic() - start)))
-            say(f"{len(engines)} replicas healthy after {time.monotonic() - start:.1f} s")
-            versions["engine"] = recipe(cell.engine).version(so.replicas[0].url)
+            say(f"{len(engines)} {what} healthy after {time.monotonic() - start:.1f} s")
+            versions["engine"] = recipe(cell.engine).version(so.client.url)
             versions["router"] = f"{so.router.program} {router_version(so.router.program) or 'unknown'}"
             say(f"starting router: {shlex.join(so.router.argv)}")
             stack.enter_context(router)
@@ -273,8 +401,8 @@ def execute(
             scrapers = [
                 ManagedProcess(
                     r.scraper_argv,
-                    log_path=rd / f"metrics-collector.r{r.index}.log",
-                    name=f"metrics collector of replica {r.index}",
+                    log_path=rd / f"metrics-collector.{r.name}.log",
+                    name=f"metrics collector of {r.label}",
                     stop_grace_s=10.0,
                 )
                 for r in so.replicas
@@ -303,9 +431,11 @@ def execute(
             if router.poll() is None:
                 write_router_figures(plan, rd)
     finally:
-        for name in [r.log_name for r in so.replicas[1:]] + ["router.log"]:
+        for name in [r.log_name for r in so.replicas if r.log_name != "server.log"] + ["router.log"]:
             trim_log(rd / name)
-    merge_metrics([rd / r.metrics_name for r in so.replicas], rd / "server_metrics.csv")
+    merge_metrics([rd / r.metrics_name for r in so.answering], rd / "server_metrics.csv")
+    if so.mode == "pd":
+        merge_metrics([rd / r.metrics_name for r in so.prefill], rd / "server_metrics.prefill.csv")
     return reason or check_outputs(rd)
 
 
@@ -314,29 +444,53 @@ def _hint(proc: ManagedProcess) -> str:
     return f"; last line of {proc.log_path.name}: {lines[-1][:300]}" if lines else ""
 
 
+def router_figures(plan: CellPlan, metrics_text: str) -> dict[str, Any]:
+    """What router.json says of the router's routing, from its /metrics text.
+
+    Data-parallel: requests per replica and the busiest one's share. Prefill/decode: requests per
+    prefill and per decode instance (both routers count each instance under its URL) and the busiest
+    share of each role.
+    """
+    so = plan.scaleout
+    assert so is not None
+    program = router_recipe(so.router.program)
+    by_worker = program.requests_by_worker(metrics_text)
+    figures: dict[str, Any] = {}
+    groups = (
+        [("prefill", so.prefill), ("decode", so.decode)] if so.mode == "pd" else [("replica", so.replicas)]
+    )
+    for role, members in groups:
+        counts = [by_worker.get(r.url, 0.0) for r in members]
+        total = sum(counts)
+        figures[f"requests_by_{role}"] = counts
+        figures[f"busiest_{role}_share"] = max(counts) / total if total else None
+    figures.update(program.affinity(metrics_text))
+    return figures
+
+
 def write_router_figures(plan: CellPlan, result_dir: Path) -> None:
-    """router.json: the router's requests per replica (and its metrics text, histograms left out)."""
+    """router.json: the router's requests per instance (and its metrics text, histograms left out)."""
     so = plan.scaleout
     assert so is not None
     figures: dict[str, Any] = {
         "program": so.router.program,
         "version": router_version(so.router.program),
+        "mode": so.mode,
         "policy": plan.cell.router,
         "policy_flag": router_recipe(so.router.program).policy_name(plan.cell.router),
-        "replicas": [r.url for r in so.replicas],
     }
+    if so.mode == "pd":
+        figures["prefill"] = [r.url for r in so.prefill]
+        figures["decode"] = [r.url for r in so.decode]
+    else:
+        figures["replicas"] = [r.url for r in so.replicas]
     try:
         with urllib.request.urlopen(so.router.metrics_url, timeout=5.0) as resp:
             text = resp.read(ROUTER_METRICS_MAX_BYTES).decode("utf-8", "replace")
     except (urllib.error.URLError, OSError, TimeoutError) as err:
         figures["error"] = f"cannot read {so.router.metrics_url}: {err}"
     else:
-        by_worker = router_recipe(so.router.program).requests_by_worker(text)
-        counts = [by_worker.get(r.url, 0.0) for r in so.replicas]
-        total = sum(counts)
-        figures["requests_by_replica"] = counts
-        figures["busiest_replica_share"] = max(counts) / total if total else None
-        figures.update(router_recipe(so.router.program).affinity(text))
+        figures.update(router_figures(plan, text))
         kept = "".join(
             line + "\n"
             for line in text.splitlines()

@@ -15,7 +15,7 @@ import shlex
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from agentsweep.contract.cell import HARDWARE, Cell
 from agentsweep.errors import InputError
@@ -38,6 +38,22 @@ class EngineLaunch:
     metrics_path: str = "/metrics"
 
 
+@dataclass(frozen=True)
+class PdRole:
+    """One instance's part in a disaggregated prefill/decode cell (what its recipe adds to the command).
+
+    ``bootstrap_port``: the prefill instance's rendezvous port (SGLang protocol; None where the engine
+    has none). ``side_channel_port``: the KV connector's handshake port on this host (vLLM NIXL).
+    ``kv_transfer_gbs``: the runner's KV transfer bandwidth per GPU for this placement (the simulated
+    engine models the transfer with it; None leaves its default).
+    """
+
+    role: Literal["prefill", "decode"]
+    bootstrap_port: int | str | None = None
+    side_channel_port: int | str | None = None
+    kv_transfer_gbs: float | None = None
+
+
 class EngineRecipe(Protocol):
     """What the cell needs to know about one engine."""
 
@@ -49,6 +65,10 @@ class EngineRecipe(Protocol):
     # True when the engine is simulated on the cell's own cores (no spare core for a polling client;
     # no tokenizer to load; its clock may run faster than real time).
     simulated: bool
+    # Disaggregated cells: whether a prefill instance serves a bootstrap port (the router is told it),
+    # and whether every instance needs a handshake port of its own on the host.
+    pd_bootstrap: bool
+    pd_side_channel: bool
 
     def launch(
         self,
@@ -59,8 +79,10 @@ class EngineRecipe(Protocol):
         host: str,
         python: str,
         environ: Mapping[str, str],
+        pd: PdRole | None = None,
     ) -> EngineLaunch:
-        """The engine's argv and environment (before the cell's engine_args and engine_env)."""
+        """The engine's argv and environment (before the cell's engine_args and engine_env); ``pd``
+        gives the instance's role in a disaggregated cell."""
         ...
 
     def version(self, base_url: str) -> str | None:
@@ -75,6 +97,8 @@ class ServingEngine:
     health_timeout_s = 1800.0
     stop_grace_s = 30.0
     simulated = False
+    pd_bootstrap = False
+    pd_side_channel = False
 
     def version(self, base_url: str) -> str | None:
         from agentsweep.cell.engines.http_version import fetch_version
@@ -99,14 +123,16 @@ def build_engine_launch(
     host: str = "127.0.0.1",
     python: str = sys.executable,
     environ: Mapping[str, str] | None = None,
+    pd: PdRole | None = None,
 ) -> EngineLaunch:
-    """The engine command for ``cell``; ``hardware`` is the runner's (None on a local runner)."""
+    """The engine command for ``cell``; ``hardware`` is the runner's (None on a local runner); ``pd``
+    the instance's role in a disaggregated cell."""
     if hardware is not None and hardware not in HARDWARE:
         raise InputError(
             f"runner '{cell.runner}': unknown hardware {hardware!r}; expected one of {', '.join(HARDWARE)}"
         )
     launch = recipe(cell.engine).launch(
-        cell, hardware=hardware, port=port, host=host, python=python, environ=environ or {}
+        cell, hardware=hardware, port=port, host=host, python=python, environ=environ or {}, pd=pd
     )
     extra = _split_engine_args(cell.engine_args)
     env = {**launch.env, **cell.engine_env_dict}

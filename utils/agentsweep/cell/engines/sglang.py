@@ -2,6 +2,14 @@
 
 - offload on: ``--enable-hierarchical-cache --hicache-size <GiB per rank>`` (an integer).
 - noprefix: ``--disable-radix-cache``.
+- disaggregated prefill/decode: ``--disaggregation-mode prefill|decode`` and
+  ``--disaggregation-transfer-backend``: ``mooncake`` (SGLang's default) on H200 and B200, ``mori``
+  (AMD's MoRI-IO, GPU-direct RDMA; python/sglang/srt/disaggregation/mori/, sglang PR #14626) on
+  MI355X; a prefill instance serves ``--disaggregation-bootstrap-port N`` (default 8998, so each
+  instance on a host needs its own), which the router is told (smg ``--prefill URL N``). Source:
+  docs/advanced_features/pd_disaggregation.md and server_arguments.md ("PD disaggregation") in
+  sgl-project/sglang. ``--disaggregation-ib-device`` is left to the engine's own detection (Mooncake
+  probes the RDMA devices when it is unset); set it in ``engine_args`` where a node needs one.
 """
 
 from __future__ import annotations
@@ -9,12 +17,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from agentsweep.cell.engines import EngineLaunch, ServingEngine, offload_gib
+from agentsweep.cell.engines import EngineLaunch, PdRole, ServingEngine, offload_gib
 from agentsweep.contract.cell import Cell
 from agentsweep.errors import InputError
 
+# --disaggregation-transfer-backend per runner hardware (None: a local runner, SGLang's default).
+TRANSFER_BACKEND = {"h200": "mooncake", "b200": "mooncake", "mi355x": "mori"}
+
 
 class SglangRecipe(ServingEngine):
+    pd_bootstrap = True
+
     def launch(
         self,
         cell: Cell,
@@ -24,6 +37,7 @@ class SglangRecipe(ServingEngine):
         host: str,
         python: str,
         environ: Mapping[str, str],
+        pd: PdRole | None = None,
     ) -> EngineLaunch:
         argv = ["python3", "-m", "sglang.launch_server", "--model-path", cell.model]
         argv += ["--host", host, "--port", str(port), "--tp-size", str(cell.tp)]
@@ -40,6 +54,11 @@ class SglangRecipe(ServingEngine):
             argv += ["--enable-hierarchical-cache", "--hicache-size", str(per_rank)]
         elif cell.offload == "noprefix":
             argv.append("--disable-radix-cache")
+        if pd is not None:
+            argv += ["--disaggregation-mode", pd.role]
+            argv += ["--disaggregation-transfer-backend", TRANSFER_BACKEND.get(hardware or "", "mooncake")]
+            if pd.role == "prefill" and pd.bootstrap_port is not None:
+                argv += ["--disaggregation-bootstrap-port", str(pd.bootstrap_port)]
         return EngineLaunch(argv=argv)
 
 

@@ -2,6 +2,11 @@
 
 - offload on: ``--kv-offloading-size <GiB>`` (a CPU tier of that size).
 - noprefix: ``--no-enable-prefix-caching``.
+- disaggregated prefill/decode: ``--disaggregation-mode prefill|decode``; a prefill instance always
+  gets ``--disaggregation-bootstrap-port N`` (the simulated engine answers both the vLLM-style and the
+  SGLang-style protocol, so either router can front it); ``--kv-transfer-gbs F``, the runner's KV
+  transfer bandwidth per GPU (``intra_node_gbs``, or ``inter_node_gbs`` for a cell on several nodes).
+  The transfer latency is left to the simulated engine's default.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import agentsweep
-from agentsweep.cell.engines import EngineLaunch, fmt_gib, fmt_num, offload_gib
+from agentsweep.cell.engines import EngineLaunch, PdRole, fmt_gib, fmt_num, offload_gib
 from agentsweep.contract.cell import Cell
 
 DEFAULT_HARDWARE = "h200"  # a local runner names no hardware
@@ -25,6 +30,8 @@ class SimRecipe:
     health_timeout_s = 120.0
     stop_grace_s = 5.0
     simulated = True
+    pd_bootstrap = True
+    pd_side_channel = False
 
     def launch(
         self,
@@ -35,6 +42,7 @@ class SimRecipe:
         host: str,
         python: str,
         environ: Mapping[str, str],
+        pd: PdRole | None = None,
     ) -> EngineLaunch:
         argv = [python, "-m", "agentsweep.cli", "engine-sim", cell.model]
         argv += ["--host", host, "--port", str(port), "--tensor-parallel-size", str(cell.tp)]
@@ -48,6 +56,12 @@ class SimRecipe:
             argv += ["--kv-offloading-size", fmt_gib(offload_gib(cell))]
         elif cell.offload == "noprefix":
             argv.append("--no-enable-prefix-caching")
+        if pd is not None:
+            argv += ["--disaggregation-mode", pd.role]
+            if pd.role == "prefill" and pd.bootstrap_port is not None:
+                argv += ["--disaggregation-bootstrap-port", str(pd.bootstrap_port)]
+            if pd.kv_transfer_gbs is not None:
+                argv += ["--kv-transfer-gbs", fmt_num(pd.kv_transfer_gbs)]
         return EngineLaunch(argv=argv)
 
     def version(self, base_url: str) -> str | None:

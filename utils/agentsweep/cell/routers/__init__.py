@@ -4,6 +4,13 @@ A router recipe (:class:`RouterRecipe`) knows one program's command line, how it
 engine-neutral policies of the cell contract (``RouterPolicy``), where it says it is ready to route,
 and how to read its own per-replica figures from its Prometheus text. ``ROUTERS`` maps each program
 name of ``RouterProgram`` to the module holding its ``RECIPE``.
+
+In a disaggregated cell the router runs in its prefill/decode mode: it is given the prefill instances
+(``--prefill URL [BOOTSTRAP_PORT]``, the flag repeated per instance) and the decode instances
+(``--decode URL``, repeated) instead of ``--worker-urls``, sends each request to a prefill instance
+and then (vllm-router, NIXL) or at once (smg, SGLang's bootstrap rendezvous) to a decode instance.
+Both programs use ``--policy`` for both roles unless ``--prefill-policy``/``--decode-policy`` are
+given (``router_args`` may add them); the cell sets one policy.
 """
 
 from __future__ import annotations
@@ -26,6 +33,14 @@ ROUTERS: dict[str, str] = {
 # The headers the replayer sends with the session id (trace, or trace:agent) on every request; the
 # consistent-hash policies of both routers key on one of them.
 SESSION_HEADERS: tuple[str, ...] = ("X-Session-ID", "X-SMG-Routing-Key")
+
+
+@dataclass(frozen=True)
+class PdWorkers:
+    """The instances of a disaggregated cell as the router is told them."""
+
+    prefill: list[tuple[str, int | str | None]]  # (URL, bootstrap port or None)
+    decode: list[str]
 
 
 @dataclass(frozen=True)
@@ -58,6 +73,19 @@ class RouterRecipe(Protocol):
         python: str,
     ) -> list[str]: ...
 
+    def pd_argv(
+        self,
+        policy: str,
+        workers: PdWorkers,
+        *,
+        host: str,
+        port: int | str,
+        metrics_port: int | str,
+        python: str,
+    ) -> list[str]:
+        """The command in prefill/decode mode."""
+        ...
+
     def requests_by_worker(self, metrics_text: str) -> dict[str, float]:
         """Requests the router sent to each worker URL, from its /metrics text."""
         ...
@@ -84,16 +112,24 @@ def router_recipe(program: str) -> RouterRecipe:
 
 def build_router_launch(
     cell: Cell,
-    workers: Sequence[str],
+    workers: Sequence[str] | PdWorkers,
     *,
     host: str,
     port: int | str,
     metrics_port: int | str,
     python: str,
 ) -> RouterLaunch:
+    """The router of ``cell`` in front of ``workers`` (replica URLs, or the roles of a disaggregated cell)."""
     program = program_for(cell)
     recipe = router_recipe(program)
-    argv = recipe.argv(cell.router, workers, host=host, port=port, metrics_port=metrics_port, python=python)
+    if isinstance(workers, PdWorkers):
+        argv = recipe.pd_argv(
+            cell.router, workers, host=host, port=port, metrics_port=metrics_port, python=python
+        )
+    else:
+        argv = recipe.argv(
+            cell.router, workers, host=host, port=port, metrics_port=metrics_port, python=python
+        )
     argv += shlex.split(cell.router_args)  # validated as shell words when the cell was built
     return RouterLaunch(program, argv, recipe.ready_path, f"http://{host}:{metrics_port}/metrics")
 
@@ -143,21 +179,36 @@ def sum_by_worker(metrics_text: str, name: str) -> dict[str, float]:
     return out
 
 
+def worker_flags(urls: Sequence[str]) -> list[str]:
+    return ["--worker-urls", *urls]
+
+
+def pd_flags(mode_flag: str, workers: PdWorkers, *, bootstrap: bool) -> list[str]:
+    """``MODE_FLAG --prefill URL [PORT] ... --decode URL ...``; bootstrap ports only when ``bootstrap``."""
+    out = [mode_flag]
+    for url, boot in workers.prefill:
+        out += ["--prefill", url, *([str(boot)] if bootstrap and boot is not None else [])]
+    for url in workers.decode:
+        out += ["--decode", url]
+    return out
+
+
 def launch_argv(
     command: Sequence[str],
     *,
     policy: str,
-    workers: Sequence[str],
+    targets: Sequence[str],
     host: str,
     port: int | str,
     metrics_port: int | str,
     log_level: str,
 ) -> list[str]:
-    """The flags vllm-router and smg both take, after ``command`` (their launch command)."""
+    """The flags vllm-router and smg both take, after ``command`` (their launch command); ``targets``
+    names the workers (``worker_flags`` or ``pd_flags``)."""
     return [
         *command,
         "--host", host, "--port", str(port),
-        "--worker-urls", *workers,
+        *targets,
         "--policy", policy,
         "--prometheus-host", host, "--prometheus-port", str(metrics_port),
         "--worker-startup-check-interval", "1",

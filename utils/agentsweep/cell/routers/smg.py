@@ -5,6 +5,11 @@ prefix tree of the request text per worker. ``/readiness`` answers 200 once enou
 registered and healthy (``/health`` answers as soon as it listens). Its Prometheus port counts
 requests per worker (``smg_worker_requests_total{worker=...}``). The metrics listener binds to all
 interfaces unless told otherwise, so the host is always given.
+
+In prefill/decode mode (``--pd-disaggregation``) every prefill instance is given with its bootstrap
+port (``--prefill URL PORT``): smg sends the request to the prefill and the decode instance at once,
+with the prefill's bootstrap address and a room id, and the two meet there to move the KV cache. It
+counts requests per instance under the same metric.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from agentsweep.cell.routers import launch_argv, samples, sum_by_worker
+from agentsweep.cell.routers import PdWorkers, launch_argv, pd_flags, samples, sum_by_worker, worker_flags
 
 _NAMES = {"consistent_hash": "consistent_hashing"}
 _BRANCH = re.compile(r'branch="(?P<branch>[^"]*)"')
@@ -39,7 +44,27 @@ class SmgRecipe:
         return launch_argv(
             [python, "-m", "smg", "launch"],
             policy=self.policy_name(policy),
-            workers=workers,
+            targets=worker_flags(workers),
+            host=host,
+            port=port,
+            metrics_port=metrics_port,
+            log_level="warn",
+        )
+
+    def pd_argv(
+        self,
+        policy: str,
+        workers: PdWorkers,
+        *,
+        host: str,
+        port: int | str,
+        metrics_port: int | str,
+        python: str,
+    ) -> list[str]:
+        return launch_argv(
+            [python, "-m", "smg", "launch"],
+            policy=self.policy_name(policy),
+            targets=pd_flags("--pd-disaggregation", workers, bootstrap=True),
             host=host,
             port=port,
             metrics_port=metrics_port,

@@ -4,13 +4,19 @@ Its ``consistent_hash`` policy keys on the ``X-Session-ID`` header; ``cache_awar
 tree of the request text per worker. It waits for the workers itself; ``/health`` answers 200 once
 they are healthy. Its Prometheus port counts requests per worker
 (``vllm_router_processed_requests_total{worker=...}``).
+
+In prefill/decode mode (``--vllm-pd-disaggregation``) it uses its default ``--kv-connector nixl``: it
+sends a request to a prefill instance with ``max_tokens`` 1, then hands the prefill's
+``kv_transfer_params`` to a decode instance, which pulls the KV blocks; no bootstrap port is given.
+It counts requests per instance under the same metric (and ``vllm_router_pd_prefill_requests_total``
+/ ``vllm_router_pd_decode_requests_total``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentsweep.cell.routers import launch_argv, sum_by_worker
+from agentsweep.cell.routers import PdWorkers, launch_argv, pd_flags, sum_by_worker, worker_flags
 
 
 class VllmRouterRecipe:
@@ -34,7 +40,27 @@ class VllmRouterRecipe:
         return launch_argv(
             [python, "-m", "vllm_router.launch_router"],
             policy=self.policy_name(policy),
-            workers=workers,
+            targets=worker_flags(workers),
+            host=host,
+            port=port,
+            metrics_port=metrics_port,
+            log_level="warning",
+        )
+
+    def pd_argv(
+        self,
+        policy: str,
+        workers: PdWorkers,
+        *,
+        host: str,
+        port: int | str,
+        metrics_port: int | str,
+        python: str,
+    ) -> list[str]:
+        return launch_argv(
+            [python, "-m", "vllm_router.launch_router"],
+            policy=self.policy_name(policy),
+            targets=pd_flags("--vllm-pd-disaggregation", workers, bootstrap=False),
             host=host,
             port=port,
             metrics_port=metrics_port,
