@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentsweep.cell import placement as placement_mod
 from agentsweep.cell import record
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
 from agentsweep.cell.engines import EngineLaunch, build_engine_launch, recipe
@@ -60,6 +61,7 @@ class Replica:
     log_name: str
     metrics_name: str
     scraper_argv: list[str]
+    node: str = ""  # the node it runs on (multi-node cells: its own job step there)
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class ScaleoutPlan:
     replicas: list[Replica]
     router: RouterLaunch
     router_url: str
+    placement: placement_mod.Placement | None = None
 
     def describe(self) -> list[str]:
         lines = []
@@ -78,6 +81,8 @@ class ScaleoutPlan:
             )
             argv = shlex.join(record.mask_argv(rep.engine.argv))
             lines.append(f"replica {rep.index}: {env + ' ' if env else ''}{argv}")
+            if self.placement is not None:
+                lines.append(f"  node:    {rep.node}")
             lines.append(f"  health:  {rep.url}{rep.engine.health_path}")
             lines.append(f"  scraper: {shlex.join(rep.scraper_argv)}")
         lines.append(f"router:  {shlex.join(self.router.argv)}")
@@ -92,12 +97,14 @@ class ScaleoutPlan:
             "replicas": [
                 {
                     "url": r.url,
+                    "node": r.node,
                     "command": record.mask_argv(r.engine.argv),
                     "env": record.mask_env(r.engine.env),
                 }
                 for r in self.replicas
             ],
             "router": {"program": self.router.program, "command": self.router.argv, "url": self.router_url},
+            **({"placement": self.placement.to_record()} if self.placement is not None else {}),
         }
 
 
@@ -150,22 +157,31 @@ def plan_scaleout(
     python: str,
     environ: Mapping[str, str],
     scrape_interval_s: float,
+    placement: placement_mod.Placement | None = None,
 ) -> ScaleoutPlan:
     """Ports, engine commands and scrapers of every replica, and the router on ``port``.
 
     With a real port the replicas and the router's metrics get free ports of this host; a dry run
-    (``port`` is a placeholder) shows placeholders.
+    (``port`` is a placeholder) shows placeholders. A cell spanning several nodes of its Slurm job
+    (``placement``, found from the environment when not given) starts each replica as a job step on
+    its node, bound to the node's address; the router stays here, on node 0.
     """
+    placement = placement or placement_mod.from_environ(cell, hardware, environ)
     one = replica_cell(cell)
     real = isinstance(port, int)
     replicas = []
-    for i, devices in enumerate(device_slices(cell, hardware, environ)):
+    slices = device_slices(cell, hardware, environ) if placement is None else [{}] * cell.replicas
+    for i, devices in enumerate(slices):
         rport: int | str = _free_port(host) if real else f"$REPLICA{i}_PORT"
+        where = placement.slots[i] if placement is not None else None
+        rhost = where.address if where is not None else host
         launch = build_engine_launch(
-            one, hardware=hardware, port=rport, host=host, python=python, environ=environ
+            one, hardware=hardware, port=rport, host=rhost, python=python, environ=environ
         )
         launch = dataclasses.replace(launch, env={**launch.env, **devices})
-        url = f"http://{host}:{rport}"
+        if placement is not None:  # its own step on its node; the step selects its GPUs there
+            launch = dataclasses.replace(launch, argv=placement.wrap(i, launch.argv))
+        url = f"http://{rhost}:{rport}"
         metrics_name = f"server_metrics.r{i}.csv"
         scraper = [
             python, "-m", "agentsweep.cli", "metrics-collector",
@@ -174,12 +190,13 @@ def plan_scaleout(
             "--interval", f"{scrape_interval_s:g}",
         ]  # fmt: skip
         log_name = "server.log" if i == 0 else f"server.r{i}.log"
-        replicas.append(Replica(i, rport, url, launch, log_name, metrics_name, scraper))
+        node = where.node if where is not None else placement_mod.local_node(environ)
+        replicas.append(Replica(i, rport, url, launch, log_name, metrics_name, scraper, node))
     metrics_port: int | str = _free_port(host) if real else "$ROUTER_METRICS_PORT"
     router = build_router_launch(
         cell, [r.url for r in replicas], host=host, port=port, metrics_port=metrics_port, python=python
     )
-    return ScaleoutPlan(replicas, router, f"http://{host}:{port}")
+    return ScaleoutPlan(replicas, router, f"http://{host}:{port}", placement)
 
 
 class _Named(EngineProcess):
