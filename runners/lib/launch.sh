@@ -154,7 +154,7 @@ as_launch() {
   AS_REPO=$(cd "$AS_LIB/../.." && pwd)
   export AS_REPO AS_RUNNER=$runner AS_VENDOR=$vendor
   as_load_runner "$runner"
-  export AS_CONTAINER_RUNTIME AS_HF_CACHE AS_EXP_NAME AS_IMAGE AS_TRACES
+  export AS_CONTAINER_RUNTIME AS_HF_CACHE AS_EXP_NAME AS_IMAGE AS_TRACES AS_NODES
 
   mkdir -p "$RESULT_DIR" || as_die 2 "cannot create RESULT_DIR=$RESULT_DIR"
   RESULT_DIR=$(cd "$RESULT_DIR" && pwd)
@@ -184,6 +184,11 @@ as_launch() {
     AS_SQSH=$(as_squash_path "$AS_IMAGE")
     as_pyxis_args "$AS_SQSH"
   fi
+  if ((AS_NODES > 1 && ${#AS_CONTAINER_ARGS[@]} > 0)); then
+    # The cell (step 0, node 0) starts each engine instance as its own step, in the same container.
+    printf -v AS_STEP_CONTAINER_ARGS '%q ' "${AS_CONTAINER_ARGS[@]}"
+    export AS_STEP_CONTAINER_ARGS
+  fi
   as_salloc_args
 
   if [[ ${AGENTSWEEP_DRY_RUN:-0} == 1 ]]; then
@@ -194,6 +199,11 @@ as_launch() {
     fi
     as_print_cmd srun --jobid=JOBID --nodes=1 --ntasks=1 "--export=$(as_export_list)" \
       "${AS_CONTAINER_ARGS[@]}" bash "$AS_LIB/step.sh"
+    if ((AS_NODES > 1)); then
+      echo "# the cell runs on node 0 and starts each engine instance as a step on its node:"
+      as_print_cmd srun --jobid=JOBID --nodes=1 --ntasks=1 --nodelist=NODE --overlap --kill-on-bad-exit=1 \
+        ${AS_GRES_TYPE:+"--gres=gpu:$AS_GRES_TYPE:$AS_NODE_GPUS"} "${AS_CONTAINER_ARGS[@]}" --export=ALL ENGINE...
+    fi
     if [[ $AS_CONTAINER_RUNTIME == docker ]]; then
       echo "# on the node, step.sh runs:"
       AS_JOB_ID=JOBID as_docker_args "$(AS_JOB_ID=JOBID as_container_name)" CELL_ENV_NAMES

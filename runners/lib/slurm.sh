@@ -15,17 +15,17 @@ as_gres() {
   printf 'gpu:%s%s' "${1:+$1:}" "$2"
 }
 
-# as_salloc_args: fill the array AS_SALLOC_ARGS for this cell.
+# as_salloc_args: fill the array AS_SALLOC_ARGS for this cell. A cell spanning several nodes gets
+# them in one allocation, AS_NODE_GPUS GPUs (and AS_MEM_GB) on each, one task per node.
 as_salloc_args() {
   local name="agentsweep-${AS_EXP_NAME:-cell}"
-  AS_SALLOC_ARGS=(
-    --no-shell
-    "--job-name=${name:0:120}"
-    --nodes=1
-    --ntasks=1
-    "--gres=$(as_gres "${AS_GRES_TYPE:-}" "$AS_GPUS")"
-    "--time=$AS_TIME_LIMIT_MIN"
-  )
+  AS_SALLOC_ARGS=(--no-shell "--job-name=${name:0:120}")
+  if ((${AS_NODES:-1} > 1)); then
+    AS_SALLOC_ARGS+=("--nodes=$AS_NODES" --ntasks-per-node=1 "--gres=$(as_gres "${AS_GRES_TYPE:-}" "$AS_NODE_GPUS")")
+  else
+    AS_SALLOC_ARGS+=(--nodes=1 --ntasks=1 "--gres=$(as_gres "${AS_GRES_TYPE:-}" "$AS_GPUS")")
+  fi
+  AS_SALLOC_ARGS+=("--time=$AS_TIME_LIMIT_MIN")
   [[ -n ${AS_PARTITION:-} ]] && AS_SALLOC_ARGS+=("--partition=$AS_PARTITION")
   [[ -n ${AS_ACCOUNT:-} ]] && AS_SALLOC_ARGS+=("--account=$AS_ACCOUNT")
   [[ -n ${AS_EXCLUDE:-} ]] && AS_SALLOC_ARGS+=("--exclude=$AS_EXCLUDE")

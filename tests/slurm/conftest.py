@@ -1,7 +1,9 @@
-"""A real single-node Slurm cluster for the launcher tests, started once per test session.
+"""Real Slurm clusters for the launcher tests, each started once per test session.
 
-munged, slurmctld and slurmd run by hand (no systemd) from a temporary directory, on free ports,
-with the config templates kept beside this file; they are stopped by pid when the session ends.
+munged, slurmctld and one slurmd per node run by hand (no systemd) from a temporary directory, on
+free ports, with the config templates kept beside this file; they are stopped by pid when the session
+ends. `slurm_cluster` has one node; `slurm_cluster2` two (two slurmds on this host, `slurmd -N NAME`,
+each with its own port, spool and log; both NodeAddr 127.0.0.1), for cells spanning nodes.
 When Slurm is not installed or cannot start here, every test that needs it skips with one line.
 Set AGENTSWEEP_REQUIRE_SLURM=1 to turn that skip into a failure (CI on a machine that has Slurm).
 """
@@ -23,6 +25,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 NODE = "gpunode1"
+NODES2 = ("gpunode1", "gpunode2")
 GPU_TYPES = ("h200", "b200", "mi355x")
 GPUS_PER_TYPE = 8
 # The daemons live in sbin, which a non-login PATH may lack.
@@ -61,7 +64,8 @@ class SlurmCluster:
     def stop(self) -> None:
         if "slurmctld" in self.procs:
             self.run("scancel", "--full", "--quiet", "--user", getpass.getuser(), check=False)
-        for name in ("slurmd", "slurmctld", "munged"):
+        slurmds = [name for name in self.procs if name.startswith("slurmd ")]
+        for name in (*slurmds, "slurmctld", "munged"):
             proc = self.procs.pop(name, None)
             if proc is None or proc.poll() is not None:
                 continue
@@ -77,17 +81,29 @@ def _exe(name: str) -> str:
     return shutil.which(name, path=SEARCH_PATH) or name
 
 
-def _write_configs(root: Path, munge_socket: Path) -> Path:
+NODE_SPEC = (
+    "CPUs=64 Sockets=2 CoresPerSocket=32 ThreadsPerCore=1 RealMemory=1048576"
+    " Gres=gpu:h200:8,gpu:b200:8,gpu:mi355x:8 State=UNKNOWN"
+)
+
+
+def _write_configs(root: Path, munge_socket: Path, nodes: tuple[str, ...]) -> Path:
     for sub in ("state", "spool", "run", "log", "dev"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     for kind in GPU_TYPES:
         for i in range(GPUS_PER_TYPE):
             (root / "dev" / f"{kind}-{i}").symlink_to("/dev/null")
+    host = socket.gethostname().split(".")[0]
+    ports = [free_port() for _ in nodes]
     fields = {
-        "host": socket.gethostname().split(".")[0],
-        "node": NODE,
+        "host": host,
+        "node_lines": "\n".join(
+            f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} {NODE_SPEC}"
+            for n, port in zip(nodes, ports, strict=True)
+        ),
+        "nodes": ",".join(nodes),
         "ctld_port": free_port(),
-        "slurmd_port": free_port(),
+        "slurmd_port": ports[0],
         "user": getpass.getuser(),
         "root": root,
         "munge_socket": munge_socket,
@@ -109,14 +125,14 @@ def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-unty
     raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def start_cluster(root: Path) -> SlurmCluster:
-    """Start munged, slurmctld and slurmd under `root`; raise RuntimeError saying what failed."""
+def start_cluster(root: Path, nodes: tuple[str, ...] = (NODE,)) -> SlurmCluster:
+    """Start munged, slurmctld and a slurmd per node under `root`; raise RuntimeError saying what failed."""
     munge_dir = root / "munge"
     munge_dir.mkdir(parents=True, mode=0o700)
     munge_socket = munge_dir / "munge.socket"
     key = munge_dir / "munge.key"
     subprocess.run([_exe("mungekey"), "--create", "--keyfile", str(key)], check=True, capture_output=True)
-    conf = _write_configs(root, munge_socket)
+    conf = _write_configs(root, munge_socket, nodes)
     env = {**os.environ, "SLURM_CONF": str(conf), "PATH": SEARCH_PATH}
     for name in list(env):
         if name.startswith(("SLURM_", "SALLOC_", "SRUN_", "SQUEUE_", "SBATCH_")) and name != "SLURM_CONF":
@@ -138,29 +154,32 @@ def start_cluster(root: Path) -> SlurmCluster:
             [_exe("slurmctld"), "-D", "-i", "-f", str(conf)],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        cluster.procs["slurmd"] = subprocess.Popen(
-            [_exe("slurmd"), "-D", "-N", NODE, "-f", str(conf)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        for node in nodes:
+            cluster.procs[f"slurmd {node}"] = subprocess.Popen(
+                [_exe("slurmd"), "-D", "-N", node, "-f", str(conf)],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
 
-        def node_idle() -> bool:
+        def nodes_idle() -> bool:
             for name, proc in cluster.procs.items():
                 if proc.poll() is not None:
                     raise RuntimeError(f"{name} exited with {proc.returncode}")
-            out = cluster.run("sinfo", "-h", "-N", "-n", NODE, "-o", "%T", check=False).stdout
-            return out.strip().startswith("idle")
+            out = cluster.run("sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N %T", check=False).stdout
+            idle = {line.split()[0] for line in out.splitlines() if line.split()[1:2] == ["idle"]}
+            return idle == set(nodes)
 
-        _wait(node_idle, 30, f"node {NODE} to be idle")
+        _wait(nodes_idle, 30, f"nodes {', '.join(nodes)} to be idle")
     except (RuntimeError, OSError, subprocess.CalledProcessError) as err:
-        tails = "; ".join(f"{n}: {cluster.log_tail(n, 3)!r}" for n in ("slurmctld.log", f"slurmd-{NODE}.log"))
+        logs = ("slurmctld.log", *(f"slurmd-{n}.log" for n in nodes))
+        tails = "; ".join(f"{n}: {cluster.log_tail(n, 3)!r}" for n in logs)
         cluster.stop()
         raise RuntimeError(f"{err} ({tails})") from err
     return cluster
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    """The session's Slurm cluster, or a one-line skip when this machine cannot run one."""
+def _session_cluster(
+    tmp_path_factory: pytest.TempPathFactory, nodes: tuple[str, ...]
+) -> Iterator[SlurmCluster]:
     required = os.environ.get("AGENTSWEEP_REQUIRE_SLURM") == "1"
 
     def unavailable(why: str) -> None:
@@ -175,13 +194,25 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     if os.geteuid() != 0:
         unavailable("slurmd must run as root to start job steps")
     try:
-        cluster = start_cluster(tmp_path_factory.mktemp("slurm", numbered=True))
+        cluster = start_cluster(tmp_path_factory.mktemp(f"slurm{len(nodes)}n", numbered=True), nodes)
     except RuntimeError as err:
         unavailable(f"could not start the test cluster: {err}")
     try:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """The session's one-node Slurm cluster, or a one-line skip when this machine cannot run one."""
+    yield from _session_cluster(tmp_path_factory, (NODE,))
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A two-node cluster (two slurmds on this host), started only by the tests that need it."""
+    yield from _session_cluster(tmp_path_factory, NODES2)
 
 
 RUNNER_KINDS = {"h200": "nvidia", "b200": "nvidia", "mi355x": "amd"}
@@ -199,14 +230,23 @@ def write_runners(path: Path, runtime: str = "none", gpus_per_node: int = GPUS_P
     return path
 
 
+def _emptied(cluster: SlurmCluster) -> SlurmCluster:
+    if cluster.jobs():
+        cluster.run("scancel", "--full", "--user", getpass.getuser(), check=False)
+        _wait(lambda: not cluster.jobs(), 30, "leftover jobs to go")
+    return cluster
+
+
 @pytest.fixture
-def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
-    """The cluster, checked empty before and after a test (no allocation may outlive its launcher)."""
-    leftovers = slurm_cluster.jobs()
-    if leftovers:
-        slurm_cluster.run("scancel", "--full", "--user", getpass.getuser(), check=False)
-        _wait(lambda: not slurm_cluster.jobs(), 30, "leftover jobs to go")
-    yield slurm_cluster
+def slurm(slurm_cluster: SlurmCluster) -> SlurmCluster:
+    """The cluster, emptied of jobs left by an earlier test (no allocation may outlive its launcher)."""
+    return _emptied(slurm_cluster)
+
+
+@pytest.fixture
+def slurm2(slurm_cluster2: SlurmCluster) -> SlurmCluster:
+    """The two-node cluster, emptied of jobs left by an earlier test."""
+    return _emptied(slurm_cluster2)
 
 
 @pytest.fixture

@@ -3,8 +3,10 @@
 `python -m agentsweep.cell.allocation RUNNER` reads configs/runners.yaml (or $AGENTSWEEP_RUNNERS)
 and the cell from $AGENTSWEEP_CELL (validated here, once, for the launcher), and prints
 `AS_NAME=value` lines, shell-quoted, for runners/lib/launch.sh to `eval`: the runner's facts, the
-cell's exp_name and image, and the derived GPU count, time limit and memory. Bad input is one line on
-stderr and exit status 2.
+cell's exp_name and image, and the derived GPU count, time limit and memory. A cell spanning several
+nodes (`cell.nodes`) also gets AS_NODES and AS_NODE_GPUS (the GPUs asked on every node: the fullest
+node of the instances packed as the matrix packs them); memory is then per node. Bad input is one line
+on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agentsweep.cell.engines import recipe
+from agentsweep.cell.placement import node_gpus
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import AgentsweepError, ConfigError, InputError
 
@@ -79,12 +82,23 @@ def runner_assignments(
         raise InputError(f"cell.runner: {cell.runner!r} but this is the {runner!r} launcher")
     if not env.get("RESULT_DIR", "").strip():
         raise InputError("environment variable RESULT_DIR is not set (the launcher needs it)")
+    per_node = cell.gpus
+    dram_gb = cell.cpu_dram_gb
+    if cell.nodes > 1:
+        if cell.nodes > spec.max_nodes:
+            raise InputError(
+                f"cell.nodes: {cell.nodes} but runner {runner!r} allows max_nodes {spec.max_nodes}"
+            )
+        per_node = node_gpus(cell.instance_tps, spec.gpus_per_node)
+        dram_gb = cell.cpu_dram_gb * per_node / cell.gpus
     return {
         "AS_RUNNER": runner,
         "AS_EXP_NAME": cell.exp_name,
         "AS_IMAGE": cell.image,
         "AS_TRACES": cell.traces,
         "AS_GPUS": str(cell.gpus),
+        "AS_NODES": str(cell.nodes),
+        "AS_NODE_GPUS": str(per_node),
         "AS_GPUS_PER_NODE": str(spec.gpus_per_node),
         "AS_GRES_TYPE": spec.gres_type or "",
         "AS_PARTITION": spec.partition or "",
@@ -93,7 +107,7 @@ def runner_assignments(
         "AS_CONTAINER_RUNTIME": spec.container_runtime,
         "AS_HF_CACHE": spec.hf_cache or "",
         "AS_TIME_LIMIT_MIN": str(time_limit_min(cell.duration, cell.engine, env, spec.time_limit_min)),
-        "AS_MEM_GB": str(mem_gb(cell.cpu_dram_gb, env)),
+        "AS_MEM_GB": str(mem_gb(dram_gb, env)),
     }
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from agentsweep.cell import placement as placement_mod
 from agentsweep.cell import record
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
 from agentsweep.cell.engines import EngineLaunch, PdRole, build_engine_launch, recipe
@@ -73,6 +74,7 @@ class Replica:
     name: str = ""
     role: Role = "replica"
     bootstrap_port: int | str | None = None  # a prefill instance's, where its engine serves one
+    node: str = ""  # the node it runs on (multi-node cells: its own job step there)
 
     @property
     def label(self) -> str:
@@ -91,6 +93,7 @@ class ScaleoutPlan:
     router: RouterLaunch
     router_url: str
     mode: Literal["dp", "pd"] = "dp"
+    placement: placement_mod.Placement | None = None
 
     @property
     def prefill(self) -> list[Replica]:
@@ -123,6 +126,8 @@ class ScaleoutPlan:
             )
             argv = shlex.join(record.mask_argv(rep.engine.argv))
             lines.append(f"{rep.label}: {env + ' ' if env else ''}{argv}")
+            if self.placement is not None:
+                lines.append(f"  node:    {rep.node}")
             lines.append(f"  health:  {rep.url}{rep.engine.health_path}")
             if rep.bootstrap_port is not None:
                 lines.append(f"  bootstrap port: {rep.bootstrap_port}")
@@ -143,6 +148,7 @@ class ScaleoutPlan:
                 "name": r.name,
                 "role": r.role,
                 "url": r.url,
+                "node": r.node,
                 "command": record.mask_argv(r.engine.argv),
                 "env": record.mask_env(r.engine.env),
             }
@@ -153,6 +159,8 @@ class ScaleoutPlan:
             out["prefill"] = [r.url for r in self.prefill]
             out["decode"] = [r.url for r in self.decode]
         out["router"] = {"program": self.router.program, "command": self.router.argv, "url": self.router_url}
+        if self.placement is not None:
+            out["placement"] = self.placement.to_record()
         return out
 
 
@@ -245,24 +253,30 @@ def plan_scaleout(
     environ: Mapping[str, str],
     scrape_interval_s: float,
     kv_transfer_gbs: float | None = None,
+    placement: placement_mod.Placement | None = None,
 ) -> ScaleoutPlan:
     """Ports, engine commands and scrapers of every instance, and the router on ``port``.
 
     With a real port the instances (and prefill bootstrap ports, KV handshake ports) and the router's
     metrics get free ports of this host; a dry run (``port`` is a placeholder) shows placeholders.
     ``kv_transfer_gbs`` (disaggregated cells) is the runner's KV transfer bandwidth per GPU for the
-    cell's placement, passed to engines that model the transfer.
+    cell's placement, passed to engines that model the transfer. A cell spanning several nodes of its
+    Slurm job (``placement``, found from the environment when not given) starts each instance as a job
+    step on its node, bound to the node's address; the router stays here, on node 0.
     """
+    placement = placement or placement_mod.from_environ(cell, hardware, environ)
     real = isinstance(port, int)
     taken: set[int] = {port} if isinstance(port, int) else set()
     engine_recipe = recipe(cell.engine)
     pd_mode = cell.disaggregated
     specs = _instances(cell)
-    slices = device_slices(cell, hardware, environ)
+    slices = device_slices(cell, hardware, environ) if placement is None else [{}] * len(specs)
     client_name = "d0" if pd_mode else "r0"
     instances = []
-    for (role, name, i, tp), devices in zip(specs, slices, strict=True):
+    for k, ((role, name, i, tp), devices) in enumerate(zip(specs, slices, strict=True)):
         tag = f"{role.upper()}{i}"
+        where = placement.slots[k] if placement is not None else None
+        rhost = where.address if where is not None else host
 
         def new_port(what: str, tag: str = tag) -> int | str:
             return _free_port(host, taken) if real else f"${tag}_{what}"
@@ -281,11 +295,13 @@ def plan_scaleout(
                 kv_transfer_gbs=kv_transfer_gbs,
             )
         launch = build_engine_launch(
-            instance_cell(cell, tp), hardware=hardware, port=rport, host=host, python=python,
+            instance_cell(cell, tp), hardware=hardware, port=rport, host=rhost, python=python,
             environ=environ, pd=pd,
         )  # fmt: skip
         launch = dataclasses.replace(launch, env={**launch.env, **devices})
-        url = f"http://{host}:{rport}"
+        if placement is not None:  # its own step on its node; the step selects its GPUs there
+            launch = dataclasses.replace(launch, argv=placement.wrap(k, launch.argv))
+        url = f"http://{rhost}:{rport}"
         metrics_name = f"server_metrics.{name}.csv"
         scraper = [
             python, "-m", "agentsweep.cli", "metrics-collector",
@@ -294,7 +310,10 @@ def plan_scaleout(
             "--interval", f"{scrape_interval_s:g}",
         ]  # fmt: skip
         log_name = "server.log" if name == client_name else f"server.{name}.log"
-        instances.append(Replica(i, rport, url, launch, log_name, metrics_name, scraper, name, role, boot))
+        node = where.node if where is not None else placement_mod.local_node(environ)
+        instances.append(
+            Replica(i, rport, url, launch, log_name, metrics_name, scraper, name, role, boot, node)
+        )
     metrics_port: int | str = _free_port(host, taken) if real else "$ROUTER_METRICS_PORT"
     workers: list[str] | PdWorkers = [r.url for r in instances]
     if pd_mode:
@@ -305,7 +324,8 @@ def plan_scaleout(
     router = build_router_launch(
         cell, workers, host=host, port=port, metrics_port=metrics_port, python=python
     )
-    return ScaleoutPlan(instances, router, f"http://{host}:{port}", "pd" if pd_mode else "dp")
+    mode: Literal["dp", "pd"] = "pd" if pd_mode else "dp"
+    return ScaleoutPlan(instances, router, f"http://{host}:{port}", mode, placement)
 
 
 class _Named(EngineProcess):

