@@ -4,21 +4,14 @@ DRAM shares, refusals, and the router's per-role figures from a real router in i
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from agentsweep.cell.lifecycle import free_port, plan_cell, resolve_kv_transfer_gbs
-from agentsweep.cell.replicas import router_figures
-from agentsweep.cell.routers import SESSION_HEADERS
+from agentsweep.cell.lifecycle import plan_cell, resolve_kv_transfer_gbs
 from agentsweep.cli import main
 from agentsweep.contract.cell import Cell
 from agentsweep.errors import InputError
-
-from .conftest import MODEL, wait_ok
 
 NIXL = """'{"kv_connector":"NixlConnector","kv_role":"kv_both"}'"""
 BASE = {
@@ -267,50 +260,3 @@ def test_vllm_offload_in_a_disaggregated_cell_is_refused(tmp_path: Path) -> None
     cell = Cell.parse({**BASE, "runner": "h200", "engine": "vllm", "offload": "on", "cpu_dram_gb": 400.0})
     with pytest.raises(InputError, match=r"offload on is not supported in a disaggregated vLLM cell"):
         plan_cell(cell, tmp_path, port="$PORT", hardware="h200", python="py", environ={})
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("program", ["vllm-router", "smg"])
-def test_router_counts_requests_per_role(
-    program: str,
-    sim_replicas: list[str],
-    start_process: Callable[..., subprocess.Popen[bytes]],
-    tmp_path: Path,
-) -> None:
-    """The real router in its PD mode in front of two prefill engines and one decode engine: router.json's
-    per-role figures from its /metrics.
-
-    The engines here are plain simulated engines (they ignore the PD fields of a request), enough for
-    the router to route and count; the PD engines themselves are exercised end to end elsewhere.
-    """
-    third = free_port()
-    argv = [sys.executable, "-m", "agentsweep.cli", "engine-sim", MODEL, "--port", str(third)]
-    argv += ["--speed", "50", "--quantization", "fp8"]
-    engines = [*sim_replicas, f"http://127.0.0.1:{third}"]
-    wait_ok(engines[2] + "/health", proc=start_process(argv, "decode"))
-    cell = Cell.parse({**BASE, "runner": "local", "engine": "sim", "router_program": program, "tp": 1,
-                       "prefill": {"replicas": 2, "tp": 1}, "decode": {"tp": 1}})  # fmt: skip
-    port = free_port()
-    plan = plan_cell(cell, tmp_path, port=port, hardware=None, environ={})
-    so = plan.scaleout
-    assert so is not None
-    # Point the plan's router at the running engines instead of the instances it planned.
-    planned = [r.url for r in so.replicas]
-    proc = start_process([engines[planned.index(a)] if a in planned else a for a in so.router.argv], program)
-    url = f"http://127.0.0.1:{port}"
-    wait_ok(url + so.router.ready_path, timeout_s=60, proc=proc)
-    for i in range(4):
-        body = {"model": MODEL, "messages": [{"role": "user", "content": f"turn {i}"}], "max_tokens": 4}
-        headers = {"Content-Type": "application/json", **{h: f"s{i}" for h in SESSION_HEADERS}}
-        req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(), headers)
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            assert resp.status == 200
-    with urllib.request.urlopen(so.router.metrics_url, timeout=5) as resp:
-        text = resp.read().decode()
-    for running, planned_url in zip(engines, planned, strict=True):
-        text = text.replace(f'"{running}"', f'"{planned_url}"')
-    figures = router_figures(plan, text)
-    assert figures["requests_by_prefill"] == [2.0, 2.0]  # round robin over the two prefill instances
-    assert figures["requests_by_decode"] == [4.0]
-    assert figures["busiest_prefill_share"] == 0.5 and figures["busiest_decode_share"] == 1.0
-    assert "requests_by_replica" not in figures

@@ -23,6 +23,7 @@ from agentsweep.cell import record, replicas
 from agentsweep.cell.clients import client
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
 from agentsweep.cell.engines import EngineLaunch, build_engine_launch, recipe
+from agentsweep.cell.routers import router_recipe
 from agentsweep.cell.watchdog import Watchdog
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.verdict import Verdict
@@ -282,9 +283,21 @@ def run_cell(
     return status, "; ".join(reasons) or None
 
 
+def cached_metrics_file(plan: CellPlan) -> str:
+    """The scrapes the client's cached tokens are checked against (see validity.checks.evaluate)."""
+    so = plan.scaleout
+    if (
+        so is not None
+        and so.mode == "pd"
+        and router_recipe(so.router.program).pd_cached_tokens_from == "prefill"
+    ):
+        return "server_metrics.prefill.csv"
+    return "server_metrics.csv"
+
+
 def _judge(plan: CellPlan) -> list[str]:
     """Run the validity checks, record them in summary.json, and return the failed checks' reasons."""
-    validity = evaluate(plan.result_dir, plan.cell)
+    validity = evaluate(plan.result_dir, plan.cell, cached_metrics_file(plan))
     path = plan.result_dir / "summary.json"
     summary = json.loads(path.read_text(encoding="utf-8"))
     summary["validity"] = validity.to_dict()

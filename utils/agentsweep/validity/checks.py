@@ -197,8 +197,13 @@ def _share_check(count: int, of: int, limit: float, what: str) -> Check:
     )
 
 
-def evaluate(result_dir: Path, cell: Cell) -> Validity:
-    """Run every check on a cell whose replayer finished; never raises for bad file content."""
+def evaluate(result_dir: Path, cell: Cell, cached_metrics: str = "server_metrics.csv") -> Validity:
+    """Run every check on a cell whose replayer finished; never raises for bad file content.
+
+    ``cached_metrics`` names the scrapes whose prefix hits the client's cached tokens are compared
+    with: in a prefill/decode cell behind a router that reports the prefill's cached tokens to the
+    client, the prefill instances' (``server_metrics.prefill.csv``).
+    """
     validity = Validity()
     checks = validity.checks
     summary = json.loads((result_dir / "summary.json").read_text(encoding="utf-8"))
@@ -207,6 +212,9 @@ def evaluate(result_dir: Path, cell: Cell) -> Validity:
     window = summary.get("window") or {}
     records = read_records(result_dir / "requests.jsonl")
     server = read_server(result_dir / "server_metrics.csv")
+    cached_server = (
+        server if cached_metrics == "server_metrics.csv" else read_server(result_dir / cached_metrics)
+    )
 
     # Requests still in flight when the run ended are failure records (class stall or timeout).
     attempted = int(counts.get("sent") or 0)
@@ -276,7 +284,7 @@ def evaluate(result_dir: Path, cell: Cell) -> Validity:
         if cpu is not None
         else "",
     )
-    _server_checks(checks, server, records, cell)
+    _server_checks(checks, server, records, cell, cached_server, cached_metrics)
     if records.bad_lines:
         checks["records_readable"] = Check(
             float(records.bad_lines),
@@ -318,7 +326,14 @@ def _drift_check(records: RecordFacts, start: float, end: float, limit: float) -
     )
 
 
-def _server_checks(checks: dict[str, Check], server: ServerFacts, records: RecordFacts, cell: Cell) -> None:
+def _server_checks(
+    checks: dict[str, Check],
+    server: ServerFacts,
+    records: RecordFacts,
+    cell: Cell,
+    cached_server: ServerFacts,
+    cached_metrics: str,
+) -> None:
     missing = [c for c in REQUIRED_SERVER_COLUMNS if c not in server.last]
     problem = (
         server.unreadable
@@ -348,8 +363,8 @@ def _server_checks(checks: dict[str, Check], server: ServerFacts, records: Recor
             f"the client summed {records.prompt_tokens} prompt tokens, the server counted {_fmt(prompt)}",
         )
     if records.cached_reported:
-        hits = server.delta("prefix_cache_hits_total")
-        external = server.delta("cpu_cache_hits_total")
+        hits = cached_server.delta("prefix_cache_hits_total")
+        external = cached_server.delta("cpu_cache_hits_total")
         served = None if hits is None else hits + (external or 0.0)
         gap = _gap(records.cached_tokens, served)
         checks["cached_token_gap"] = Check(
@@ -357,5 +372,5 @@ def _server_checks(checks: dict[str, Check], server: ServerFacts, records: Recor
             cell.max_cached_token_gap,
             gap is not None and gap <= cell.max_cached_token_gap,
             f"the client summed {records.cached_tokens} cached tokens, the server counted {_fmt(served)} "
-            "prefix-cache hits",
+            "prefix-cache hits" + ("" if cached_metrics == "server_metrics.csv" else f" ({cached_metrics})"),
         )

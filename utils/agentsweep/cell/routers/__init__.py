@@ -21,7 +21,7 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from agentsweep.contract.cell import Cell
 from agentsweep.errors import InputError
@@ -57,6 +57,9 @@ class RouterRecipe(Protocol):
     program: str
     distribution: str  # the PyPI distribution that ships it
     ready_path: str
+    # In prefill/decode mode, which role's cached-token count reaches the client in the usage the
+    # router returns (the other role's engine counters then do not match the client's sum).
+    pd_cached_tokens_from: Literal["prefill", "decode"]
 
     def policy_name(self, policy: str) -> str:
         """The program's own name for an engine-neutral policy."""

@@ -27,6 +27,7 @@ class SmgRecipe:
     program = "smg"
     distribution = "smg"
     ready_path = "/readiness"
+    pd_cached_tokens_from = "decode"  # the decode's usage passes through unchanged
 
     def policy_name(self, policy: str) -> str:
         return _NAMES.get(policy, policy)

@@ -23,6 +23,9 @@ class VllmRouterRecipe:
     program = "vllm-router"
     distribution = "vllm-router"
     ready_path = "/health"
+    # 0.1.17 puts the prefill's usage.prompt_tokens_details.cached_tokens into the decode's answer
+    # (streamed and not): the client's cached tokens are the prefill's prefix hits.
+    pd_cached_tokens_from = "prefill"
 
     def policy_name(self, policy: str) -> str:
         return policy  # the contract's names are vllm-router's own
