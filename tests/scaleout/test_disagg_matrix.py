@@ -127,3 +127,21 @@ def test_nodes_are_packed_in_order() -> None:
     assert nodes_needed([4, 4, 4], 8) == 2
     assert nodes_needed([2, 8, 2], 8) == 3  # an instance never splits across nodes
     assert nodes_needed([1] * 16, 8) == 2
+
+
+def test_the_table_shows_role_shapes_and_nodes_when_a_cell_has_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "c.yaml"
+    space = (
+        "    - {tp: 2, users: 4, offload: off, replicas: 3, router: [random]}\n"
+        "    - {users: 4, offload: off, prefill: {replicas: 2, tp: 1}, decode: {tp: 2}, router: [random]}"
+    )
+    config.write_text(ENTRY.format(space=space, runner="two"))
+    (tmp_path / "runners.yaml").write_text(RUNNERS)
+    monkeypatch.setenv("AGENTSWEEP_RUNNERS", str(tmp_path / "runners.yaml"))
+    assert main(["matrix", "--config", str(config), "--key", "pd", "--table"]) == 0
+    header, _, dp, pd, *_ = capsys.readouterr().out.splitlines()
+    assert header.split()[-5:] == ["prefill", "decode", "nodes", "cpu_dram_gb", "duration"]
+    assert dp.split()[-5:] == ["-", "-", "2", "-", "10"]
+    assert pd.split()[-5:] == ["2x1", "1x2", "1", "-", "10"]

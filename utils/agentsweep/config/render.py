@@ -30,7 +30,12 @@ def _columns(cells: Sequence[Cell]) -> tuple[str, ...]:
     if not any(c.routed or c.replicas > 1 for c in cells):
         return TABLE_COLUMNS
     at = TABLE_COLUMNS.index("offload") + 1
-    return TABLE_COLUMNS[:at] + SCALEOUT_COLUMNS + TABLE_COLUMNS[at:]
+    extra = SCALEOUT_COLUMNS
+    if any(c.disaggregated for c in cells):
+        extra += ("prefill", "decode")
+    if any(c.nodes > 1 for c in cells):
+        extra += ("nodes",)
+    return TABLE_COLUMNS[:at] + extra + TABLE_COLUMNS[at:]
 
 
 def _cell_text(cell: Cell, column: str) -> str:
@@ -39,6 +44,8 @@ def _cell_text(cell: Cell, column: str) -> str:
         return f"{value:g}" if value else "-"
     if column == "router":
         return str(value) or "-"
+    if column in ("prefill", "decode"):  # instances x tp
+        return value.label if value is not None else "-"
     return str(value)
 
 
@@ -58,7 +65,7 @@ def table(cells: Sequence[Cell]) -> str:
     columns = _columns(cells)
     rows = [list(columns)] + [[_cell_text(c, col) for col in columns] for c in cells]
     widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
-    numeric = {"tp", "ep", "users", "cpu_dram_gb", "duration", "replicas", "gpus"}
+    numeric = {"tp", "ep", "users", "cpu_dram_gb", "duration", "replicas", "gpus", "nodes"}
     lines = []
     for row in rows:
         parts = [
