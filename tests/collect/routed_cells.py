@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agentsweep.cell.replicas import MEAN_COLUMNS
 from agentsweep.metrics.dialects import COLUMNS
 
 from .conftest import HIT, Spec, server_rows, write_cell
@@ -35,13 +36,17 @@ def instance_rows(spec: Spec, hit: float, load: float) -> list[list[str]]:
 
 
 def merged(tables: list[list[list[str]]]) -> list[list[str]]:
-    """Row-by-row sums of the counters (the scrapes share their times here)."""
+    """The instances merged row by row as the cell merges them (the scrapes share their times here):
+    usage averaged, everything else summed."""
     out = []
     for rows in zip(*tables, strict=True):
         line = [rows[0][0]]
         for col in range(1, len(COLUMNS)):
             cells = [r[col] for r in rows]
-            line.append("" if "" in cells else repr(sum(float(c) for c in cells)))
+            total = sum(float(c) for c in cells) if "" not in cells else None
+            if total is not None and COLUMNS[col] in MEAN_COLUMNS:
+                total /= len(cells)
+            line.append("" if total is None else repr(total))
         out.append(line)
     return out
 
@@ -70,8 +75,7 @@ def routed_cell(
     fields.update(
         exp_name=exp, replicas=replicas, router=router, router_program="smg", gpus=spec.tp * replicas
     )
-    path = write_cell(root, spec, server_metrics=False)
-    path = path.rename(path.with_name(f"agentic_{exp}"))
+    path = _written(root, spec, exp)
     _rewrite_cell_json(path, fields)
     tables = [instance_rows(spec, hit, 1.0 + i) for i, hit in enumerate(hits)]
     for i, table in enumerate(tables):
@@ -119,8 +123,7 @@ def pd_cell(
         fields["gpus"] = prefill[0] * prefill[1] + decode[0] * decode[1]
     else:
         del fields["gpus"]  # follows from the roles
-    path = write_cell(root, spec, server_metrics=False)
-    path = path.rename(path.with_name(f"agentic_{exp}"))
+    path = _written(root, spec, exp)
     _rewrite_cell_json(path, fields)
     decode_tables = [instance_rows(spec, hit, 1.0 + i) for i, hit in enumerate(decode_hits)]
     prefill_tables = [instance_rows(spec, prefill_hit, 1.0) for _ in range(prefill[0])]
@@ -143,6 +146,12 @@ def pd_cell(
     }
     (path / "router.json").write_text(json.dumps(doc, indent=2) + "\n")
     return path
+
+
+def _written(root: Path, spec: Spec, exp: str) -> Path:
+    """The single-engine files of ``spec`` under ``root/agentic_<exp>`` (beside any cell of spec's name)."""
+    path = write_cell(root / ".new", spec, server_metrics=False)
+    return path.rename(root / f"agentic_{exp}")
 
 
 def _rewrite_cell_json(path: Path, fields: dict[str, Any]) -> None:
