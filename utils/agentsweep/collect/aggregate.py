@@ -22,6 +22,7 @@ from agentsweep.collect import columns
 from agentsweep.collect.columns import ENGINE_CLOCK, THROUGHPUTS, Unit
 from agentsweep.collect.discover import FoundCell
 from agentsweep.collect.kv_cliff import cliff_columns, kv_pool_tokens
+from agentsweep.collect.routed import routed_figures, shape_label
 from agentsweep.collect.stream import RequestStats, stream_requests
 from agentsweep.collect.window import NotNumbers, window_figures
 from agentsweep.contract.cell import CELL_FIELDS, Cell
@@ -206,6 +207,7 @@ def _fill(row: Row, path: Path) -> None:
             raise Malformed(str(err)) from None
     for key, value in cell.items():
         row.values[key] = _flat(value)
+    row.values["disagg"] = shape_label(cell.get("prefill"), cell.get("decode"))
     versions = doc.get("versions") if isinstance(doc.get("versions"), dict) else {}
     row.values["engine_version"] = _flat(versions.get("engine"))
     row.values["agentsweep_version"] = _flat(versions.get("agentsweep"))
@@ -254,6 +256,11 @@ def _fill(row: Row, path: Path) -> None:
             row.notes.extend(notes)
     else:
         row.notes.append("server_metrics.csv missing: no server-side figures")
+    if cell.get("router"):
+        routed = routed_figures(path, cell, row.values["window_start_unix"], row.values["window_end_unix"])
+        row.values.update(routed.figures)
+        row.notes.extend(routed.notes)
+        problems.extend(routed.problems)
     if problems:
         row.status = "INVALID"
         row.reason = "; ".join([*([row.reason] if row.reason else []), *(f"collect: {p}" for p in problems)])
@@ -302,6 +309,7 @@ def missing_row(cell: dict[str, Any]) -> Row:
     for key, value in cell.items():
         if key != "exp_name":
             row.values[key] = _flat(value)
+    row.values["disagg"] = shape_label(cell.get("prefill"), cell.get("decode"))
     return row
 
 
@@ -329,6 +337,7 @@ def build_rows(found: list[FoundCell], matrix: list[dict[str, Any]] | None = Non
                 row = rows.pop(name)
                 for key, value in cell.items():  # a malformed cell.json still gets its fields
                     row.values.setdefault(key, _flat(value))
+                row.values.setdefault("disagg", shape_label(cell.get("prefill"), cell.get("decode")))
                 ordered.append(row)
             elif name not in {r.exp_name for r in ordered}:
                 ordered.append(missing_row(cell))
@@ -340,6 +349,7 @@ def build_rows(found: list[FoundCell], matrix: list[dict[str, Any]] | None = Non
 
 
 METRIC_COLUMNS = tuple(column.name for column in columns.METRICS)
+TEXT_UNITS = (Unit.JSON, Unit.LABEL)
 
 
 def to_frame(rows: list[Row]) -> pd.DataFrame:
@@ -350,10 +360,11 @@ def to_frame(rows: list[Row]) -> pd.DataFrame:
     """
     df = pd.DataFrame.from_records([r.as_dict() for r in rows])
     head = ["exp_name", "status", "reason", *[c for c in CELL_COLUMNS if c in df.columns]]
+    head += list(columns.SHAPE_DERIVED)
     tail = ["notes", "result_dir"]
     facts = [c for c in df.columns if c not in head and c not in tail and c not in METRIC_COLUMNS]
     df = df.reindex(columns=head + facts + list(METRIC_COLUMNS) + tail)
     for column in METRIC_COLUMNS:
-        if column != "failed_by_class":
+        if columns.UNITS[column] not in TEXT_UNITS:
             df[column] = pd.to_numeric(df[column], errors="coerce").astype(float)
     return df

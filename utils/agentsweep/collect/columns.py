@@ -28,6 +28,7 @@ class Unit(StrEnum):
     FACTOR = "factor"
     JSON = "json"  # a nested value, as compact JSON
     FLAG = "flag"  # true or false
+    LABEL = "label"  # a short text (a router policy, a disaggregation shape)
 
 
 # How a value in each unit changes when the engine runs S times faster than the wall clock:
@@ -128,7 +129,29 @@ KV_CLIFF: tuple[Column, ...] = (
     Column("past_kv_cliff", Unit.FLAG),
 )
 
+# How a scale-out cell is laid out. All but `disagg` are fields of the cell (cell.json), shown in
+# summary.csv with the other cell fields; `disagg` is derived from the cell's prefill/decode shapes
+# (routed.shape_label: "p<replicas>x<tp>-d<replicas>x<tp>", empty for a cell that is not disaggregated).
+SHAPE: tuple[Column, ...] = (
+    Column("replicas", Unit.COUNT),
+    Column("router", Unit.LABEL),  # the routing policy; empty: one engine, no router
+    Column("router_program", Unit.LABEL),
+    Column("disagg", Unit.LABEL),
+    Column("nodes", Unit.COUNT),
+)
+SHAPE_DERIVED = ("disagg",)
+
+# A routed cell's router.json and per-instance metrics (routed.routed_figures); empty for one engine.
+ROUTED: tuple[Column, ...] = (
+    Column("router_busiest_share", Unit.FRACTION),
+    Column("router_prefix_match", Unit.FRACTION),
+    Column("router_affinity_share", Unit.FRACTION),
+    Column("replica_gpu_hit_min", Unit.FRACTION),
+    Column("replica_gpu_hit_max", Unit.FRACTION),
+    Column("prefill_gpu_hit_rate", Unit.FRACTION),
+)
+
 CLOCK_SCALE = Column("clock_scale", Unit.FACTOR)
 
-METRICS: tuple[Column, ...] = (*SUMMARY, *DERIVED, *SERVER, *REQUESTS, *KV_CLIFF, CLOCK_SCALE)
+METRICS: tuple[Column, ...] = (*SUMMARY, *DERIVED, *SERVER, *ROUTED, *REQUESTS, *KV_CLIFF, CLOCK_SCALE)
 UNITS: dict[str, Unit] = {c.name: c.unit for c in METRICS}

@@ -80,15 +80,32 @@ def series_of(df: pd.DataFrame, kind: str) -> dict[str, pd.DataFrame]:
         return {}
     if kind == "pooled":
         return {"all cells": df}
-    keys = ["engine", "offload"] + (["tp"] if kind == "engine_offload_tp" else [])
+    keys = ["engine", "offload", *ROUTING] + (["tp"] if kind == "engine_offload_tp" else [])
     groups: dict[str, pd.DataFrame] = {}
     for values, group in df.groupby(keys, dropna=False, sort=True):
         parts = dict(zip(keys, values if isinstance(values, tuple) else (values,), strict=True))
-        label = f"{parts['engine']} offload={parts['offload']}"
+        label = f"{parts['engine']} offload={parts['offload']}{routing_label(parts)}"
         if "tp" in parts:
             label += f" tp={_int_text(parts['tp'])}"
         groups[label] = group
     return groups
+
+
+# Cells behind a router are further split by policy and disaggregation shape; a single engine has
+# both empty, and its series and labels are as without them.
+ROUTING = ("router", "disagg")
+
+
+def routing_label(parts: dict[str, object] | pd.Series) -> str:
+    """`` router=<policy>`` and `` disagg=<shape>`` where the cell has them, else empty."""
+    return "".join(f" {key}={parts[key]}" for key in ROUTING if parts.get(key))
+
+
+def routed(df: pd.DataFrame) -> bool:
+    """True when some cell of ``df`` runs behind a router."""
+    if "router" not in df.columns:
+        return False
+    return any(isinstance(v, str) and v for v in df["router"].tolist())
 
 
 def _int_text(value: object) -> str:
@@ -112,6 +129,8 @@ FRONTIER_COLUMNS = (
     "offload",
     "tp",
     "users",
+    "router",
+    "disagg",
 )
 
 
@@ -125,6 +144,10 @@ def successful(df: pd.DataFrame, include_invalid: bool = False) -> pd.DataFrame:
         if column not in ok.columns:
             ok[column] = "?"
         ok[column] = ok[column].fillna("?").astype(str)
+    for column in ROUTING:
+        if column not in ok.columns:
+            ok[column] = ""
+        ok[column] = ok[column].astype(object).where(ok[column].notna(), "").astype(str)
     for column in ("tp", "users"):
         if column not in ok.columns:
             ok[column] = float("nan")
@@ -166,6 +189,8 @@ def frontier_table(df: pd.DataFrame, include_invalid: bool = False) -> pd.DataFr
                                 "offload": row["offload"],
                                 "tp": row["tp"],
                                 "users": row["users"],
+                                "router": row["router"],
+                                "disagg": row["disagg"],
                             }
                         )
     return pd.DataFrame.from_records(records, columns=list(FRONTIER_COLUMNS))

@@ -16,7 +16,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, PercentFormatter
 
-from agentsweep.collect.pareto import X_METRICS, Y_METRICS, XMetric, frontier, successful
+from agentsweep.collect.pareto import ROUTING, X_METRICS, Y_METRICS, XMetric, frontier, successful
 
 OFFLOAD_COLORS = {"on": "#0f8b6d", "off": "#e07a1f", "noprefix": "#6a5acd"}
 INVALID_COLOR = "#9a9a9a"
@@ -26,6 +26,19 @@ OFFLOAD_NAMES = {
     "noprefix": "no prefix caching",
 }
 OTHER_COLOR = "#777777"
+# Colours of routed series (offload × router policy × disaggregation shape), apart from the offload ones.
+ROUTED_COLORS = (
+    "#1f77b4",
+    "#d62728",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#bcbd22",
+    "#393b79",
+    "#ad494a",
+    "#637939",
+    "#7b4173",
+)
 TP_MARKERS = ("o", "s", "^", "D", "P", "X", "v", "*")
 ENGINE_STYLES = ("-", "--", ":", "-.")
 LABEL_ALL_MAX = 36  # label every point up to this many cells, else only frontier points
@@ -34,6 +47,38 @@ DPI = 120
 
 def _color(offload: str) -> str:
     return OFFLOAD_COLORS.get(offload, OTHER_COLOR)
+
+
+SeriesKey = tuple[str, str, str]  # (offload, router policy, disaggregation shape)
+
+
+def _series_key(row: pd.Series) -> SeriesKey:
+    return (str(row["offload"]), str(row.get("router") or ""), str(row.get("disagg") or ""))
+
+
+def _series_styles(ok: pd.DataFrame) -> dict[SeriesKey, tuple[str, str]]:
+    """Colour and legend label of every (offload, router, disagg) series present, in legend order.
+
+    Cells without a router keep their offload mode's colour and name, so a single-engine sweep is
+    drawn as it always was; each routed combination gets a colour of its own.
+    """
+    if ok.empty:
+        return {}
+    order = {name: i for i, name in enumerate(OFFLOAD_COLORS)}
+    routing = [ok[c] if c in ok else pd.Series([""] * len(ok), index=ok.index) for c in ROUTING]
+    keys = sorted(
+        {(str(o), str(r), str(d)) for o, r, d in zip(ok["offload"], *routing, strict=True)},
+        key=lambda k: (bool(k[1] or k[2]), order.get(k[0], len(order)), k),
+    )
+    styles: dict[SeriesKey, tuple[str, str]] = {}
+    for offload, router, disagg in keys:
+        if not router and not disagg:
+            styles[(offload, router, disagg)] = (_color(offload), OFFLOAD_NAMES.get(offload, offload))
+            continue
+        color = ROUTED_COLORS[sum(1 for k in styles if k[1] or k[2]) % len(ROUTED_COLORS)]
+        parts = [f"offload {offload}", f"router {router}" if router else "no router", disagg]
+        styles[(offload, router, disagg)] = (color, " · ".join(p for p in parts if p))
+    return styles
 
 
 def _tp_text(tp: object) -> str:
@@ -61,11 +106,18 @@ def _thousands(value: float, _pos: int) -> str:
 def _point_label(row: pd.Series) -> str:
     users = row.get("users")
     u = _tp_text(users)
-    return f"u{u}·tp{_tp_text(row.get('tp'))}"
+    replicas = _tp_text(row.get("replicas"))
+    return f"u{u}·tp{_tp_text(row.get('tp'))}" + (f"·r{replicas}" if replicas not in ("?", "1") else "")
 
 
 def _panel(
-    ax, ok: pd.DataFrame, xm: XMetric, y: str, markers: dict[str, str], styles: dict[str, str]
+    ax,
+    ok: pd.DataFrame,
+    xm: XMetric,
+    y: str,
+    markers: dict[str, str],
+    styles: dict[str, str],
+    series: dict[SeriesKey, tuple[str, str]],
 ) -> None:
     xs = pd.to_numeric(ok[xm.column], errors="coerce") if xm.column in ok else pd.Series(dtype=float)
     ys = pd.to_numeric(ok[y], errors="coerce") if y in ok else pd.Series(dtype=float)
@@ -87,7 +139,7 @@ def _panel(
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
     on_front: set[int] = set()
-    for (engine, offload), group in have.groupby(["engine", "offload"], sort=True):
+    for (engine, *key), group in have.groupby(["engine", "offload", *ROUTING], sort=True):
         gx = pd.to_numeric(group[xm.column], errors="coerce").to_numpy(float)
         gy = pd.to_numeric(group[y], errors="coerce").to_numpy(float)
         idx = frontier(list(zip(gx, gy, strict=True)), xm.minimize)
@@ -98,16 +150,16 @@ def _panel(
                 gx[idx],
                 gy[idx],
                 linestyle=styles[engine],
-                color=_color(offload),
+                color=series[tuple(key)][0],
                 linewidth=1.8,
                 alpha=0.85,
                 zorder=2,
             )
-    # One scatter call per (offload, TP, on-frontier) group: far fewer artists to lay out and draw.
-    groups: dict[tuple[str, str, bool], list[int]] = {}
+    # One scatter call per (series, TP, on-frontier) group: far fewer artists to lay out and draw.
+    groups: dict[tuple[SeriesKey, str, bool], list[int]] = {}
     for pos in range(len(have)):
         row = have.iloc[pos]
-        key = (str(row["offload"]), _tp_text(row["tp"]), pos in on_front)
+        key = (_series_key(row), _tp_text(row["tp"]), pos in on_front)
         groups.setdefault(key, []).append(pos)
         if pos in on_front or len(have) <= LABEL_ALL_MAX:
             ax.annotate(
@@ -119,13 +171,13 @@ def _panel(
                 color="#333333" if pos in on_front else "#888888",
                 zorder=4,
             )
-    for (offload, tp, front), positions in groups.items():
+    for (key, tp, front), positions in groups.items():
         ax.scatter(
             hx[positions],
             hy[positions],
             marker=markers[tp],
             s=52 if front else 30,
-            color=_color(offload),
+            color=series[key][0],
             edgecolors="black" if front else "white",
             linewidths=0.8 if front else 0.5,
             alpha=1.0 if front else 0.55,
@@ -136,19 +188,8 @@ def _panel(
 
 def _legend_handles(ok: pd.DataFrame, markers: dict[str, str], styles: dict[str, str]) -> list[Line2D]:
     handles: list[Line2D] = []
-    for offload in [o for o in OFFLOAD_COLORS if o in set(ok["offload"])] + sorted(
-        set(ok["offload"]) - set(OFFLOAD_COLORS)
-    ):
-        handles.append(
-            Line2D(
-                [],
-                [],
-                color=_color(offload),
-                marker="o",
-                linestyle="-",
-                label=OFFLOAD_NAMES.get(offload, offload),
-            )
-        )
+    for color, label in _series_styles(ok).values():
+        handles.append(Line2D([], [], color=color, marker="o", linestyle="-", label=label))
     for tp, marker in markers.items():
         handles.append(Line2D([], [], color="#444444", marker=marker, linestyle="none", label=f"TP={tp}"))
     if len(styles) > 1:
@@ -185,12 +226,13 @@ def pareto_figure(df: pd.DataFrame, y: str, path: Path, include_invalid: bool = 
     ok = successful(df, include_invalid)
     invalid = df.iloc[0:0] if include_invalid or "status" not in df else df[df["status"] == "INVALID"]
     markers, styles = _styles(ok) if not ok.empty else ({}, {})
+    series = _series_styles(ok)
     fig = Figure(figsize=(21, 10), dpi=DPI)
     # A fixed layout: constrained layout costs seconds per figure and the grid never changes.
     fig.subplots_adjust(left=0.04, right=0.99, bottom=0.065, top=0.91, wspace=0.2, hspace=0.3)
     axes = fig.subplots(2, 4).ravel()
     for ax, xm in zip(axes, X_METRICS, strict=False):
-        _panel(ax, ok, xm, y, markers, styles)
+        _panel(ax, ok, xm, y, markers, styles, series)
         _invalid_points(ax, invalid, xm, y)
     legend_ax = axes[len(X_METRICS)]
     legend_ax.axis("off")
@@ -201,9 +243,14 @@ def pareto_figure(df: pd.DataFrame, y: str, path: Path, include_invalid: bool = 
     legend_ax.text(
         0.0,
         0.02,
-        "Lines join each engine × offload series' Pareto frontier\n"
-        "(outlined points). Labels: concurrent users · TP.\n"
-        "Interactivity = 1 / TPOT at that percentile.\n"
+        (
+            "Lines join each engine × offload × router × shape series'\n"
+            "Pareto frontier (outlined points).\nLabels: concurrent users · TP · replicas.\n"
+            if any(k[1] or k[2] for k in series)
+            else "Lines join each engine × offload series' Pareto frontier\n"
+            "(outlined points). Labels: concurrent users · TP.\n"
+        )
+        + "Interactivity = 1 / TPOT at that percentile.\n"
         + (f"Grey hollow points: {len(invalid)} INVALID cells (left out).\n" if len(invalid) else "")
         + f"{len(ok)} {'usable' if include_invalid else 'successful'} cells of {len(df)}.",
         transform=legend_ax.transAxes,
@@ -220,6 +267,7 @@ def cache_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False) ->
     """GPU and CPU hit rate (server-side, profiling window) against output throughput per GPU."""
     ok = successful(df, include_invalid)
     markers, _ = _styles(ok) if not ok.empty else ({}, {})
+    series = _series_styles(ok)
     fig = Figure(figsize=(15, 5.6), dpi=DPI, layout="constrained")
     axes = fig.subplots(1, 2)
     y = "output_tok_per_s_per_gpu"
@@ -250,7 +298,7 @@ def cache_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False) ->
                 ys.iloc[pos],
                 marker=markers[_tp_text(row["tp"])],
                 s=40,
-                color=_color(row["offload"]),
+                color=series[_series_key(row)][0],
                 edgecolors="white",
                 linewidths=0.5,
                 zorder=3,
@@ -277,7 +325,8 @@ def hit_rate_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False)
     if not ok.empty:
         order = {name: i for i, name in enumerate(OFFLOAD_COLORS)}
         ok = ok.assign(_order=ok["offload"].map(lambda o: order.get(o, len(order))))
-    cells = ok.sort_values(["_order", "tp", "users"], kind="stable") if not ok.empty else ok
+    cells = ok.sort_values(["_order", *ROUTING, "tp", "users"], kind="stable") if not ok.empty else ok
+    series = _series_styles(ok)
     n = max(len(cells), 1)
     fig = Figure(figsize=(11, 2.2 + 0.28 * n), dpi=DPI, layout="constrained")
     ax = fig.subplots()
@@ -303,7 +352,7 @@ def hit_rate_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False)
 
     gpu, cpu, ideal = col("gpu_hit_rate"), col("cpu_hit_rate"), col("theoretical_hit_rate")
     both = gpu + np.nan_to_num(cpu)
-    colors = [_color(o) for o in cells["offload"]]
+    colors = [series[_series_key(row)][0] for _, row in cells.iterrows()]
     ax.barh(ys, np.nan_to_num(gpu), color=colors, height=0.62)
     ax.barh(
         ys, np.nan_to_num(cpu), left=np.nan_to_num(gpu), color=colors, alpha=0.4, height=0.62, hatch="///"
@@ -329,7 +378,7 @@ def hit_rate_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False)
             markeredgewidth=2.2,
             label="ideal (infinite cache)",
         ),
-    ] + [Patch(facecolor=_color(o), label=OFFLOAD_NAMES.get(o, o)) for o in dict.fromkeys(cells["offload"])]
+    ] + [Patch(facecolor=color, label=label) for color, label in series.values()]
     ax.legend(
         handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=8, frameon=False
     )

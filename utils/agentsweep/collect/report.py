@@ -12,6 +12,7 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from agentsweep import __version__
+from agentsweep.collect.pareto import routed
 
 TEMPLATES = Path(__file__).parent / "templates"
 # Identity of the sweep, read from the cells' own cell.json fields.
@@ -61,13 +62,49 @@ TABLE = (
     ("preemptions", "Preempt.", "int"),
     ("requests_failed", "Req. failed", "int"),
 )
+# Shown after Offload when some cell runs behind a router (docs/scaleout.md).
+ROUTED_TABLE = (
+    ("replicas", "Replicas", "int"),
+    ("router", "Router", "text"),
+    ("disagg", "Disagg.", "text"),
+    ("nodes", "Nodes", "int"),
+    ("router_busiest_share", "Busiest inst.", "pct"),
+    ("router_affinity_share", "Affinity", "pct"),
+    ("router_prefix_match", "Router prefix match", "pct"),
+    ("replica_gpu_hit_min", "Inst. GPU hit min", "pct"),
+    ("replica_gpu_hit_max", "Inst. GPU hit max", "pct"),
+    ("prefill_gpu_hit_rate", "Prefill GPU hit", "pct"),
+)
+# Shown only when some cell has a value: a sweep of one node and no disaggregation needs none of them.
+SPARSE = ("disagg", "nodes", "prefill_gpu_hit_rate")
+
+
+def _has(df: pd.DataFrame, column: str) -> bool:
+    if column not in df.columns:
+        return False
+    values = [
+        v for v in df[column].tolist() if v is not None and not (isinstance(v, float) and math.isnan(v))
+    ]
+    if column == "nodes":
+        return any(v != 1 for v in values)
+    return any(v != "" for v in values)
+
+
+def table_spec(df: pd.DataFrame) -> tuple[tuple[str, str, str], ...]:
+    """The summary table's (column, header, format): TABLE, with the routed columns when some cell
+    runs behind a router."""
+    if not routed(df):
+        return TABLE
+    extra = tuple(c for c in ROUTED_TABLE if c[0] not in SPARSE or _has(df, c[0]))
+    at = next(i for i, c in enumerate(TABLE) if c[0] == "offload") + 1
+    return TABLE[:at] + extra + TABLE[at:]
 
 
 def fmt(value: Any, kind: str) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "–"
     if kind == "text":
-        return str(value)
+        return str(value) if value != "" else "–"
     if kind == "cliff":  # a flag: 1/0 once the table is numeric
         return "yes" if value in (True, 1, "True") else "no" if value in (False, 0, "False") else "–"
     try:
@@ -114,7 +151,8 @@ def identity(df: pd.DataFrame) -> list[tuple[str, str]]:
 
 
 def table_rows(df: pd.DataFrame) -> list[list[str]]:
-    return [[fmt(row.get(col), kind) for col, _h, kind in TABLE] for row in df.to_dict("records")]
+    spec = table_spec(df)
+    return [[fmt(row.get(col), kind) for col, _h, kind in spec] for row in df.to_dict("records")]
 
 
 def problem_cells(df: pd.DataFrame) -> list[dict[str, str]]:
@@ -160,7 +198,7 @@ def write_report(df: pd.DataFrame, plots: list[tuple[str, Path]], out_dir: Path)
     html = template.render(
         title=f"agentsweep report — {_distinct(df, 'config_key')}",
         identity=identity(df),
-        headers=[h for _c, h, _k in TABLE],
+        headers=[h for _c, h, _k in table_spec(df)],
         rows=table_rows(df),
         statuses=[str(s) for s in df.get("status", pd.Series(dtype=str)).tolist()],
         problems=problem_cells(df),
@@ -183,7 +221,7 @@ def summary_markdown(df: pd.DataFrame, frontier: pd.DataFrame) -> str:
     """A compact Markdown summary for $GITHUB_STEP_SUMMARY."""
     lines = [f"## agentsweep — {_md_escape(_distinct(df, 'config_key'))}", ""]
     lines += ["| | |", "|---|---|"] + [f"| {k} | {_md_escape(v)} |" for k, v in identity(df)] + [""]
-    headers = [h for _c, h, _k in TABLE]
+    headers = [h for _c, h, _k in table_spec(df)]
     lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in table_rows(df)]
     problems = problem_cells(df)
@@ -202,7 +240,8 @@ def summary_markdown(df: pd.DataFrame, frontier: pd.DataFrame) -> str:
         else frontier
     )
     if not sub.empty:
-        lines += ["", "### Best output tok/s/GPU on each engine × offload frontier (vs TTFT p50)", ""]
+        kinds = "engine × offload × router × shape" if routed(df) else "engine × offload"
+        lines += ["", f"### Best output tok/s/GPU on each {kinds} frontier (vs TTFT p50)", ""]
         for series, group in sub.groupby("series"):
             best = group.loc[group["y"].idxmax()]
             lines.append(
