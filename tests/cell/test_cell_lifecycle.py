@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from agentsweep.cell.engines import EngineLaunch
-from agentsweep.cell.lifecycle import CellOptions, CellPlan, free_port, plan_cell, run_cell
+from agentsweep.cell.lifecycle import free_port, plan_cell, run_cell
+from agentsweep.cell.plan import CellOptions, CellPlan
 from agentsweep.contract.cell import Cell
 
 CELL = Cell(
@@ -103,7 +104,8 @@ DRIVER = textwrap.dedent(
     import dataclasses, json, sys
     from pathlib import Path
     from agentsweep.cell.engines import EngineLaunch
-    from agentsweep.cell.lifecycle import CellOptions, install_signal_handlers, plan_cell, run_cell
+    from agentsweep.cell.lifecycle import install_signal_handlers, plan_cell, run_cell
+    from agentsweep.cell.plan import CellOptions
     from agentsweep.contract.cell import Cell
     engine, replayer, scraper = (json.loads(a) for a in sys.argv[1:4])
     rd, port = Path(sys.argv[4]), int(sys.argv[5])

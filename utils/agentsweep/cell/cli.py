@@ -12,7 +12,6 @@ from pathlib import Path
 
 from agentsweep.cell import record
 from agentsweep.cell.lifecycle import (
-    CellOptions,
     check_result_dir,
     free_port,
     install_signal_handlers,
@@ -21,6 +20,7 @@ from agentsweep.cell.lifecycle import (
     resolve_kv_transfer_gbs,
     run_cell,
 )
+from agentsweep.cell.plan import CellOptions
 from agentsweep.cell.watchdog import set_parent_death_signal
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import AgentsweepError, InputError

@@ -14,7 +14,6 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
@@ -22,7 +21,8 @@ import agentsweep
 from agentsweep.cell import record, replicas
 from agentsweep.cell.clients import client
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
-from agentsweep.cell.engines import EngineLaunch, build_engine_launch, recipe
+from agentsweep.cell.engines import build_engine_launch, recipe
+from agentsweep.cell.plan import CellOptions, CellPlan
 from agentsweep.cell.routers import router_recipe
 from agentsweep.cell.watchdog import Watchdog
 from agentsweep.contract.cell import Cell
@@ -39,70 +39,6 @@ class CellInterrupted(Exception):
     def __init__(self, signum: int) -> None:
         self.signum = signum
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
-
-
-@dataclass(frozen=True)
-class CellOptions:
-    """Timeouts; None = the engine's default (short for sim, long for real engines loading weights)."""
-
-    health_timeout_s: float | None = None
-    engine_stop_grace_s: float | None = None
-    replay_timeout_s: float | None = None
-    replay_stop_grace_s: float = 30.0
-    # After the engine dies, time left to the replayer's circuit breaker before the cell SIGTERMs it.
-    engine_death_wait_s: float = 30.0
-    scrape_interval_s: float = 1.0
-
-    def health_timeout(self, engine: str) -> float:
-        if self.health_timeout_s is not None:
-            return self.health_timeout_s
-        return recipe(engine).health_timeout_s
-
-    def engine_grace(self, engine: str) -> float:
-        if self.engine_stop_grace_s is not None:
-            return self.engine_stop_grace_s
-        return recipe(engine).stop_grace_s
-
-    def replay_timeout(self, duration: int) -> float:
-        if self.replay_timeout_s is not None:
-            return self.replay_timeout_s
-        return 2.0 * duration + 600.0
-
-
-@dataclass(frozen=True)
-class CellPlan:
-    """Everything resolved for one cell: the exact commands and where results go."""
-
-    cell: Cell
-    result_dir: Path
-    port: int | str
-    hardware: str | None
-    engine: EngineLaunch
-    replay_argv: list[str]
-    scraper_argv: list[str]
-    base_url: str
-    env_overrides: dict[str, str] = field(default_factory=dict)
-    # Instances behind a router (a cell with a router policy); engine is then the command of the first
-    # instance answering the client (replica 0, or decode instance 0).
-    scaleout: replicas.ScaleoutPlan | None = None
-
-    def describe(self) -> list[str]:
-        """Human lines: the exact commands (secrets masked, by name and by value)."""
-        if self.scaleout is not None:
-            secrets = record.secret_values()
-            tail = [f"replay:  {shlex.join(self.replay_argv)}", f"results: {self.result_dir}"]
-            return [record.mask_text(line, secrets) for line in [*self.scaleout.describe(), *tail]]
-        env = record.mask_env(self.engine.env)
-        secrets = record.secret_values() | record.secret_values(self.engine.env)
-        env_text = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-        engine = shlex.join(record.mask_argv(self.engine.argv, secrets))
-        return [
-            f"engine:  {env_text + ' ' if env_text else ''}{engine}",
-            f"health:  {self.base_url}{self.engine.health_path}",
-            f"scraper: {shlex.join(record.mask_argv(self.scraper_argv, secrets))}",
-            f"replay:  {shlex.join(record.mask_argv(self.replay_argv, secrets))}",
-            f"results: {record.mask_text(str(self.result_dir), secrets)}",
-        ]
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -30,18 +30,16 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from agentsweep.cell import placement as placement_mod
 from agentsweep.cell import record
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
-from agentsweep.cell.engines import EngineLaunch, PdRole, build_engine_launch, recipe
+from agentsweep.cell.engines import PdRole, build_engine_launch, recipe
+from agentsweep.cell.plan import CellOptions, CellPlan, Replica, Role, ScaleoutPlan
 from agentsweep.cell.routers import (
-    SESSION_HEADERS,
     PdWorkers,
-    RouterLaunch,
     build_router_launch,
     router_recipe,
     router_version,
@@ -50,118 +48,10 @@ from agentsweep.contract.cell import Cell
 from agentsweep.errors import InputError
 from agentsweep.metrics.dialects import COLUMNS
 
-if TYPE_CHECKING:
-    from agentsweep.cell.lifecycle import CellOptions, CellPlan
-
 # Averaged over the replicas (each reports the fraction of its own pool); every other column is summed.
 MEAN_COLUMNS = frozenset({"kv_cache_usage", "cpu_kv_cache_usage"})
 ROUTER_METRICS_MAX_BYTES = 8 << 20
 ROUTER_SNAPSHOT_MAX_BYTES = 1 << 20
-Role = Literal["replica", "prefill", "decode"]
-
-
-@dataclass(frozen=True)
-class Replica:
-    """One engine instance: a replica (``r<i>``), or a prefill (``p<i>``) or decode (``d<i>``) instance."""
-
-    index: int
-    port: int | str
-    url: str
-    engine: EngineLaunch
-    log_name: str
-    metrics_name: str
-    scraper_argv: list[str]
-    name: str = ""
-    role: Role = "replica"
-    bootstrap_port: int | str | None = None  # a prefill instance's, where its engine serves one
-    node: str = ""  # the node it runs on (multi-node cells: its own job step there)
-
-    @property
-    def label(self) -> str:
-        return f"{self.role} {self.index}"
-
-
-@dataclass(frozen=True)
-class ScaleoutPlan:
-    """The engine instances and the router of one cell (the replayer and results are the CellPlan's).
-
-    ``mode`` is ``dp`` (replicas, each serving whole requests) or ``pd`` (prefill instances, then
-    decode instances; the router sends each request through one of each).
-    """
-
-    replicas: list[Replica]  # every instance, in start order (prefill instances first)
-    router: RouterLaunch
-    router_url: str
-    mode: Literal["dp", "pd"] = "dp"
-    placement: placement_mod.Placement | None = None
-
-    @property
-    def prefill(self) -> list[Replica]:
-        return [r for r in self.replicas if r.role == "prefill"]
-
-    @property
-    def decode(self) -> list[Replica]:
-        return [r for r in self.replicas if r.role == "decode"]
-
-    @property
-    def answering(self) -> list[Replica]:
-        """The instances that answer the client (their merged scrapes are server_metrics.csv)."""
-        return self.decode if self.mode == "pd" else self.replicas
-
-    @property
-    def client(self) -> Replica:
-        """The first answering instance: its log is server.log, its version the engine's."""
-        return self.answering[0]
-
-    def describe(self) -> list[str]:
-        lines = []
-        if self.mode == "pd":
-            lines.append(
-                f"disaggregated: prefill {', '.join(r.name for r in self.prefill)}; "
-                f"decode {', '.join(r.name for r in self.decode)}"
-            )
-        for rep in self.replicas:
-            env = " ".join(
-                f"{k}={shlex.quote(v)}" for k, v in sorted(record.mask_env(rep.engine.env).items())
-            )
-            argv = shlex.join(record.mask_argv(rep.engine.argv))
-            lines.append(f"{rep.label}: {env + ' ' if env else ''}{argv}")
-            if self.placement is not None:
-                lines.append(f"  node:    {rep.node}")
-            lines.append(f"  health:  {rep.url}{rep.engine.health_path}")
-            if rep.bootstrap_port is not None:
-                lines.append(f"  bootstrap port: {rep.bootstrap_port}")
-            lines.append(f"  scraper: {shlex.join(rep.scraper_argv)}")
-            lines.append(f"  log:     {rep.log_name}")
-        lines.append(f"router:  {shlex.join(self.router.argv)}")
-        lines.append(f"  ready:   {self.router_url}{self.router.ready_path}")
-        lines.append(f"  metrics: {self.router.metrics_url}")
-        lines.append(f"  session headers: {', '.join(SESSION_HEADERS)}")
-        return lines
-
-    def to_record(self) -> dict[str, Any]:
-        """What cell.json keeps of the plan (commands with secrets masked)."""
-        out: dict[str, Any] = {"mode": self.mode}
-        out["replicas"] = []
-        for r in self.replicas:
-            item: dict[str, Any] = {
-                "name": r.name,
-                "role": r.role,
-                "url": r.url,
-                "node": r.node,
-                "command": record.mask_argv(r.engine.argv),
-                "env": record.mask_env(r.engine.env),
-            }
-            if r.bootstrap_port is not None:
-                item["bootstrap_port"] = r.bootstrap_port
-            out["replicas"].append(item)
-        if self.mode == "pd":
-            out["prefill"] = [r.url for r in self.prefill]
-            out["decode"] = [r.url for r in self.decode]
-        out["router"] = {"program": self.router.program, "command": self.router.argv, "url": self.router_url}
-        if self.placement is not None:
-            out["placement"] = self.placement.to_record()
-        return out
 
 
 def instance_cell(cell: Cell, tp: int) -> Cell:
