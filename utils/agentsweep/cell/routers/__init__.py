@@ -60,33 +60,16 @@ class RouterRecipe(Protocol):
     # In prefill/decode mode, which role's cached-token count reaches the client in the usage the
     # router returns (the other role's engine counters then do not match the client's sum).
     pd_cached_tokens_from: Literal["prefill", "decode"]
+    log_level: str  # the program's name for warnings-only logging
+    pd_flag: str  # the flag that switches on its prefill/decode mode
+    pd_bootstrap: bool  # whether each --prefill URL is followed by the instance's bootstrap port
 
     def policy_name(self, policy: str) -> str:
         """The program's own name for an engine-neutral policy."""
         ...
 
-    def argv(
-        self,
-        policy: str,
-        workers: Sequence[str],
-        *,
-        host: str,
-        port: int | str,
-        metrics_port: int | str,
-        python: str,
-    ) -> list[str]: ...
-
-    def pd_argv(
-        self,
-        policy: str,
-        workers: PdWorkers,
-        *,
-        host: str,
-        port: int | str,
-        metrics_port: int | str,
-        python: str,
-    ) -> list[str]:
-        """The command in prefill/decode mode."""
+    def command(self, python: str) -> list[str]:
+        """The launch command, before the flags both programs share (``launch_argv``)."""
         ...
 
     def requests_by_worker(self, metrics_text: str) -> dict[str, float]:
@@ -125,14 +108,20 @@ def build_router_launch(
     """The router of ``cell`` in front of ``workers`` (replica URLs, or the roles of a disaggregated cell)."""
     program = program_for(cell)
     recipe = router_recipe(program)
-    if isinstance(workers, PdWorkers):
-        argv = recipe.pd_argv(
-            cell.router, workers, host=host, port=port, metrics_port=metrics_port, python=python
-        )
-    else:
-        argv = recipe.argv(
-            cell.router, workers, host=host, port=port, metrics_port=metrics_port, python=python
-        )
+    targets = (
+        pd_flags(recipe.pd_flag, workers, bootstrap=recipe.pd_bootstrap)
+        if isinstance(workers, PdWorkers)
+        else worker_flags(workers)
+    )
+    argv = launch_argv(
+        recipe.command(python),
+        policy=recipe.policy_name(cell.router),
+        targets=targets,
+        host=host,
+        port=port,
+        metrics_port=metrics_port,
+        log_level=recipe.log_level,
+    )
     argv += shlex.split(cell.router_args)  # validated as shell words when the cell was built
     return RouterLaunch(program, argv, recipe.ready_path, f"http://{host}:{metrics_port}/metrics")
 

@@ -15,9 +15,8 @@ counts requests per instance under the same metric.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
-from agentsweep.cell.routers import PdWorkers, launch_argv, pd_flags, samples, sum_by_worker, worker_flags
+from agentsweep.cell.routers import samples, sum_by_worker
 
 _NAMES = {"consistent_hash": "consistent_hashing"}
 _BRANCH = re.compile(r'branch="(?P<branch>[^"]*)"')
@@ -27,50 +26,16 @@ class SmgRecipe:
     program = "smg"
     distribution = "smg"
     ready_path = "/readiness"
+    log_level = "warn"
+    pd_flag = "--pd-disaggregation"
+    pd_bootstrap = True
     pd_cached_tokens_from = "decode"  # the decode's usage passes through unchanged
 
     def policy_name(self, policy: str) -> str:
         return _NAMES.get(policy, policy)
 
-    def argv(
-        self,
-        policy: str,
-        workers: Sequence[str],
-        *,
-        host: str,
-        port: int | str,
-        metrics_port: int | str,
-        python: str,
-    ) -> list[str]:
-        return launch_argv(
-            [python, "-m", "smg", "launch"],
-            policy=self.policy_name(policy),
-            targets=worker_flags(workers),
-            host=host,
-            port=port,
-            metrics_port=metrics_port,
-            log_level="warn",
-        )
-
-    def pd_argv(
-        self,
-        policy: str,
-        workers: PdWorkers,
-        *,
-        host: str,
-        port: int | str,
-        metrics_port: int | str,
-        python: str,
-    ) -> list[str]:
-        return launch_argv(
-            [python, "-m", "smg", "launch"],
-            policy=self.policy_name(policy),
-            targets=pd_flags("--pd-disaggregation", workers, bootstrap=True),
-            host=host,
-            port=port,
-            metrics_port=metrics_port,
-            log_level="warn",
-        )
+    def command(self, python: str) -> list[str]:
+        return [python, "-m", "smg", "launch"]
 
     def requests_by_worker(self, metrics_text: str) -> dict[str, float]:
         return sum_by_worker(metrics_text, "smg_worker_requests_total")

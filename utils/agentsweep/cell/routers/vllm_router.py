@@ -14,15 +14,16 @@ It counts requests per instance under the same metric (and ``vllm_router_pd_pref
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from agentsweep.cell.routers import PdWorkers, launch_argv, pd_flags, sum_by_worker, worker_flags
+from agentsweep.cell.routers import sum_by_worker
 
 
 class VllmRouterRecipe:
     program = "vllm-router"
     distribution = "vllm-router"
     ready_path = "/health"
+    log_level = "warning"
+    pd_flag = "--vllm-pd-disaggregation"
+    pd_bootstrap = False
     # 0.1.17 puts the prefill's usage.prompt_tokens_details.cached_tokens into the decode's answer
     # (streamed and not): the client's cached tokens are the prefill's prefix hits.
     pd_cached_tokens_from = "prefill"
@@ -30,45 +31,8 @@ class VllmRouterRecipe:
     def policy_name(self, policy: str) -> str:
         return policy  # the contract's names are vllm-router's own
 
-    def argv(
-        self,
-        policy: str,
-        workers: Sequence[str],
-        *,
-        host: str,
-        port: int | str,
-        metrics_port: int | str,
-        python: str,
-    ) -> list[str]:
-        return launch_argv(
-            [python, "-m", "vllm_router.launch_router"],
-            policy=self.policy_name(policy),
-            targets=worker_flags(workers),
-            host=host,
-            port=port,
-            metrics_port=metrics_port,
-            log_level="warning",
-        )
-
-    def pd_argv(
-        self,
-        policy: str,
-        workers: PdWorkers,
-        *,
-        host: str,
-        port: int | str,
-        metrics_port: int | str,
-        python: str,
-    ) -> list[str]:
-        return launch_argv(
-            [python, "-m", "vllm_router.launch_router"],
-            policy=self.policy_name(policy),
-            targets=pd_flags("--vllm-pd-disaggregation", workers, bootstrap=False),
-            host=host,
-            port=port,
-            metrics_port=metrics_port,
-            log_level="warning",
-        )
+    def command(self, python: str) -> list[str]:
+        return [python, "-m", "vllm_router.launch_router"]
 
     def requests_by_worker(self, metrics_text: str) -> dict[str, float]:
         return sum_by_worker(metrics_text, "vllm_router_processed_requests_total")
