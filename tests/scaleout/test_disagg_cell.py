@@ -69,3 +69,8 @@ def test_prefill_decode_cell_succeeds_through_the_real_router(repo_root: Path, t
     assert router["mode"] == "pd"
     assert all(n > 0 for n in router["requests_by_prefill"])  # round robin over both prefill instances
     assert sum(router["requests_by_decode"]) >= ok
+    with (rd / "router_metrics.csv").open(newline="") as fh:
+        series = list(csv.DictReader(fh))
+    assert list(series[0]) == ["time_s", "requests.p0", "requests.p1", "requests.d0"]
+    assert [float(series[-1][f"requests.{n}"]) for n in ("p0", "p1")] == router["requests_by_prefill"]
+    assert float(series[-1]["requests.d0"]) == router["requests_by_decode"][0]

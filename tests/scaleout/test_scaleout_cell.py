@@ -69,6 +69,16 @@ def test_scaleout_cell_succeeds_and_sums_its_replicas(
     assert sum(router["requests_by_replica"]) >= float(merged["requests_finished_total"]) > 0
     if policy == "round_robin":  # consistent hashing may put a few sessions all on one replica
         assert all(n > 0 for n in router["requests_by_replica"])
+    # The router was scraped through the run: its per-replica counts only grow, and end where
+    # router.json's do.
+    series = _rows(rd / "router_metrics.csv")
+    assert len(series) >= 3 and list(series[0]) == ["time_s", "requests.r0", "requests.r1"]
+    for name in ("requests.r0", "requests.r1"):
+        values = [float(row[name]) for row in series]
+        assert values == sorted(values), (name, values)
+    totals = [float(row["requests.r0"]) + float(row["requests.r1"]) for row in series]
+    assert totals[0] < totals[-1]  # (consistent hashing may leave one replica idle)
+    assert [float(series[-1][f"requests.r{i}"]) for i in range(2)] == router["requests_by_replica"]
     if program == "smg":  # every request was placed by the session key the replayer sent
         assert router["policy_branches"] == {"routing_key_hit": sum(router["requests_by_replica"])}
 

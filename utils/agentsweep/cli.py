@@ -31,6 +31,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "cell": ("agentsweep.cell.cli", "run one matrix cell (engine, scraper, replayer) into a result dir"),
     "engine-sim": ("agentsweep.engine_sim.cli", "serve the simulated vLLM/SGLang engine"),
     "metrics-collector": ("agentsweep.metrics.cli", "scrape an engine's /metrics into server_metrics.csv"),
+    "router-metrics-collector": (
+        "agentsweep.cell.routers.scrape",
+        "scrape a router's /metrics into router_metrics.csv (requests per instance)",
+    ),
     "collect": ("agentsweep.collect.cli_collect", "turn cell result dirs into summary, frontiers, report"),
     "pareto": ("agentsweep.collect.cli_pareto", "Pareto frontiers and plots from a summary.csv"),
     "compare": ("agentsweep.collect.cli_compare", "compare two collected sweeps cell by cell"),

@@ -51,6 +51,7 @@ class ScaleoutPlan:
     router_url: str
     mode: Literal["dp", "pd"] = "dp"
     placement: Placement | None = None
+    router_scraper_argv: list[str] = field(default_factory=list)  # router_metrics.csv over the run
 
     @property
     def prefill(self) -> list[Replica]:
@@ -93,6 +94,8 @@ class ScaleoutPlan:
         lines.append(f"router:  {shlex.join(self.router.argv)}")
         lines.append(f"  ready:   {self.router_url}{self.router.ready_path}")
         lines.append(f"  metrics: {self.router.metrics_url}")
+        if self.router_scraper_argv:
+            lines.append(f"  scraper: {shlex.join(self.router_scraper_argv)}")
         lines.append(f"  session headers: {', '.join(SESSION_HEADERS)}")
         return lines
 

@@ -51,6 +51,7 @@ from agentsweep.metrics.dialects import COLUMNS
 # Averaged over the replicas (each reports the fraction of its own pool); every other column is summed.
 MEAN_COLUMNS = frozenset({"kv_cache_usage", "cpu_kv_cache_usage"})
 ROUTER_METRICS_MAX_BYTES = 8 << 20
+ROUTER_METRICS_CSV = "router_metrics.csv"
 ROUTER_SNAPSHOT_MAX_BYTES = 1 << 20
 
 
@@ -215,7 +216,14 @@ def plan_scaleout(
         cell, workers, host=host, port=port, metrics_port=metrics_port, python=python
     )
     mode: Literal["dp", "pd"] = "pd" if pd_mode else "dp"
-    return ScaleoutPlan(instances, router, f"http://{host}:{port}", mode, placement)
+    router_scraper = [
+        python, "-m", "agentsweep.cli", "router-metrics-collector",
+        "--endpoint", router.metrics_url, "--program", router.program,
+        *(arg for r in instances for arg in ("--instance", f"{r.name}={r.url}")),
+        "--output", str(result_dir / ROUTER_METRICS_CSV),
+        "--interval", f"{scrape_interval_s:g}",
+    ]  # fmt: skip
+    return ScaleoutPlan(instances, router, f"http://{host}:{port}", mode, placement, router_scraper)
 
 
 class _Named(EngineProcess):
@@ -317,6 +325,15 @@ def execute(
                 )
                 for r in so.replicas
             ]
+            if so.router_scraper_argv:
+                scrapers.append(
+                    ManagedProcess(
+                        so.router_scraper_argv,
+                        log_path=rd / "router-metrics-collector.log",
+                        name="metrics collector of the router",
+                        stop_grace_s=10.0,
+                    )
+                )
             for scraper in scrapers:
                 stack.enter_context(scraper)
             replayer = ManagedProcess(

@@ -39,7 +39,15 @@ class ScrapeStats:
 
 
 class Scraper:
-    """Scrape ``endpoint`` every ``interval`` seconds into ``output`` until ``stop`` is set."""
+    """Scrape ``endpoint`` every ``interval`` seconds into ``output`` until ``stop`` is set.
+
+    Rows have ``columns`` (the engine-neutral server_metrics.csv columns); a subclass with other
+    columns overrides ``columns`` and ``map_text``.
+    """
+
+    columns: tuple[str, ...] = COLUMNS
+    name = "metrics-collector"
+    file_kind = "a server_metrics.csv"
 
     def __init__(
         self,
@@ -87,7 +95,7 @@ class Scraper:
         # give-up line (or every 30th, with a large --max-failures): the failure is then that line.
         if (self.stats.ok and self.stats.in_a_row == 1) or self.stats.failed % 30 == 0:
             print(
-                f"metrics-collector: scrape {self.endpoint} failed ({self.stats.in_a_row} in a row, "
+                f"{self.name}: scrape {self.endpoint} failed ({self.stats.in_a_row} in a row, "
                 f"{self.stats.failed} in all): {self.stats.last_error}",
                 file=self._log,
                 flush=True,
@@ -112,19 +120,24 @@ class Scraper:
             return None
         now = time.time()
         try:
-            dialect, values, sources = map_text_sources(text, self.dialect)
+            row = self.map_text(now, text)
         except InputError:
             raise
         except ValueError as err:  # not Prometheus text (a proxy page, a truncated body)
             self._note_failure(err)
             return None
+        self.stats.ok += 1
+        self.stats.in_a_row = 0
+        return row
+
+    def map_text(self, now: float, text: str) -> list[str]:
+        """One row from one reply (ValueError: not a metrics reply; InputError: unknown dialect)."""
+        dialect, values, sources = map_text_sources(text, self.dialect)
         if self.dialect is None:
             self.dialect = dialect
             print(
                 f"metrics-collector: {self.endpoint} speaks the {dialect} dialect", file=self._log, flush=True
             )
-        self.stats.ok += 1
-        self.stats.in_a_row = 0
         if sources != self.sources:
             self.sources = sources
             self._write_sources(dialect)
@@ -156,11 +169,11 @@ class Scraper:
                 first = fh.readline(4096)
         except OSError as err:
             raise InputError(f"--output {self.output}: cannot read: {err.strerror or err}") from None
-        header = ",".join(COLUMNS)
+        header = ",".join(self.columns)
         if first.rstrip(b"\r\n").decode("utf-8", errors="replace") != header:
             raise InputError(
-                f"--output {self.output}: exists and is not a server_metrics.csv "
-                f"(first line is not the {COLUMNS[0]},... header); refusing to append to it"
+                f"--output {self.output}: exists and is not {self.file_kind} "
+                f"(first line is not the {self.columns[0]},... header); refusing to append to it"
             )
         return False
 
@@ -177,7 +190,7 @@ class Scraper:
         with fh:
             writer = csv.writer(fh)
             if new_file:
-                writer.writerow(COLUMNS)
+                writer.writerow(self.columns)
                 fh.flush()
             next_tick = time.monotonic()
             while True:
