@@ -479,6 +479,12 @@ def test_prefill_decode_cell_on_two_nodes_through_the_launcher(slurm2, tmp_path,
     decode = so["replicas"][1]["command"]
     assert decode[:5] == ["srun", f"--jobid={job}", "--nodes=1", "--ntasks=1", "--nodelist=gpunode2"]
     assert decode[decode.index("--kv-transfer-gbs") + 1] == f"{INTER_NODE_GBS:g}"
+    # The engines took it: the decode models the transfer at the inter-node figure, and the prefill's
+    # bootstrap listener is bound to its node's address on the port the router was given.
+    assert f"modelled KV transfer {INTER_NODE_GBS:g} GB/s per GPU" in (result / "server.log").read_text()
+    address = so["placement"]["nodes"][0]["address"]
+    listener = f"bootstrap listener on {address}:{so['replicas'][0]['bootstrap_port']};"
+    assert listener in (result / "server.p0.log").read_text()
     summary = json.loads((result / "summary.json").read_text())
     assert summary["counts"]["ok"] > 0
     checks = summary["validity"]["checks"]
