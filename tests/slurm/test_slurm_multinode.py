@@ -11,12 +11,14 @@ import re
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from agentsweep.cell.allocation import runner_assignments
-from agentsweep.cell.placement import node_gpus, pack, plan_placement
+from agentsweep.cell.placement import Placement, Slot, node_gpus, pack, plan_placement
+from agentsweep.cell.replicas import plan_scaleout
 from agentsweep.config import load_runners, select_cells
 from agentsweep.config.matrix import nodes_needed
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
@@ -43,12 +45,23 @@ mn:
 """
 
 
+# A prefill/decode point for the same runner: one prefill and one decode instance of one GPU each.
+PD_SPACE = (
+    "  - {users: 4, offload: off, prefill: {replicas: 1, tp: 1}, decode: {replicas: 1, tp: 1},"
+    " router: [round_robin]}"
+)
+# Distinct from the runner defaults (intra 450, inter 50): the decode must carry this one when it is
+# on another node than its prefill.
+INTER_NODE_GBS = 37.5
+INTRA_NODE_GBS = 321.0
+
+
 def runners_file(path: Path, gpus_per_node: int, max_nodes: int) -> Path:
     path.write_text(
         "h200: {runs_on: [self-hosted, slurm, h200], launcher: runners/launch_h200.sh,"
         f" gpus_per_node: {gpus_per_node}, max_nodes: {max_nodes}, gres_type: h200, cpu_dram_gb: 64,"
         " partition: h200, account: null, time_limit_min: 30, exclude: [], container_runtime: none,"
-        " hf_cache: null}\n"
+        f" hf_cache: null, intra_node_gbs: {INTRA_NODE_GBS:g}, inter_node_gbs: {INTER_NODE_GBS:g}}}\n"
     )
     return path
 
@@ -57,6 +70,17 @@ def make_cell(tmp_path: Path, *, gpus_per_node: int = 1, replicas: int = 2, tp: 
     runners = runners_file(tmp_path / "runners.yaml", gpus_per_node, max_nodes=2)
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(SWEEP.format(duration=duration, tp=tp, replicas=replicas))
+    (cell,) = select_cells(sweep, ["mn"], runners=load_runners(runners))
+    return cell, runners
+
+
+def make_pd_cell(tmp_path: Path, program: str, *, gpus_per_node: int = 1, duration: int = 8):
+    """Prefill 1x1 + decode 1x1 behind ``program``: on two nodes when a node holds one GPU."""
+    runners = runners_file(tmp_path / "runners.yaml", gpus_per_node, max_nodes=2)
+    head = SWEEP.format(duration=duration, tp=1, replicas=1).split("  search_space:")[0]
+    head = head.replace("router_program: smg", f"router_program: {program}")
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(head + "  search_space:\n" + PD_SPACE + "\n")
     (cell,) = select_cells(sweep, ["mn"], runners=load_runners(runners))
     return cell, runners
 
@@ -135,6 +159,52 @@ def test_dry_run_of_a_one_node_cell_is_unchanged(tmp_path):
     salloc, srun = proc.stdout.splitlines()
     assert {"--nodes=1", "--ntasks=1", "--gres=gpu:h200:2"} <= set(shlex.split(salloc))
     assert "--overlap" not in srun
+
+
+@pytest.mark.parametrize(
+    ("engine", "program"), [("sim", "smg"), ("sim", "vllm-router"), ("vllm", "vllm-router")]
+)
+def test_a_prefill_on_another_node_is_reached_at_that_nodes_address(tmp_path, engine, program):
+    """Every address a prefill/decode pair meets at is the instance's node address, never loopback:
+    the engine binds it, the router's URLs (and smg's bootstrap ports, whose host is the URL's) name
+    it, and vLLM's NIXL handshake listens on it. The nodes' addresses here are names that are never
+    contacted (a dry-run plan binds nothing)."""
+    as_engine = {"engine": engine, "engine_args": "", "speed": 50 if engine == "sim" else 1}
+    cell, _ = make_pd_cell(tmp_path, program)
+    cell = cell.replace(**as_engine)
+    addresses = {"gpunode1": "node-a.test", "gpunode2": "node-b.test"}
+    placement = Placement(
+        job_id="7", nodes=["gpunode1", "gpunode2"], addresses=addresses,
+        slots=[Slot(0, "gpunode1", "node-a.test", 0, 1), Slot(1, "gpunode2", "node-b.test", 0, 1)],
+        gres_type="h200", node_gpus=1, container_args=[], vendor="none" if engine == "sim" else "nvidia",
+    )  # fmt: skip
+    plan = plan_scaleout(
+        cell, tmp_path / "r", port="$PORT", hardware="h200", host="127.0.0.1", python="python",
+        environ={}, scrape_interval_s=1.0, kv_transfer_gbs=INTER_NODE_GBS, placement=placement,
+    )  # fmt: skip
+    p0, d0 = plan.replicas
+    assert (p0.url, d0.url) == ("http://node-a.test:$PREFILL0_PORT", "http://node-b.test:$DECODE0_PORT")
+    for r, address in ((p0, "node-a.test"), (d0, "node-b.test")):
+        argv = r.engine.argv
+        assert argv[argv.index("--host") + 1] == address
+        if engine == "vllm":  # the decode's NIXL agent dials the prefill's handshake on its node
+            assert r.engine.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == address
+    router = plan.router.argv
+    prefill = router[router.index("--prefill") + 1 :]
+    if program == "smg":  # smg: the bootstrap server is at the prefill URL's host, on this port
+        assert prefill[:2] == ["http://node-a.test:$PREFILL0_PORT", "$PREFILL0_BOOTSTRAP_PORT"]
+        assert p0.engine.argv[p0.engine.argv.index("--disaggregation-bootstrap-port") + 1] == prefill[1]
+    else:
+        assert prefill[0] == "http://node-a.test:$PREFILL0_PORT"
+    assert router[router.index("--decode") + 1] == "http://node-b.test:$DECODE0_PORT"
+    assert router[router.index("--host") + 1] == "127.0.0.1"  # the router itself stays on node 0's loopback
+    (tmp_path / "one").mkdir()
+    one, _ = make_pd_cell(tmp_path / "one", program, gpus_per_node=2)  # both on one node, no placement
+    local = plan_scaleout(
+        one.replace(**as_engine), tmp_path / "r1", port="$PORT", hardware="h200",
+        host="127.0.0.1", python="python", environ={}, scrape_interval_s=1.0,
+    )  # fmt: skip
+    assert all("VLLM_NIXL_SIDE_CHANNEL_HOST" not in r.engine.env for r in local.replicas)
 
 
 # --- on the two-node cluster -------------------------------------------------------------------
@@ -337,3 +407,97 @@ def test_the_cell_itself_ends_its_instance_steps(slurm2, tmp_path):
     finally:
         slurm2.run("scancel", job)
     assert (result / "status.txt").read_text().splitlines()[0] == "SUCCESS"
+
+
+def test_a_prefill_decode_cell_on_two_nodes_models_the_inter_node_transfer(tmp_path):
+    """Prefill 1x1 + decode 1x1 on a runner of one GPU per node spans two nodes; the simulated decode is
+    told the runner's inter_node_gbs (the same shape on one node of two GPUs: intra_node_gbs)."""
+    shown = {}
+    for per_node in (1, 2):
+        (tmp_path / str(per_node)).mkdir()
+        cell, runners = make_pd_cell(tmp_path / str(per_node), "smg", gpus_per_node=per_node)
+        env = launcher_env(cell, runners, tmp_path / str(per_node) / "r", dict(os.environ))
+        proc = subprocess.run(
+            [sys.executable, "-m", "agentsweep.cli", "cell", "--dry-run"],
+            env=env, capture_output=True, text=True, timeout=60, cwd=REPO,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        decode = next(line for line in proc.stdout.splitlines() if line.startswith("decode 0:"))
+        words = shlex.split(decode.split(":", 1)[1])
+        shown[cell.nodes] = words[words.index("--kv-transfer-gbs") + 1]
+    assert shown == {2: f"{INTER_NODE_GBS:g}", 1: f"{INTRA_NODE_GBS:g}"}
+
+
+def processes_naming(pattern: str) -> list[str]:
+    """Command lines of this host's processes that match ``pattern`` (an extended regular expression)."""
+    out = subprocess.run(["pgrep", "-af", "--", pattern], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.parametrize("program", ["smg", "vllm-router"])
+def test_prefill_decode_cell_on_two_nodes_through_the_launcher(slurm2, tmp_path, program):
+    """Prefill on node 0 with the router, decode on node 1: each its own step, the KV handoff between
+    them across the steps, every check of a disaggregated cell passing, nothing left afterwards."""
+    if not engine_sim_ready():
+        pytest.skip("the repository's .venv or benchmarks/run_cell.sh is missing")
+    cell, runners = make_pd_cell(tmp_path, program)
+    assert cell.nodes == 2 and cell.instance_tps == [1, 1]
+    result = tmp_path / "result"
+    env = launcher_env(cell, runners, result, slurm2.env)
+    proc = subprocess.Popen(
+        ["bash", str(REPO / "runners" / "launch_h200.sh")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        seen = watch_steps(slurm2, lambda: proc.poll() is not None, 150)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    job = re.search(r"Granted job allocation (\d+)", err).group(1)  # type: ignore[union-attr]
+    # step 0 is the cell on node 0; step 1 the prefill instance there, step 2 the decode on node 1
+    assert {(f"{job}.0", "gpunode1"), (f"{job}.1", "gpunode1"), (f"{job}.2", "gpunode2")} <= seen, seen
+    assert (result / "status.txt").read_text().splitlines()[0] == "SUCCESS"
+    record = json.loads((result / "cell.json").read_text())
+    assert record["status"] == "SUCCESS"
+    so = record["scaleout"]
+    assert so["mode"] == "pd"
+    assert [(r["name"], r["role"], r["node"]) for r in so["replicas"]] == [
+        ("p0", "prefill", "gpunode1"),
+        ("d0", "decode", "gpunode2"),
+    ]
+    assert so["placement"]["router_node"] == "gpunode1"
+    assert [n["name"] for n in so["placement"]["nodes"]] == ["gpunode1", "gpunode2"]
+    decode = so["replicas"][1]["command"]
+    assert decode[:5] == ["srun", f"--jobid={job}", "--nodes=1", "--ntasks=1", "--nodelist=gpunode2"]
+    assert decode[decode.index("--kv-transfer-gbs") + 1] == f"{INTER_NODE_GBS:g}"
+    # The engines took it: the decode models the transfer at the inter-node figure, and the prefill's
+    # bootstrap listener is bound to its node's address on the port the router was given.
+    assert f"modelled KV transfer {INTER_NODE_GBS:g} GB/s per GPU" in (result / "server.log").read_text()
+    address = so["placement"]["nodes"][0]["address"]
+    listener = f"bootstrap listener on {address}:{so['replicas'][0]['bootstrap_port']};"
+    assert listener in (result / "server.p0.log").read_text()
+    summary = json.loads((result / "summary.json").read_text())
+    assert summary["counts"]["ok"] > 0
+    checks = summary["validity"]["checks"]
+    for name in ("request_count_gap", "prompt_token_gap", "cached_token_gap"):
+        assert checks[name]["ok"], (name, checks[name])
+    router = json.loads((result / "router.json").read_text())
+    assert router["mode"] == "pd" and router["program"] == program
+    assert router["prefill"] == [so["replicas"][0]["url"]] and router["decode"] == [so["replicas"][1]["url"]]
+    assert router["requests_by_prefill"][0] > 0
+    assert router["requests_by_decode"][0] >= summary["counts"]["ok"]
+    # Nothing outlives the cell: no job, no step, no engine or router process of this run.
+    assert slurm2.jobs() == []
+    assert slurm2.run("squeue", "-h", "-s", "-o", "%i").stdout.strip() == ""
+    assert processes_naming(str(result)) == []
+    for r in so["replicas"]:
+        assert processes_naming(f"--port {r['url'].rsplit(':', 1)[1]}( |$)") == []

@@ -110,6 +110,7 @@ class Disagg:
         self.engine_id = uuid.uuid4().hex
         self.handoffs: dict[str, Handoff] = {}
         self.bootstrap_port: int | None = None  # bound port once started (prefill)
+        self.bootstrap_host: str = config.host  # the address the listener bound, once started
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -137,7 +138,7 @@ class Disagg:
                     f"{self.config.host}:{self.config.bootstrap_port}: {err.strerror or err}"
                 ) from None
             self._runner = runner
-            self.bootstrap_port = runner.addresses[0][1]
+            self.bootstrap_host, self.bootstrap_port = runner.addresses[0][:2]
         elif self.mode == "decode":
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.wait_wall_s + 30))
 
@@ -385,7 +386,7 @@ class Disagg:
         c = self.config
         if self.mode == "prefill":
             return (
-                f"[engine_sim] disaggregation: prefill role; bootstrap listener on {c.host}:"
+                f"[engine_sim] disaggregation: prefill role; bootstrap listener on {self.bootstrap_host}:"
                 f"{self.bootstrap_port}; prompts held for their decode up to {c.kv_transfer_timeout_s:g} "
                 "simulated s"
             )
