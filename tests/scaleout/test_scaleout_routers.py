@@ -141,3 +141,21 @@ def test_smg_affinity_figures_from_its_metrics() -> None:
     assert figures["policy_branches"] == {"expected_wait_fallback": 19, "tree_match": 344}
     assert figures["mean_prefix_match_ratio"] == pytest.approx(328.6064811699263 / 363)
     assert router_recipe("vllm-router").affinity(SMG_CACHE_AWARE_METRICS) == {}
+
+
+def test_a_router_missing_from_the_cells_interpreter_is_named_before_anything_starts() -> None:
+    import sys
+
+    from agentsweep.cell.routers import missing_router, router_recipe
+    from agentsweep.cell.routers.smg import SmgRecipe
+
+    class Absent(SmgRecipe):
+        distribution = "agentsweep-test-no-such-router"
+
+    assert missing_router(router_recipe("smg"), sys.executable) is None  # installed here
+    reason = missing_router(Absent(), sys.executable)
+    assert reason == (
+        f"router smg is not installed in {sys.executable}: "
+        "pip install 'agentsweep-test-no-such-router' (or agentsweep's [routers] extra)"
+    )
+    assert missing_router(Absent(), "/opt/other/python") is None  # another interpreter: not ours to say

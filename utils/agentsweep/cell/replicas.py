@@ -41,6 +41,7 @@ from agentsweep.cell.plan import CellOptions, CellPlan, Replica, Role, ScaleoutP
 from agentsweep.cell.routers import (
     PdWorkers,
     build_router_launch,
+    missing_router,
     router_recipe,
     router_version,
 )
@@ -299,6 +300,9 @@ def execute(
         stop_grace_s=10.0,
     )
     what = "instances" if so.mode == "pd" else "replicas"
+    missing = missing_router(router_recipe(so.router.program), so.router.argv[0])
+    if missing:  # before any engine loads its weights
+        return missing
     reason: str | None = None
     try:
         with contextlib.ExitStack() as stack:

@@ -19,6 +19,7 @@ import importlib
 import importlib.metadata
 import re
 import shlex
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -128,10 +129,25 @@ def build_router_launch(
 
 def router_version(program: str) -> str | None:
     """The installed version of the program's distribution, or None when it is not installed."""
+    return _installed(router_recipe(program))
+
+
+def _installed(recipe: RouterRecipe) -> str | None:
     try:
-        return importlib.metadata.version(router_recipe(program).distribution)
+        return importlib.metadata.version(recipe.distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def missing_router(recipe: RouterRecipe, python: str) -> str | None:
+    """Why the router cannot start, when its distribution is missing from this interpreter (the one
+    the cell starts it with); None when it is installed or runs under another interpreter."""
+    if python != sys.executable or _installed(recipe) is not None:
+        return None
+    return (
+        f"router {recipe.program} is not installed in {sys.executable}: "
+        f"pip install '{recipe.distribution}' (or agentsweep's [routers] extra)"
+    )
 
 
 _SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)")
