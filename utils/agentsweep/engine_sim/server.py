@@ -2,7 +2,8 @@
 
 Routes: POST /v1/chat/completions, POST /v1/completions (streaming and not; prompt as text or token
 ids), GET /v1/models, GET /health (SGLang: also /health_generate), GET /metrics, POST /tokenize,
-POST /reset_prefix_cache (SGLang: /flush_cache), GET /version, GET /get_model_info.
+POST /reset_prefix_cache (SGLang: /flush_cache), GET /version, GET /get_model_info, and in the SGLang
+dialect GET /server_info (also /get_server_info).
 
 Streaming follows vLLM: ``data: {json}\\n\\n`` events, the chat role delta with the first token, the
 finish reason on the last content chunk, a final usage chunk (``choices: []``) when
@@ -111,6 +112,9 @@ class SimServer:
         r.add_route("*", "/flush_cache", self.reset_prefix_cache)
         r.add_get("/version", self.version)
         r.add_get("/get_model_info", self.model_info)
+        if config.dialect == "sglang":  # SGLang's server arguments; smg reads its admission window here
+            for path in ("/server_info", "/get_server_info"):
+                r.add_get(path, self.server_info)
         self.disagg.add_routes(r)
 
     async def _on_startup(self, _app: web.Application) -> None:
@@ -180,6 +184,18 @@ class SimServer:
     async def model_info(self, _request: web.Request) -> web.Response:
         return web.json_response(
             {"model_path": self.config.model, "tokenizer_path": self.config.model, "is_generation": True}
+        )
+
+    async def server_info(self, _request: web.Request) -> web.Response:
+        """The part of SGLang's server info a gateway reads (its running window and role)."""
+        return web.json_response(
+            {
+                "model_path": self.config.model,
+                "served_model_name": self.name,
+                "max_running_requests": self.engine.max_seqs,
+                "disaggregation_mode": self.disagg.mode,
+                "version": __version__,
+            }
         )
 
     async def reset_prefix_cache(self, _request: web.Request) -> web.Response:
