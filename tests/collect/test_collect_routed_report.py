@@ -135,3 +135,23 @@ def test_the_report_shows_routed_columns_when_a_cell_is_routed(tmp_path, with_pd
     html = (tmp_path / "out" / "report.html").read_text()
     assert "<th>Busiest inst.</th>" in html and "<th>Router</th>" in html
     assert ("<th>Prefill GPU hit</th>" in html) is with_pd
+
+
+def test_routed_cells_with_router_scrapes_get_the_routing_figure(tmp_path):
+    from agentsweep.collect.plots import routing_figure, write_plots
+
+    root = tmp_path / "sweep"
+    _single(root)
+    out = tmp_path / "out"
+    out.mkdir()
+    assert routing_figure(_frame(root), out / "routing.png") is None  # no routed cell
+    cell = routed_cell(root, Spec(users=8, offload="off"), router="round_robin", hits=(0.4, 0.45))
+    frame = _frame(root)
+    assert routing_figure(frame, out / "routing.png") is None  # routed, but no router_metrics.csv
+    (cell / "router_metrics.csv").write_text("time_s,requests.r0\nnot,a number\n")
+    assert routing_figure(frame, out / "routing.png") is None  # unusable scrapes draw nothing
+    rows = "".join(f"{1000 + t},{3 * t},{3 * t}\n" for t in range(10))
+    (cell / "router_metrics.csv").write_text("time_s,requests.r0,requests.r1\n" + rows)
+    titles = [title for title, _ in write_plots(frame, out)]
+    assert titles[-1] == "Requests per engine instance over the run (routed cells)"
+    assert (out / "routing.png").stat().st_size > 10_000

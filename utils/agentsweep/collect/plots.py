@@ -1,4 +1,5 @@
-"""PNG plots of a collected sweep: Pareto panels per throughput metric, cache panels, hit rates.
+"""PNG plots of a collected sweep: Pareto panels per throughput metric, cache panels, hit rates, and for
+routed cells the router's requests per engine instance over the run.
 
 Uses matplotlib's object API (no pyplot state), so it is safe in tests and headless CI.
 """
@@ -388,10 +389,72 @@ def hit_rate_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False)
     return path
 
 
+ROUTER_METRICS_CSV = "router_metrics.csv"
+ROUTING_PANELS_MAX = 12
+
+
+def _router_series(result_dir: object) -> pd.DataFrame | None:
+    """A routed cell's router_metrics.csv (time_s, requests.<instance>...), or None if absent/unusable."""
+    if not isinstance(result_dir, str) or not result_dir:
+        return None
+    path = Path(result_dir) / ROUTER_METRICS_CSV
+    try:
+        if not path.is_file() or path.stat().st_size > 64 << 20:
+            return None
+        table = pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError):
+        return None
+    counts = [c for c in table.columns if str(c).startswith("requests.")]
+    if "time_s" not in table.columns or not counts or len(table) < 2:
+        return None
+    table = table[["time_s", *counts]].apply(pd.to_numeric, errors="coerce").dropna()
+    return table if len(table) >= 2 else None
+
+
+def routing_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False) -> Path | None:
+    """Per routed cell: the requests the router has sent each instance over the run (router_metrics.csv);
+    None when no cell has those scrapes. Even slopes mean a balanced router; a flat line, an idle instance."""
+    ok = successful(df, include_invalid)
+    if ok.empty or "router" not in ok.columns or "result_dir" not in ok.columns:
+        return None
+    panels = []
+    for _, row in ok.iterrows():
+        if not row.get("router"):
+            continue
+        table = _router_series(row.get("result_dir"))
+        if table is not None:
+            panels.append((str(row["exp_name"]), table))
+    if not panels:
+        return None
+    panels = panels[:ROUTING_PANELS_MAX]
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig = Figure(figsize=(4.6 * ncols, 2.9 * nrows + 0.6), dpi=DPI, layout="constrained")
+    fig.suptitle(
+        "Requests the router sent each engine instance (router_metrics.csv)", fontsize=11, x=0.01, ha="left"
+    )
+    axes = np.atleast_1d(fig.subplots(nrows, ncols)).ravel()
+    for ax, (name, table) in zip(axes, panels, strict=False):
+        t = table["time_s"] - table["time_s"].iloc[0]
+        for column in table.columns[1:]:
+            ax.plot(t, table[column], label=str(column).removeprefix("requests."), linewidth=1.6)
+        ax.set_title(name, fontsize=8, loc="left")
+        ax.set_xlabel("seconds since the first scrape (wall clock)", fontsize=8)
+        ax.set_ylabel("requests sent", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, color="#dddddd", linewidth=0.7)
+        ax.legend(fontsize=7, frameon=False, loc="upper left")
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    fig.savefig(path)
+    return path
+
+
 PLOT_FILES = {
     **{f"pareto_{y}.png": Y_METRICS[y] for y in Y_METRICS},
     "cache.png": "KV cache hit rates vs throughput",
     "hit_rates.png": "Ideal vs measured hit rate per cell",
+    "routing.png": "Requests per engine instance over the run (routed cells)",
 }
 
 
@@ -407,4 +470,7 @@ def write_plots(df: pd.DataFrame, out_dir: Path, include_invalid: bool = False) 
             hit_rate_figure(df, out_dir / "hit_rates.png", include_invalid),
         )
     )
+    routing = routing_figure(df, out_dir / "routing.png", include_invalid)
+    if routing is not None:
+        out.append((PLOT_FILES["routing.png"], routing))
     return out
