@@ -327,13 +327,8 @@ def watch_steps(slurm, stop_when, timeout: float) -> set[tuple[str, str]]:
     return seen
 
 
-@pytest.mark.slurm
-@pytest.mark.slow
-def test_two_node_cell_through_the_launcher(slurm2, tmp_path):
-    if not engine_sim_ready():
-        pytest.skip("the repository's .venv or benchmarks/run_cell.sh is missing")
-    cell, runners = make_cell(tmp_path)
-    result = tmp_path / "result"
+def _launch_on_two_nodes(slurm2, cell, runners, result: Path) -> tuple[str, set[tuple[str, str]]]:  # type: ignore[no-untyped-def]
+    """Run the cell through the real launcher; its job id and the (step, node) pairs seen while it ran."""
     env = launcher_env(cell, runners, result, slurm2.env)
     proc = subprocess.Popen(
         ["bash", str(REPO / "runners" / "launch_h200.sh")],
@@ -352,6 +347,17 @@ def test_two_node_cell_through_the_launcher(slurm2, tmp_path):
             proc.communicate()
     assert proc.returncode == 0, err[-3000:]
     job = re.search(r"Granted job allocation (\d+)", err).group(1)  # type: ignore[union-attr]
+    return job, seen
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_two_node_cell_through_the_launcher(slurm2, tmp_path):
+    if not engine_sim_ready():
+        pytest.skip("the repository's .venv or benchmarks/run_cell.sh is missing")
+    cell, runners = make_cell(tmp_path)
+    result = tmp_path / "result"
+    job, seen = _launch_on_two_nodes(slurm2, cell, runners, result)
     # step 0 is the cell on node 0; steps 1 and 2 the two replicas, one on each node
     assert {(f"{job}.0", "gpunode1"), (f"{job}.1", "gpunode1"), (f"{job}.2", "gpunode2")} <= seen, seen
     assert (result / "status.txt").read_text().splitlines()[0] == "SUCCESS"
@@ -445,24 +451,7 @@ def test_prefill_decode_cell_on_two_nodes_through_the_launcher(slurm2, tmp_path,
     cell, runners = make_pd_cell(tmp_path, program)
     assert cell.nodes == 2 and cell.instance_tps == [1, 1]
     result = tmp_path / "result"
-    env = launcher_env(cell, runners, result, slurm2.env)
-    proc = subprocess.Popen(
-        ["bash", str(REPO / "runners" / "launch_h200.sh")],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    try:
-        seen = watch_steps(slurm2, lambda: proc.poll() is not None, 150)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, err[-3000:]
-    job = re.search(r"Granted job allocation (\d+)", err).group(1)  # type: ignore[union-attr]
+    job, seen = _launch_on_two_nodes(slurm2, cell, runners, result)
     # step 0 is the cell on node 0; step 1 the prefill instance there, step 2 the decode on node 1
     assert {(f"{job}.0", "gpunode1"), (f"{job}.1", "gpunode1"), (f"{job}.2", "gpunode2")} <= seen, seen
     assert (result / "status.txt").read_text().splitlines()[0] == "SUCCESS"
