@@ -34,6 +34,8 @@ from agentsweep.contract.cell import (
     RoleShape,
     RouterPolicy,
     ValidityLimits,
+    disaggregation_problem,
+    instance_tps,
     preset_duration_error,
     printable,
 )
@@ -154,24 +156,17 @@ class SearchPoint(Frozen):
 
     @model_validator(mode="after")
     def _disaggregated(self) -> SearchPoint:
-        if self.decode is None:
-            return self
-        if self.replicas != 1:
-            raise ValueError(
-                "replicas: give a disaggregated point's instances in prefill.replicas and decode.replicas"
-            )
-        if self.tp != self.decode.tp:
-            raise ValueError(f"tp {self.tp} must equal decode.tp {self.decode.tp} (or leave tp out)")
-        if not self.router:
-            raise ValueError("a disaggregated point needs a router policy, e.g. router: [round_robin]")
+        problem = disaggregation_problem(
+            "point", self.prefill, self.decode, self.replicas, self.tp, bool(self.router)
+        )
+        if problem:
+            raise ValueError(problem)
         return self
 
     @property
     def instance_tps(self) -> list[int]:
         """The TP of every engine instance of the point's cells (prefill first)."""
-        if self.prefill is not None and self.decode is not None:
-            return [self.prefill.tp] * self.prefill.replicas + [self.decode.tp] * self.decode.replicas
-        return [self.tp] * self.replicas
+        return instance_tps(self.tp, self.replicas, self.prefill, self.decode)
 
     @model_validator(mode="after")
     def _replicas_need_router(self) -> SearchPoint:

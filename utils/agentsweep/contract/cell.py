@@ -276,6 +276,35 @@ class RoleShape(Frozen):
         return f"{self.replicas}x{self.tp}"
 
 
+def instance_tps(tp: int, replicas: int, prefill: RoleShape | None, decode: RoleShape | None) -> list[int]:
+    """The TP of every engine instance, in start order (prefill instances first)."""
+    if prefill is not None and decode is not None:
+        return [prefill.tp] * prefill.replicas + [decode.tp] * decode.replicas
+    return [tp] * replicas
+
+
+def disaggregation_problem(
+    kind: str, prefill: RoleShape | None, decode: RoleShape | None, replicas: int, tp: int, routed: bool
+) -> str | None:
+    """What is wrong with a ``kind`` ("cell" or config "point") giving prefill/decode roles, or None."""
+    if (prefill is None) != (decode is None):
+        missing = "decode" if decode is None else "prefill"
+        return f"a disaggregated {kind} needs both prefill and decode; {missing} is missing"
+    if decode is None:
+        return None
+    if replicas != 1:
+        return (
+            f"replicas {replicas}: a disaggregated {kind} gives its instances in prefill.replicas "
+            "and decode.replicas"
+        )
+    if tp != decode.tp:
+        hint = " (or leave tp out)" if kind == "point" else f" in a disaggregated {kind}"
+        return f"tp {tp} must equal decode.tp {decode.tp}{hint}"
+    if not routed:
+        return f"a disaggregated {kind} needs a router policy (router: {', '.join(ROUTER_POLICIES)})"
+    return None
+
+
 class CellAxes(Frozen):
     """What the matrix varies, and what follows from it for the launcher."""
 
@@ -332,22 +361,13 @@ class CellAxes(Frozen):
 
     @model_validator(mode="after")
     def _disaggregated_shape(self) -> CellAxes:
-        if (self.prefill is None) != (self.decode is None):
-            missing = "decode" if self.decode is None else "prefill"
-            raise ValueError(f"a disaggregated cell needs both prefill and decode; {missing} is missing")
+        problem = disaggregation_problem(
+            "cell", self.prefill, self.decode, self.replicas, self.tp, bool(self.router)
+        )
+        if problem:
+            raise ValueError(problem)
         if self.prefill is None or self.decode is None:
             return self
-        if self.replicas != 1:
-            raise ValueError(
-                f"replicas {self.replicas}: a disaggregated cell gives its instances in prefill.replicas "
-                "and decode.replicas"
-            )
-        if self.tp != self.decode.tp:
-            raise ValueError(f"tp {self.tp} must equal decode.tp {self.decode.tp} in a disaggregated cell")
-        if not self.router:
-            raise ValueError(
-                f"a disaggregated cell needs a router policy (router: {', '.join(ROUTER_POLICIES)})"
-            )
         need = self.prefill.gpus + self.decode.gpus
         if self.gpus < need:
             raise ValueError(
@@ -379,9 +399,7 @@ class CellAxes(Frozen):
     @property
     def instance_tps(self) -> list[int]:
         """The TP of every engine instance, in start order (prefill instances first)."""
-        if self.prefill is not None and self.decode is not None:
-            return [self.prefill.tp] * self.prefill.replicas + [self.decode.tp] * self.decode.replicas
-        return [self.tp] * self.replicas
+        return instance_tps(self.tp, self.replicas, self.prefill, self.decode)
 
 
 def preset_duration_error(preset: str, duration: int) -> str | None:
