@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
 from urllib.parse import urlparse
 
 from agentsweep.errors import InputError
@@ -61,17 +59,7 @@ def run(args: argparse.Namespace) -> int:
     scraper = Scraper(
         args.endpoint, args.output, args.interval, args.timeout, args.dialect, max_failures=args.max_failures
     )
-
-    def _stop(signum: int, _frame: FrameType | None) -> None:
-        scraper.stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    stats = scraper.run()
-    print(
-        f"metrics-collector: stopped; {stats.ok} rows written to {args.output}, {stats.failed} scrapes failed",
-        file=sys.stderr,
-    )
+    stats = scraper.run_until_signalled()
     if stats.ok == 0:
         print(
             f"metrics-collector: warning: no successful scrape of {args.endpoint}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -21,6 +22,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import TextIO
 
 from agentsweep.errors import InputError, RunError
@@ -176,6 +178,21 @@ class Scraper:
                 f"(first line is not the {self.columns[0]},... header); refusing to append to it"
             )
         return False
+
+    def run_until_signalled(self) -> ScrapeStats:
+        """``run`` until SIGTERM or SIGINT (then one last scrape), and say what was written."""
+
+        def _stop(signum: int, _frame: FrameType | None) -> None:
+            self.stop.set()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        stats = self.run()
+        print(
+            f"{self.name}: stopped; {stats.ok} rows written to {self.output}, {stats.failed} scrapes failed",
+            file=sys.stderr,
+        )
+        return stats
 
     def run(self) -> ScrapeStats:
         """Scrape until ``stop`` is set (plus one final scrape); every row is flushed as written."""

@@ -9,11 +9,8 @@ then exit 0); a failed scrape leaves a gap, never a row of zeros.
 from __future__ import annotations
 
 import argparse
-import signal
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 
 from agentsweep.cell.routers import ROUTERS, router_recipe
 from agentsweep.errors import InputError
@@ -64,14 +61,5 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--interval: must be > 0, got {args.interval:g}")
     scraper = RouterScraper(args.endpoint, args.output, args.program, args.instances, args.interval)
 
-    def _stop(signum: int, _frame: FrameType | None) -> None:
-        scraper.stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    stats = scraper.run()
-    print(
-        f"{scraper.name}: stopped; {stats.ok} rows written to {args.output}, {stats.failed} scrapes failed",
-        file=sys.stderr,
-    )
+    scraper.run_until_signalled()
     return 0
