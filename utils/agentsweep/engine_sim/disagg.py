@@ -189,18 +189,18 @@ class Disagg:
             if key in self.handoffs:
                 key = f"vllm-{uuid.uuid4().hex}"
             return Plan("prefill", "vllm", key)
-        host, port = params.get("remote_host"), params.get("remote_port")
-        if not isinstance(host, str) or not host or not _int(port) or not 0 < port < 65536:
-            raise ProtocolError(
-                "kv_transfer_params needs remote_host (a host name) and remote_port (a port) of the "
-                f"prefill instance, got remote_host={host!r} remote_port={port!r}"
-            )
+        peer = _peer_url(
+            params.get("remote_host"),
+            params.get("remote_port"),
+            "kv_transfer_params needs remote_host (a host name) and remote_port (a port) of the "
+            "prefill instance, got remote_host={host!r} remote_port={port!r}",
+        )
         key = params.get("remote_request_id") or (f"vllm-{request_id}" if request_id else None)
         if not isinstance(key, str):
             raise ProtocolError(
                 "kv_transfer_params.remote_request_id (or an X-Request-ID header) is required"
             )
-        return Plan("decode", "vllm", key, _base_url(host, port))
+        return Plan("decode", "vllm", key, peer)
 
     def _plan_sglang(self, body: dict[str, Any], room: Any) -> Plan:
         if not _int(room) or room < 0:
@@ -208,13 +208,13 @@ class Disagg:
         key = f"{ROOM_PREFIX}{room}"
         if self.mode == "prefill":
             return Plan("prefill", "sglang", key)
-        host, port = body.get("bootstrap_host"), body.get("bootstrap_port")
-        if not isinstance(host, str) or not host or not _int(port) or not 0 < port < 65536:
-            raise ProtocolError(
-                "a decode request with bootstrap_room needs bootstrap_host (the prefill's host) and "
-                f"bootstrap_port (its bootstrap port), got bootstrap_host={host!r} bootstrap_port={port!r}"
-            )
-        return Plan("decode", "sglang", key, _base_url(host, port))
+        peer = _peer_url(
+            body.get("bootstrap_host"),
+            body.get("bootstrap_port"),
+            "a decode request with bootstrap_room needs bootstrap_host (the prefill's host) and "
+            "bootstrap_port (its bootstrap port), got bootstrap_host={host!r} bootstrap_port={port!r}",
+        )
+        return Plan("decode", "sglang", key, peer)
 
     # -- prefill side --------------------------------------------------------------------------
     def publish(self, plan: Plan, req: SimRequest) -> None:
@@ -395,6 +395,14 @@ class Disagg:
             f"GPU x TP {tp} = {c.kv_transfer_gbs * tp:g} GB/s + {c.kv_transfer_latency_ms:g} ms per handoff, "
             f"{kv_bytes_per_token:,} KV bytes per token"
         )
+
+
+def _peer_url(host: Any, port: Any, problem: str) -> str:
+    """The prefill's base URL from a request's host and port fields; ``problem`` (formatted with the
+    values) is the 400 when they are not a host name and a port."""
+    if not isinstance(host, str) or not host or not _int(port) or not 0 < port < 65536:
+        raise ProtocolError(problem.format(host=host, port=port))
+    return _base_url(host, port)
 
 
 def _base_url(host: str, port: int) -> str:
