@@ -122,9 +122,8 @@ def test_allocation_exports_nodes_and_gpus_per_node(tmp_path):
     assert values1["AS_NODES"] == "1" and values1["AS_NODE_GPUS"] == "4"
 
 
-def test_dry_run_of_a_two_node_cell_asks_for_two_nodes(tmp_path):
-    cell, runners = make_cell(tmp_path)
-    assert cell.nodes == 2
+def _dry_run(cell, runners, tmp_path: Path) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    """The launcher's dry run of the cell (what it would ask Slurm for); it must succeed."""
     env = launcher_env(cell, runners, tmp_path / "r", dict(os.environ))
     env["AGENTSWEEP_DRY_RUN"] = "1"
     proc = subprocess.run(
@@ -135,6 +134,13 @@ def test_dry_run_of_a_two_node_cell_asks_for_two_nodes(tmp_path):
         timeout=30,
     )
     assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_dry_run_of_a_two_node_cell_asks_for_two_nodes(tmp_path):
+    cell, runners = make_cell(tmp_path)
+    assert cell.nodes == 2
+    proc = _dry_run(cell, runners, tmp_path)
     lines = proc.stdout.splitlines()
     salloc = shlex.split(lines[0])
     assert salloc[0] == "salloc" and "--nodes=2" in salloc and "--ntasks-per-node=1" in salloc
@@ -146,16 +152,7 @@ def test_dry_run_of_a_two_node_cell_asks_for_two_nodes(tmp_path):
 def test_dry_run_of_a_one_node_cell_is_unchanged(tmp_path):
     cell, runners = make_cell(tmp_path, gpus_per_node=2)
     assert cell.nodes == 1
-    env = launcher_env(cell, runners, tmp_path / "r", dict(os.environ))
-    env["AGENTSWEEP_DRY_RUN"] = "1"
-    proc = subprocess.run(
-        ["bash", str(REPO / "runners" / "launch_h200.sh")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = _dry_run(cell, runners, tmp_path)
     salloc, srun = proc.stdout.splitlines()
     assert {"--nodes=1", "--ntasks=1", "--gres=gpu:h200:2"} <= set(shlex.split(salloc))
     assert "--overlap" not in srun
