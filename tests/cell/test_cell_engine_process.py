@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, tail_lines, trim_log
-from agentsweep.cell.lifecycle import free_port
+from agentsweep.cell.placement import free_port
 
 
 def _engine(standins, tmp_path: Path, *flags: str, grace: float = 5.0) -> EngineProcess:

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from agentsweep.cell.engines import EngineLaunch
-from agentsweep.cell.lifecycle import free_port, plan_cell, run_cell
+from agentsweep.cell.lifecycle import plan_cell, run_cell
+from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellOptions, CellPlan
 from agentsweep.contract.cell import Cell
 

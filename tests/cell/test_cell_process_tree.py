@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from agentsweep.cell.lifecycle import free_port
+from agentsweep.cell.placement import free_port
 from agentsweep.contract.cell import CELL_ENV_VAR
 
 pytestmark = pytest.mark.slow

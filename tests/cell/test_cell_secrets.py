@@ -7,7 +7,8 @@ import json
 
 import pytest
 from agentsweep.cell.engines import EngineLaunch
-from agentsweep.cell.lifecycle import free_port, plan_cell, run_cell
+from agentsweep.cell.lifecycle import plan_cell, run_cell
+from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellOptions
 from agentsweep.cell.record import mask_env, mask_text
 from agentsweep.cli import main

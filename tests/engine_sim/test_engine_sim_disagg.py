@@ -9,7 +9,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
-from agentsweep.cell.lifecycle import free_port
+from agentsweep.cell.placement import free_port
 from agentsweep.engine_sim import cli
 from agentsweep.errors import InputError
 from agentsweep.metrics.dialects import map_text

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from agentsweep.cell.lifecycle import free_port
+from agentsweep.cell.placement import free_port
 from agentsweep.metrics.dialects import map_text
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from agentsweep.cell.lifecycle import free_port
+from agentsweep.cell.placement import free_port
 
 MODEL = "meta-llama/Llama-3.3-70B-Instruct"
 

@@ -9,7 +9,7 @@ import urllib.request
 from collections.abc import Callable
 
 import pytest
-from agentsweep.cell.lifecycle import free_port
+from agentsweep.cell.placement import free_port
 from agentsweep.cell.routers import SESSION_HEADERS, RouterLaunch, build_router_launch, router_recipe
 from agentsweep.contract.cell import Cell
 

@@ -13,13 +13,13 @@ from pathlib import Path
 from agentsweep.cell import record
 from agentsweep.cell.lifecycle import (
     check_result_dir,
-    free_port,
     install_signal_handlers,
     plan_cell,
     resolve_hardware,
     resolve_kv_transfer_gbs,
     run_cell,
 )
+from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellOptions
 from agentsweep.cell.watchdog import set_parent_death_signal
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell

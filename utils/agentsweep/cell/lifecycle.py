@@ -10,7 +10,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -39,12 +38,6 @@ class CellInterrupted(Exception):
     def __init__(self, signum: int) -> None:
         self.signum = signum
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def resolve_hardware(cell: Cell, runners_path: Path | None = None) -> str | None:

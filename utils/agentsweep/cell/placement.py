@@ -87,6 +87,19 @@ def node_gpus(instance_tps: Sequence[int], gpus_per_node: int) -> int:
     return max(per_node.values(), default=0)
 
 
+def free_port(host: str = "127.0.0.1", taken: set[int] | None = None) -> int:
+    """A port of ``host`` free now; with ``taken``, also none of those (and it is added to them)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if taken is None:
+            return port
+        if port not in taken:
+            taken.add(port)
+            return port
+
+
 def local_node(environ: Mapping[str, str]) -> str:
     """This process's node: Slurm's name for it inside a job, else the host name."""
     return environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]

@@ -25,7 +25,6 @@ import math
 import os
 import shlex
 import signal
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -71,11 +70,6 @@ def instance_cell(cell: Cell, tp: int) -> Cell:
     )
 
 
-def replica_cell(cell: Cell) -> Cell:
-    """The one-replica cell each replica of a data-parallel cell is started for."""
-    return instance_cell(cell, cell.tp)
-
-
 def _shape(cell: Cell) -> str:
     if cell.prefill is not None and cell.decode is not None:
         return f"prefill {cell.prefill.label} + decode {cell.decode.label}"
@@ -110,19 +104,6 @@ def device_slices(cell: Cell, hardware: str | None, environ: Mapping[str, str]) 
             )
     starts = list(itertools.accumulate(tps, initial=0))
     return [{var: ",".join(ids[a : a + tp])} for a, tp in zip(starts, tps, strict=False)]
-
-
-def _free_port(host: str, taken: set[int] | None = None) -> int:
-    """A free port of ``host``, none of ``taken`` (added to it)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port = int(sock.getsockname()[1])
-        if taken is None:
-            return port
-        if port not in taken:
-            taken.add(port)
-            return port
 
 
 def _instances(cell: Cell) -> list[tuple[Role, str, int, int]]:
@@ -171,7 +152,7 @@ def plan_scaleout(
         rhost = where.address if where is not None else host
 
         def new_port(what: str, tag: str = tag) -> int | str:
-            return _free_port(host, taken) if real else f"${tag}_{what}"
+            return placement_mod.free_port(host, taken) if real else f"${tag}_{what}"
 
         rport = new_port("PORT")
         pd = None
@@ -206,7 +187,7 @@ def plan_scaleout(
         instances.append(
             Replica(i, rport, url, launch, log_name, metrics_name, scraper, name, role, boot, node)
         )
-    metrics_port: int | str = _free_port(host, taken) if real else "$ROUTER_METRICS_PORT"
+    metrics_port: int | str = placement_mod.free_port(host, taken) if real else "$ROUTER_METRICS_PORT"
     workers: list[str] | PdWorkers = [r.url for r in instances]
     if pd_mode:
         workers = PdWorkers(

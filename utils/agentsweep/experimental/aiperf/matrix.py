@@ -30,7 +30,8 @@ def read_matrix(path: Path) -> list[dict[str, Any]]:
 
 def run_cells(cells: list[dict[str, Any]], results: Path, *, health_timeout: float | None = None) -> int:
     """Run each cell into ``results/<exp_name>``; returns the number of FAILED cells."""
-    from agentsweep.cell.lifecycle import free_port, plan_cell, resolve_hardware, run_cell
+    from agentsweep.cell.lifecycle import plan_cell, resolve_hardware, run_cell
+    from agentsweep.cell.placement import free_port
     from agentsweep.cell.plan import CellOptions
     from agentsweep.contract.cell import Cell
 
