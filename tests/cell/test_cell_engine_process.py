@@ -10,6 +10,8 @@ import pytest
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, tail_lines, trim_log
 from agentsweep.cell.placement import free_port
 
+pytestmark = pytest.mark.integration
+
 
 def _engine(standins, tmp_path: Path, *flags: str, grace: float = 5.0) -> EngineProcess:
     port = free_port()

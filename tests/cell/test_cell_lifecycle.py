@@ -12,11 +12,14 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from agentsweep.cell.engines import EngineLaunch
 from agentsweep.cell.lifecycle import plan_cell, run_cell
 from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellOptions, CellPlan
 from agentsweep.contract.cell import Cell
+
+pytestmark = pytest.mark.integration
 
 CELL = Cell(
     exp_name="t-tp1-ep1-u2-off", engine="sim", model="m", tp=1, users=2, offload="off", duration=5, traces="t"

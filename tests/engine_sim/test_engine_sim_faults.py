@@ -14,6 +14,8 @@ import urllib.request
 import pytest
 from agentsweep.cli import main as agentsweep_main
 
+pytestmark = pytest.mark.integration
+
 MODEL = "deepseek-ai/DeepSeek-R1"
 BASE = [MODEL, "--tensor-parallel-size", "8", "--speed", "1000"]
 BODY = {"prompt": "a b c d", "max_tokens": 20}

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from agentsweep.metrics.dialects import COLUMNS
 
+pytestmark = pytest.mark.integration
+
 PROMPT = " ".join(f"word{i}" for i in range(600))  # one word = one token in the simulated engine
 
 

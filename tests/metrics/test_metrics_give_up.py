@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from agentsweep.metrics.dialects import COLUMNS
 
+pytestmark = pytest.mark.integration
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 

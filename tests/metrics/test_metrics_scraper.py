@@ -18,6 +18,8 @@ import pytest
 from agentsweep.metrics.dialects import COLUMNS
 from agentsweep.metrics.scraper import Scraper
 
+pytestmark = pytest.mark.integration
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 

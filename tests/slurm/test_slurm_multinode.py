@@ -137,6 +137,7 @@ def _dry_run(cell, runners, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+@pytest.mark.integration
 def test_dry_run_of_a_two_node_cell_asks_for_two_nodes(tmp_path):
     cell, runners = make_cell(tmp_path)
     assert cell.nodes == 2
@@ -149,6 +150,7 @@ def test_dry_run_of_a_two_node_cell_asks_for_two_nodes(tmp_path):
     assert step[:2] == ["srun", "--jobid=JOBID"] and "--overlap" in step and "--nodelist=NODE" in step
 
 
+@pytest.mark.integration
 def test_dry_run_of_a_one_node_cell_is_unchanged(tmp_path):
     cell, runners = make_cell(tmp_path, gpus_per_node=2)
     assert cell.nodes == 1
@@ -421,6 +423,7 @@ def test_the_cell_itself_ends_its_instance_steps(slurm2, tmp_path):
     assert (result / "status.txt").read_text().splitlines()[0] == "SUCCESS"
 
 
+@pytest.mark.integration
 def test_a_prefill_decode_cell_on_two_nodes_models_the_inter_node_transfer(tmp_path):
     """Prefill 1x1 + decode 1x1 on a runner of one GPU per node spans two nodes; the simulated decode is
     told the runner's inter_node_gbs (the same shape on one node of two GPUs: intra_node_gbs)."""
