@@ -19,6 +19,8 @@ from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellOptions, CellPlan
 from agentsweep.contract.cell import Cell
 
+from tests.support import pid_running, wait_until
+
 pytestmark = pytest.mark.integration
 
 CELL = Cell(
@@ -139,10 +141,7 @@ def test_sigterm_mid_replay_stops_everything_and_still_writes_the_verdict(standi
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
-        while not (rd / "requests.jsonl").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert (rd / "requests.jsonl").exists(), "the replay never started"
+        wait_until((rd / "requests.jsonl").exists, timeout=20, what="the replay to start")
         time.sleep(0.3)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
@@ -156,20 +155,7 @@ def test_sigterm_mid_replay_stops_everything_and_still_writes_the_verdict(standi
     assert records and all(json.loads(line)["status"] == "ok" for line in records)  # every line complete
     assert json.loads((rd / "summary.json").read_text())["counts"]["ok"] == len(records)
     child = int((tmp_path / "child.pid").read_text())
-    assert not running(child), f"the engine's worker outlived the cell\n{out}"
-
-
-def running(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie left for an init that does not reap counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "\nState:\tZ" not in status
+    assert not pid_running(child), f"the engine's worker outlived the cell\n{out}"
 
 
 def test_run_cell_sh_writes_a_verdict_when_the_cell_process_dies(repo_root, tmp_path):

@@ -24,6 +24,8 @@ from agentsweep.config.matrix import nodes_needed
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import InputError
 
+from tests.support import poll_until
+
 REPO = Path(__file__).resolve().parents[2]
 
 SWEEP = """\
@@ -295,16 +297,12 @@ def test_terminating_an_instances_srun_ends_its_step_on_the_node(slurm2, tmp_pat
         assert placement is not None
         argv = placement.wrap(1, ["bash", "-c", "sleep 120; : " + marker])
         proc = subprocess.Popen(argv, env=slurm2.env, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not steps(slurm2, job):
-            time.sleep(0.2)
+        poll_until(lambda: steps(slurm2, job), timeout=30, interval=0.2)
         assert steps(slurm2, job) == [(f"{job}.0", "gpunode2")]
         assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0
         os.killpg(proc.pid, signal.SIGTERM)  # what the cell does to stop an instance
         proc.wait(timeout=30)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and steps(slurm2, job):
-            time.sleep(0.2)
+        poll_until(lambda: not steps(slurm2, job), timeout=15, interval=0.2)
         assert steps(slurm2, job) == []
         assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1
     finally:
@@ -318,11 +316,15 @@ def engine_sim_ready() -> bool:
 def watch_steps(slurm, stop_when, timeout: float) -> set[tuple[str, str]]:
     """Every (step, node) squeue showed while ``stop_when()`` is false."""
     seen: set[tuple[str, str]] = set()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not stop_when():
+
+    def stopped() -> bool:
+        if stop_when():
+            return True
         out = slurm.run("squeue", "-h", "-s", "-o", "%i %N", check=False).stdout
-        seen |= {tuple(line.split()) for line in out.splitlines() if line.strip()}  # type: ignore[misc]
-        time.sleep(0.3)
+        seen.update(tuple(line.split()) for line in out.splitlines() if line.strip())  # type: ignore[misc]
+        return False
+
+    poll_until(stopped, timeout=timeout, interval=0.3)
     return seen
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from agentsweep.cli import main
 
+from tests.support import poll_until
+
 CONFIG = textwrap.dedent(
     """
     mini:
@@ -154,9 +156,7 @@ def test_ctrl_c_stops_the_current_cell_cleanly_and_still_collects(setup, tmp_pat
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
-        while not log.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        poll_until(log.exists, timeout=20)
         time.sleep(0.3)
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
