@@ -19,7 +19,7 @@ from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellOptions, CellPlan
 from agentsweep.contract.cell import Cell
 
-from tests.support import pid_running, wait_until
+from tests.support import pid_running, wait_for_file
 
 pytestmark = pytest.mark.integration
 
@@ -141,7 +141,7 @@ def test_sigterm_mid_replay_stops_everything_and_still_writes_the_verdict(standi
         text=True,
     )
     try:
-        wait_until((rd / "requests.jsonl").exists, timeout=20, what="the replay to start")
+        wait_for_file(rd / "requests.jsonl", timeout=20)
         time.sleep(0.3)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)

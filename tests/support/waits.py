@@ -74,6 +74,7 @@ def http_status(url: str, timeout: float = 2.0) -> int | None:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             return int(resp.status)
     except urllib.error.HTTPError as err:
+        err.close()
         return int(err.code)
     except OSError:
         return None
@@ -110,9 +111,10 @@ def wait_for_file(
 
     def there() -> bool:
         try:
-            return not nonempty or path.stat().st_size > 0
+            size = path.stat().st_size
         except FileNotFoundError:
             return False
+        return size > 0 or not nonempty
 
     wait_until(
         there,
