@@ -18,7 +18,7 @@ import pytest
 from agentsweep.metrics.dialects import COLUMNS
 from agentsweep.metrics.scraper import Scraper
 
-from tests.support import wait_until
+from tests.support import free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -158,12 +158,7 @@ def test_cli_bad_endpoint_exits_2(tmp_path):
 
 
 def test_unreachable_endpoint_counts_failures(tmp_path):
-    # A port nobody listens on: bind, read the number, close.
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nobody listens on it
     proc = _cli(
         "--endpoint",
         f"http://127.0.0.1:{port}/metrics",
