@@ -10,6 +10,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from .waits import poll_until, wait_for_line
 
@@ -27,7 +28,7 @@ def pid_running(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
-def stop_process(proc: subprocess.Popen) -> None:
+def stop_process(proc: subprocess.Popen[Any]) -> None:
     """SIGTERM, then SIGKILL after 10 s; closes the stdout pipe when there is one."""
     if proc.poll() is None:
         proc.terminate()

@@ -37,7 +37,7 @@ _DOORS: tuple[tuple[Any, str, str], ...] = (
 )
 
 
-class UnmarkedTierError(pytest.fail.Exception):
+class UnmarkedTierError(pytest.fail.Exception):  # type: ignore[name-defined,misc]
     """A BaseException, so the code under test cannot catch it as an ordinary error."""
 
 

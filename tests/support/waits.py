@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, NamedTuple, TypeVar
+from typing import IO, Any, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
@@ -21,7 +21,7 @@ class WaitTimeout(AssertionError):
     """What a test waited for did not happen in time (or the process meant to do it ended first)."""
 
 
-def _ended(process: subprocess.Popen, what: str) -> WaitTimeout:
+def _ended(process: subprocess.Popen[Any], what: str) -> WaitTimeout:
     out = ""
     if process.stdout is not None:
         with contextlib.suppress(subprocess.TimeoutExpired, ValueError):
@@ -37,7 +37,7 @@ def poll_until(
     *,
     timeout: float,
     interval: float = 0.05,
-    process: subprocess.Popen | None = None,
+    process: subprocess.Popen[Any] | None = None,
     what: str = "the condition",
 ) -> T:
     """Call ``condition`` every ``interval`` s until it returns something true or ``timeout`` s pass;
@@ -59,7 +59,7 @@ def wait_until(
     timeout: float,
     what: str,
     interval: float = 0.05,
-    process: subprocess.Popen | None = None,
+    process: subprocess.Popen[Any] | None = None,
 ) -> T:
     """Like poll_until, but raise WaitTimeout naming ``what`` when the condition never held."""
     value = poll_until(condition, timeout=timeout, interval=interval, process=process, what=what)
@@ -86,7 +86,7 @@ def wait_for_http(
     timeout: float = 30.0,
     status: int = 200,
     interval: float = 0.1,
-    process: subprocess.Popen | None = None,
+    process: subprocess.Popen[Any] | None = None,
 ) -> None:
     """Until a GET of ``url`` answers ``status`` (a health endpoint); with ``process``, fail as soon as
     the process meant to serve it ends."""
@@ -105,7 +105,7 @@ def wait_for_file(
     timeout: float,
     nonempty: bool = False,
     interval: float = 0.05,
-    process: subprocess.Popen | None = None,
+    process: subprocess.Popen[Any] | None = None,
 ) -> Path:
     """Until ``path`` exists (and, with ``nonempty``, holds at least one byte)."""
 
