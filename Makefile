@@ -31,12 +31,16 @@ test-vllm-cpu: venv
 	scripts/vllm_cpu/setup.sh
 	$(BIN)/python scripts/vllm_cpu/run_check.py
 
+# Test tiers (markers in pyproject.toml): a test with no tier marker is a unit test and may not start a
+# process or open a socket (tests/support/tiers.py fails it); `integration` tests start local processes
+# or loopback servers and take seconds; `slow` ones run whole cells and sweeps; `slurm` starts a real
+# Slurm; `chromium` a headless browser. `make test` runs every tier.
 test: venv
 	$(BIN)/python -m pytest -q
 
-# The edit loop: everything but the slow end-to-end runs, the real Slurm and the browser.
+# The edit loop: the unit tests only (no process, no socket, no engine), under a minute on two cores.
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not slow and not slurm and not chromium"
+	$(BIN)/python -m pytest -q -m "not integration and not slow and not slurm and not chromium"
 
 SHELL_SCRIPTS = $(wildcard .ci/run runners/*.sh runners/lib/*.sh benchmarks/*.sh scripts/*.sh experimental/*/*.sh)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from agentsweep.cli import main as agentsweep_main
 from kv_cache_tester.cli import main as kvt_main
 
@@ -26,6 +27,7 @@ def test_kv_cache_tester_unknown_command(capsys):
     assert "unknown command" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_console_scripts_installed():
     out = subprocess.run(
         [sys.executable, "-m", "kv_cache_tester.cli", "--version"], capture_output=True, text=True, check=True
@@ -33,6 +35,7 @@ def test_console_scripts_installed():
     assert out.stdout.startswith("kv-cache-tester ")
 
 
+@pytest.mark.integration
 def test_bad_flags_are_one_line_exit_2():
     for argv in (["agentsweep", "matrix", "--bogus"], ["kv-cache-tester", "replay", "--max-users", "x"]):
         module = "agentsweep.cli" if argv[0] == "agentsweep" else "kv_cache_tester.cli"

@@ -39,6 +39,7 @@ def test_shipped_points_read_with_provenance() -> None:
     assert {p.group for p in points} == {"b200/fp4", "b200/fp8", "h200/fp8", "mi355x/fp4", "mi355x/fp8"}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("row", "needle"),
     [

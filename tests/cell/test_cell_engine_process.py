@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, tail_lines, trim_log
 from agentsweep.cell.placement import free_port
+
+from tests.support import pid_running, poll_until
+
+pytestmark = pytest.mark.integration
 
 
 def _engine(standins, tmp_path: Path, *flags: str, grace: float = 5.0) -> EngineProcess:
@@ -19,17 +22,6 @@ def _engine(standins, tmp_path: Path, *flags: str, grace: float = 5.0) -> Engine
         base_url=f"http://127.0.0.1:{port}",
         stop_grace_s=grace,
     )
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:  # a zombie waiting for an init that does not reap is gone too
-        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return True
 
 
 def test_healthy_engine(standins, tmp_path):
@@ -72,10 +64,8 @@ def test_stop_kills_the_whole_group_after_the_grace(standins, tmp_path):
         start = time.monotonic()
     assert time.monotonic() - start < 6
     assert engine.poll() is not None
-    deadline = time.monotonic() + 5
-    while not _gone(child) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _gone(child), "a worker that ignores SIGTERM must not outlive the cell"
+    poll_until(lambda: not pid_running(child), timeout=5)
+    assert not pid_running(child), "a worker that ignores SIGTERM must not outlive the cell"
 
 
 def test_missing_executable_is_a_clear_failure(tmp_path):

@@ -12,11 +12,16 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from agentsweep.cell.engines import EngineLaunch
 from agentsweep.cell.lifecycle import plan_cell, run_cell
 from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellOptions, CellPlan
 from agentsweep.contract.cell import Cell
+
+from tests.support import pid_running, wait_for_file
+
+pytestmark = pytest.mark.integration
 
 CELL = Cell(
     exp_name="t-tp1-ep1-u2-off", engine="sim", model="m", tp=1, users=2, offload="off", duration=5, traces="t"
@@ -136,10 +141,7 @@ def test_sigterm_mid_replay_stops_everything_and_still_writes_the_verdict(standi
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
-        while not (rd / "requests.jsonl").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert (rd / "requests.jsonl").exists(), "the replay never started"
+        wait_for_file(rd / "requests.jsonl", timeout=20)
         time.sleep(0.3)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
@@ -153,20 +155,7 @@ def test_sigterm_mid_replay_stops_everything_and_still_writes_the_verdict(standi
     assert records and all(json.loads(line)["status"] == "ok" for line in records)  # every line complete
     assert json.loads((rd / "summary.json").read_text())["counts"]["ok"] == len(records)
     child = int((tmp_path / "child.pid").read_text())
-    assert not running(child), f"the engine's worker outlived the cell\n{out}"
-
-
-def running(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie left for an init that does not reap counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "\nState:\tZ" not in status
+    assert not pid_running(child), f"the engine's worker outlived the cell\n{out}"
 
 
 def test_run_cell_sh_writes_a_verdict_when_the_cell_process_dies(repo_root, tmp_path):

@@ -17,6 +17,8 @@ import pytest
 from agentsweep.cell.placement import free_port
 from agentsweep.contract.cell import CELL_ENV_VAR
 
+from tests.support import poll_until
+
 pytestmark = pytest.mark.slow
 
 
@@ -68,10 +70,8 @@ def test_sigkill_to_the_cell_process_stops_its_whole_tree_before_the_verdict(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
         requests = rd / "requests.jsonl"
-        while time.monotonic() < deadline and not (requests.exists() and requests.stat().st_size > 0):
-            time.sleep(0.1)
+        poll_until(lambda: requests.exists() and requests.stat().st_size > 0, timeout=30, interval=0.1)
         assert requests.exists(), "the replay never started"
         started = process_tree.marked()
         # run_cell.sh, the cell, engine, scraper, replayer, watchdog

@@ -99,6 +99,7 @@ def test_sweep_dry_run_masks_the_cell(env, tmp_path, capsys):
     assert _leaks(out) == []
 
 
+@pytest.mark.integration
 def test_cell_json_status_and_log_never_hold_a_secret(env, standins, tmp_path):
     rd = tmp_path / "r"
     port = free_port()

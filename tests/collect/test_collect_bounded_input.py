@@ -25,6 +25,7 @@ def _collect(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.integration
 def test_a_fifo_status_or_summary_is_malformed_not_a_hang(tmp_path, cell_factory, spec_cls):
     a = cell_factory(tmp_path / "arts", spec_cls(tp=1, users=2, offload="off"))
     b = cell_factory(tmp_path / "arts", spec_cls(tp=1, users=8, offload="off"))
@@ -54,6 +55,7 @@ def test_a_summary_linked_to_an_endless_device_is_refused(tmp_path, cell_factory
     assert df.iloc[0]["reason"] == "summary.json: not a regular file (a character device)"
 
 
+@pytest.mark.integration
 def test_a_linked_cell_directory_outside_the_tree_is_named(tmp_path, cell_factory, spec_cls):
     outside = cell_factory(tmp_path / "elsewhere", spec_cls(tp=1, users=2, offload="off"))
     inside = cell_factory(tmp_path / "arts", spec_cls(tp=1, users=8, offload="off"))

@@ -13,6 +13,8 @@ import pandas as pd
 import pytest
 from agentsweep.cli import main
 
+pytestmark = pytest.mark.slow
+
 CHECK_SCRIPT = """<script>
 window.addEventListener("load", function () {
   var imgs = Array.prototype.slice.call(document.images);

@@ -104,6 +104,7 @@ def _header(markdown: str) -> list[str]:
     return [cell.strip() for cell in line.strip("|").split("|")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("with_pd", [False, True])
 def test_the_report_shows_routed_columns_when_a_cell_is_routed(tmp_path, with_pd):
     _single(tmp_path / "art")
@@ -137,6 +138,7 @@ def test_the_report_shows_routed_columns_when_a_cell_is_routed(tmp_path, with_pd
     assert ("<th>Prefill GPU hit</th>" in html) is with_pd
 
 
+@pytest.mark.slow
 def test_routed_cells_with_router_scrapes_get_the_routing_figure(tmp_path):
     from agentsweep.collect.plots import routing_figure, write_plots
 

@@ -128,6 +128,7 @@ HOSTILE: dict[str, tuple[str | bytes, str]] = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", list(HOSTILE))
 def test_hostile_config_is_one_short_line(tmp_path: Path, case: str) -> None:
     content, expected = HOSTILE[case]
@@ -141,6 +142,7 @@ def test_hostile_config_is_one_short_line(tmp_path: Path, case: str) -> None:
     assert expected in line
 
 
+@pytest.mark.integration
 def test_non_regular_config_files_are_refused_unopened(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
@@ -157,6 +159,7 @@ def test_non_regular_config_files_are_refused_unopened(tmp_path: Path) -> None:
         assert (rc, one_line(err)) == (2, expected)
 
 
+@pytest.mark.integration
 def test_fifo_as_runners_file(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "runners.yaml")
     (tmp_path / "c.yaml").write_text(entry())
@@ -166,6 +169,7 @@ def test_fifo_as_runners_file(tmp_path: Path) -> None:
     assert (rc, one_line(err)) == (2, "config error: runners.yaml: not a regular file (a FIFO)")
 
 
+@pytest.mark.integration
 def test_control_character_in_a_runner_field(tmp_path: Path) -> None:
     (tmp_path / "runners.yaml").write_text(
         "local:\n  runs_on: [x]\n  launcher: runners/launch_local.sh\n  gpus_per_node: 8\n"

@@ -143,6 +143,7 @@ def test_no_key_is_an_error(cli) -> None:
     )
 
 
+@pytest.mark.integration
 def test_default_config_found_from_the_repo_root(repo_root: Path, tmp_path: Path) -> None:
     # Outside the checkout, the default configs/agentic.yaml still resolves (to the repo's copy).
     env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import random
 
+import pytest
 from agentsweep.engine_sim import tokenizer
 from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = pytest.mark.integration
 
 MODEL = "meta-llama/Llama-3.3-70B-Instruct-FP8"
 BASE = [MODEL, "--tensor-parallel-size", "2", "--speed", "1000"]

@@ -56,6 +56,7 @@ def test_real_kv_cache_dtypes_are_accepted(dtype: str, kv_bytes: int) -> None:
     assert cli.resolve(args).deployment.kv_dtype_bytes == kv_bytes
 
 
+@pytest.mark.integration
 def test_port_in_use_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
@@ -69,6 +70,7 @@ def test_port_in_use_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     )
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("path", "body", "message"),
     [

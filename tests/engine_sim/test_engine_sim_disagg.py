@@ -16,6 +16,8 @@ from agentsweep.metrics.dialects import map_text
 
 from .conftest import parse_args
 
+pytestmark = pytest.mark.integration
+
 MODEL = "meta-llama/Llama-3.3-70B-Instruct"
 BASE = [MODEL, "--speed", "50", "--quantization", "fp8"]
 PROMPT = "the quick brown fox jumps over the lazy dog " * 40  # several hundred tokens, many blocks

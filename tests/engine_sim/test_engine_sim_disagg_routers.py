@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,25 +22,14 @@ import pytest
 from agentsweep.cell.placement import free_port
 from agentsweep.metrics.dialects import map_text
 
+from tests.support import wait_for_http
+
 pytestmark = pytest.mark.slow
 
 MODEL = "meta-llama/Llama-3.3-70B-Instruct"
 REPO = Path(__file__).resolve().parents[2]
 ROUTERS = ("vllm-router", "smg")
 PROMPT = "the quick brown fox jumps over the lazy dog " * 30
-
-
-def wait_ok(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if proc.poll() is not None:
-            raise AssertionError(f"the process serving {url} exited with status {proc.returncode}")
-        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as resp:
-            if resp.status == 200:
-                return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{url} not answering 200 after {timeout_s} s")
-        time.sleep(0.2)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -99,8 +87,8 @@ def pd(request, tmp_path_factory) -> Iterator[Pd]:
                      "--disaggregation-bootstrap-port", str(boot)], "prefill")  # fmt: skip
         dec = start([*sim, "--port", str(d_port), "--disaggregation-mode", "decode"], "decode")
         p_url, d_url = f"http://127.0.0.1:{p_port}", f"http://127.0.0.1:{d_port}"
-        wait_ok(p_url + "/health", pre)
-        wait_ok(d_url + "/health", dec)
+        wait_for_http(p_url + "/health", timeout=60, interval=0.2, process=pre)
+        wait_for_http(d_url + "/health", timeout=60, interval=0.2, process=dec)
         common = ["--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin",
                   "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
                   "--worker-startup-check-interval", "1"]  # fmt: skip
@@ -114,7 +102,7 @@ def pd(request, tmp_path_factory) -> Iterator[Pd]:
             ready = "/readiness"
         proc = start(argv, router)
         url = f"http://127.0.0.1:{port}"
-        wait_ok(url + ready, proc, timeout_s=90)
+        wait_for_http(url + ready, timeout=90, interval=0.2, process=proc)
         yield Pd(router, dialect, url, p_url, d_url, logs / f"{router}.log")
     finally:
         for proc in reversed(procs):

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
 import pytest
 from agentsweep.cli import main as agentsweep_main
+
+from tests.support import WaitTimeout, wait_for_line
+
+pytestmark = pytest.mark.integration
 
 MODEL = "deepseek-ai/DeepSeek-R1"
 BASE = [MODEL, "--tensor-parallel-size", "8", "--speed", "1000"]
@@ -87,19 +89,15 @@ def _start(args: list[str]) -> tuple[subprocess.Popen[str], int, list[str]]:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    lines: list[str] = []
-    deadline = time.monotonic() + 20
     assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        m = re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            return proc, int(m.group(1)), lines
-    proc.kill()
-    raise AssertionError("no startup line: " + "".join(lines))
+    try:
+        started = wait_for_line(
+            proc.stdout, r"Uvicorn running on http://127\.0\.0\.1:(\d+)", timeout=20, what="the startup line"
+        )
+    except WaitTimeout:
+        proc.kill()
+        raise
+    return proc, int(started.match.group(1)), started.lines
 
 
 def _get(url: str) -> int:

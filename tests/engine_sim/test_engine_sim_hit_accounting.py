@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = pytest.mark.integration
 
 MODEL = "meta-llama/Llama-3.3-70B-Instruct-FP8"
 

@@ -6,7 +6,10 @@ import asyncio
 import statistics
 import time
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = pytest.mark.integration
 
 MODEL = "meta-llama/Llama-3.3-70B-Instruct-FP8"
 

@@ -20,6 +20,7 @@ def _sum_count(text: str, name: str) -> tuple[float, float]:
     raise AssertionError(name)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("speed", [20.0, 200.0])
 def test_single_request_timeline_matches_step_model(sim, speed):
     cost = deploy(MODEL, "h200", 2).cost

@@ -6,11 +6,13 @@ import os
 import subprocess
 import sys
 
+import pytest
 from agentsweep.engine_sim import tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 
+@pytest.mark.integration
 def test_word_ids_are_stable_across_processes():
     words = ["alpha", "beta", "ünïcode", "x"]
     code = "from agentsweep.engine_sim import tokenizer as t; print(t.encode('alpha beta ünïcode x'))"

@@ -207,6 +207,7 @@ def test_exports_become_our_records_and_summary(tmp_path, traces):
     assert read_summary(summary) == summary
 
 
+@pytest.mark.integration
 def test_convert_cli_rejects_non_aiperf_file(tmp_path):
     (tmp_path / "profile_export.jsonl").write_text('{"hello": 1}\n')
     res = subprocess.run(

@@ -102,6 +102,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.integration
 def test_cli_on_result_dir(tmp_path):
     write(tmp_path / "requests.jsonl", RECORDS)
     res = run_cli(str(tmp_path))
@@ -110,6 +111,7 @@ def test_cli_on_result_dir(tmp_path):
     assert "2 flamegraphs" in res.stdout
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("content", "expect"),
     [

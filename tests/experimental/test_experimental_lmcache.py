@@ -149,6 +149,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.integration
 def test_cli_converts_and_reports(tmp_path):
     src = write_fixture(tmp_path / "x.parquet")
     res = run_cli(
@@ -159,6 +160,7 @@ def test_cli_converts_and_reports(tmp_path):
     assert len(read_jsonl(tmp_path / "m.jsonl")) == 3
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("setup", "expect"),
     [

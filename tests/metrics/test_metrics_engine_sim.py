@@ -14,6 +14,10 @@ from pathlib import Path
 import pytest
 from agentsweep.metrics.dialects import COLUMNS
 
+from tests.support import poll_until
+
+pytestmark = pytest.mark.integration
+
 PROMPT = " ".join(f"word{i}" for i in range(600))  # one word = one token in the simulated engine
 
 
@@ -53,9 +57,7 @@ def test_scrape_simulated_engine(tmp_path, dialect, engine_sim_factory):
             text=True,
         )
         try:
-            deadline = time.monotonic() + 20
-            while len(_rows(out)) < 2 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            poll_until(lambda: len(_rows(out)) >= 2, timeout=20)
             for _ in range(3):  # the same prompt three times: the 2nd and 3rd hit the prefix cache
                 _complete(base)
             time.sleep(0.4)

@@ -18,6 +18,10 @@ from pathlib import Path
 import pytest
 from agentsweep.metrics.dialects import COLUMNS
 
+from tests.support import free_port, poll_until
+
+pytestmark = pytest.mark.integration
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
@@ -76,12 +80,6 @@ def reply(
         h.wfile.write(data)
 
     return handle
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_refusing_endpoint_with_the_default_limit(tmp_path: Path) -> None:
@@ -226,9 +224,7 @@ def test_a_streak_shorter_than_the_limit_is_survived(tmp_path: Path) -> None:
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         try:
-            deadline = time.monotonic() + 10
-            while served["n"] < 8 and time.monotonic() < deadline:
-                time.sleep(0.02)
+            poll_until(lambda: served["n"] >= 8, timeout=10, interval=0.02)
             proc.terminate()
             _, err = proc.communicate(timeout=10)
         finally:

@@ -18,6 +18,10 @@ import pytest
 from agentsweep.metrics.dialects import COLUMNS
 from agentsweep.metrics.scraper import Scraper
 
+from tests.support import free_port, wait_until
+
+pytestmark = pytest.mark.integration
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
@@ -71,14 +75,6 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def _wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
-
-
 def test_failed_scrapes_leave_gaps_not_zeros(tmp_path, vllm_text):
     script = _Script([(200, vllm_text), (500, "engine busy"), (200, "not prometheus {{{"), (200, vllm_text)])
     for url in _serve(script):
@@ -87,7 +83,7 @@ def test_failed_scrapes_leave_gaps_not_zeros(tmp_path, vllm_text):
         scraper = Scraper(url, out, interval=0.02, log=log)
         thread = threading.Thread(target=scraper.run)
         thread.start()
-        _wait_for(lambda: script.served >= 6)
+        wait_until(lambda: script.served >= 6, timeout=10, interval=0.02, what="six scrapes")
         scraper.stop.set()
         thread.join(timeout=5)
     assert scraper.stats.failed == 2
@@ -128,7 +124,12 @@ def test_cli_runs_until_sigterm(tmp_path, vllm_text):
     for url in _serve(_Script([(200, vllm_text)])):
         proc = _cli("--endpoint", url, "--output", str(out), "--interval", "0.05")
         try:
-            _wait_for(lambda: out.exists() and len(out.read_text().splitlines()) >= 4)
+            wait_until(
+                lambda: out.exists() and len(out.read_text().splitlines()) >= 4,
+                timeout=10,
+                interval=0.02,
+                what="four lines in server_metrics.csv",
+            )
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=10)
         finally:
@@ -157,12 +158,7 @@ def test_cli_bad_endpoint_exits_2(tmp_path):
 
 
 def test_unreachable_endpoint_counts_failures(tmp_path):
-    # A port nobody listens on: bind, read the number, close.
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nobody listens on it
     proc = _cli(
         "--endpoint",
         f"http://127.0.0.1:{port}/metrics",

@@ -51,6 +51,7 @@ def test_the_prefix_hit_counter_wins_over_the_per_source_split():
     assert sources["cpu_cache_hits_total"] == "vllm:prompt_tokens_cached_by_source{source!=device}"
 
 
+@pytest.mark.integration
 def test_the_scraper_writes_the_sources_beside_the_csv(tmp_path):
     text = (FIXTURES / "vllm_cpu_current.prom").read_text()
     for url in _serve(_Script([(200, text)])):

@@ -7,31 +7,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from agentsweep.cell.placement import free_port
 
+from tests.support import wait_for_http
+
 MODEL = "meta-llama/Llama-3.3-70B-Instruct"
-
-
-def wait_ok(url: str, timeout_s: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the process serving {url} exited with status {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{url} not answering 200 after {timeout_s} s")
-        time.sleep(0.1)
 
 
 def stop_group(proc: subprocess.Popen[bytes]) -> None:
@@ -72,5 +56,5 @@ def sim_replicas(start_process: Callable[..., subprocess.Popen[bytes]]) -> list[
         procs.append(start_process(argv, f"replica{i}"))
         urls.append(f"http://127.0.0.1:{port}")
     for url, proc in zip(urls, procs, strict=True):
-        wait_ok(url + "/health", proc=proc)
+        wait_for_http(url + "/health", process=proc)
     return urls

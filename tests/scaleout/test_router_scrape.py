@@ -66,6 +66,7 @@ def _run(server: ThreadingHTTPServer, out: Path, replies: list[tuple[int, str]])
         signal.signal(signal.SIGINT, saved[1])
 
 
+@pytest.mark.integration
 def test_rows_hold_requests_per_instance_and_failed_scrapes_leave_gaps(
     metrics_server, tmp_path: Path
 ) -> None:
@@ -81,6 +82,7 @@ def test_rows_hold_requests_per_instance_and_failed_scrapes_leave_gaps(
     assert len(rows) >= 2
 
 
+@pytest.mark.integration
 def test_a_foreign_file_is_refused_in_one_line(metrics_server, tmp_path: Path, capsys) -> None:
     out = tmp_path / "router_metrics.csv"
     out.write_text("a,b\n1,2\n")

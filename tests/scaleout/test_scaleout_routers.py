@@ -13,7 +13,9 @@ from agentsweep.cell.placement import free_port
 from agentsweep.cell.routers import SESSION_HEADERS, RouterLaunch, build_router_launch, router_recipe
 from agentsweep.contract.cell import Cell
 
-from .conftest import MODEL, wait_ok
+from tests.support import wait_for_http
+
+from .conftest import MODEL
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +45,7 @@ def _start_router(
     )
     proc = start_process(launch.argv, program)
     url = f"http://127.0.0.1:{port}"
-    wait_ok(url + launch.ready_path, timeout_s=60, proc=proc)
+    wait_for_http(url + launch.ready_path, timeout=60, process=proc)
     return launch, url
 
 

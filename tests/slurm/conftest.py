@@ -16,12 +16,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests.support import WaitTimeout, free_port, wait_until
 
 HERE = Path(__file__).resolve().parent
 NODE = "gpunode1"
@@ -31,12 +32,6 @@ GPUS_PER_TYPE = 8
 # The daemons live in sbin, which a non-login PATH may lack.
 SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "salloc", "srun", "squeue", "scancel", "sinfo")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -116,15 +111,6 @@ def _write_configs(root: Path, munge_socket: Path, nodes: tuple[str, ...]) -> Pa
     return conf
 
 
-def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 def start_cluster(root: Path, nodes: tuple[str, ...] = (NODE,)) -> SlurmCluster:
     """Start munged, slurmctld and a slurmd per node under `root`; raise RuntimeError saying what failed."""
     munge_dir = root / "munge"
@@ -149,7 +135,7 @@ def start_cluster(root: Path, nodes: tuple[str, ...] = (NODE,)) -> SlurmCluster:
             ],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        _wait(munge_socket.exists, 10, "munged's socket")
+        wait_until(munge_socket.exists, timeout=10, interval=0.2, what="munged's socket")
         cluster.procs["slurmctld"] = subprocess.Popen(
             [_exe("slurmctld"), "-D", "-i", "-f", str(conf)],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -168,8 +154,8 @@ def start_cluster(root: Path, nodes: tuple[str, ...] = (NODE,)) -> SlurmCluster:
             idle = {line.split()[0] for line in out.splitlines() if line.split()[1:2] == ["idle"]}
             return idle == set(nodes)
 
-        _wait(nodes_idle, 30, f"nodes {', '.join(nodes)} to be idle")
-    except (RuntimeError, OSError, subprocess.CalledProcessError) as err:
+        wait_until(nodes_idle, timeout=30, interval=0.2, what=f"nodes {', '.join(nodes)} to be idle")
+    except (RuntimeError, WaitTimeout, OSError, subprocess.CalledProcessError) as err:
         logs = ("slurmctld.log", *(f"slurmd-{n}.log" for n in nodes))
         tails = "; ".join(f"{n}: {cluster.log_tail(n, 3)!r}" for n in logs)
         cluster.stop()
@@ -233,7 +219,7 @@ def write_runners(path: Path, runtime: str = "none", gpus_per_node: int = GPUS_P
 def _emptied(cluster: SlurmCluster) -> SlurmCluster:
     if cluster.jobs():
         cluster.run("scancel", "--full", "--user", getpass.getuser(), check=False)
-        _wait(lambda: not cluster.jobs(), 30, "leftover jobs to go")
+        wait_until(lambda: not cluster.jobs(), timeout=30, interval=0.2, what="leftover jobs to go")
     return cluster
 
 

@@ -14,6 +14,8 @@ from agentsweep.cell.allocation import main as allocation_main
 from agentsweep.cell.allocation import mem_gb, time_limit_min
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[2]
 LIB = REPO / "runners" / "lib"
 

@@ -12,10 +12,11 @@ import re
 import signal
 import stat
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -125,14 +126,12 @@ def test_sigterm_stops_the_step_and_releases_the_job(slurm, cell_env, make_runne
         cwd=REPO,
     )
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any("RUNNING" in j for j in slurm.jobs()):
-            time.sleep(0.2)
-        steps = ""
-        while time.monotonic() < deadline and ".0 " not in steps:
-            steps = slurm.run("squeue", "-h", "-s", "-o", "%i %j ").stdout
-            time.sleep(0.2)
-        assert ".0 " in steps, "the cell's step never started"
+        wait_until(
+            lambda: ".0 " in slurm.run("squeue", "-h", "-s", "-o", "%i %j ").stdout,
+            timeout=30,
+            interval=0.2,
+            what="the cell's step to start",
+        )
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=45)
     finally:
@@ -225,10 +224,7 @@ def test_mi355x_interrupt_stops_only_this_cells_container(slurm, cell_env, make_
         cwd=REPO,
     )
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not list(state.glob("*.pid")):
-            time.sleep(0.2)
-        assert list(state.glob("*.pid")), "the container never started"
+        wait_until(lambda: list(state.glob("*.pid")), timeout=30, interval=0.2, what="the container to start")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=45)
     finally:

@@ -24,6 +24,8 @@ from agentsweep.config.matrix import nodes_needed
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import InputError
 
+from tests.support import poll_until
+
 REPO = Path(__file__).resolve().parents[2]
 
 SWEEP = """\
@@ -137,6 +139,7 @@ def _dry_run(cell, runners, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+@pytest.mark.integration
 def test_dry_run_of_a_two_node_cell_asks_for_two_nodes(tmp_path):
     cell, runners = make_cell(tmp_path)
     assert cell.nodes == 2
@@ -149,6 +152,7 @@ def test_dry_run_of_a_two_node_cell_asks_for_two_nodes(tmp_path):
     assert step[:2] == ["srun", "--jobid=JOBID"] and "--overlap" in step and "--nodelist=NODE" in step
 
 
+@pytest.mark.integration
 def test_dry_run_of_a_one_node_cell_is_unchanged(tmp_path):
     cell, runners = make_cell(tmp_path, gpus_per_node=2)
     assert cell.nodes == 1
@@ -293,16 +297,12 @@ def test_terminating_an_instances_srun_ends_its_step_on_the_node(slurm2, tmp_pat
         assert placement is not None
         argv = placement.wrap(1, ["bash", "-c", "sleep 120; : " + marker])
         proc = subprocess.Popen(argv, env=slurm2.env, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not steps(slurm2, job):
-            time.sleep(0.2)
+        poll_until(lambda: steps(slurm2, job), timeout=30, interval=0.2)
         assert steps(slurm2, job) == [(f"{job}.0", "gpunode2")]
         assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0
         os.killpg(proc.pid, signal.SIGTERM)  # what the cell does to stop an instance
         proc.wait(timeout=30)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and steps(slurm2, job):
-            time.sleep(0.2)
+        poll_until(lambda: not steps(slurm2, job), timeout=15, interval=0.2)
         assert steps(slurm2, job) == []
         assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1
     finally:
@@ -316,11 +316,15 @@ def engine_sim_ready() -> bool:
 def watch_steps(slurm, stop_when, timeout: float) -> set[tuple[str, str]]:
     """Every (step, node) squeue showed while ``stop_when()`` is false."""
     seen: set[tuple[str, str]] = set()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not stop_when():
+
+    def stopped() -> bool:
+        if stop_when():
+            return True
         out = slurm.run("squeue", "-h", "-s", "-o", "%i %N", check=False).stdout
-        seen |= {tuple(line.split()) for line in out.splitlines() if line.strip()}  # type: ignore[misc]
-        time.sleep(0.3)
+        seen.update(tuple(line.split()) for line in out.splitlines() if line.strip())  # type: ignore[misc]
+        return False
+
+    poll_until(stopped, timeout=timeout, interval=0.3)
     return seen
 
 
@@ -421,6 +425,7 @@ def test_the_cell_itself_ends_its_instance_steps(slurm2, tmp_path):
     assert (result / "status.txt").read_text().splitlines()[0] == "SUCCESS"
 
 
+@pytest.mark.integration
 def test_a_prefill_decode_cell_on_two_nodes_models_the_inter_node_transfer(tmp_path):
     """Prefill 1x1 + decode 1x1 on a runner of one GPU per node spans two nodes; the simulated decode is
     told the runner's inter_node_gbs (the same shape on one node of two GPUs: intra_node_gbs)."""

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from agentsweep.cli import main
 
+from tests.support import poll_until
+
 CONFIG = textwrap.dedent(
     """
     mini:
@@ -78,6 +80,7 @@ def _launched(log: Path) -> list[str]:
 ALL = ["mini-tp1-ep1-u1-on", "mini-tp1-ep1-u1-off", "mini-tp1-ep1-u2-on", "mini-tp1-ep1-u2-off"]
 
 
+@pytest.mark.integration
 def test_runs_every_cell_in_order_then_resume_reruns_only_unfinished(setup, monkeypatch, capsys):
     base, log, key_dir = setup
     monkeypatch.setenv("FAIL_CELLS", "mini-tp1-ep1-u1-off mini-tp1-ep1-u2-on")
@@ -106,6 +109,7 @@ def test_runs_every_cell_in_order_then_resume_reruns_only_unfinished(setup, monk
     assert _launched(log) == ALL
 
 
+@pytest.mark.integration
 def test_filters_and_only(setup):
     base, log, _ = setup
     assert main([*base, "--offload", "off", "--only", "*-u2-*"]) == 0
@@ -139,6 +143,7 @@ def test_dry_run_prints_exact_commands_and_touches_nothing(setup, capsys, tmp_pa
     assert f"collect: {sys.executable} -m agentsweep.cli collect {key_dir} {key_dir}/aggregated" in out
 
 
+@pytest.mark.integration
 def test_ctrl_c_stops_the_current_cell_cleanly_and_still_collects(setup, tmp_path):
     base, log, key_dir = setup
     base = [a for a in base if a != "--no-collect"]
@@ -151,9 +156,7 @@ def test_ctrl_c_stops_the_current_cell_cleanly_and_still_collects(setup, tmp_pat
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
-        while not log.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        poll_until(log.exists, timeout=20)
         time.sleep(0.3)
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
@@ -168,6 +171,7 @@ def test_ctrl_c_stops_the_current_cell_cleanly_and_still_collects(setup, tmp_pat
     assert (key_dir / "aggregated" / "summary.csv").exists()  # what finished (here: nothing) is collected
 
 
+@pytest.mark.integration
 def test_invalid_cells_are_named_and_exit_3_failed_ones_win_with_1(setup, monkeypatch, capsys):
     base, _log, _key_dir = setup
     monkeypatch.setenv("INVALID_CELLS", "mini-tp1-ep1-u2-off")

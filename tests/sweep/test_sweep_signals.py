@@ -11,11 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests.support import poll_until
 
 pytestmark = pytest.mark.slow
 
@@ -37,10 +38,13 @@ def _start_sweep(repo_root: Path, results: Path, marker: dict[str, str]) -> subp
 
 def _wait_for_replay(rd: Path, proc: subprocess.Popen[str]) -> None:
     requests = rd / "requests.jsonl"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not (requests.exists() and requests.stat().st_size > 0):
-        assert proc.poll() is None, proc.communicate()[0]
-        time.sleep(0.1)
+    poll_until(
+        lambda: requests.exists() and requests.stat().st_size > 0,
+        timeout=30,
+        interval=0.1,
+        process=proc,
+        what="the first cell's replay",
+    )
     assert requests.exists(), "the first cell's replay never started"
 
 

@@ -88,6 +88,7 @@ def test_the_launcher_gets_the_cell_as_one_variable(gha: SimpleNamespace) -> Non
     assert set(step["env"]) == {"LAUNCHER", "HF_TOKEN"}
 
 
+@pytest.mark.integration
 def test_every_generated_cell_is_what_the_cell_job_reads(
     gha: SimpleNamespace, cells_by_key: dict[str, list[dict[str, Any]]]
 ) -> None:

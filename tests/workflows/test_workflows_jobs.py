@@ -22,6 +22,8 @@ import yaml
 from agentsweep.cell.allocation import time_limit_min
 from agentsweep.contract.cell import Cell
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[2]
 SETUP = "$/.github/actions/setup"
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[2]
 SETUP = "$/.github/actions/setup"
 HF = "hf_" + "Zq7" * 12

@@ -1,0 +1,82 @@
+"""The shared test support: waits say what they awaited, and never return before or after they should."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from tests.support import WaitTimeout, poll_until, wait_for_file, wait_for_line, wait_until
+
+
+def _counter(true_from: int):  # type: ignore[no-untyped-def]
+    calls = {"n": 0}
+
+    def condition() -> int:
+        calls["n"] += 1
+        return calls["n"] if calls["n"] >= true_from else 0
+
+    return condition, calls
+
+
+def test_wait_until_returns_the_first_true_value():
+    condition, calls = _counter(3)
+    assert wait_until(condition, timeout=5, interval=0.001, what="three calls") == 3
+    assert calls["n"] == 3
+
+
+def test_wait_until_names_what_it_awaited():
+    with pytest.raises(WaitTimeout, match=r"^timed out after 0\.1 s waiting for the moon$"):
+        wait_until(lambda: False, timeout=0.1, interval=0.01, what="the moon")
+
+
+def test_poll_until_returns_the_last_value_and_leaves_the_assert_to_the_caller():
+    assert poll_until(lambda: [], timeout=0.05, interval=0.01) == []
+    condition, _ = _counter(2)
+    assert poll_until(condition, timeout=5, interval=0.001) == 2
+
+
+def test_wait_for_file_waits_for_the_file_and_with_nonempty_for_content(tmp_path):
+    path = tmp_path / "requests.jsonl"
+    with pytest.raises(WaitTimeout, match=r"requests\.jsonl to appear"):
+        wait_for_file(path, timeout=0.1)
+    path.touch()
+    assert wait_for_file(path, timeout=0.1) == path
+    with pytest.raises(WaitTimeout, match=r"requests\.jsonl to have content"):
+        wait_for_file(path, timeout=0.1, nonempty=True)
+    threading.Timer(0.05, path.write_text, args=("{}\n",)).start()
+    assert wait_for_file(path, timeout=5, nonempty=True) == path
+
+
+def test_wait_for_line_stops_at_the_match_and_keeps_what_it_read():
+    stream = io.StringIO("loading\nready on port 8123\nafter\n")
+    found = wait_for_line(stream, r"port (\d+)", timeout=5, what="the port")
+    assert found.match.group(1) == "8123"
+    assert found.lines == ["loading\n", "ready on port 8123\n"]
+    assert stream.readline() == "after\n"  # the rest is left unread
+
+
+def test_wait_for_line_fails_with_the_lines_read_when_the_output_ends_or_stalls():
+    with pytest.raises(WaitTimeout, match=r"the output ended before the port; read:\nloading\n"):
+        wait_for_line(io.StringIO("loading\n"), r"port", timeout=5, what="the port")
+    read_end, write_end = os.pipe()
+    with open(read_end) as stalled, open(write_end, "w") as writer:
+        writer.write("loading\n")
+        writer.flush()
+        with pytest.raises(
+            WaitTimeout, match=r"timed out after 0\.2 s waiting for the port; read:\nloading\n"
+        ):
+            wait_for_line(stalled, r"port", timeout=0.2, what="the port")
+
+
+@pytest.mark.integration
+def test_a_process_that_ends_first_fails_the_wait_with_its_output():
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "print('cannot bind'); raise SystemExit(3)"], stdout=subprocess.PIPE, text=True
+    )
+    with pytest.raises(WaitTimeout, match=r"exited with status 3 while waiting for health\ncannot bind"):
+        wait_until(lambda: False, timeout=30, what="health", process=proc)
