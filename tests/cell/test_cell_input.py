@@ -199,3 +199,11 @@ def test_bad_runner_facts_are_one_line(clean_env, capsys, tmp_path, change, mess
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
 
+
+def test_the_cell_needs_no_runners_file(clean_env, capsys, tmp_path):
+    """Everything the cell needs of its runner is in it: no runners.yaml is read at cell time."""
+    clean_env.setenv("AGENTSWEEP_RUNNERS", str(tmp_path / "absent.yaml"))
+    clean_env.setenv("RESULT_DIR", str(tmp_path / "r"))
+    cell = {**GOOD, "runner": "b200"}
+    assert main(["cell", "--cell", json.dumps(cell), "--dry-run"]) == 0
+    assert "--hardware b200" in capsys.readouterr().out
