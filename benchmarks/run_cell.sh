@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run one matrix cell: engine -> health wait -> metrics scraper -> trace replay -> stop -> verdict.
 #
-# Input: the matrix cell as one JSON value in AGENTSWEEP_CELL (or `--cell JSON|@FILE`), RESULT_DIR,
-# optional PORT and AGENTSWEEP_RUNNERS.
+# Input: the matrix cell as one JSON value in AGENTSWEEP_CELL (or `--cell JSON|@FILE`; it carries its
+# runner's facts), RESULT_DIR, optional PORT.
 # Output: RESULT_DIR/{cell.json,status.txt,requests.jsonl,summary.json,server_metrics.csv,*.log}.
 # Exit status: 0 SUCCESS, 1 FAILED, 2 bad input. The work is done by `agentsweep cell`; this wrapper
 # forwards SIGTERM/SIGINT/SIGHUP to it and writes a FAILED status.txt if it died without writing one.

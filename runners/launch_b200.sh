@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run one matrix cell on a B200 node through Slurm: cell from the environment, results in RESULT_DIR,
-# exit status of the cell. Runner facts come from configs/runners.yaml (key "b200"); see docs/slurm.md.
+# exit status of the cell. Site settings come from configs/runners.yaml (key "b200"); see docs/slurm.md.
 set -euo pipefail
 # shellcheck source=runners/lib/launch.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/launch.sh"

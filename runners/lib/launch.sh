@@ -1,9 +1,11 @@
 # shellcheck shell=bash
 # The launcher flow shared by runners/launch_<hardware>.sh (sourced; call `as_launch RUNNER VENDOR`).
 #
-# In: the cell as JSON in AGENTSWEEP_CELL, RESULT_DIR, optional PORT and AGENTSWEEP_RUNNERS from the
-# environment; the runner's facts from configs/runners.yaml. Out: RESULT_DIR filled by the cell
-# script, and the cell's exit status. The allocation is always released (scancel) on the way out.
+# In: the cell as JSON in AGENTSWEEP_CELL (it carries its runner's node facts: GRES type, GPUs per
+# node...), RESULT_DIR, optional PORT and AGENTSWEEP_RUNNERS from the environment; the runner's site
+# settings (partition, account, container runtime...) from configs/runners.yaml. Out: RESULT_DIR
+# filled by the cell script, and the cell's exit status. The allocation is always released (scancel)
+# on the way out.
 #
 # Knobs (environment): AGENTSWEEP_CELL_SCRIPT (default benchmarks/run_cell.sh), AGENTSWEEP_PYTHON,
 # AGENTSWEEP_DRY_RUN=1 (print the commands, run nothing), AGENTSWEEP_SALLOC_ARGS (extra salloc words),
@@ -159,9 +161,6 @@ as_launch() {
   mkdir -p "$RESULT_DIR" || as_die 2 "cannot create RESULT_DIR=$RESULT_DIR"
   RESULT_DIR=$(cd "$RESULT_DIR" && pwd)
   export RESULT_DIR
-  if [[ -n ${AGENTSWEEP_RUNNERS:-} && $AGENTSWEEP_RUNNERS != /* ]]; then
-    export AGENTSWEEP_RUNNERS=$PWD/$AGENTSWEEP_RUNNERS
-  fi
   AS_CELL_SCRIPT=${AGENTSWEEP_CELL_SCRIPT:-$AS_REPO/benchmarks/run_cell.sh}
   [[ $AS_CELL_SCRIPT == /* ]] || AS_CELL_SCRIPT=$PWD/$AS_CELL_SCRIPT
   [[ -f $AS_CELL_SCRIPT ]] || as_die 2 "cell script $AS_CELL_SCRIPT not found (AGENTSWEEP_CELL_SCRIPT)"

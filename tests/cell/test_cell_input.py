@@ -146,3 +146,64 @@ def test_secrets_are_masked():
     masked = mask_cell({"engine_env": json.dumps({"HF_TOKEN": "t", "A": "1"}), "engine_args": "--api-key k"})
     assert json.loads(masked["engine_env"]) == {"A": "1", "HF_TOKEN": "***"}
     assert masked["engine_args"] == "--api-key '***'"
+
+
+def test_a_hand_made_cell_gets_its_runner_facts_by_default():
+    local = Cell.parse(GOOD)
+    assert (local.hardware, local.gres_type, local.gpus_per_node) == ("", "", 1)
+    assert (local.intra_node_gbs, local.inter_node_gbs, local.kv_transfer_gbs) == (450.0, 50.0, None)
+    named = Cell.parse({**GOOD, "runner": "mi355x", "tp": 4})
+    assert (named.hardware, named.gres_type, named.gpus_per_node) == ("mi355x", "mi355x", 4)
+    # What the matrix resolved is kept as given, even where the runner's name says otherwise.
+    site = Cell.parse({**GOOD, "runner": "h200", "hardware": "", "gres_type": "gpu_a", "gpus_per_node": 4})
+    assert (site.hardware, site.gres_type, site.gpus_per_node) == ("", "gpu_a", 4)
+    assert Cell.parse(site.to_json()) == site
+
+
+@pytest.mark.parametrize(
+    ("shape", "nodes", "gpus_per_node"),
+    [
+        ({"tp": 1, "replicas": 2}, 1, 2),
+        ({"tp": 1, "replicas": 2}, 2, 1),
+        ({"tp": 2, "replicas": 3}, 2, 4),
+        ({"tp": 2, "prefill": {"replicas": 1, "tp": 1}, "decode": {"replicas": 1, "tp": 2}}, 2, 2),
+    ],
+)
+def test_a_hand_made_cell_spanning_nodes_packs_onto_the_fewest_gpus_per_node(shape, nodes, gpus_per_node):
+    cell = Cell.parse(
+        {**GOOD, "offload": "off", "cpu_dram_gb": 0, "router": "random", **shape, "nodes": nodes}
+    )
+    assert cell.gpus_per_node == gpus_per_node
+
+
+def test_the_kv_transfer_bandwidth_is_the_link_the_cell_spans():
+    pd = {"tp": 1, "prefill": {"tp": 1}, "decode": {"tp": 1}, "router": "random"}
+    cell = Cell.parse({**GOOD, **pd, "intra_node_gbs": 321, "inter_node_gbs": 12.5})
+    assert cell.kv_transfer_gbs == 321.0
+    assert cell.replace(nodes=2).kv_transfer_gbs == 12.5
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"hardware": "a100"}, "$AGENTSWEEP_CELL.hardware: 'a100' is not one of h200, b200, mi355x"),
+        ({"gres_type": "gpu h200"}, "$AGENTSWEEP_CELL.gres_type: String should match pattern"),
+        ({"gpus_per_node": -1}, "$AGENTSWEEP_CELL.gpus_per_node: must be >= 0, got -1"),
+        ({"intra_node_gbs": 0}, "$AGENTSWEEP_CELL.intra_node_gbs: must be > 0.0, got 0"),
+    ],
+)
+def test_bad_runner_facts_are_one_line(clean_env, capsys, tmp_path, change, message):
+    clean_env.setenv(CELL_ENV_VAR, json.dumps({**GOOD, **change}))
+    clean_env.setenv("RESULT_DIR", str(tmp_path))
+    assert main(["cell", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_cell_needs_no_runners_file(clean_env, capsys, tmp_path):
+    """Everything the cell needs of its runner is in it: no runners.yaml is read at cell time."""
+    clean_env.setenv("AGENTSWEEP_RUNNERS", str(tmp_path / "absent.yaml"))
+    clean_env.setenv("RESULT_DIR", str(tmp_path / "r"))
+    cell = {**GOOD, "runner": "b200"}
+    assert main(["cell", "--cell", json.dumps(cell), "--dry-run"]) == 0
+    assert "--hardware b200" in capsys.readouterr().out

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from agentsweep.cell.engines import EngineLaunch
-from agentsweep.cell.lifecycle import plan_cell, run_cell
+from agentsweep.cell.lifecycle import run_cell
 from agentsweep.cell.placement import free_port
-from agentsweep.cell.plan import CellOptions, CellPlan
+from agentsweep.cell.plan import CellOptions, CellPlan, plan_cell
 from agentsweep.contract.cell import Cell
 
 from tests.support import pid_running, wait_for_file
@@ -30,14 +30,18 @@ CELL = Cell(
 
 def _plan(standins, result_dir: Path, *, engine_flags=(), replay_seconds=0.5, replay_exit=0) -> CellPlan:
     port = free_port()
-    plan = plan_cell(CELL, result_dir, port=port, hardware=None)
-    return dataclasses.replace(
-        plan,
+    plan = plan_cell(CELL, result_dir, port=port)
+    engine = dataclasses.replace(
+        plan.instances[0],
         engine=EngineLaunch(
             argv=[*standins["engine"], "--port", str(port), *engine_flags], env={"HF_TOKEN": "s"}
         ),
-        replay_argv=[*standins["replayer"], str(result_dir), str(replay_seconds), str(replay_exit)],
         scraper_argv=[*standins["scraper"], str(result_dir)],
+    )
+    return dataclasses.replace(
+        plan,
+        instances=[engine],
+        replay_argv=[*standins["replayer"], str(result_dir), str(replay_seconds), str(replay_exit)],
     )
 
 
@@ -64,6 +68,9 @@ def test_success_writes_cell_json_and_status(standins, tmp_path):
     assert record["start_utc"].endswith("Z") and record["end_utc"] >= record["start_utc"]
     assert (rd / "server.log").read_text().startswith("standin engine starting")
     assert "replayed" in (rd / "replay.log").read_text()
+    # One engine, no router: its files carry no instance name, and no merged scrape is written.
+    assert (rd / "server_metrics.csv").stat().st_size > 0 and (rd / "metrics-collector.log").exists()
+    assert "scaleout" not in record and not list(rd.glob("server_metrics.*.csv"))
 
 
 def test_never_healthy_engine_fails_the_cell_with_the_reason(standins, tmp_path):
@@ -110,18 +117,19 @@ DRIVER = textwrap.dedent(
     import dataclasses, json, sys
     from pathlib import Path
     from agentsweep.cell.engines import EngineLaunch
-    from agentsweep.cell.lifecycle import install_signal_handlers, plan_cell, run_cell
-    from agentsweep.cell.plan import CellOptions
+    from agentsweep.cell.lifecycle import install_signal_handlers, run_cell
+    from agentsweep.cell.plan import CellOptions, plan_cell
     from agentsweep.contract.cell import Cell
     engine, replayer, scraper = (json.loads(a) for a in sys.argv[1:4])
     rd, port = Path(sys.argv[4]), int(sys.argv[5])
     cell = Cell(exp_name="x", engine="sim", model="m", tp=1, users=1, offload="off", duration=60, traces="t")
-    plan = dataclasses.replace(
-        plan_cell(cell, rd, port=port, hardware=None),
+    plan = plan_cell(cell, rd, port=port)
+    one = dataclasses.replace(
+        plan.instances[0],
         engine=EngineLaunch(argv=engine + ["--port", str(port), "--child-pid-file", str(rd.parent / "child.pid")]),
-        replay_argv=replayer + [str(rd), "60", "0"],
         scraper_argv=scraper + [str(rd)],
     )
+    plan = dataclasses.replace(plan, instances=[one], replay_argv=replayer + [str(rd), "60", "0"])
     install_signal_handlers()
     status, _ = run_cell(plan, CellOptions(health_timeout_s=20, engine_stop_grace_s=2))
     sys.exit(0 if status == "SUCCESS" else 1)
@@ -184,10 +192,26 @@ def test_run_cell_sh_writes_a_verdict_when_the_cell_process_dies(repo_root, tmp_
 
 def test_client_picks_the_load_generator(tmp_path):
     """client=replay runs kv-cache-tester; client=aiperf the experimental AIPerf path, same result dir."""
-    replay = plan_cell(CELL, tmp_path, port=8000, hardware=None).replay_argv
+    replay = plan_cell(CELL, tmp_path, port=8000).replay_argv
     assert replay[1:4] == ["-m", "kv_cache_tester.cli", "replay"]
-    aiperf = plan_cell(CELL.replace(client="aiperf"), tmp_path, port=8000, hardware=None)
+    aiperf = plan_cell(CELL.replace(client="aiperf"), tmp_path, port=8000)
     assert aiperf.replay_argv[1:4] == ["-m", "agentsweep.experimental.aiperf", "run-cell"]
     cell = json.loads(aiperf.replay_argv[aiperf.replay_argv.index("--cell") + 1])
     assert cell["client"] == "aiperf" and cell["users"] == 2
     assert aiperf.replay_argv[aiperf.replay_argv.index("--output-dir") + 1] == str(tmp_path)
+
+
+def test_a_cell_without_a_router_is_a_plan_of_one_engine(tmp_path):
+    plan = plan_cell(CELL, tmp_path, port=8000)
+    (one,) = plan.instances
+    assert (one.role, one.label, one.name, one.port) == ("engine", "engine", "", 8000)
+    assert (one.log_name, one.metrics_name, one.collector_log_name) == (
+        "server.log",
+        "server_metrics.csv",
+        "metrics-collector.log",
+    )
+    assert plan.router is None and plan.router_scraper_argv == []
+    assert plan.client is one and plan.engine is one.engine and plan.base_url == one.url
+    assert one.url == "http://127.0.0.1:8000"
+    assert one.scraper_argv[one.scraper_argv.index("--output") + 1] == str(tmp_path / "server_metrics.csv")
+    assert plan.replay_argv[plan.replay_argv.index("--api-endpoint") + 1] == one.url

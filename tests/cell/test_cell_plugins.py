@@ -56,3 +56,42 @@ def test_the_replayer_imports_nothing_from_agentsweep():
     for path in (REPO / "kv-cache-tester" / "kv_cache_tester").rglob("*.py"):
         bad = {n for n in _imports(path) if n.split(".")[0] == "agentsweep"}
         assert not bad, f"{path.relative_to(REPO)} imports {bad}"
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """agentsweep's modules and the agentsweep modules each imports (anywhere in it, lazily too)."""
+    root = REPO / "utils"
+    paths = {}
+    for path in (root / "agentsweep").rglob("*.py"):
+        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        paths[name] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                deps |= {alias.name for alias in node.names if alias.name in paths}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                deps |= {node.module} & paths.keys()
+                deps |= {f"{node.module}.{alias.name}" for alias in node.names} & paths.keys()
+        graph[name] = deps - {name}
+    return graph
+
+
+def test_no_module_imports_back_into_one_that_imports_it():
+    graph = _module_graph()
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            cycle = [*path[path.index(name) :], name]
+            raise AssertionError("import circle: " + " -> ".join(cycle))
+        if name in done:
+            return
+        for dep in sorted(graph[name]):
+            visit(dep, [*path, name])
+        done.add(name)
+
+    assert "agentsweep.cell.executor" in graph["agentsweep.cell.lifecycle"]  # the graph sees imports
+    for name in sorted(graph):
+        visit(name, [])

@@ -7,9 +7,9 @@ import json
 
 import pytest
 from agentsweep.cell.engines import EngineLaunch
-from agentsweep.cell.lifecycle import plan_cell, run_cell
+from agentsweep.cell.lifecycle import run_cell
 from agentsweep.cell.placement import free_port
-from agentsweep.cell.plan import CellOptions
+from agentsweep.cell.plan import CellOptions, plan_cell
 from agentsweep.cell.record import mask_env, mask_text
 from agentsweep.cli import main
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
@@ -104,15 +104,17 @@ def test_cell_json_status_and_log_never_hold_a_secret(env, standins, tmp_path):
     rd = tmp_path / "r"
     port = free_port()
     cell = Cell.parse(CELL, where="test")
-    plan = plan_cell(cell, rd, port=port, hardware=None)
-    plan = dataclasses.replace(
-        plan,
+    plan = plan_cell(cell, rd, port=port)
+    engine = dataclasses.replace(
+        plan.instances[0],
         engine=EngineLaunch(
             argv=[*standins["engine"], "--port", str(port), "--mode", "crash-at-start", f"--x={HF}"],
             env=cell.engine_env_dict,
         ),
-        replay_argv=[*standins["replayer"], str(rd), "0.5", "0", GHP],
         scraper_argv=[*standins["scraper"], str(rd)],
+    )
+    plan = dataclasses.replace(
+        plan, instances=[engine], replay_argv=[*standins["replayer"], str(rd), "0.5", "0", GHP]
     )
     logged: list[str] = []
     status, reason = run_cell(

@@ -24,6 +24,7 @@ CONTRACT_FIELDS = {
     "max_request_count_gap": float, "max_prompt_token_gap": float, "max_cached_token_gap": float,
     "max_throughput_drift": float, "preset": str, "replicas": int, "router": str, "router_program": str,
     "router_args": str, "prefill": type(None), "decode": type(None), "nodes": int,
+    "hardware": str, "gres_type": str, "gpus_per_node": int, "intra_node_gbs": float, "inter_node_gbs": float,
 }  # fmt: skip
 SHIPPED_KEYS = read_config_file(None).keys()
 
@@ -83,6 +84,11 @@ def test_every_shipped_key_validates_and_expands(key: str) -> None:
         shlex.split(cell.engine_args)
         assert cell.engine in ("vllm", "sglang", "sim")
         assert cell.speed == 1.0 or cell.engine == "sim"
+        # The runner's facts travel in the cell: nothing after the matrix looks the runner up again.
+        spec = runners[cell.runner]
+        assert (cell.hardware, cell.gres_type) == (spec.hardware or "", spec.gres_type or "")
+        assert cell.gpus_per_node == spec.gpus_per_node
+        assert (cell.intra_node_gbs, cell.inter_node_gbs) == (spec.intra_node_gbs, spec.inter_node_gbs)
 
 
 def test_issue_entries_are_shipped() -> None:

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from agentsweep.cell.lifecycle import plan_cell, resolve_kv_transfer_gbs
+from agentsweep.cell.plan import plan_cell
 from agentsweep.cli import main
+from agentsweep.config import load_runners
 from agentsweep.contract.cell import Cell
 from agentsweep.errors import InputError
 
@@ -136,19 +137,17 @@ def test_sglang_prefill_decode_commands(
 
 def _sim_plan(tmp_path: Path, program: str, **over: object):
     cell = Cell.parse({**BASE, "runner": "local", "engine": "sim", "router_program": program, **over})
-    return plan_cell(
-        cell, tmp_path, port="$PORT", hardware=None, python="py", environ={}, kv_transfer_gbs=450.0
-    )
+    assert cell.kv_transfer_gbs == 450.0  # a local runner's: inside one node
+    return plan_cell(cell, tmp_path, port="$PORT", python="py", environ={})
 
 
 @pytest.mark.parametrize("program", ["vllm-router", "smg"])
 def test_simulated_prefill_decode_commands(tmp_path: Path, program: str) -> None:
-    plan = _sim_plan(tmp_path, program, prefill={"replicas": 2, "tp": 1})
-    so = plan.scaleout
-    assert so is not None and so.mode == "pd"
+    so = plan = _sim_plan(tmp_path, program, prefill={"replicas": 2, "tp": 1})
+    assert so.router is not None and so.mode == "pd"
     sim = "py -m agentsweep.cli engine-sim m --host 127.0.0.1"
     common = "--hardware h200 --speed 1 --quantization fp8"
-    assert [" ".join(r.engine.argv) for r in so.replicas] == [
+    assert [" ".join(r.engine.argv) for r in so.instances] == [
         f"{sim} --port $PREFILL0_PORT --tensor-parallel-size 1 {common} --disaggregation-mode prefill "
         "--disaggregation-bootstrap-port $PREFILL0_BOOTSTRAP_PORT --kv-transfer-gbs 450",
         f"{sim} --port $PREFILL1_PORT --tensor-parallel-size 1 {common} --disaggregation-mode prefill "
@@ -156,7 +155,7 @@ def test_simulated_prefill_decode_commands(tmp_path: Path, program: str) -> None
         f"{sim} --port $DECODE0_PORT --tensor-parallel-size 2 {common} --disaggregation-mode decode "
         "--kv-transfer-gbs 450",
     ]
-    assert all(r.engine.env == {} for r in so.replicas)
+    assert all(r.engine.env == {} for r in so.instances)
     argv = so.router.argv
     prefill = argv[argv.index("--prefill") : argv.index("--decode")]
     if program == "smg":  # the simulated engine answers SGLang's rendezvous: smg is told the port
@@ -179,19 +178,18 @@ def test_simulated_prefill_decode_commands(tmp_path: Path, program: str) -> None
 
 def test_file_names_and_record(tmp_path: Path) -> None:
     so = _sim_plan(tmp_path, "smg", prefill={"replicas": 2, "tp": 1}, decode={"replicas": 2, "tp": 1}, tp=1)
-    so = so.scaleout
-    assert so is not None
-    assert [(r.name, r.log_name, r.metrics_name) for r in so.replicas] == [
+    assert so.router is not None
+    assert [(r.name, r.log_name, r.metrics_name) for r in so.instances] == [
         ("p0", "server.p0.log", "server_metrics.p0.csv"),
         ("p1", "server.p1.log", "server_metrics.p1.csv"),
         ("d0", "server.log", "server_metrics.d0.csv"),
         ("d1", "server.d1.log", "server_metrics.d1.csv"),
     ]
     assert [r.name for r in so.answering] == ["d0", "d1"] and so.client.name == "d0"
-    assert so.replicas[0].scraper_argv[so.replicas[0].scraper_argv.index("--output") + 1] == str(
+    assert so.instances[0].scraper_argv[so.instances[0].scraper_argv.index("--output") + 1] == str(
         tmp_path / "server_metrics.p0.csv"
     )
-    rec = so.to_record()
+    rec = so.scaleout_record()
     assert rec["mode"] == "pd"
     assert rec["prefill"] == ["http://127.0.0.1:$PREFILL0_PORT", "http://127.0.0.1:$PREFILL1_PORT"]
     assert rec["decode"] == ["http://127.0.0.1:$DECODE0_PORT", "http://127.0.0.1:$DECODE1_PORT"]
@@ -206,26 +204,26 @@ def test_file_names_and_record(tmp_path: Path) -> None:
 
 def test_data_parallel_cells_keep_their_replica_names(tmp_path: Path) -> None:
     cell = Cell.parse({**BASE, "engine": "sim", "prefill": None, "decode": None, "replicas": 2, "tp": 1})
-    so = plan_cell(cell, tmp_path, port="$PORT", hardware=None, python="py", environ={}).scaleout
-    assert so is not None and so.mode == "dp"
-    assert [(r.name, r.log_name, r.metrics_name) for r in so.replicas] == [
+    so = plan_cell(cell, tmp_path, port="$PORT", python="py", environ={})
+    assert so.router is not None and so.mode == "dp"
+    assert [(r.name, r.log_name, r.metrics_name) for r in so.instances] == [
         ("r0", "server.log", "server_metrics.r0.csv"),
         ("r1", "server.r1.log", "server_metrics.r1.csv"),
     ]
-    assert "--disaggregation-mode" not in so.replicas[0].engine.argv
+    assert "--disaggregation-mode" not in so.instances[0].engine.argv
     assert "--worker-urls" in so.router.argv and "--prefill" not in so.router.argv
 
 
 def test_each_instance_gets_its_gpus_share_of_the_offload_budget(tmp_path: Path) -> None:
     over = {"offload": "on", "cpu_dram_gb": 100.0, "tp": 2, "prefill": {"replicas": 1, "tp": 1}}
-    so = _sim_plan(tmp_path, "smg", **over).scaleout
-    assert so is not None
-    sizes = [r.engine.argv[r.engine.argv.index("--kv-offloading-size") + 1] for r in so.replicas]
+    so = _sim_plan(tmp_path, "smg", **over)
+    assert so.router is not None
+    sizes = [r.engine.argv[r.engine.argv.index("--kv-offloading-size") + 1] for r in so.instances]
     assert sizes == ["33.3", "66.6"]  # 100 GiB x 1/3 and x 2/3, floored to 0.1
     cell = Cell.parse({**BASE, "runner": "h200", "engine": "sglang", **over})
-    so = plan_cell(cell, tmp_path, port="$PORT", hardware="h200", python="py", environ={}).scaleout
-    assert so is not None
-    per_rank = [r.engine.argv[r.engine.argv.index("--hicache-size") + 1] for r in so.replicas]
+    so = plan_cell(cell, tmp_path, port="$PORT", python="py", environ={})
+    assert so.router is not None
+    per_rank = [r.engine.argv[r.engine.argv.index("--hicache-size") + 1] for r in so.instances]
     assert per_rank == ["33", "33"]  # 33.3 GiB on one rank; 66.6 GiB over two
 
 
@@ -236,13 +234,22 @@ def test_kv_transfer_bandwidth_follows_the_nodes_the_cell_spans(tmp_path: Path) 
         "  cpu_dram_gb: 400\n  container_runtime: none\n  max_nodes: 2\n"
         "  intra_node_gbs: 300\n  inter_node_gbs: 25\n"
     )
+    facts = load_runners(runners)["two"].facts().model_dump()  # what the matrix copies into a cell
     one = Cell.parse(
-        {**BASE, "runner": "two", "engine": "sim", "tp": 1, "prefill": {"tp": 1}, "decode": {"tp": 1}}
+        {
+            **BASE,
+            "runner": "two",
+            "engine": "sim",
+            "tp": 1,
+            "prefill": {"tp": 1},
+            "decode": {"tp": 1},
+            **facts,
+        }
     )
-    assert resolve_kv_transfer_gbs(one, runners) == 300.0
-    assert resolve_kv_transfer_gbs(one.replace(nodes=2), runners) == 25.0
+    assert one.kv_transfer_gbs == 300.0
+    assert one.replace(nodes=2).kv_transfer_gbs == 25.0
     plain = one.replace(prefill=None, decode=None)
-    assert resolve_kv_transfer_gbs(plain, runners) is None
+    assert plain.kv_transfer_gbs is None
 
 
 def test_too_few_visible_gpus_is_refused_in_one_line(
@@ -259,4 +266,4 @@ def test_too_few_visible_gpus_is_refused_in_one_line(
 def test_vllm_offload_in_a_disaggregated_cell_is_refused(tmp_path: Path) -> None:
     cell = Cell.parse({**BASE, "runner": "h200", "engine": "vllm", "offload": "on", "cpu_dram_gb": 400.0})
     with pytest.raises(InputError, match=r"offload on is not supported in a disaggregated vLLM cell"):
-        plan_cell(cell, tmp_path, port="$PORT", hardware="h200", python="py", environ={})
+        plan_cell(cell, tmp_path, port="$PORT", python="py", environ={})

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from agentsweep.cell.allocation import runner_assignments
 from agentsweep.cell.placement import Placement, Slot, node_gpus, pack, plan_placement
-from agentsweep.cell.replicas import plan_scaleout
+from agentsweep.cell.plan import plan_cell
 from agentsweep.config import load_runners, select_cells
 from agentsweep.config.matrix import nodes_needed
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
@@ -179,17 +179,19 @@ def test_a_prefill_on_another_node_is_reached_at_that_nodes_address(tmp_path, en
         slots=[Slot(0, "gpunode1", "node-a.test", 0, 1), Slot(1, "gpunode2", "node-b.test", 0, 1)],
         gres_type="h200", node_gpus=1, container_args=[], vendor="none" if engine == "sim" else "nvidia",
     )  # fmt: skip
-    plan = plan_scaleout(
-        cell, tmp_path / "r", port="$PORT", hardware="h200", host="127.0.0.1", python="python",
-        environ={}, scrape_interval_s=1.0, kv_transfer_gbs=INTER_NODE_GBS, placement=placement,
+    assert cell.hardware == "h200" and cell.kv_transfer_gbs == INTER_NODE_GBS  # resolved by the matrix
+    plan = plan_cell(
+        cell, tmp_path / "r", port="$PORT", host="127.0.0.1", python="python",
+        environ={}, scrape_interval_s=1.0, placement=placement,
     )  # fmt: skip
-    p0, d0 = plan.replicas
+    p0, d0 = plan.instances
     assert (p0.url, d0.url) == ("http://node-a.test:$PREFILL0_PORT", "http://node-b.test:$DECODE0_PORT")
     for r, address in ((p0, "node-a.test"), (d0, "node-b.test")):
         argv = r.engine.argv
         assert argv[argv.index("--host") + 1] == address
         if engine == "vllm":  # the decode's NIXL agent dials the prefill's handshake on its node
             assert r.engine.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == address
+    assert plan.router is not None
     router = plan.router.argv
     prefill = router[router.index("--prefill") + 1 :]
     if program == "smg":  # smg: the bootstrap server is at the prefill URL's host, on this port
@@ -201,11 +203,11 @@ def test_a_prefill_on_another_node_is_reached_at_that_nodes_address(tmp_path, en
     assert router[router.index("--host") + 1] == "127.0.0.1"  # the router itself stays on node 0's loopback
     (tmp_path / "one").mkdir()
     one, _ = make_pd_cell(tmp_path / "one", program, gpus_per_node=2)  # both on one node, no placement
-    local = plan_scaleout(
-        one.replace(**as_engine), tmp_path / "r1", port="$PORT", hardware="h200",
+    local = plan_cell(
+        one.replace(**as_engine), tmp_path / "r1", port="$PORT",
         host="127.0.0.1", python="python", environ={}, scrape_interval_s=1.0,
     )  # fmt: skip
-    assert all("VLLM_NIXL_SIDE_CHANNEL_HOST" not in r.engine.env for r in local.replicas)
+    assert all("VLLM_NIXL_SIDE_CHANNEL_HOST" not in r.engine.env for r in local.instances)
 
 
 # --- on the two-node cluster -------------------------------------------------------------------

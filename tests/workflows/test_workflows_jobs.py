@@ -277,14 +277,14 @@ def test_hostile_inputs_stay_data(gha: SimpleNamespace, tmp_path: Path, bad: str
         ),
     ],
 )
-def test_sweep_plan_refuses_bad_input_in_one_line(
+def test_cell_jobs_refuse_bad_input_in_one_line(
     gha: SimpleNamespace, tmp_path: Path, matrix: str, message: str
 ) -> None:
     path = tmp_path / "matrix.json"
     path.write_text(matrix)
     out = tmp_path / "github_output"
     proc = subprocess.run(
-        [str(gha.VENV / "bin" / "python"), ".github/scripts/sweep_plan.py", "--matrix", str(path)],
+        [str(gha.VENV / "bin" / "agentsweep"), "cell-jobs", "--matrix", str(path)],
         cwd=REPO,
         env={**os.environ, "GITHUB_OUTPUT": str(out)},
         capture_output=True,
@@ -296,3 +296,25 @@ def test_sweep_plan_refuses_bad_input_in_one_line(
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert not out.exists() or out.read_text() == ""
+
+
+def test_cell_jobs_print_their_outputs_without_github_output(gha: SimpleNamespace, tmp_path: Path) -> None:
+    path = tmp_path / "matrix.json"
+    path.write_text(json.dumps(_generator(gha, "--key", "demo-mini")))
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_OUTPUT"}
+    proc = subprocess.run(
+        [str(gha.VENV / "bin" / "agentsweep"), "cell-jobs", "--matrix", str(path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    outputs = dict(line.split("=", 1) for line in proc.stdout.splitlines())
+    assert json.loads(outputs["runners"]) == {
+        "local": {"runs_on": ["ubuntu-latest"], "launcher": "runners/launch_local.sh"}
+    }
+    timeouts = json.loads(outputs["timeouts"])
+    assert set(timeouts) == {
+        "demo-mini-tp1-ep1-u2-on",
+        "demo-mini-tp1-ep1-u2-off",
+        "demo-mini-tp1-ep1-u2-noprefix",
+    }
+    assert set(timeouts.values()) == {time_limit_min(8, "sim", {}, 60) + 60}

@@ -28,6 +28,10 @@ class OneLineParser(argparse.ArgumentParser):
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "matrix": ("agentsweep.config.cli", "expand a sweep config key into the matrix of cells (dry run)"),
     "sweep": ("agentsweep.sweep.cli", "run a config key's cells on this machine, then collect"),
+    "cell-jobs": (
+        "agentsweep.sweep.jobs",
+        "runs-on labels, launcher and time limit of each cell's job (the sweep workflow's plan)",
+    ),
     "cell": ("agentsweep.cell.cli", "run one matrix cell (engine, scraper, replayer) into a result dir"),
     "engine-sim": ("agentsweep.engine_sim.cli", "serve the simulated vLLM/SGLang engine"),
     "metrics-collector": ("agentsweep.metrics.cli", "scrape an engine's /metrics into server_metrics.csv"),

@@ -1,12 +1,13 @@
 """The Slurm allocation a cell needs on its runner, printed as shell assignments for the launchers.
 
-`python -m agentsweep.cell.allocation RUNNER` reads configs/runners.yaml (or $AGENTSWEEP_RUNNERS)
-and the cell from $AGENTSWEEP_CELL (validated here, once, for the launcher), and prints
-`AS_NAME=value` lines, shell-quoted, for runners/lib/launch.sh to `eval`: the runner's facts, the
-cell's exp_name and image, and the derived GPU count, time limit and memory. A cell spanning several
-nodes (`cell.nodes`) also gets AS_NODES and AS_NODE_GPUS (the GPUs asked on every node: the fullest
-node of the instances packed as the matrix packs them); memory is then per node. Bad input is one line
-on stderr and exit status 2.
+`python -m agentsweep.cell.allocation RUNNER` reads the cell from $AGENTSWEEP_CELL (validated here,
+once, for the launcher) and the runner's site settings from configs/runners.yaml (or
+$AGENTSWEEP_RUNNERS: partition, account, exclude, container runtime, HF cache, default time limit,
+max_nodes), and prints `AS_NAME=value` lines, shell-quoted, for runners/lib/launch.sh to `eval`: those
+settings, the cell's exp_name, image and GRES type, and the derived GPU count, time limit and memory.
+A cell spanning several nodes (`cell.nodes`) also gets AS_NODES and AS_NODE_GPUS (the GPUs asked on
+every node: the fullest node of the instances packed onto the cell's `gpus_per_node`, as the matrix
+packs them); memory is then per node. Bad input is one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def mem_gb(cpu_dram_gb: float, env: Mapping[str, str]) -> int:
 def runner_assignments(
     runner: str, cell: Cell, env: Mapping[str, str], runners_path: Path | None
 ) -> dict[str, str]:
-    """Every AS_* value the launcher library reads, as strings."""
+    """Every AS_* value the launcher library reads, as strings: the node's facts from the cell (the
+    matrix resolved them), the site's Slurm and container settings from the runner's entry."""
     from agentsweep.config import load_runners
 
     runners = load_runners(runners_path)
@@ -89,7 +91,7 @@ def runner_assignments(
             raise InputError(
                 f"cell.nodes: {cell.nodes} but runner {runner!r} allows max_nodes {spec.max_nodes}"
             )
-        per_node = node_gpus(cell.instance_tps, spec.gpus_per_node)
+        per_node = node_gpus(cell.instance_tps, cell.gpus_per_node)
         dram_gb = cell.cpu_dram_gb * per_node / cell.gpus
     return {
         "AS_RUNNER": runner,
@@ -99,8 +101,8 @@ def runner_assignments(
         "AS_GPUS": str(cell.gpus),
         "AS_NODES": str(cell.nodes),
         "AS_NODE_GPUS": str(per_node),
-        "AS_GPUS_PER_NODE": str(spec.gpus_per_node),
-        "AS_GRES_TYPE": spec.gres_type or "",
+        "AS_GPUS_PER_NODE": str(cell.gpus_per_node),
+        "AS_GRES_TYPE": cell.gres_type,
         "AS_PARTITION": spec.partition or "",
         "AS_ACCOUNT": spec.account or "",
         "AS_EXCLUDE": ",".join(spec.exclude),

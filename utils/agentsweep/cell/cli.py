@@ -11,16 +11,9 @@ import os
 from pathlib import Path
 
 from agentsweep.cell import record
-from agentsweep.cell.lifecycle import (
-    check_result_dir,
-    install_signal_handlers,
-    plan_cell,
-    resolve_hardware,
-    resolve_kv_transfer_gbs,
-    run_cell,
-)
+from agentsweep.cell.lifecycle import check_result_dir, install_signal_handlers, run_cell
 from agentsweep.cell.placement import free_port
-from agentsweep.cell.plan import CellOptions
+from agentsweep.cell.plan import CellOptions, plan_cell
 from agentsweep.cell.watchdog import set_parent_death_signal
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import AgentsweepError, InputError
@@ -29,7 +22,8 @@ from agentsweep.errors import AgentsweepError, InputError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         f"The cell is one JSON object (an item of `agentsweep matrix --json`), from --cell or ${CELL_ENV_VAR}. "
-        "Also read from the environment: RESULT_DIR, optional PORT and AGENTSWEEP_RUNNERS."
+        "It carries its runner's facts (hardware, GRES type, node size, KV links). "
+        "Also read from the environment: RESULT_DIR and optional PORT."
     )
     parser.add_argument("--cell", metavar="JSON|@FILE", help=f"the matrix cell (default: ${CELL_ENV_VAR})")
     parser.add_argument("--result-dir", type=Path, help="result directory (default: $RESULT_DIR)")
@@ -69,10 +63,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         cell = _cell(args.cell, env)
         port = _port(env, args.dry_run)
-        runners_path = Path(env["AGENTSWEEP_RUNNERS"]) if env.get("AGENTSWEEP_RUNNERS") else None
-        hardware = resolve_hardware(cell, runners_path)
-        gbs = resolve_kv_transfer_gbs(cell, runners_path)
-        plan = plan_cell(cell, result_dir, port=port, hardware=hardware, kv_transfer_gbs=gbs)
+        plan = plan_cell(cell, result_dir, port=port)
     except AgentsweepError as err:
         if not args.dry_run:
             _record_refusal(result_dir, args, err)

@@ -248,21 +248,16 @@ def plan_placement(
     )
 
 
-def from_environ(cell: Cell, hardware: str | None, environ: Mapping[str, str]) -> Placement | None:
-    """``plan_placement`` with the runner's facts from runners.yaml ($AGENTSWEEP_RUNNERS)."""
+def from_environ(cell: Cell, environ: Mapping[str, str]) -> Placement | None:
+    """``plan_placement`` with the runner's facts the cell carries (its node size and GRES type)."""
     if cell.nodes <= 1 or not environ.get("SLURM_JOB_ID", "").strip():
         return None
     from agentsweep.cell.engines import recipe
-    from agentsweep.config import load_runners
 
-    runners = load_runners(environ.get("AGENTSWEEP_RUNNERS") or None)
-    if cell.runner not in runners:
-        raise InputError(f"cell.runner: {cell.runner!r} is not a runner in runners.yaml")
-    spec = runners[cell.runner]
     if recipe(cell.engine).simulated:
         vendor = "none"
     else:
-        vendor = "amd" if hardware == "mi355x" else "nvidia"
+        vendor = "amd" if cell.hardware == "mi355x" else "nvidia"
     return plan_placement(
-        cell, gpus_per_node=spec.gpus_per_node, gres_type=spec.gres_type or "", vendor=vendor, environ=environ
+        cell, gpus_per_node=cell.gpus_per_node, gres_type=cell.gres_type, vendor=vendor, environ=environ
     )

@@ -1,26 +1,52 @@
-"""What a cell will run, resolved once: the commands, ports and files (``plan_cell`` builds it, the dry
-run prints it, ``run_cell`` executes it), and the options that bound its waits."""
+"""What a cell will run, resolved once: its engine instances, the router in front of them (if any), the
+replayer, ports and files (``plan_cell`` builds it, the dry run prints it, the executor runs it), and
+the options that bound its waits.
+
+A cell is a list of engine instances. A cell without a router policy has one: the engine itself
+(``engine``), which the client talks to directly, logging to ``server.log`` and scraped into
+``server_metrics.csv``. A cell with a router policy has data-parallel replicas ``r<i>``, or prefill
+instances ``p<i>`` and decode instances ``d<i>`` (disaggregated), behind the router the client talks
+to. Each of those is the engine recipe's command for a one-instance copy of the cell (its role's
+``tp`` GPUs, its share of the offload budget, its role flags), on a port of its own, scraped into
+``server_metrics.<name>.csv``; the first instance answering the client logs to ``server.log``, the
+others to ``server.<name>.log``.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import math
+import os
 import shlex
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from agentsweep.cell import placement as placement_mod
 from agentsweep.cell import record
-from agentsweep.cell.engines import EngineLaunch, recipe
+from agentsweep.cell.clients import client
+from agentsweep.cell.engines import EngineLaunch, PdRole, build_engine_launch, recipe
 from agentsweep.cell.placement import Placement
-from agentsweep.cell.routers import SESSION_HEADERS, RouterLaunch
+from agentsweep.cell.routers import SESSION_HEADERS, PdWorkers, RouterLaunch, build_router_launch
 from agentsweep.contract.cell import Cell
+from agentsweep.errors import InputError
 
-Role = Literal["replica", "prefill", "decode"]
+# engine: a cell's one engine, serving the client itself; the others stand behind a router.
+Role = Literal["engine", "replica", "prefill", "decode"]
+# Short names of the instances behind a router (r0, p0, d0...): their files and records use them.
+NAME_PREFIX: dict[Role, str] = {"replica": "r", "prefill": "p", "decode": "d"}
+ROUTER_METRICS_CSV = "router_metrics.csv"
 
 
 @dataclass(frozen=True)
-class Replica:
-    """One engine instance: a replica (``r<i>``), or a prefill (``p<i>``) or decode (``d<i>``) instance."""
+class Instance:
+    """One engine instance: the cell's engine, a replica (``r<i>``), or a prefill (``p<i>``) or decode
+    (``d<i>``) instance."""
 
+    role: Role
     index: int
     port: int | str
     url: str
@@ -28,82 +54,119 @@ class Replica:
     log_name: str
     metrics_name: str
     scraper_argv: list[str]
-    name: str = ""
-    role: Role = "replica"
+    name: str = ""  # "" for the cell's one engine
     bootstrap_port: int | str | None = None  # a prefill instance's, where its engine serves one
     node: str = ""  # the node it runs on (multi-node cells: its own job step there)
 
     @property
     def label(self) -> str:
-        return f"{self.role} {self.index}"
+        return "engine" if self.role == "engine" else f"{self.role} {self.index}"
+
+    @property
+    def collector_log_name(self) -> str:
+        """The log of its metrics collector."""
+        return f"metrics-collector.{self.name}.log" if self.name else "metrics-collector.log"
+
+    @property
+    def collector_name(self) -> str:
+        """Its metrics collector, as messages name it."""
+        return "metrics collector" if self.role == "engine" else f"metrics collector of {self.label}"
 
 
 @dataclass(frozen=True)
-class ScaleoutPlan:
-    """The engine instances and the router of one cell (the replayer and results are the CellPlan's).
+class CellPlan:
+    """Everything resolved for one cell: the exact commands and where results go."""
 
-    ``mode`` is ``dp`` (replicas, each serving whole requests) or ``pd`` (prefill instances, then
-    decode instances; the router sends each request through one of each).
-    """
-
-    replicas: list[Replica]  # every instance, in start order (prefill instances first)
-    router: RouterLaunch
-    router_url: str
-    mode: Literal["dp", "pd"] = "dp"
-    placement: Placement | None = None
+    cell: Cell
+    result_dir: Path
+    port: int | str
+    instances: list[Instance]  # in start order (prefill instances first)
+    replay_argv: list[str]
+    base_url: str  # where the client sends its requests: the router, else the one engine
+    router: RouterLaunch | None = None
     router_scraper_argv: list[str] = field(default_factory=list)  # router_metrics.csv over the run
+    placement: Placement | None = None
 
     @property
-    def prefill(self) -> list[Replica]:
-        return [r for r in self.replicas if r.role == "prefill"]
+    def mode(self) -> Literal["dp", "pd"]:
+        """``pd`` when prefill and decode run on separate instances, else ``dp`` (replicas, or one engine)."""
+        return "pd" if self.prefill else "dp"
 
     @property
-    def decode(self) -> list[Replica]:
-        return [r for r in self.replicas if r.role == "decode"]
+    def prefill(self) -> list[Instance]:
+        return [r for r in self.instances if r.role == "prefill"]
 
     @property
-    def answering(self) -> list[Replica]:
-        """The instances that answer the client (their merged scrapes are server_metrics.csv)."""
-        return self.decode if self.mode == "pd" else self.replicas
+    def decode(self) -> list[Instance]:
+        return [r for r in self.instances if r.role == "decode"]
 
     @property
-    def client(self) -> Replica:
+    def answering(self) -> list[Instance]:
+        """The instances that answer the client (behind a router, their merged scrapes are
+        server_metrics.csv)."""
+        return self.decode if self.mode == "pd" else self.instances
+
+    @property
+    def client(self) -> Instance:
         """The first answering instance: its log is server.log, its version the engine's."""
         return self.answering[0]
 
+    @property
+    def engine(self) -> EngineLaunch:
+        """The command of the client's instance (what cell.json records as the engine command)."""
+        return self.client.engine
+
     def describe(self) -> list[str]:
+        """Human lines: the exact commands (secrets masked, by name and by value)."""
+        if self.router is None:
+            return self._describe_engine()
+        secrets = record.secret_values()
+        tail = [f"replay:  {shlex.join(self.replay_argv)}", f"results: {self.result_dir}"]
+        return [record.mask_text(line, secrets) for line in [*self._describe_routed(), *tail]]
+
+    def _describe_engine(self) -> list[str]:
+        one = self.instances[0]
+        secrets = record.secret_values() | record.secret_values(one.engine.env)
+        return [
+            f"engine:  {_command(one.engine, secrets)}",
+            f"health:  {one.url}{one.engine.health_path}",
+            f"scraper: {shlex.join(record.mask_argv(one.scraper_argv, secrets))}",
+            f"replay:  {shlex.join(record.mask_argv(self.replay_argv, secrets))}",
+            f"results: {record.mask_text(str(self.result_dir), secrets)}",
+        ]
+
+    def _describe_routed(self) -> list[str]:
+        assert self.router is not None
         lines = []
         if self.mode == "pd":
             lines.append(
                 f"disaggregated: prefill {', '.join(r.name for r in self.prefill)}; "
                 f"decode {', '.join(r.name for r in self.decode)}"
             )
-        for rep in self.replicas:
-            env = " ".join(
-                f"{k}={shlex.quote(v)}" for k, v in sorted(record.mask_env(rep.engine.env).items())
-            )
-            argv = shlex.join(record.mask_argv(rep.engine.argv))
-            lines.append(f"{rep.label}: {env + ' ' if env else ''}{argv}")
+        for inst in self.instances:
+            secrets = record.secret_values() | record.secret_values(inst.engine.env)
+            lines.append(f"{inst.label}: {_command(inst.engine, secrets)}")
             if self.placement is not None:
-                lines.append(f"  node:    {rep.node}")
-            lines.append(f"  health:  {rep.url}{rep.engine.health_path}")
-            if rep.bootstrap_port is not None:
-                lines.append(f"  bootstrap port: {rep.bootstrap_port}")
-            lines.append(f"  scraper: {shlex.join(rep.scraper_argv)}")
-            lines.append(f"  log:     {rep.log_name}")
+                lines.append(f"  node:    {inst.node}")
+            lines.append(f"  health:  {inst.url}{inst.engine.health_path}")
+            if inst.bootstrap_port is not None:
+                lines.append(f"  bootstrap port: {inst.bootstrap_port}")
+            lines.append(f"  scraper: {shlex.join(inst.scraper_argv)}")
+            lines.append(f"  log:     {inst.log_name}")
         lines.append(f"router:  {shlex.join(self.router.argv)}")
-        lines.append(f"  ready:   {self.router_url}{self.router.ready_path}")
+        lines.append(f"  ready:   {self.base_url}{self.router.ready_path}")
         lines.append(f"  metrics: {self.router.metrics_url}")
         if self.router_scraper_argv:
             lines.append(f"  scraper: {shlex.join(self.router_scraper_argv)}")
         lines.append(f"  session headers: {', '.join(SESSION_HEADERS)}")
         return lines
 
-    def to_record(self) -> dict[str, Any]:
-        """What cell.json keeps of the plan (commands with secrets masked)."""
+    def scaleout_record(self) -> dict[str, Any]:
+        """What cell.json keeps of a routed plan under ``scaleout`` (commands with secrets masked)."""
+        assert self.router is not None
         out: dict[str, Any] = {"mode": self.mode}
         out["replicas"] = []
-        for r in self.replicas:
+        for r in self.instances:
             item: dict[str, Any] = {
                 "name": r.name,
                 "role": r.role,
@@ -118,10 +181,17 @@ class ScaleoutPlan:
         if self.mode == "pd":
             out["prefill"] = [r.url for r in self.prefill]
             out["decode"] = [r.url for r in self.decode]
-        out["router"] = {"program": self.router.program, "command": self.router.argv, "url": self.router_url}
+        out["router"] = {"program": self.router.program, "command": self.router.argv, "url": self.base_url}
         if self.placement is not None:
             out["placement"] = self.placement.to_record()
         return out
+
+
+def _command(launch: EngineLaunch, secrets: set[str]) -> str:
+    """``NAME=value ... argv`` of an engine launch, secrets masked (by name and by value)."""
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(record.mask_env(launch.env).items()))
+    argv = shlex.join(record.mask_argv(launch.argv, secrets))
+    return f"{env} {argv}" if env else argv
 
 
 @dataclass(frozen=True)
@@ -152,37 +222,169 @@ class CellOptions:
         return 2.0 * duration + 600.0
 
 
-@dataclass(frozen=True)
-class CellPlan:
-    """Everything resolved for one cell: the exact commands and where results go."""
+def plan_cell(
+    cell: Cell,
+    result_dir: Path,
+    *,
+    port: int | str,
+    host: str = "127.0.0.1",
+    python: str = sys.executable,
+    environ: Mapping[str, str] = os.environ,
+    scrape_interval_s: float = 1.0,
+    placement: Placement | None = None,
+) -> CellPlan:
+    """Resolve every command of ``cell``; the client's endpoint is ``host:port``.
 
-    cell: Cell
-    result_dir: Path
-    port: int | str
-    hardware: str | None
-    engine: EngineLaunch
-    replay_argv: list[str]
-    scraper_argv: list[str]
-    base_url: str
-    env_overrides: dict[str, str] = field(default_factory=dict)
-    # Instances behind a router (a cell with a router policy); engine is then the command of the first
-    # instance answering the client (replica 0, or decode instance 0).
-    scaleout: ScaleoutPlan | None = None
+    Everything the plan needs of the cell's runner (hardware, node size, KV links) is in the cell.
+    With a real port the instances behind a router (and prefill bootstrap ports, KV handshake ports)
+    and the router's metrics get free ports of this host; a dry run (``port`` is a placeholder) shows
+    placeholders. A cell spanning several nodes of its Slurm job (``placement``, found from the
+    environment when not given) starts each instance as a job step on its node, bound to the node's
+    address; the router stays here, on node 0.
+    """
+    placement = placement or placement_mod.from_environ(cell, environ)
+    real = isinstance(port, int)
+    taken: set[int] = {port} if isinstance(port, int) else set()
+    engine_recipe = recipe(cell.engine)
+    shapes = instance_shapes(cell)
+    slices = device_slices(cell, environ) if placement is None else [{} for _ in shapes]
+    client_name = "d0" if cell.disaggregated else "r0"
+    instances = []
+    for k, ((role, i, tp), devices) in enumerate(zip(shapes, slices, strict=True)):
+        tag = f"{role.upper()}{i}"
+        where = placement.slots[k] if placement is not None else None
+        ihost = where.address if where is not None else host
 
-    def describe(self) -> list[str]:
-        """Human lines: the exact commands (secrets masked, by name and by value)."""
-        if self.scaleout is not None:
-            secrets = record.secret_values()
-            tail = [f"replay:  {shlex.join(self.replay_argv)}", f"results: {self.result_dir}"]
-            return [record.mask_text(line, secrets) for line in [*self.scaleout.describe(), *tail]]
-        env = record.mask_env(self.engine.env)
-        secrets = record.secret_values() | record.secret_values(self.engine.env)
-        env_text = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-        engine = shlex.join(record.mask_argv(self.engine.argv, secrets))
-        return [
-            f"engine:  {env_text + ' ' if env_text else ''}{engine}",
-            f"health:  {self.base_url}{self.engine.health_path}",
-            f"scraper: {shlex.join(record.mask_argv(self.scraper_argv, secrets))}",
-            f"replay:  {shlex.join(record.mask_argv(self.replay_argv, secrets))}",
-            f"results: {record.mask_text(str(self.result_dir), secrets)}",
+        def new_port(what: str, tag: str = tag) -> int | str:
+            return placement_mod.free_port(host, taken) if real else f"${tag}_{what}"
+
+        name = f"{NAME_PREFIX[role]}{i}" if role != "engine" else ""
+        iport = port if role == "engine" else new_port("PORT")
+        pd = None
+        boot: int | str | None = None
+        if role in ("prefill", "decode"):
+            if role == "prefill" and engine_recipe.pd_bootstrap:
+                boot = new_port("BOOTSTRAP_PORT")
+            side = new_port("NIXL_PORT") if engine_recipe.pd_side_channel else None
+            pd = PdRole(
+                "prefill" if role == "prefill" else "decode",
+                bootstrap_port=boot,
+                side_channel_port=side,
+                kv_transfer_gbs=cell.kv_transfer_gbs,
+            )
+        launch = build_engine_launch(
+            cell if role == "engine" else instance_cell(cell, tp), hardware=cell.hardware or None, port=iport,
+            host=ihost, python=python, environ=environ, pd=pd,
+        )  # fmt: skip
+        if devices:
+            launch = dataclasses.replace(launch, env={**launch.env, **devices})
+        if placement is not None:  # its own step on its node; the step selects its GPUs there
+            launch = dataclasses.replace(launch, argv=placement.wrap(k, launch.argv))
+        url = f"http://{ihost}:{iport}"
+        metrics_name = f"server_metrics.{name}.csv" if name else "server_metrics.csv"
+        log_name = f"server.{name}.log" if name and name != client_name else "server.log"
+        node = where.node if where is not None else placement_mod.local_node(environ)
+        scraper = scraper_argv(
+            python, url + launch.metrics_path, result_dir / metrics_name, scrape_interval_s
+        )
+        instances.append(
+            Instance(role, i, iport, url, launch, log_name, metrics_name, scraper, name, boot, node)
+        )
+    base_url = f"http://{host}:{port}"
+    router = None
+    router_scraper: list[str] = []
+    if cell.routed:
+        metrics_port: int | str = placement_mod.free_port(host, taken) if real else "$ROUTER_METRICS_PORT"
+        workers: list[str] | PdWorkers = [r.url for r in instances]
+        if cell.disaggregated:
+            workers = PdWorkers(
+                prefill=[(r.url, r.bootstrap_port) for r in instances if r.role == "prefill"],
+                decode=[r.url for r in instances if r.role == "decode"],
+            )
+        router = build_router_launch(
+            cell, workers, host=host, port=port, metrics_port=metrics_port, python=python
+        )
+        router_scraper = [
+            python, "-m", "agentsweep.cli", "router-metrics-collector",
+            "--endpoint", router.metrics_url, "--program", router.program,
+            *(arg for r in instances for arg in ("--instance", f"{r.name}={r.url}")),
+            "--output", str(result_dir / ROUTER_METRICS_CSV),
+            "--interval", f"{scrape_interval_s:g}",
+        ]  # fmt: skip
+    replay = client(cell.client).command(
+        cell, engine=engine_recipe, endpoint=base_url, output_dir=result_dir, python=python
+    )
+    return CellPlan(cell, result_dir, port, instances, replay, base_url, router, router_scraper, placement)
+
+
+def scraper_argv(python: str, endpoint: str, output: Path, interval_s: float) -> list[str]:
+    """The metrics collector of one engine instance: ``endpoint`` (its /metrics) into ``output``."""
+    return [
+        python, "-m", "agentsweep.cli", "metrics-collector",
+        "--endpoint", endpoint,
+        "--output", str(output),
+        "--interval", f"{interval_s:g}",
+    ]  # fmt: skip
+
+
+def instance_shapes(cell: Cell) -> list[tuple[Role, int, int]]:
+    """(role, index, tp) of every engine instance, in start order."""
+    if cell.prefill is not None and cell.decode is not None:
+        return [("prefill", i, cell.prefill.tp) for i in range(cell.prefill.replicas)] + [
+            ("decode", i, cell.decode.tp) for i in range(cell.decode.replicas)
         ]
+    if cell.routed:
+        return [("replica", i, cell.tp) for i in range(cell.replicas)]
+    return [("engine", 0, cell.tp)]
+
+
+def instance_cell(cell: Cell, tp: int) -> Cell:
+    """The one-instance cell an instance behind a router is started for: ``tp`` GPUs, its share of the
+    DRAM budget.
+
+    A replica's share is ``cpu_dram_gb / replicas``; a prefill or decode instance's is
+    ``cpu_dram_gb x tp / gpus`` (its GPUs' part of the cell's), both floored to 0.1 GiB.
+    """
+    if cell.disaggregated:
+        share = math.floor(round(cell.cpu_dram_gb * tp / cell.gpus * 10, 6)) / 10
+    else:
+        share = math.floor(round(cell.cpu_dram_gb / cell.replicas * 10, 6)) / 10
+    return cell.replace(
+        replicas=1, router="", gpus=tp, tp=tp, cpu_dram_gb=share, prefill=None, decode=None, nodes=1
+    )
+
+
+def _shape(cell: Cell) -> str:
+    if cell.prefill is not None and cell.decode is not None:
+        return f"prefill {cell.prefill.label} + decode {cell.decode.label}"
+    return f"{cell.replicas} replicas x tp {cell.tp}"
+
+
+def device_slices(cell: Cell, environ: Mapping[str, str]) -> list[dict[str, str]]:
+    """Each instance's own GPUs, in start order, as the environment its engine starts with ({} for the
+    simulated engine, and for a cell's one engine, which takes every GPU it is given).
+
+    NVIDIA: instance k gets the next ``tp`` IDs of CUDA_VISIBLE_DEVICES (what the allocation gave the
+    cell), or of 0..gpus-1 when it is unset. MI355X: HIP_VISIBLE_DEVICES indexes inside what
+    ROCR_VISIBLE_DEVICES (set by the allocation) shows, so the indices run from 0 the same way.
+    """
+    tps = [tp for _role, _i, tp in instance_shapes(cell)]
+    if recipe(cell.engine).simulated or not cell.routed:
+        return [{} for _ in tps]
+    need = sum(tps)
+    if cell.hardware == "mi355x":
+        var, ids = "HIP_VISIBLE_DEVICES", [str(i) for i in range(max(need, cell.gpus))]
+    else:
+        var = "CUDA_VISIBLE_DEVICES"
+        given = environ.get(var, "").strip()
+        ids = (
+            [d.strip() for d in given.split(",") if d.strip()]
+            if given
+            else [str(i) for i in range(max(need, cell.gpus))]
+        )
+        if len(ids) < need:
+            raise InputError(
+                f"cell {cell.exp_name}: {_shape(cell)} need {need} GPUs but {var}={given} shows {len(ids)}"
+            )
+    starts = list(itertools.accumulate(tps, initial=0))
+    return [{var: ",".join(ids[a : a + tp])} for a, tp in zip(starts, tps, strict=False)]

@@ -18,6 +18,8 @@ from pydantic import (
 )
 
 from agentsweep.contract.cell import (
+    DEFAULT_INTER_NODE_GBS,
+    DEFAULT_INTRA_NODE_GBS,
     HARDWARE,
     MAX_CPU_DRAM_GB,
     MAX_NODES,
@@ -26,13 +28,17 @@ from agentsweep.contract.cell import (
     MAX_USERS,
     EngineSettings,
     Frozen,
+    GresType,
     Hardware,
+    LinkGbs,
+    NodeGpus,
     NonEmptyStr,
     Offload,
     PositiveInt,
     ReplayOptions,
     RoleShape,
     RouterPolicy,
+    RunnerFacts,
     ValidityLimits,
     disaggregation_problem,
     instance_tps,
@@ -42,8 +48,6 @@ from agentsweep.contract.cell import (
 from agentsweep.contract.errors import brief
 
 ContainerRuntime = Literal["pyxis", "docker", "none"]
-# A Slurm GRES type as a site names it in gres.conf (gpu:<type>:N).
-GresType = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 
 DEFAULT_OFFLOAD: tuple[Offload, ...] = ("on", "off")
 
@@ -60,7 +64,7 @@ class RunnerSpec(Frozen):
 
     runs_on: Annotated[list[NonEmptyStr], Field(min_length=1)]
     launcher: str
-    gpus_per_node: Annotated[int, Field(gt=0, le=MAX_TP)]
+    gpus_per_node: NodeGpus
     gres_type: GresType | None = None
     # Which hardware the engine recipes' quirks and the simulated engine's profile follow; defaults
     # to gres_type when the site's GRES type is one of the known names.
@@ -76,8 +80,18 @@ class RunnerSpec(Frozen):
     max_nodes: Annotated[int, Field(gt=0, le=MAX_NODES)] = 1
     # KV transfer bandwidth of disaggregated cells, GB/s per GPU: inside a node (NVLink, xGMI) and
     # between nodes (the scale-out network); the simulated engine models transfers with them.
-    intra_node_gbs: Annotated[float, Field(gt=0, le=1e5)] = 450.0
-    inter_node_gbs: Annotated[float, Field(gt=0, le=1e5)] = 50.0
+    intra_node_gbs: LinkGbs = DEFAULT_INTRA_NODE_GBS
+    inter_node_gbs: LinkGbs = DEFAULT_INTER_NODE_GBS
+
+    def facts(self) -> RunnerFacts:
+        """What every cell of this runner carries (the matrix copies it into each one)."""
+        return RunnerFacts(
+            hardware=self.hardware or "",
+            gres_type=self.gres_type or "",
+            gpus_per_node=self.gpus_per_node,
+            intra_node_gbs=self.intra_node_gbs,
+            inter_node_gbs=self.inter_node_gbs,
+        )
 
     @model_validator(mode="after")
     def _hardware_from_gres(self) -> RunnerSpec:

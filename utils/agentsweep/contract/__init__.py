@@ -14,6 +14,7 @@ from agentsweep.contract.cell import (
     HARDWARE,
     OFFLOAD_MODES,
     REPLAY_FIELDS,
+    RUNNER_FACTS,
     SAFE_NAME,
     SIMULATED_ENGINE,
     TIMING_STRATEGIES,
@@ -28,6 +29,7 @@ from agentsweep.contract.cell import (
     Offload,
     OffloadConnector,
     ReplayOptions,
+    RunnerFacts,
     TimingStrategy,
     ValidityLimits,
 )
@@ -43,6 +45,7 @@ __all__ = [
     "HARDWARE",
     "OFFLOAD_MODES",
     "REPLAY_FIELDS",
+    "RUNNER_FACTS",
     "SAFE_NAME",
     "SIMULATED_ENGINE",
     "TIMING_STRATEGIES",
@@ -57,6 +60,7 @@ __all__ = [
     "Offload",
     "OffloadConnector",
     "ReplayOptions",
+    "RunnerFacts",
     "TimingStrategy",
     "ValidityLimits",
 ]

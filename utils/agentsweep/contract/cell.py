@@ -5,11 +5,13 @@ collect and the experimental clients read them. A cell crosses every process bou
 value (``Cell.to_json`` / ``Cell.parse``): the workflow input ``cell``, the launcher variable
 ``AGENTSWEEP_CELL`` and ``agentsweep cell --cell JSON|@file``.
 
-Its fields come in three groups, each a model of its own so that the sweep config reuses them
-instead of restating them: ``CellAxes`` (what the matrix varies), ``EngineSettings`` (what a config
-entry fixes for all its cells) and ``ReplayOptions`` (the entry's ``replay:`` block). Adding a field
-to one of them is the whole change: the config accepts it, the matrix copies it into every cell, and
-the workflow, the launchers and collect carry it without a list to update.
+Its fields come in groups, each a model of its own so that the sweep config reuses them instead of
+restating them: ``CellAxes`` (what the matrix varies), ``EngineSettings`` (what a config entry fixes
+for all its cells), ``RunnerFacts`` (what the matrix resolves from configs/runners.yaml for the
+cell's runner, so that no later part looks the runner up again) and ``ReplayOptions`` (the entry's
+``replay:`` block). Adding a field to one of them is the whole change: the config accepts it (the
+runner file, for a runner fact), the matrix copies it into every cell, and the workflow, the
+launchers and collect carry it without a list to update.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -84,10 +87,23 @@ MAX_WARMUP_REQUESTS = 100_000
 MAX_CPU_DRAM_GB = 1 << 20  # 1 PiB
 MAX_REPLICAS = 256
 MAX_NODES = 1024
+MAX_LINK_GBS = 1e5
+
+# What a runner without these figures in runners.yaml gets (GB/s per GPU, each direction): NVLink 4
+# inside a node, one 400 Gb/s NIC per GPU between nodes.
+DEFAULT_INTRA_NODE_GBS = 450.0
+DEFAULT_INTER_NODE_GBS = 50.0
 
 PositiveInt = Annotated[int, Field(gt=0)]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
+# A Slurm GRES type as a site names it in gres.conf (gpu:<type>:N).
+GRES_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+GresType = Annotated[str, Field(pattern=f"^{GRES_NAME}$")]
+# GPUs of one node.
+NodeGpus = Annotated[int, Field(gt=0, le=MAX_TP)]
+# A KV transfer link's bandwidth, GB/s per GPU and direction.
+LinkGbs = Annotated[float, Field(gt=0, le=MAX_LINK_GBS)]
 
 
 def printable(value: Any) -> Any:
@@ -283,6 +299,16 @@ def instance_tps(tp: int, replicas: int, prefill: RoleShape | None, decode: Role
     return [tp] * replicas
 
 
+def nodes_needed(instance_tps: Sequence[int], gpus_per_node: int) -> int:
+    """Nodes the instances take when packed in order, a new node whenever one does not fit the rest."""
+    nodes, free = 0, 0
+    for tp in instance_tps:
+        if tp > free:
+            nodes, free = nodes + 1, gpus_per_node
+        free -= tp
+    return max(nodes, 1)
+
+
 def disaggregation_problem(
     kind: str, prefill: RoleShape | None, decode: RoleShape | None, replicas: int, tp: int, routed: bool
 ) -> str | None:
@@ -402,6 +428,40 @@ class CellAxes(Frozen):
         return instance_tps(self.tp, self.replicas, self.prefill, self.decode)
 
 
+class RunnerFacts(Frozen):
+    """What a cell needs to know of its runner's nodes: configs/runners.yaml, resolved by the matrix.
+
+    A cell written by hand may leave them out. Its runner then stands for its hardware and GRES type
+    when the runner is named after one (h200, b200, mi355x, as the shipped runners are), a node holds
+    as few GPUs as pack the cell's instances onto its nodes (see ``Cell``), and the KV links are the
+    defaults a runner gets without them.
+    """
+
+    # The engine recipes' quirks and the simulated engine's profile follow it; "": no GPU of a known
+    # kind (a local runner).
+    hardware: Hardware | Literal[""] = ""
+    # "" asks Slurm for GPUs without a type (or there is no Slurm).
+    gres_type: Annotated[str, Field(pattern=f"^({GRES_NAME})?$")] = ""
+    # GPUs of one node: where a cell spanning several nodes starts each instance. 0 in a hand-made
+    # cell: derived (see Cell).
+    gpus_per_node: Annotated[int, Field(ge=0, le=MAX_TP)] = 0
+    # KV transfer bandwidth between a prefill and a decode instance, GB/s per GPU: inside one node
+    # (NVLink, xGMI) and between nodes (the scale-out network).
+    intra_node_gbs: LinkGbs = DEFAULT_INTRA_NODE_GBS
+    inter_node_gbs: LinkGbs = DEFAULT_INTER_NODE_GBS
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named_runner(cls, data: Any) -> Any:
+        """A runner key that names a hardware stands for it (and for its GRES type) when not given."""
+        if not isinstance(data, dict) or "hardware" in data:
+            return data
+        runner = data.get("runner")
+        if runner not in HARDWARE:
+            return data
+        return {**data, "hardware": runner, "gres_type": data.get("gres_type", runner)}
+
+
 def preset_duration_error(preset: str, duration: int) -> str | None:
     """Why a preset refuses a replay this short, or None."""
     least = MIN_DURATION_S.get(preset)
@@ -410,9 +470,9 @@ def preset_duration_error(preset: str, duration: int) -> str | None:
     return None
 
 
-# Base order makes the fields read axes, engine settings, replay options, validity limits (pydantic
-# lists the fields of the last base first).
-class Cell(ValidityLimits, ReplayOptions, EngineSettings, CellAxes):
+# Base order makes the fields read axes, engine settings, runner facts, replay options, validity
+# limits (pydantic lists the fields of the last base first).
+class Cell(ValidityLimits, ReplayOptions, RunnerFacts, EngineSettings, CellAxes):
     """One benchmark cell: a GitHub matrix ``include`` item, and the input of every later part."""
 
     @model_validator(mode="after")
@@ -421,6 +481,22 @@ class Cell(ValidityLimits, ReplayOptions, EngineSettings, CellAxes):
         if problem:
             raise ValueError(problem)
         return self
+
+    @model_validator(mode="after")
+    def _node_size(self) -> Cell:
+        """A hand-made cell's node (gpus_per_node 0): all of the cell's GPUs on one node, else as few
+        per node as pack its instances onto its nodes."""
+        if self.gpus_per_node == 0:
+            object.__setattr__(self, "gpus_per_node", smallest_node(self.instance_tps, self.nodes, self.gpus))
+        return self
+
+    @property
+    def kv_transfer_gbs(self) -> float | None:
+        """The KV transfer bandwidth per GPU of a disaggregated cell: ``intra_node_gbs`` on one node,
+        ``inter_node_gbs`` when the cell spans several; None for any other cell."""
+        if not self.disaggregated:
+            return None
+        return self.inter_node_gbs if self.nodes > 1 else self.intra_node_gbs
 
     def to_json(self) -> str:
         """The cell as one compact JSON object (field order kept)."""
@@ -459,8 +535,20 @@ class Cell(ValidityLimits, ReplayOptions, EngineSettings, CellAxes):
         return cls.parse(arg, where=where)
 
 
+def smallest_node(instance_tps: Sequence[int], nodes: int, gpus: int) -> int:
+    """The fewest GPUs per node that hold ``instance_tps`` (packed in order) on ``nodes`` nodes; a
+    one-node cell's node holds all its ``gpus``."""
+    if nodes <= 1:
+        return max(gpus, *instance_tps)
+    size = max(instance_tps)
+    while nodes_needed(instance_tps, size) > nodes:
+        size += 1
+    return size
+
+
 CELL_FIELDS: tuple[str, ...] = tuple(Cell.model_fields)
 # The fields a config entry sets for all its cells (copied into each cell by the matrix generator).
 ENTRY_FIELDS: tuple[str, ...] = tuple(EngineSettings.model_fields)
 REPLAY_FIELDS: tuple[str, ...] = tuple(ReplayOptions.model_fields)
+RUNNER_FACTS: tuple[str, ...] = tuple(RunnerFacts.model_fields)
 VALIDITY_FIELDS: tuple[str, ...] = tuple(ValidityLimits.model_fields)

@@ -60,13 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agentsweep.config import load_runners, select_cells
+    from agentsweep.config import select_cells
 
     if args.resume and args.force:
         raise InputError("--resume and --force contradict each other: choose one")
     if args.duration is not None and args.duration <= 0:
         raise InputError(f"--duration {args.duration}: must be > 0")
-    runners = load_runners()
     cells = select_cells(
         args.config,
         args.key,
@@ -75,7 +74,6 @@ def run(args: argparse.Namespace) -> int:
         offload=_words(args.offload),
         max_tp=args.max_tp,
         duration=args.duration,
-        runners=runners,
         max_cells=None,
     )
     if args.only:
@@ -84,14 +82,8 @@ def run(args: argparse.Namespace) -> int:
         if not cells:
             raise InputError(f"--only {args.only}: matches no cell of the selection")
     plans = plan_sweep(cells, args.results)
-
-    def hardware_of(runner: str) -> str | None:
-        spec = runners.get(runner)
-        hardware = spec.hardware if spec else None
-        return str(hardware) if hardware else None
-
     if args.dry_run:
-        print("\n".join(dry_run_lines(plans, args.launcher, hardware_of)))
+        print("\n".join(dry_run_lines(plans, args.launcher)))
         return 0
     if not args.launcher.exists():
         raise InputError(f"--launcher {args.launcher}: no such file")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentsweep.cell.lifecycle import plan_cell
+from agentsweep.cell.plan import plan_cell
 from agentsweep.cell.record import mask_cell, mask_text, read_status
 from agentsweep.cell.watchdog import die_with_parent
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
@@ -105,9 +105,7 @@ def _cell_env(run: CellRun) -> dict[str, str]:
     return {CELL_ENV_VAR: run.cell.to_json(), "RESULT_DIR": str(run.result_dir)}
 
 
-def dry_run_lines(
-    plans: Sequence[SweepPlan], launcher: Path, hardware_of: Callable[[str], str | None]
-) -> list[str]:
+def dry_run_lines(plans: Sequence[SweepPlan], launcher: Path) -> list[str]:
     """The exact commands a run would execute, cell by cell, then collect."""
     lines: list[str] = []
     for plan in plans:
@@ -122,7 +120,7 @@ def dry_run_lines(
                 + " ".join(f"{k}={shlex.quote(mask_text(v))}" for k, v in env.items())
                 + f" {launcher}"
             )
-            cplan = plan_cell(run.cell, run.result_dir, port="$PORT", hardware=hardware_of(run.cell.runner))
+            cplan = plan_cell(run.cell, run.result_dir, port="$PORT")
             lines += cplan.describe()
             lines.append(f"[END CELL {i}/{total}]")
         lines.append(f"collect: {shlex.join(collect_command(plan.key_dir))}")

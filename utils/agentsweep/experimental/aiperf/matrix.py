@@ -1,7 +1,7 @@
 """Run matrix cells locally with the AIPerf client through the cell runner's own plan and lifecycle.
 
 Until the cell runner dispatches on ``client`` itself, this swaps the replayer argv of
-``agentsweep.cell.lifecycle.plan_cell`` for :func:`aiperf_command`'s; everything else (engine, health
+``agentsweep.cell.plan.plan_cell`` for :func:`aiperf_command`'s; everything else (engine, health
 wait, scraper, cell.json with ``client: aiperf``, status.txt) is the cell runner's.
 """
 
@@ -30,9 +30,9 @@ def read_matrix(path: Path) -> list[dict[str, Any]]:
 
 def run_cells(cells: list[dict[str, Any]], results: Path, *, health_timeout: float | None = None) -> int:
     """Run each cell into ``results/<exp_name>``; returns the number of FAILED cells."""
-    from agentsweep.cell.lifecycle import plan_cell, resolve_hardware, run_cell
+    from agentsweep.cell.lifecycle import run_cell
     from agentsweep.cell.placement import free_port
-    from agentsweep.cell.plan import CellOptions
+    from agentsweep.cell.plan import CellOptions, plan_cell
     from agentsweep.contract.cell import Cell
 
     failed = 0
@@ -42,7 +42,7 @@ def run_cells(cells: list[dict[str, Any]], results: Path, *, health_timeout: flo
         if (result_dir / "status.txt").exists():
             raise InputError(f"{result_dir}: already holds a cell result; use an empty results folder")
         # The cell's client is aiperf, so the plan's load command is aiperf_command's.
-        plan = plan_cell(spec, result_dir, port=free_port(), hardware=resolve_hardware(spec))
+        plan = plan_cell(spec, result_dir, port=free_port())
         status, _ = run_cell(plan, CellOptions(health_timeout_s=health_timeout))
         failed += status != "SUCCESS"
     return failed

@@ -1,0 +1,235 @@
+"""Run a cell's plan: its engine instances, the router in front of them (if any), a metrics collector
+per instance (and the router's), then the replayer; stop everything, whatever happens.
+
+One path for every cell: a cell without a router is a plan of one instance. Instances start in plan
+order (prefill first) and must all be healthy within the engine's health timeout; then the router
+starts and must say it is ready. After the replay, the collectors take their last scrape together,
+the router's figures go to router.json while it still runs, and the scrapes of the instances behind
+a router are merged into server_metrics.csv (and server_metrics.prefill.csv).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentsweep.cell import record
+from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
+from agentsweep.cell.engines import recipe
+from agentsweep.cell.plan import CellOptions, CellPlan
+from agentsweep.cell.replicas import merge_metrics, write_router_figures
+from agentsweep.cell.routers import missing_router, router_recipe, router_version
+from agentsweep.cell.watchdog import Watchdog
+
+
+class InstanceProcess(EngineProcess):
+    """An engine instance or the router: its messages name it and its own log."""
+
+    def __init__(self, label: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.label = label
+
+    def wait_healthy(self, timeout_s: float, poll_s: float = 0.2) -> float:
+        try:
+            return super().wait_healthy(timeout_s, poll_s)
+        except EngineFailed as err:
+            raise EngineFailed(self._rename(str(err))) from None
+
+    def died_reason(self) -> str | None:
+        reason = super().died_reason()
+        return self._rename(reason) if reason else None
+
+    def _rename(self, text: str) -> str:
+        text = text.replace("server.log", self.log_path.name)
+        return self.label + text.removeprefix("engine") if text.startswith("engine") else text
+
+
+class _Group:
+    """The instances and the router seen as one engine by the replay watcher."""
+
+    def __init__(self, members: Sequence[InstanceProcess]) -> None:
+        self.members = list(members)
+
+    def died_reason(self) -> str | None:
+        for member in self.members:
+            if member.proc is not None:
+                reason = member.died_reason()
+                if reason:
+                    return reason
+        return None
+
+
+def execute(
+    plan: CellPlan,
+    options: CellOptions,
+    versions: dict[str, str | None],
+    say: Callable[[str], None],
+    watchdog: Watchdog | None = None,
+) -> str | None:
+    """Run ``plan`` and stop everything it started; returns why the run failed, or None.
+
+    ``versions`` gets the engine's (and the router's) version. Raises ``EngineFailed`` when an
+    instance or the router never becomes healthy.
+    """
+    cell, rd = plan.cell, plan.result_dir
+    grace = options.engine_grace(cell.engine)
+    engines = [
+        InstanceProcess(
+            inst.label,
+            inst.engine.argv,
+            log_path=rd / inst.log_name,
+            base_url=inst.url,
+            health_path=inst.engine.health_path,
+            env={**os.environ, **inst.engine.env},
+            stop_grace_s=grace,
+            watchdog=watchdog,
+        )
+        for inst in plan.instances
+    ]
+    router = None
+    program = plan.router.program if plan.router is not None else ""
+    if plan.router is not None:
+        missing = missing_router(router_recipe(program), plan.router.argv[0])
+        if missing:  # before any engine loads its weights
+            return missing
+        router = InstanceProcess(
+            f"router ({program})",
+            plan.router.argv,
+            log_path=rd / "router.log",
+            base_url=plan.base_url,
+            health_path=plan.router.ready_path,
+            env=dict(os.environ),
+            stop_grace_s=10.0,
+            watchdog=watchdog,
+        )
+    reason: str | None = None
+    try:
+        with contextlib.ExitStack() as stack:
+            for eng in engines:
+                say(f"starting {eng.label}: {shlex.join(record.mask_argv(eng.argv))}")
+                stack.enter_context(eng)
+            timeout = options.health_timeout(cell.engine)
+            start = time.monotonic()
+            for eng in engines:  # one timeout for them all
+                eng.wait_healthy(max(0.1, round(timeout - (time.monotonic() - start), 1)))
+            waited = time.monotonic() - start
+            if router is None:
+                say(f"engine healthy after {waited:.1f} s")
+            else:
+                what = "instances" if plan.mode == "pd" else "replicas"
+                say(f"{len(engines)} {what} healthy after {waited:.1f} s")
+            versions["engine"] = recipe(cell.engine).version(plan.client.url)
+            scrapers = [
+                ManagedProcess(
+                    inst.scraper_argv,
+                    log_path=rd / inst.collector_log_name,
+                    name=inst.collector_name,
+                    stop_grace_s=10.0,
+                    watchdog=watchdog,
+                )
+                for inst in plan.instances
+            ]
+            if router is not None:
+                versions["router"] = f"{program} {router_version(program) or 'unknown'}"
+                say(f"starting router: {shlex.join(router.argv)}")
+                stack.enter_context(router)
+                say(f"router ready after {router.wait_healthy(timeout):.1f} s")
+                if plan.router_scraper_argv:
+                    scrapers.append(
+                        ManagedProcess(
+                            plan.router_scraper_argv,
+                            log_path=rd / "router-metrics-collector.log",
+                            name="metrics collector of the router",
+                            stop_grace_s=10.0,
+                            watchdog=watchdog,
+                        )
+                    )
+            for scraper in scrapers:
+                stack.enter_context(scraper)
+            replayer = ManagedProcess(
+                plan.replay_argv,
+                log_path=rd / "replay.log",
+                name="replayer",
+                stop_grace_s=options.replay_stop_grace_s,
+                watchdog=watchdog,
+            )
+            through = f" through {plan.base_url}" if router is not None else ""
+            say(f"replaying {cell.users} users for {cell.duration} s{through}")
+            members = [*engines, *([router] if router is not None else [])]
+            try:
+                reason = _watch_replay(_Group(members), replayer, options, cell.duration)
+            finally:
+                replayer.stop()  # no-op when it already exited; on an interrupt it flushes its files
+            for scraper in scrapers:
+                code = scraper.poll()
+                if reason is None and code is not None:
+                    reason = f"{scraper.name} exited early with status {code}{_hint(scraper)}"
+            for scraper in scrapers:  # all take their last scrape at about the same moment
+                scraper.signal_group(signal.SIGTERM)
+            for scraper in scrapers:
+                scraper.stop()
+            if router is not None and router.poll() is None:
+                write_router_figures(plan, rd)
+            for eng in engines:
+                if eng.poll() is not None:  # died on its own during the replay
+                    show_tail(eng.log_path, say)
+    finally:
+        for name in [inst.log_name for inst in plan.instances] + (["router.log"] if router else []):
+            trim_log(rd / name)
+    if router is not None:
+        merge_metrics([rd / r.metrics_name for r in plan.answering], rd / "server_metrics.csv")
+        if plan.mode == "pd":
+            merge_metrics([rd / r.metrics_name for r in plan.prefill], rd / "server_metrics.prefill.csv")
+    return reason
+
+
+def _watch_replay(
+    engine: _Group, replayer: ManagedProcess, options: CellOptions, duration: int
+) -> str | None:
+    """Wait for the replayer; notice a dead engine, give the replayer's circuit breaker time, then stop it."""
+    timeout_s = options.replay_timeout(duration)
+    replayer.start()
+    deadline = time.monotonic() + timeout_s
+    died_reason: str | None = None
+    died_at = 0.0
+    while True:
+        code = replayer.wait(0.25)
+        if code is not None:
+            break
+        now = time.monotonic()
+        if died_reason is None:
+            died_reason = engine.died_reason()
+            died_at = now
+        elif now - died_at > options.engine_death_wait_s:
+            replayer.stop()
+            break
+        if now > deadline:
+            replayer.stop()
+            return f"replayer still running {timeout_s:g} s after it started; stopped it"
+    died_reason = died_reason or engine.died_reason()
+    if died_reason:
+        return died_reason
+    code = replayer.poll()
+    if code != 0:
+        return f"replayer exited with status {code}{_hint(replayer)}"
+    return None
+
+
+def show_tail(log_path: Path, say: Callable[[str], None], n: int = 15) -> None:
+    """Say the last ``n`` lines of a log (an engine that died: what it said last)."""
+    lines = tail_lines(log_path, n)
+    if lines:
+        say(f"last {len(lines)} lines of {log_path.name}:")
+        for line in lines:
+            say(f"  | {line}")
+
+
+def _hint(proc: ManagedProcess) -> str:
+    lines = [ln.strip() for ln in proc.last_lines(40) if ln.strip()]
+    return f"; last line of {proc.log_path.name}: {lines[-1][:300]}" if lines else ""
