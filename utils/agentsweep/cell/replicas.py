@@ -15,12 +15,9 @@ counters hold as for one engine. The prefill instances are merged the same way i
 
 from __future__ import annotations
 
-import bisect
 import contextlib
-import csv
 import dataclasses
 import itertools
-import json
 import math
 import os
 import shlex
@@ -45,14 +42,21 @@ from agentsweep.cell.routers import (
     router_version,
 )
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.resultdir import (
+    PREFILL_METRICS_CSV,
+    ROUTER_METRICS_CSV,
+    ROUTER_METRICS_TXT,
+    ROUTER_METRICS_TXT_MAX_BYTES,
+    SERVER_METRICS_CSV,
+    RouterRecord,
+    instance_metrics_csv,
+    write_atomic,
+    write_router,
+)
 from agentsweep.errors import InputError
-from agentsweep.metrics.dialects import COLUMNS
+from agentsweep.metrics.scrapes import merge_metrics
 
-# Averaged over the replicas (each reports the fraction of its own pool); every other column is summed.
-MEAN_COLUMNS = frozenset({"kv_cache_usage", "cpu_kv_cache_usage"})
 ROUTER_METRICS_MAX_BYTES = 8 << 20
-ROUTER_METRICS_CSV = "router_metrics.csv"
-ROUTER_SNAPSHOT_MAX_BYTES = 1 << 20
 
 
 def instance_cell(cell: Cell, tp: int) -> Cell:
@@ -175,7 +179,7 @@ def plan_scaleout(
         if placement is not None:  # its own step on its node; the step selects its GPUs there
             launch = dataclasses.replace(launch, argv=placement.wrap(k, launch.argv))
         url = f"http://{rhost}:{rport}"
-        metrics_name = f"server_metrics.{name}.csv"
+        metrics_name = instance_metrics_csv(name)
         scraper = [
             python, "-m", "agentsweep.cli", "metrics-collector",
             "--endpoint", url + launch.metrics_path,
@@ -345,9 +349,9 @@ def execute(
     finally:
         for name in [r.log_name for r in so.replicas if r.log_name != "server.log"] + ["router.log"]:
             trim_log(rd / name)
-    merge_metrics([rd / r.metrics_name for r in so.answering], rd / "server_metrics.csv")
+    merge_metrics([rd / r.metrics_name for r in so.answering], rd / SERVER_METRICS_CSV)
     if so.mode == "pd":
-        merge_metrics([rd / r.metrics_name for r in so.prefill], rd / "server_metrics.prefill.csv")
+        merge_metrics([rd / r.metrics_name for r in so.prefill], rd / PREFILL_METRICS_CSV)
     return reason or check_outputs(rd)
 
 
@@ -408,72 +412,5 @@ def write_router_figures(plan: CellPlan, result_dir: Path) -> None:
             for line in text.splitlines()
             if line and "_bucket{" not in line and not line.startswith("#")
         )
-        record.write_atomic(result_dir / "router_metrics.txt", kept[:ROUTER_SNAPSHOT_MAX_BYTES])
-    record.write_atomic(result_dir / "router.json", json.dumps(figures, indent=2) + "\n")
-
-
-def _read_rows(path: Path) -> list[list[str]]:
-    try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            rows = list(csv.reader(fh))
-    except FileNotFoundError:
-        return []
-    if not rows or tuple(rows[0]) != COLUMNS:
-        return []
-    return [row for row in rows[1:] if len(row) == len(COLUMNS)]
-
-
-def merge_metrics(inputs: Sequence[Path], output: Path) -> int:
-    """Write ``output`` (server_metrics.csv) from per-replica CSVs; returns the rows written.
-
-    Rows are matched to the first replica's scrape times (the nearest row of every other replica,
-    the last rows with each other). A time some replica has no row near is left out rather than
-    written with that replica missing; an empty figure in any replica leaves the merged figure empty.
-    """
-    tables = [_read_rows(p) for p in inputs]
-    out_rows: list[list[str]] = []
-    if tables and all(tables):
-        times = [[float(row[0]) for row in table] for table in tables]
-        gaps = [b - a for t in times for a, b in itertools.pairwise(t)]
-        tolerance = 0.75 * (sorted(gaps)[len(gaps) // 2] if gaps else 1.0)
-        ref = tables[0]
-        for k, row in enumerate(ref):
-            t = float(row[0])
-            last = k == len(ref) - 1
-            picks = [row]
-            for table, ts in zip(tables[1:], times[1:], strict=True):
-                j = len(ts) - 1 if last else _nearest(ts, t)
-                if not last and abs(ts[j] - t) > tolerance:
-                    break
-                picks.append(table[j])
-            else:
-                out_rows.append(_combine(picks))
-    tmp = output.with_suffix(".csv.tmp")
-    with tmp.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(COLUMNS)
-        writer.writerows(out_rows)
-    tmp.replace(output)
-    return len(out_rows)
-
-
-def _nearest(ts: list[float], t: float) -> int:
-    i = bisect.bisect_left(ts, t)
-    if i == 0:
-        return 0
-    if i == len(ts):
-        return len(ts) - 1
-    return i if ts[i] - t < t - ts[i - 1] else i - 1
-
-
-def _combine(rows: Sequence[list[str]]) -> list[str]:
-    out = [rows[0][0]]
-    for col, name in enumerate(COLUMNS[1:], start=1):
-        cells = [row[col] for row in rows]
-        if any(c == "" for c in cells):
-            out.append("")
-            continue
-        values = [float(c) for c in cells]
-        value = float(sum(values) / len(values) if name in MEAN_COLUMNS else sum(values))
-        out.append(str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value))
-    return out
+        write_atomic(result_dir / ROUTER_METRICS_TXT, kept[:ROUTER_METRICS_TXT_MAX_BYTES])
+    write_router(result_dir, RouterRecord.from_figures(figures))
