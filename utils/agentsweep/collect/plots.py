@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
@@ -112,7 +113,7 @@ def _point_label(row: pd.Series) -> str:
 
 
 def _panel(
-    ax,
+    ax: Axes,
     ok: pd.DataFrame,
     xm: XMetric,
     y: str,
@@ -195,7 +196,9 @@ def _legend_handles(ok: pd.DataFrame, markers: dict[str, str], styles: dict[str,
         handles.append(Line2D([], [], color="#444444", marker=marker, linestyle="none", label=f"TP={tp}"))
     if len(styles) > 1:
         for engine, style in styles.items():
-            handles.append(Line2D([], [], color="#444444", linestyle=style, label=f"engine {engine}"))
+            handles.append(
+                Line2D([], [], color="#444444", linestyle=cast(Any, style), label=f"engine {engine}")
+            )
     return handles
 
 
@@ -347,9 +350,8 @@ def hit_rate_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False)
     ys = np.arange(len(cells))[::-1]
 
     def col(name: str) -> np.ndarray:
-        return pd.to_numeric(cells.get(name, pd.Series([np.nan] * len(cells))), errors="coerce").to_numpy(
-            float
-        )
+        values = pd.to_numeric(cells.get(name, pd.Series([np.nan] * len(cells))), errors="coerce")
+        return np.asarray(values, dtype=float)
 
     gpu, cpu, ideal = col("gpu_hit_rate"), col("cpu_hit_rate"), col("theoretical_hit_rate")
     both = gpu + np.nan_to_num(cpu)
