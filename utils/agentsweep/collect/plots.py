@@ -19,6 +19,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, PercentFormatter
 
 from agentsweep.collect.pareto import ROUTING, X_METRICS, Y_METRICS, XMetric, frontier, successful
+from agentsweep.contract.resultdir import ROUTER_METRICS_CSV
 
 OFFLOAD_COLORS = {"on": "#0f8b6d", "off": "#e07a1f", "noprefix": "#6a5acd"}
 INVALID_COLOR = "#9a9a9a"
@@ -391,7 +392,6 @@ def hit_rate_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False)
     return path
 
 
-ROUTER_METRICS_CSV = "router_metrics.csv"
 ROUTING_PANELS_MAX = 12
 
 

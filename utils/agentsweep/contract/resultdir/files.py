@@ -111,10 +111,17 @@ RESULT_FILES: tuple[ResultFile, ...] = (
     ),
     ResultFile(
         "server_metrics.sources.json",
-        "per column, the metric it was read from or why it is absent (one per metrics CSV: "
-        "server_metrics.<instance>.sources.json beside an instance's)",
+        "per column of server_metrics.csv, the metric it was read from or why it is absent",
         "agentsweep.metrics.scraper",
         None,
+        when="single-engine cells",
+    ),
+    ResultFile(
+        "server_metrics.<instance>.sources.json",
+        "the same for one engine instance's scrapes",
+        "agentsweep.metrics.scraper",
+        None,
+        when="routed cells",
     ),
     ResultFile(
         ROUTER_JSON,
@@ -156,10 +163,24 @@ RESULT_FILES: tuple[ResultFile, ...] = (
     ResultFile("replay.log", "the replayer's output", "agentsweep.cell.lifecycle", None),
     ResultFile(
         "metrics-collector.log",
-        "the scraper's output (metrics-collector.<instance>.log per instance, "
-        "router-metrics-collector.log for the router)",
+        "the scraper's output",
         "agentsweep.cell.lifecycle",
         None,
+        when="single-engine cells",
+    ),
+    ResultFile(
+        "metrics-collector.<instance>.log",
+        "one engine instance's scraper's output",
+        "agentsweep.cell.replicas",
+        None,
+        when="routed cells",
+    ),
+    ResultFile(
+        "router-metrics-collector.log",
+        "the router scraper's output",
+        "agentsweep.cell.replicas",
+        None,
+        when="routed cells",
     ),
     ResultFile(
         "ttft_throughput.png",
@@ -177,18 +198,33 @@ RESULT_FILES: tuple[ResultFile, ...] = (
     ),
     ResultFile(
         "aiperf/",
-        "AIPerf's own exports and aiperf.log beside them",
+        "AIPerf's own exports (requests.jsonl and summary.json are made from them)",
         "agentsweep.experimental.aiperf.cell",
         None,
         when="cells of the aiperf client",
+    ),
+    ResultFile(
+        "aiperf.log",
+        "AIPerf's output",
+        "agentsweep.experimental.aiperf.cell",
+        None,
+        when="cells of the aiperf client",
+    ),
+    ResultFile(
+        "flamegraphs/",
+        "per-trace cache flamegraphs and their index.html, drawn from requests.jsonl on request",
+        "agentsweep.experimental.flamegraphs",
+        None,
+        when="after `python -m agentsweep.experimental.flamegraphs RESULT_DIR`",
     ),
 )
 
 
 def result_file(name: str) -> ResultFile:
-    """The declaration of ``name`` (an instance's file matches its ``<instance>`` family)."""
+    """The declaration of ``name`` (an instance's file matches its ``<instance>`` family; a folder is
+    named with or without its trailing ``/``)."""
     for declared in RESULT_FILES:
-        if declared.name == name:
+        if declared.name.rstrip("/") == name.rstrip("/"):
             return declared
     for declared in RESULT_FILES:
         head, sep, tail = declared.name.partition("<instance>")
