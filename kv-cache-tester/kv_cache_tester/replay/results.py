@@ -296,47 +296,62 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-# A fast yes/no per type for the millions of records a long run leaves; ``_check`` (slow, with the
-# message) runs only on what this refuses, so both always agree on what is accepted.
-_Test = Callable[[Any], bool]
+# A fast yes/no per field for the millions of records a long run leaves: the exact Python types a
+# decoded value may have, plus a test for what a type alone does not settle (a Literal, a nested
+# object). ``_check`` (slow, with the message) runs only on what this refuses, so both always agree
+# on what is accepted. None stands for a field that takes anything.
+_Shape = tuple[frozenset[type], Callable[[Any], bool] | None] | None
+_NONE = type(None)
 
 
-def _accepts_any(value: Any) -> bool:
-    return True
-
-
-def _test(tp: Any) -> _Test:
+def _shape(tp: Any) -> _Shape:
     if tp is Any:
-        return _accepts_any
-    if tp is bool:
-        return lambda v: v is True or v is False
+        return None
     if tp is float:
-        return lambda v: type(v) is float or type(v) is int
-    if tp is int:
-        return lambda v: type(v) is int
-    if tp is str:
-        return lambda v: type(v) is str
-    if tp is type(None):
-        return lambda v: v is None
+        return frozenset({float, int}), None
+    if tp in (bool, int, str, _NONE):
+        return frozenset({tp}), None
     origin = typing.get_origin(tp)
     if origin is Literal:
         allowed = frozenset(typing.get_args(tp))
-        return lambda v: type(v) is str and v in allowed
+        kinds = frozenset(type(a) for a in allowed)
+        return frozenset(), lambda v: type(v) in kinds and v in allowed
     if origin in (typing.Union, types.UnionType):
-        options = tuple(_test(a) for a in typing.get_args(tp))
-        return lambda v: any(test(v) for test in options)
+        parts = [_shape(a) for a in typing.get_args(tp)]
+        if any(part is None for part in parts):
+            return None
+        kinds = frozenset().union(*(part[0] for part in parts if part is not None))
+        extras = [part[1] for part in parts if part is not None and part[1] is not None]
+        if len(extras) > 1:
+            return kinds, lambda v: any(extra(v) for extra in extras)
+        return kinds, extras[0] if extras else None
     if typing.is_typeddict(tp):
-        fields = _field_tests(tp)
-        return lambda v: type(v) is dict and all(fields[k](x) for k, x in v.items() if k in fields)
+        fields = _field_shapes(tp)
+        return frozenset(), lambda v: type(v) is dict and _fits(v, fields)
     if origin is dict:
-        item = _test(typing.get_args(tp)[1])
-        return lambda v: type(v) is dict and all(item(x) for x in v.values())
+        item = _shape(typing.get_args(tp)[1])
+        return frozenset(), lambda v: type(v) is dict and all(_fits_one(x, item) for x in v.values())
     raise TypeError(f"no check for {tp!r}")  # pragma: no cover - a type added above without a check
 
 
 @functools.cache
-def _field_tests(td: Any) -> dict[str, _Test]:
-    return {key: _test(tp) for key, tp in _hints(td).items()}
+def _field_shapes(td: Any) -> dict[str, _Shape]:
+    return {key: _shape(tp) for key, tp in _hints(td).items()}
+
+
+def _fits_one(value: Any, shape: _Shape) -> bool:
+    return shape is None or type(value) in shape[0] or (shape[1] is not None and shape[1](value))
+
+
+def _fits(data: dict[str, Any], shapes: dict[str, _Shape]) -> bool:
+    """Whether every declared key of ``data`` holds a value of its type (undeclared keys pass)."""
+    for key, value in data.items():
+        shape = shapes.get(key)
+        if shape is not None and type(value) not in shape[0]:
+            extra = shape[1]
+            if extra is None or not extra(value):
+                return False
+    return True
 
 
 def read_summary(data: Any, where: str = SUMMARY_FILE, required: Iterable[str] = SUMMARY_REQUIRED) -> Summary:
@@ -378,10 +393,7 @@ def read_record(
 
 
 def _record_ok(data: dict[str, Any], required: frozenset[str]) -> bool:
-    fields = _field_tests(RequestRecord)
-    return all(key in data for key in required) and all(
-        fields[key](value) for key, value in data.items() if key in fields
-    )
+    return required <= data.keys() and _fits(data, _field_shapes(RequestRecord))
 
 
 # --- summary.json ----------------------------------------------------------------------------
@@ -503,8 +515,8 @@ class RecordReader:
         except ResultError as err:
             self._bad(lineno, str(err).removeprefix(f"{where}: "), torn=False)
             return None
-        fields = _field_tests(RequestRecord)
-        for key in [k for k, v in data.items() if k in fields and not fields[k](v)]:
+        fields = _field_shapes(RequestRecord)
+        for key in [k for k, v in data.items() if k in fields and not _fits_one(v, fields[k])]:
             try:
                 _check(data[key], _hints(RequestRecord)[key], key, where, frozenset())
             except ResultError as err:
