@@ -190,3 +190,18 @@ def test_every_declared_file_resolves_and_an_undeclared_one_is_refused() -> None
     assert result_file("server.p0.log").name == "server.<instance>.log"
     with pytest.raises(KeyError, match=r"power\.csv: not a declared result file"):
         result_file("power.csv")
+
+
+def test_the_owner_sits_in_the_contract_layer() -> None:
+    """It imports the replayer's types and nothing of agentsweep above the contract layer."""
+    import ast
+
+    import agentsweep.contract.resultdir as owner
+
+    for path in Path(owner.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("agentsweep"):
+                assert node.module.startswith("agentsweep.contract") or node.module == "agentsweep.errors", (
+                    path.name,
+                    node.module,
+                )
