@@ -81,3 +81,13 @@ def test_a_file_that_is_no_scrape_table_is_refused_in_one_line(tmp_path: Path, m
     with pytest.raises(ResultFileError) as err:
         read_scrapes(path)
     assert str(err.value) == message
+
+
+def test_the_routers_scrapes_read_with_their_own_columns(tmp_path: Path) -> None:
+    path = _csv(
+        tmp_path / "router_metrics.csv", ["time_s", "requests.r0", "requests.r1"], [["1.0", "3", "2"]]
+    )
+    reader = ScrapeReader(path, figures=None)
+    (scrape,) = list(reader)
+    assert reader.figures == ("requests.r0", "requests.r1") and reader.missing == ()
+    assert scrape.values == {"requests.r0": 3.0, "requests.r1": 2.0}

@@ -20,6 +20,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, PercentF
 
 from agentsweep.collect.pareto import ROUTING, X_METRICS, Y_METRICS, XMetric, frontier, successful
 from agentsweep.contract.resultdir import ROUTER_METRICS_CSV
+from agentsweep.errors import ResultFileError
+from agentsweep.metrics.scrapes import ScrapeReader
 
 OFFLOAD_COLORS = {"on": "#0f8b6d", "off": "#e07a1f", "noprefix": "#6a5acd"}
 INVALID_COLOR = "#9a9a9a"
@@ -400,17 +402,22 @@ def _router_series(result_dir: object) -> pd.DataFrame | None:
     if not isinstance(result_dir, str) or not result_dir:
         return None
     path = Path(result_dir) / ROUTER_METRICS_CSV
+    if not path.is_file():
+        return None
+    reader = ScrapeReader(path, figures=None)
     try:
-        if not path.is_file() or path.stat().st_size > 64 << 20:
-            return None
-        table = pd.read_csv(path)
-    except (OSError, ValueError, pd.errors.ParserError):
+        scrapes = list(reader)
+    except ResultFileError:
         return None
-    counts = [c for c in table.columns if str(c).startswith("requests.")]
-    if "time_s" not in table.columns or not counts or len(table) < 2:
+    counts = [c for c in reader.header if c.startswith("requests.")]
+    rows = [
+        [s.time_s, *(s.values[c] for c in counts)]
+        for s in scrapes
+        if all(s.values[c] is not None for c in counts)
+    ]
+    if not counts or len(rows) < 2:
         return None
-    table = table[["time_s", *counts]].apply(pd.to_numeric, errors="coerce").dropna()
-    return table if len(table) >= 2 else None
+    return pd.DataFrame(rows, columns=["time_s", *counts], dtype=float)
 
 
 def routing_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False) -> Path | None:

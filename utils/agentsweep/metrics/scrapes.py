@@ -1,5 +1,6 @@
 """server_metrics*.csv read back: the one reader of the scrapes, beside the columns they hold
-(``dialects.COLUMNS``), and the merge of several engine instances' scrapes into one file.
+(``dialects.COLUMNS``), and the merge of several engine instances' scrapes into one file. The
+router's scrapes (router_metrics.csv, same layout, its own columns) are read the same way.
 
 A file is read a row at a time, in file order, never whole. A row is unreadable (counted in
 ``bad_rows``, skipped) when it has another number of cells than the header, its ``time_s`` is not a
@@ -54,12 +55,17 @@ class ScrapeReader:
 
     ResultFileError (``<name> missing``, ``<name>: not a regular file (a FIFO)``, ``<name>: no time_s
     column``) when the file cannot be read as one. After an iteration, ``header`` is the file's,
-    ``missing`` the columns of COLUMNS it lacks and ``bad_rows`` the rows skipped.
+    ``missing`` the columns of ``figures`` it lacks and ``bad_rows`` the rows skipped.
+
+    ``figures`` are the columns read (default: the engine-neutral COLUMNS); None reads every column of
+    the header, for the router's scrapes (router_metrics.csv: ``requests.<instance>`` per instance).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, figures: Sequence[str] | None = FIGURES) -> None:
         self.path = path
         self.name = path.name
+        self.wanted = None if figures is None else tuple(figures)
+        self.figures: tuple[str, ...] = self.wanted or ()
         self.header: tuple[str, ...] = ()
         self.missing: tuple[str, ...] = ()
         self.bad_rows = 0
@@ -78,7 +84,9 @@ class ScrapeReader:
                 self.header = tuple(next(rows, []))
                 if "time_s" not in self.header:
                     raise ResultFileError(f"{self.name}: no time_s column")
-                self.missing = tuple(c for c in FIGURES if c not in self.header)
+                if self.wanted is None:
+                    self.figures = tuple(c for c in self.header if c != "time_s")
+                self.missing = tuple(c for c in self.figures if c not in self.header)
                 yield from self._scrapes(rows)
             except csv.Error as err:
                 raise ResultFileError(f"{self.name}: line {rows.line_num}: {err}") from None
@@ -88,7 +96,7 @@ class ScrapeReader:
     def _scrapes(self, rows: Iterator[list[str]]) -> Iterator[Scrape]:
         width = len(self.header)
         at = self.header.index("time_s")
-        where = [(c, self.header.index(c)) for c in FIGURES if c in self.header]
+        where = [(c, self.header.index(c)) for c in self.figures if c in self.header]
         for row in rows:
             if not row:
                 continue
@@ -96,7 +104,7 @@ class ScrapeReader:
             if t is None:
                 self.bad_rows += 1
                 continue
-            values: dict[str, float | None] = dict.fromkeys(FIGURES)
+            values: dict[str, float | None] = dict.fromkeys(self.figures)
             not_number: tuple[str, str] | None = None
             for column, i in where:
                 text = row[i].strip()

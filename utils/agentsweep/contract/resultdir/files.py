@@ -133,7 +133,7 @@ RESULT_FILES: tuple[ResultFile, ...] = (
     ResultFile(
         ROUTER_METRICS_CSV,
         "one row per scrape of the router's /metrics: requests sent to each instance so far",
-        "agentsweep.cell.routers.scrape (collect.plots reads it for the routing figure)",
+        "agentsweep.cell.routers.scrape writes it, agentsweep.metrics.scrapes reads it",
         None,
         when="routed cells",
     ),
