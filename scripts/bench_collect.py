@@ -34,7 +34,7 @@ def write_cell(root: Path, records: int) -> Path:
         "tp": 1,
         "gpus": 1,
     }
-    fields |= {"users": 64, "offload": "on", "runner": "local", "model": "m", "duration": 3600}
+    fields |= {"users": 64, "offload": "on", "runner": "local", "model": "m", "duration": 3600, "traces": "t"}
     doc = {"schema_version": 1, "cell": fields, "versions": {}, "status": "SUCCESS", "reason": None}
     (cell / "cell.json").write_text(json.dumps(doc))
     (cell / "status.txt").write_text("SUCCESS\n")
@@ -51,6 +51,7 @@ def write_cell(root: Path, records: int) -> Path:
         },
         "latency": {k: pct for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "interactivity_tok_per_s")},
         "cache": {"theoretical_hit_rate": 0.9},
+        "validity": {"valid": True, "reasons": [], "checks": {}},
     }
     (cell / "summary.json").write_text(json.dumps(summary))
     rng = random.Random(1)

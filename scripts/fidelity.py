@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from kv_cache_tester.replay import RequestRecord, accepted, read_records
+
 REPO = Path(__file__).resolve().parents[1]
 GATE_PP = 0.5  # |cached - theoretical| in percentage points
 
@@ -59,14 +61,9 @@ class Fidelity:
         return 100.0 * (self.cached - self.theoretical)
 
 
-def _accepted(r: dict) -> bool:
-    value = r.get("accepted")
-    return bool(value) if value is not None else r.get("status") == "ok"
-
-
-def measure(name: str, api: str, records: list[dict], server: dict[str, float | None]) -> Fidelity:
+def measure(name: str, api: str, records: list[RequestRecord], server: dict[str, float | None]) -> Fidelity:
     """One row from the run's records and the server's counters (mapped /metrics columns)."""
-    acc = [r for r in records if _accepted(r)]
+    acc = [r for r in records if accepted(r)]
     reported = [r for r in acc if r.get("prompt_tokens_source") == "server"]
     blocks = sum(r.get("total_blocks") or 0 for r in acc)
     hits = sum(r.get("theoretical_hit_blocks") or 0 for r in acc)
@@ -128,10 +125,6 @@ def table(rows: list[Fidelity]) -> str:
             f"{_pp(r.gap_pp)} | {r.client_prompt} / {r.server_prompt} | {','.join(map(str, r.overheads))} |"
         )
     return "\n".join(lines)
-
-
-def read_records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def scrape(url: str) -> dict[str, float | None]:

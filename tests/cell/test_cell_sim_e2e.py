@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from agentsweep.contract.cell import CELL_ENV_VAR
+from agentsweep.contract.resultdir import result_file
 
 pytestmark = pytest.mark.slow
 
@@ -73,6 +74,8 @@ def test_sim_cell_succeeds_with_every_result_file(repo_root, tmp_path):
     assert record["engine_command"][3] == "engine-sim"
     assert json.loads((rd / "summary.json").read_text())["counts"]["ok"] > 0
     assert len((rd / "server_metrics.csv").read_text().splitlines()) >= 3  # header + scrapes
+    for path in rd.iterdir():  # every file the cell left is declared by the result directory's owner
+        result_file(path.name)
 
 
 def test_engine_crash_mid_run_leaves_a_failed_cell_with_complete_requests(repo_root, tmp_path):

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentsweep.cell.replicas import MEAN_COLUMNS
 from agentsweep.metrics.dialects import COLUMNS
+from agentsweep.metrics.scrapes import MEAN_COLUMNS
 
 from .conftest import HIT, Spec, server_rows, write_cell
 

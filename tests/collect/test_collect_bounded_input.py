@@ -9,11 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from agentsweep.cell.record import read_status
 from agentsweep.cli import main
 from agentsweep.collect.aggregate import build_rows, to_frame
-from agentsweep.collect.discover import find_cells, load_matrix
-from agentsweep.errors import InputError
+from agentsweep.collect.discover import find_cells
+from agentsweep.contract.resultdir import read_matrix as load_matrix
+from agentsweep.contract.resultdir import read_status
+from agentsweep.errors import InputError, ResultFileError
 
 
 def _collect(*args: str) -> subprocess.CompletedProcess[str]:
@@ -37,8 +38,10 @@ def test_a_fifo_status_or_summary_is_malformed_not_a_hang(tmp_path, cell_factory
     assert proc.returncode == 1, proc.stderr
     reasons = sorted(r["reason"] for r in _rows(tmp_path / "out"))
     assert reasons == ["status.txt: not a regular file (a FIFO)", "summary.json: not a regular file (a FIFO)"]
-    # The local sweep's reader says the same instead of blocking.
-    assert read_status(a) == ("", "status.txt: not a regular file (a FIFO)")
+    # The local sweep's reader (the one reader of status.txt) says the same instead of blocking.
+    with pytest.raises(ResultFileError) as err:
+        read_status(a)
+    assert str(err.value) == "status.txt: not a regular file (a FIFO)"
 
 
 def _rows(out):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from agentsweep.contract.cell import CELL_ENV_VAR
+from agentsweep.contract.resultdir import read_cell_record, read_router, result_file
 
 from .conftest import MODEL
 
@@ -56,6 +57,13 @@ def test_prefill_decode_cell_succeeds_through_the_real_router(repo_root: Path, t
     for name in ("server.log", "server.p0.log", "server.p1.log", "router.log", "server_metrics.p0.csv",
                  "server_metrics.p1.csv", "server_metrics.d0.csv", "server_metrics.prefill.csv"):  # fmt: skip
         assert (rd / name).stat().st_size > 0, name
+    # Every file the cell left is declared by the result directory's owner, and reads back through it.
+    for path in rd.iterdir():
+        result_file(path.name)
+    typed = read_cell_record(rd)
+    assert typed is not None and typed.parse_cell().shape_label == "p2x1-d1x1"
+    routed = read_router(rd)
+    assert routed is not None and routed.mode == "pd" and routed.requests_by_decode is not None
     ok = summary["counts"]["ok"]
     decode, prefill = _last(rd / "server_metrics.csv"), _last(rd / "server_metrics.prefill.csv")
     assert ok > 0

@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from agentsweep.cell.replicas import merge_metrics
 from agentsweep.contract.cell import CELL_ENV_VAR
 from agentsweep.metrics.dialects import COLUMNS
+from agentsweep.metrics.scrapes import merge_metrics
 
 from .conftest import MODEL
 

@@ -36,3 +36,9 @@ class RunError(AgentsweepError):
 
     exit_code = 1
     prefix = "run error"
+
+
+class ResultFileError(InputError):
+    """A file of a cell result directory breaks its contract. Message: `<file>: <field>: <what>`."""
+
+    prefix = "result error"

@@ -1,17 +1,24 @@
 """The trace replayer. Its public surface is what other code may import from here: the typed output
-files (requests.jsonl records, summary.json) with their readers, and the summary builder that turns
-records from any client into the same summary.json. Everything else in the subpackage is internal.
+files (requests.jsonl records, summary.json) with their only readers and writers, and the summary
+builder that turns records from any client into the same summary.json. Everything else in the
+subpackage is internal.
 """
 
 from kv_cache_tester.replay.results import (
+    RECORD_LINE_MAX_BYTES,
+    RECORD_REQUIRED,
     REQUESTS_FILE,
     SCHEMA_VERSION,
     SUMMARY_FILE,
+    SUMMARY_MAX_BYTES,
+    SUMMARY_REQUIRED,
     Cache,
     Counts,
     DispatchLag,
     ItlSummary,
     Latency,
+    Phase,
+    RecordReader,
     RequestError,
     RequestRecord,
     ResultError,
@@ -20,21 +27,32 @@ from kv_cache_tester.replay.results import (
     Summary,
     Throughput,
     Window,
+    accepted,
     itl_summary,
+    load_summary,
     read_record,
+    read_records,
     read_summary,
+    write_records,
+    write_summary,
 )
-from kv_cache_tester.replay.summary import RunMeta, build_summary, read_records, write_summary
+from kv_cache_tester.replay.summary import RunMeta, build_summary
 
 __all__ = [
+    "RECORD_LINE_MAX_BYTES",
+    "RECORD_REQUIRED",
     "REQUESTS_FILE",
     "SCHEMA_VERSION",
     "SUMMARY_FILE",
+    "SUMMARY_MAX_BYTES",
+    "SUMMARY_REQUIRED",
     "Cache",
     "Counts",
     "DispatchLag",
     "ItlSummary",
     "Latency",
+    "Phase",
+    "RecordReader",
     "RequestError",
     "RequestRecord",
     "ResultError",
@@ -44,10 +62,13 @@ __all__ = [
     "Summary",
     "Throughput",
     "Window",
+    "accepted",
     "build_summary",
     "itl_summary",
+    "load_summary",
     "read_record",
     "read_records",
     "read_summary",
+    "write_records",
     "write_summary",
 ]

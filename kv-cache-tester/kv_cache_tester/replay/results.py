@@ -1,10 +1,15 @@
 """The replayer's output files, typed: one ``RequestRecord`` per line of requests.jsonl and the
-``Summary`` in summary.json (ARCHITECTURE §4 and §5), plus readers that check an artifact against
-these types.
+``Summary`` in summary.json (ARCHITECTURE §4 and §5), with their only readers and writers.
 
 Everything that writes or reads these files goes through this module: the replayer, the AIPerf
-exports, collect and the flamegraphs. ``SCHEMA_VERSION`` (written into summary.json) covers both
-files; bump it whenever a key changes meaning or goes away, and update every reader with it.
+exports, the cell's validity checks, collect and the flamegraphs. ``SCHEMA_VERSION`` (written into
+summary.json) covers both files; bump it whenever a key changes meaning or goes away, and update
+every reader with it.
+
+- ``RecordReader`` (and ``read_records``, its list) streams requests.jsonl one record at a time: a bad
+  line is counted, never fatal, and a line is at most ``RECORD_LINE_MAX_BYTES``.
+- ``load_summary`` / ``write_summary`` read and write summary.json (at most ``SUMMARY_MAX_BYTES``).
+- ``read_record`` / ``read_summary`` check one decoded value against its type.
 
 The readers are lenient about keys that are absent (an older or third-party writer may leave some
 out; a reader then sees None) and strict about everything present: a value of the wrong type is an
@@ -12,18 +17,27 @@ error naming the file and the field, never a silent blank.
 """
 
 import functools
+import json
 import math
+import os
 import types
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from kv_cache_tester.errors import KVTesterError
+from kv_cache_tester.inputfiles import InputFileProblem, open_regular, read_limited, size_text
+from kv_cache_tester.replay.jsonfast import dumps, loads
 from kv_cache_tester.stats import Distribution, percentile
 
 SCHEMA_VERSION = 1
 REQUESTS_FILE = "requests.jsonl"
 SUMMARY_FILE = "summary.json"
+# A summary is a few KiB; past this it is not one (a link to an endless file, say).
+SUMMARY_MAX_BYTES = 64 << 20
+# A record is well under a KiB; a longer line is not one (it is counted bad, never held whole).
+RECORD_LINE_MAX_BYTES = 1 << 20
 
 Phase = Literal["warmup", "profile"]
 Status = Literal["ok", "error"]
@@ -101,6 +115,13 @@ class RequestRecord(TypedDict):
     status: Status
     error: RequestError | None
     client: NotRequired[str]  # set by other clients ("aiperf"); absent for the replayer
+
+
+def accepted(record: RequestRecord) -> bool:
+    """Whether the server took the request (its prefill happened); records without the key (older
+    writers) count when they finished ok."""
+    value = record.get("accepted")
+    return value if value is not None else record.get("status") == "ok"
 
 
 # --- summary.json -----------------------------------------------------------------------------
@@ -192,7 +213,7 @@ SUMMARY_REQUIRED = frozenset(
 RECORD_REQUIRED = frozenset({"trace_id", "t_dispatch"})
 
 
-# --- readers ----------------------------------------------------------------------------------
+# --- checking a decoded value against its type -------------------------------------------------
 
 
 def _what(tp: Any) -> str:
@@ -275,11 +296,70 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def read_summary(data: Any, where: str = SUMMARY_FILE) -> Summary:
+# A fast yes/no per field for the millions of records a long run leaves: the exact Python types a
+# decoded value may have, plus a test for what a type alone does not settle (a Literal, a nested
+# object). ``_check`` (slow, with the message) runs only on what this refuses, so both always agree
+# on what is accepted. None stands for a field that takes anything.
+_Shape = tuple[frozenset[type], Callable[[Any], bool] | None] | None
+_NONE = type(None)
+
+
+def _shape(tp: Any) -> _Shape:
+    if tp is Any:
+        return None
+    if tp is float:
+        return frozenset({float, int}), None
+    if tp in (bool, int, str, _NONE):
+        return frozenset({tp}), None
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        allowed = frozenset(typing.get_args(tp))
+        kinds = frozenset(type(a) for a in allowed)
+        return frozenset(), lambda v: type(v) in kinds and v in allowed
+    if origin in (typing.Union, types.UnionType):
+        parts = [_shape(a) for a in typing.get_args(tp)]
+        if any(part is None for part in parts):
+            return None
+        kinds = frozenset().union(*(part[0] for part in parts if part is not None))
+        extras = [part[1] for part in parts if part is not None and part[1] is not None]
+        if len(extras) > 1:
+            return kinds, lambda v: any(extra(v) for extra in extras)
+        return kinds, extras[0] if extras else None
+    if typing.is_typeddict(tp):
+        fields = _field_shapes(tp)
+        return frozenset(), lambda v: type(v) is dict and _fits(v, fields)
+    if origin is dict:
+        item = _shape(typing.get_args(tp)[1])
+        return frozenset(), lambda v: type(v) is dict and all(_fits_one(x, item) for x in v.values())
+    raise TypeError(f"no check for {tp!r}")  # pragma: no cover - a type added above without a check
+
+
+@functools.cache
+def _field_shapes(td: Any) -> dict[str, _Shape]:
+    return {key: _shape(tp) for key, tp in _hints(td).items()}
+
+
+def _fits_one(value: Any, shape: _Shape) -> bool:
+    return shape is None or type(value) in shape[0] or (shape[1] is not None and shape[1](value))
+
+
+def _fits(data: dict[str, Any], shapes: dict[str, _Shape]) -> bool:
+    """Whether every declared key of ``data`` holds a value of its type (undeclared keys pass)."""
+    for key, value in data.items():
+        shape = shapes.get(key)
+        if shape is not None and type(value) not in shape[0]:
+            extra = shape[1]
+            if extra is None or not extra(value):
+                return False
+    return True
+
+
+def read_summary(data: Any, where: str = SUMMARY_FILE, required: Iterable[str] = SUMMARY_REQUIRED) -> Summary:
     """``data`` (decoded summary.json) as a Summary, or ResultError naming ``where`` and the field.
 
-    Checks: schema_version is SCHEMA_VERSION; counts, window, throughput and latency are present;
-    the window has a start and an end, in that order; every value present has its declared type.
+    Checks: schema_version is SCHEMA_VERSION; the ``required`` keys (dotted paths) are present; a
+    window present has a start and an end, finite and in that order; every value present has its
+    declared type.
     """
     if not isinstance(data, dict):
         raise ResultError(f"{where}: must be an object, got {_show(data)}")
@@ -287,12 +367,12 @@ def read_summary(data: Any, where: str = SUMMARY_FILE) -> Summary:
         raise ResultError(
             f"{where}: schema_version {data.get('schema_version')!r}, expected {SCHEMA_VERSION}"
         )
-    _check_object(data, Summary, "", where, SUMMARY_REQUIRED)
-    window = data["window"]
+    _check_object(data, Summary, "", where, frozenset(required))
+    window = data.get("window", {})
     for key in ("start_unix", "end_unix"):
-        if not math.isfinite(window[key]):
+        if key in window and not math.isfinite(window[key]):
             raise ResultError(f"{where}: window.{key}: must be a finite number, got {window[key]!r}")
-    if window["end_unix"] < window["start_unix"]:
+    if "start_unix" in window and "end_unix" in window and window["end_unix"] < window["start_unix"]:
         raise ResultError(
             f"{where}: window: end_unix {window['end_unix']!r} is before start_unix {window['start_unix']!r}"
         )
@@ -306,5 +386,186 @@ def read_record(
     ``where`` (say, ``requests.jsonl: line 7``) and the field."""
     if not isinstance(data, dict):
         raise ResultError(f"{where}: must be an object, got {_show(data)}")
-    _check_object(data, RequestRecord, "", where, frozenset(required))
+    need = frozenset(required)
+    if not _record_ok(data, need):
+        _check_object(data, RequestRecord, "", where, need)
     return cast(RequestRecord, data)
+
+
+def _record_ok(data: dict[str, Any], required: frozenset[str]) -> bool:
+    return required <= data.keys() and _fits(data, _field_shapes(RequestRecord))
+
+
+# --- summary.json ----------------------------------------------------------------------------
+
+
+def load_summary(
+    out_dir: Path, *, required: Iterable[str] = SUMMARY_REQUIRED, where: str = SUMMARY_FILE
+) -> Summary:
+    """``out_dir``/summary.json as a checked Summary (see ``read_summary``).
+
+    ResultError, naming ``where``, when it is missing, not a regular file of at most
+    SUMMARY_MAX_BYTES (a FIFO would block, a link to /dev/zero never ends), or not a JSON Summary.
+    """
+    path = out_dir / SUMMARY_FILE
+    if not path.exists() and not path.is_symlink():
+        raise ResultError(f"{where} missing")
+    try:
+        raw = read_limited(path, SUMMARY_MAX_BYTES)
+    except InputFileProblem as err:
+        raise ResultError(f"{where}: {err}") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ResultError(f"{where}: unreadable ({err})") from None
+    except (ValueError, RecursionError) as err:
+        raise ResultError(f"{where}: not JSON ({err})") from None
+    return read_summary(data, where, required)
+
+
+def write_summary(out_dir: Path, summary: Summary) -> Path:
+    """Write ``out_dir``/summary.json atomically (temp file + rename): a reader never sees half a
+    summary."""
+    path = out_dir / SUMMARY_FILE
+    tmp = out_dir / (SUMMARY_FILE + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+# --- requests.jsonl --------------------------------------------------------------------------
+
+
+class RecordReader:
+    """The records of one requests.jsonl, one at a time in file order; the file is never held whole.
+
+    A bad line is counted (``bad_lines``; the first one described in ``first_bad``), never fatal: one
+    that is not a JSON object, is longer than RECORD_LINE_MAX_BYTES, or lacks a ``required`` key or
+    holds one of the wrong type. Any other value of the wrong type is taken out of its record (it
+    reads as absent, as from a writer that left it out) and counted in ``dropped_values``. So every
+    value a record holds has its declared type.
+
+    ``strict=True`` raises ResultError at the first such problem instead, except for a last line cut
+    short (no newline, as a writer killed mid-line leaves it): that one is only counted, and
+    ``torn_tail`` says so. Each iteration reads the file again and starts the counts afresh.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        required: Iterable[str] = RECORD_REQUIRED,
+        strict: bool = False,
+        where: str | None = None,
+    ) -> None:
+        self.path = path
+        self.required = frozenset(required)
+        self.strict = strict
+        self.where = where or path.name
+        self._reset()
+
+    def _reset(self) -> None:
+        self.records = 0
+        self.bad_lines = 0
+        self.first_bad_line: int | None = None
+        self.first_bad = ""
+        self.torn_tail = False
+        self.dropped_values = 0
+        self.first_dropped = ""
+
+    def __iter__(self) -> Iterator[RequestRecord]:
+        for _, record in self.numbered():
+            yield record
+
+    def numbered(self) -> Iterator[tuple[int, RequestRecord]]:
+        """(line number, record) of every good line; ResultError when the file cannot be opened."""
+        self._reset()
+        try:
+            fh = open_regular(self.path)
+        except InputFileProblem as err:
+            raise ResultError(f"{self.where}: {err}") from None
+        with fh:
+            for lineno, raw in enumerate(_lines(fh), start=1):
+                if raw is None:
+                    self._bad(lineno, f"longer than {size_text(RECORD_LINE_MAX_BYTES)}", torn=False)
+                    continue
+                if not raw.strip():
+                    continue
+                try:
+                    data = loads(raw)
+                except (ValueError, RecursionError) as err:
+                    self._bad(lineno, f"bad JSON ({err})", torn=not raw.endswith(b"\n"))
+                    continue
+                record = self._record(data, lineno)
+                if record is not None:
+                    self.records += 1
+                    yield lineno, record
+
+    def _record(self, data: Any, lineno: int) -> RequestRecord | None:
+        if type(data) is dict and _record_ok(data, self.required):
+            return cast(RequestRecord, data)
+        where = f"{self.where}: line {lineno}"
+        if not isinstance(data, dict):
+            self._bad(lineno, f"must be an object, got {_show(data)}", torn=False)
+            return None
+        try:
+            _check_object(
+                {k: v for k, v in data.items() if k in self.required}, RequestRecord, "", where, self.required
+            )
+        except ResultError as err:
+            self._bad(lineno, str(err).removeprefix(f"{where}: "), torn=False)
+            return None
+        fields = _field_shapes(RequestRecord)
+        for key in [k for k, v in data.items() if k in fields and not _fits_one(v, fields[k])]:
+            try:
+                _check(data[key], _hints(RequestRecord)[key], key, where, frozenset())
+            except ResultError as err:
+                if self.strict:
+                    raise
+                self.dropped_values += 1
+                self.first_dropped = self.first_dropped or str(err)
+                del data[key]
+        return cast(RequestRecord, data)
+
+    def _bad(self, lineno: int, what: str, *, torn: bool) -> None:
+        if self.strict and not torn:
+            raise ResultError(f"{self.where}: line {lineno}: {what}")
+        self.bad_lines += 1
+        self.torn_tail = torn
+        if self.first_bad_line is None:
+            self.first_bad_line = lineno
+            self.first_bad = f"line {lineno}: {what}"
+
+
+def _lines(fh: Any) -> Iterator[bytes | None]:
+    """The file's lines, each at most RECORD_LINE_MAX_BYTES (None stands for a longer one, skipped
+    without holding it)."""
+    while True:
+        line: bytes = fh.readline(RECORD_LINE_MAX_BYTES + 1)
+        if not line:
+            return
+        if len(line) <= RECORD_LINE_MAX_BYTES or line.endswith(b"\n"):
+            yield line
+            continue
+        while line and not line.endswith(b"\n"):
+            line = fh.readline(RECORD_LINE_MAX_BYTES)
+        yield None
+
+
+def read_records(path: Path, *, required: Iterable[str] = RECORD_REQUIRED) -> list[RequestRecord]:
+    """Every good record of a requests.jsonl, as a list (for files known to be small; bad lines are
+    skipped, see RecordReader)."""
+    return list(RecordReader(path, required=required))
+
+
+def write_records(path: Path, records: Iterable[RequestRecord]) -> int:
+    """Write ``records`` as a new requests.jsonl (one compact JSON object per line); returns the count.
+
+    For clients that have every record at the end (the replayer appends its own as they finish).
+    """
+    count = 0
+    with open(path, "wb") as fh:
+        for record in records:
+            fh.write(dumps(record) + b"\n")
+            count += 1
+    return count

@@ -12,15 +12,19 @@ Definitions (docs/replayer.md repeats them):
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kv_cache_tester.replay.jsonfast import loads
-from kv_cache_tester.replay.results import SCHEMA_VERSION, SUMMARY_FILE, RequestRecord, Summary
+from kv_cache_tester.replay.results import (
+    SCHEMA_VERSION,
+    RequestRecord,
+    Summary,
+    accepted,
+    read_records,
+    write_summary,
+)
 from kv_cache_tester.stats import HistogramState, LogHistogram, distribution, percentile
 
 
@@ -49,26 +53,6 @@ def _rate(num: float, dur: float) -> float | None:
     return num / dur if dur > 0 else None
 
 
-def read_records(path: Path) -> list[RequestRecord]:
-    """The records of a requests.jsonl this package wrote (so trusted: not checked field by field)."""
-    out: list[RequestRecord] = []
-    with open(path, "rb") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    out.append(loads(line))
-                except ValueError:
-                    continue  # a line torn by a hard kill: skip it, keep the rest
-    return out
-
-
-def accepted(r: RequestRecord) -> bool:
-    """Whether the server took the request (its prefill happened); records without the key (older
-    writers) count when they finished ok."""
-    value = r.get("accepted")
-    return value if value is not None else r["status"] == "ok"
-
-
 def build_summary(
     records_path: Path,
     metas: list[RunMeta],
@@ -78,7 +62,9 @@ def build_summary(
     slo_ttft: float | None,
     slo_tpot: float | None,
 ) -> Summary:
-    records = read_records(records_path) if records_path.exists() else []
+    records = (
+        read_records(records_path, required=RequestRecord.__required_keys__) if records_path.exists() else []
+    )
     t0_unix = min(m.t0_unix for m in metas)
     stop_rel = max(m.stop_rel for m in metas)
     warm = [r for r in records if r.get("phase") == "warmup"]
@@ -187,10 +173,4 @@ def build_summary(
     }
 
 
-def write_summary(out_dir: Path, summary: Summary) -> Path:
-    """Write atomically (temp file + rename): a reader never sees half a summary."""
-    path = out_dir / SUMMARY_FILE
-    tmp = out_dir / (SUMMARY_FILE + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    os.replace(tmp, path)
-    return path
+__all__ = ["RunMeta", "accepted", "build_summary", "read_records", "write_summary"]

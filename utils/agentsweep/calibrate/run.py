@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kv_cache_tester.replay import ResultError, load_summary
 from kv_cache_tester.traces.synth import LengthSpec, synth_workload
 
 from agentsweep.calibrate.points import MODEL_NAME, Point
@@ -154,10 +155,11 @@ def run_row(p: Point, seconds: float, work: Path) -> RowResult:
             res.reason = f"replay exited {rep.returncode}: {tail[-1] if tail else ''}"
             return res
         try:
-            summ = json.loads((out / "summary.json").read_text())
-            res.client_tput_per_gpu = summ["throughput"]["total_tok_per_s"] / speed / p.tp
-        except (OSError, KeyError, TypeError, ValueError):
-            pass
+            tput = load_summary(out)["throughput"]["total_tok_per_s"]
+        except ResultError:
+            tput = None
+        if tput is not None:
+            res.client_tput_per_gpu = tput / speed / p.tp
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -23,9 +23,11 @@ from agentsweep.cell import record
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.plan import CellOptions, CellPlan
-from agentsweep.cell.replicas import merge_metrics, write_router_figures
+from agentsweep.cell.replicas import write_router_figures
 from agentsweep.cell.routers import missing_router, router_recipe, router_version
 from agentsweep.cell.watchdog import Watchdog
+from agentsweep.contract.resultdir import PREFILL_METRICS_CSV, SERVER_LOG, SERVER_METRICS_CSV
+from agentsweep.metrics.scrapes import merge_metrics
 
 
 class InstanceProcess(EngineProcess):
@@ -46,7 +48,7 @@ class InstanceProcess(EngineProcess):
         return self._rename(reason) if reason else None
 
     def _rename(self, text: str) -> str:
-        text = text.replace("server.log", self.log_path.name)
+        text = text.replace(SERVER_LOG, self.log_path.name)
         return self.label + text.removeprefix("engine") if text.startswith("engine") else text
 
 
@@ -183,9 +185,9 @@ def execute(
         for name in [inst.log_name for inst in plan.instances] + (["router.log"] if router else []):
             trim_log(rd / name)
     if router is not None:
-        merge_metrics([rd / r.metrics_name for r in plan.answering], rd / "server_metrics.csv")
+        merge_metrics([rd / r.metrics_name for r in plan.answering], rd / SERVER_METRICS_CSV)
         if plan.mode == "pd":
-            merge_metrics([rd / r.metrics_name for r in plan.prefill], rd / "server_metrics.prefill.csv")
+            merge_metrics([rd / r.metrics_name for r in plan.prefill], rd / PREFILL_METRICS_CSV)
     return reason
 
 

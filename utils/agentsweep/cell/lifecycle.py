@@ -7,11 +7,12 @@ success, failure, a bug, SIGTERM/SIGINT.
 
 from __future__ import annotations
 
-import json
 import signal
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+
+from kv_cache_tester.replay import ResultError, load_summary, write_summary
 
 import agentsweep
 from agentsweep.cell import record
@@ -20,11 +21,20 @@ from agentsweep.cell.executor import execute, show_tail
 from agentsweep.cell.plan import CellOptions, CellPlan
 from agentsweep.cell.routers import router_recipe
 from agentsweep.cell.watchdog import Watchdog
+from agentsweep.contract.resultdir import (
+    CELL_JSON,
+    PREFILL_METRICS_CSV,
+    REQUESTS_JSONL,
+    SERVER_LOG,
+    SERVER_METRICS_CSV,
+    STATUS_TXT,
+    SUMMARY_JSON,
+)
 from agentsweep.contract.verdict import Verdict
 from agentsweep.errors import InputError
 from agentsweep.validity import evaluate
 
-RESULT_FILES = ("cell.json", "status.txt", "requests.jsonl", "summary.json")
+RESULT_FILES = (CELL_JSON, STATUS_TXT, REQUESTS_JSONL, SUMMARY_JSON)
 
 
 class CellInterrupted(Exception):
@@ -100,7 +110,7 @@ def run_cell(
         reason = str(err)
     except EngineFailed as err:
         reason = str(err)
-        show_tail(plan.result_dir / "server.log", say)
+        show_tail(plan.result_dir / SERVER_LOG, say)
     except Exception as err:  # a bug or an unexpected OS error: still leave a verdict
         reason = f"{type(err).__name__}: {err}"
         raise
@@ -131,33 +141,28 @@ def cached_metrics_file(plan: CellPlan) -> str:
         and plan.mode == "pd"
         and router_recipe(plan.router.program).pd_cached_tokens_from == "prefill"
     ):
-        return "server_metrics.prefill.csv"
-    return "server_metrics.csv"
+        return PREFILL_METRICS_CSV
+    return SERVER_METRICS_CSV
 
 
 def _judge(plan: CellPlan) -> list[str]:
     """Run the validity checks, record them in summary.json, and return the failed checks' reasons."""
     validity = evaluate(plan.result_dir, plan.cell, cached_metrics_file(plan))
-    path = plan.result_dir / "summary.json"
-    summary = json.loads(path.read_text(encoding="utf-8"))
+    summary = load_summary(plan.result_dir, required=("counts",))
     summary["validity"] = validity.to_dict()
-    record.write_atomic(path, json.dumps(summary, indent=2) + "\n")
+    write_summary(plan.result_dir, summary)
     return validity.reasons
 
 
 def _check_outputs(result_dir: Path) -> str | None:
-    summary_path = result_dir / "summary.json"
-    if not (result_dir / "requests.jsonl").exists():
-        return "the replayer left no requests.jsonl"
+    if not (result_dir / REQUESTS_JSONL).exists():
+        return f"the replayer left no {REQUESTS_JSONL}"
+    if not (result_dir / SUMMARY_JSON).exists():
+        return f"the replayer left no {SUMMARY_JSON}"
     try:
-        summary = json.loads(summary_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return "the replayer left no summary.json"
-    except json.JSONDecodeError as err:
-        return f"summary.json is not valid JSON ({err.msg} at line {err.lineno})"
-    counts = summary.get("counts") if isinstance(summary, dict) else None
-    if not isinstance(counts, dict):
-        return "summary.json has no counts"
+        counts = load_summary(result_dir, required=("counts",))["counts"]
+    except ResultError as err:
+        return str(err)
     if not counts.get("sent") and not counts.get("warmup"):
         return "the replayer sent no request"
     if not counts.get("ok") and counts.get("failed"):

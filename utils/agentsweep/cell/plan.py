@@ -32,13 +32,19 @@ from agentsweep.cell.engines import EngineLaunch, PdRole, build_engine_launch, r
 from agentsweep.cell.placement import Placement
 from agentsweep.cell.routers import SESSION_HEADERS, PdWorkers, RouterLaunch, build_router_launch
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.resultdir import (
+    ROUTER_METRICS_CSV,
+    SERVER_LOG,
+    SERVER_METRICS_CSV,
+    instance_log,
+    instance_metrics_csv,
+)
 from agentsweep.errors import InputError
 
 # engine: a cell's one engine, serving the client itself; the others stand behind a router.
 Role = Literal["engine", "replica", "prefill", "decode"]
 # Short names of the instances behind a router (r0, p0, d0...): their files and records use them.
 NAME_PREFIX: dict[Role, str] = {"replica": "r", "prefill": "p", "decode": "d"}
-ROUTER_METRICS_CSV = "router_metrics.csv"
 
 
 @dataclass(frozen=True)
@@ -281,8 +287,8 @@ def plan_cell(
         if placement is not None:  # its own step on its node; the step selects its GPUs there
             launch = dataclasses.replace(launch, argv=placement.wrap(k, launch.argv))
         url = f"http://{ihost}:{iport}"
-        metrics_name = f"server_metrics.{name}.csv" if name else "server_metrics.csv"
-        log_name = f"server.{name}.log" if name and name != client_name else "server.log"
+        metrics_name = instance_metrics_csv(name) if name else SERVER_METRICS_CSV
+        log_name = instance_log(name) if name and name != client_name else SERVER_LOG
         node = where.node if where is not None else placement_mod.local_node(environ)
         scraper = scraper_argv(
             python, url + launch.metrics_path, result_dir / metrics_name, scrape_interval_s

@@ -1,4 +1,5 @@
-"""cell.json and status.txt: the provenance and verdict every cell leaves, whatever happened."""
+"""What a cell records of itself, whatever happened: its cell.json and status.txt (through their owner,
+agentsweep.contract.resultdir), with every secret masked first."""
 
 from __future__ import annotations
 
@@ -12,11 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kv_cache_tester.inputfiles import InputFileProblem, read_limited
+from agentsweep.contract.resultdir import CellRecord, write_atomic, write_cell_result
+from agentsweep.contract.resultdir.record import SCHEMA_VERSION
+from agentsweep.contract.verdict import VERDICTS, Verdict
 
-from agentsweep.contract.verdict import VERDICTS
-
-SCHEMA_VERSION = 1
 MASK = "***"
 _SECRET = re.compile(r"TOKEN|SECRET|KEY|PASSWORD", re.IGNORECASE)
 _SECRET_WORDS = {"key", "token", "secret", "password", "passwd"}
@@ -140,12 +140,6 @@ def visible_devices(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     return {k: environ[k] for k in VISIBLE_DEVICE_VARS if k in environ}
 
 
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write_result(
     result_dir: Path,
     *,
@@ -155,7 +149,7 @@ def write_result(
     replay_command: Sequence[str],
     versions: Mapping[str, str | None],
     start_utc: str,
-    status: str,
+    status: Verdict,
     reasons: Sequence[str] = (),
     end_utc: str | None = None,
     extra: Mapping[str, Any] | None = None,
@@ -169,40 +163,25 @@ def write_result(
     if (status == "SUCCESS") != (not reasons):
         raise ValueError(f"{status} needs {'no' if status == 'SUCCESS' else 'at least one'} reason")
     secrets = secret_values() | secret_values(engine_env)
-    lines = [mask_text(" ".join(r.split()), secrets) for r in reasons]
-    record = {
-        "schema_version": SCHEMA_VERSION,
-        "cell": mask_cell(cell),
-        "engine_command": mask_argv(engine_command, secrets),
-        "engine_env": mask_env(engine_env),
-        "replay_command": mask_argv(replay_command, secrets),
-        "versions": dict(versions),
-        "visible_devices": visible_devices(),
-        "start_utc": start_utc,
-        "end_utc": end_utc or utc_now(),
-        "status": status,
-        "reason": "; ".join(lines) or None,
-        "reasons": lines,
+    lines = tuple(line for r in reasons if (line := mask_text(" ".join(r.split()), secrets)))
+    if status != "SUCCESS":
+        lines = lines or ("no reason given",)
+    record = CellRecord(
+        schema_version=SCHEMA_VERSION,
+        cell=mask_cell(cell),
+        engine_command=tuple(mask_argv(engine_command, secrets)),
+        engine_env=mask_env(engine_env),
+        replay_command=tuple(mask_argv(replay_command, secrets)),
+        versions=dict(versions),
+        visible_devices=visible_devices(),
+        start_utc=start_utc,
+        end_utc=end_utc or utc_now(),
+        status=status,
+        reason="; ".join(lines) or None,
+        reasons=lines,
         **(extra or {}),
-    }
-    result_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(result_dir / "cell.json", json.dumps(record, indent=2) + "\n")
-    write_atomic(result_dir / "status.txt", "".join(f"{line}\n" for line in [status, *lines]))
+    )
+    write_cell_result(result_dir, record)
 
 
-def read_status(result_dir: Path) -> tuple[str | None, str | None]:
-    """(first line, reason) of a result directory's status.txt, (None, None) when absent.
-
-    A status.txt that is not a small regular file (a FIFO would block the reader) reads as no
-    verdict, with the reason saying so.
-    """
-    path = result_dir / "status.txt"
-    if not path.exists() and not path.is_symlink():
-        return None, None
-    try:
-        lines = read_limited(path, 1 << 20).decode("utf-8", "replace").splitlines()
-    except InputFileProblem as err:
-        return "", f"status.txt: {err}"
-    first = lines[0].strip() if lines else ""
-    reason = lines[1].strip() if len(lines) > 1 else None
-    return first, reason
+__all__ = ["write_atomic", "write_result"]

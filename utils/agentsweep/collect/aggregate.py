@@ -15,19 +15,27 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from kv_cache_tester.inputfiles import InputFileProblem, read_limited
-from kv_cache_tester.replay import ResultError, Summary, read_summary
+from kv_cache_tester.replay import ResultError, Summary, load_summary
 
 from agentsweep.collect import columns
 from agentsweep.collect.columns import ENGINE_CLOCK, THROUGHPUTS, Unit
 from agentsweep.collect.discover import FoundCell
 from agentsweep.collect.kv_cliff import cliff_columns, kv_pool_tokens
-from agentsweep.collect.routed import routed_figures, shape_label
+from agentsweep.collect.routed import routed_figures
 from agentsweep.collect.stream import RequestStats, stream_requests
 from agentsweep.collect.window import NotNumbers, window_figures
 from agentsweep.contract.cell import CELL_FIELDS, Cell
-from agentsweep.contract.verdict import VERDICTS
-from agentsweep.errors import InputError
+from agentsweep.contract.resultdir import (
+    CELL_JSON,
+    REQUESTS_JSONL,
+    SERVER_LOG,
+    SERVER_METRICS_CSV,
+    STATUS_TXT,
+    SUMMARY_JSON,
+    read_cell_record,
+    read_status,
+)
+from agentsweep.errors import ResultFileError
 
 STATUSES = ("SUCCESS", "INVALID", "FAILED", "MALFORMED", "MISSING")
 # Cell fields first, in the cell contract's order; any other field of cell.json's `cell` follows them.
@@ -56,37 +64,6 @@ class Row:
         }
 
 
-# A summary or cell.json is a few KiB; past this it is not one (a link to an endless file, say).
-MAX_JSON_BYTES = 64 << 20
-MAX_STATUS_BYTES = 1 << 20
-
-
-def _read_bytes(path: Path, limit: int) -> bytes:
-    """A regular file of at most ``limit`` bytes; missing, a FIFO, a device or too big: Malformed."""
-    if not path.exists() and not path.is_symlink():
-        raise Malformed(f"{path.name} missing")
-    try:
-        return read_limited(path, limit)
-    except InputFileProblem as err:
-        raise Malformed(f"{path.name}: {err}") from None
-
-
-def _read_json(path: Path) -> Any:
-    data = _read_bytes(path, MAX_JSON_BYTES)
-    try:
-        return json.loads(data.decode("utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
-        raise Malformed(f"{path.name}: unreadable ({err})") from None
-    except ValueError as err:
-        raise Malformed(f"{path.name}: not JSON ({err})") from None
-
-
-def _obj(data: Any, where: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise Malformed(f"{where}: expected an object, got {type(data).__name__}")
-    return data
-
-
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -98,25 +75,6 @@ def _flat(value: Any) -> Any:
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def read_cell_json(path: Path) -> dict[str, Any]:
-    data = _obj(_read_json(path / "cell.json"), "cell.json")
-    if data.get("schema_version") != 1:
-        raise Malformed(f"cell.json: schema_version {data.get('schema_version')!r}, expected 1")
-    _obj(data.get("cell"), "cell.json: cell")
-    if data.get("status") not in VERDICTS:
-        raise Malformed(f"cell.json: status {data.get('status')!r}, expected {' or '.join(VERDICTS)}")
-    return data
-
-
-def read_status(path: Path) -> tuple[str, list[str]]:
-    """The verdict and its reasons (status.txt's first line, then one reason per line)."""
-    lines = _read_bytes(path / "status.txt", MAX_STATUS_BYTES).decode("utf-8", "replace").splitlines()
-    first = lines[0].strip() if lines else ""
-    if first not in VERDICTS:
-        raise Malformed(f"status.txt: first line {first[:40]!r}, expected {' or '.join(VERDICTS)}")
-    return first, [line.strip() for line in lines[1:] if line.strip()]
 
 
 def _at(doc: Any, path: str) -> Any:
@@ -133,13 +91,8 @@ def _at(doc: Any, path: str) -> Any:
     return None
 
 
-def summary_columns(data: Any) -> dict[str, Any]:
-    """The replayer's summary.json as summary.csv columns (columns.SUMMARY); Malformed when it is
-    not a valid Summary."""
-    try:
-        summary: Summary = read_summary(data, "summary.json")
-    except ResultError as err:
-        raise Malformed(str(err)) from None
+def summary_columns(summary: Summary) -> dict[str, Any]:
+    """The replayer's summary as summary.csv columns (columns.SUMMARY)."""
     out: dict[str, Any] = {}
     for column in columns.SUMMARY:
         assert column.source is not None
@@ -190,7 +143,7 @@ def load_cell(found: FoundCell) -> Row:
     row.values["result_dir"] = str(found.path)
     try:
         _fill(row, found.path)
-    except Malformed as err:
+    except (Malformed, ResultFileError, ResultError) as err:
         row.status, row.reason = "MALFORMED", str(err)
     except Exception as err:  # defensive: a collect run must list every cell, whatever it holds
         row.status, row.reason = "MALFORMED", f"unexpected {type(err).__name__}: {err}"
@@ -198,52 +151,57 @@ def load_cell(found: FoundCell) -> Row:
 
 
 def _fill(row: Row, path: Path) -> None:
-    doc = read_cell_json(path)
-    cell: dict[str, Any] = doc["cell"]
+    record = read_cell_record(path)
+    if record is None:
+        raise Malformed(f"{CELL_JSON} missing")
+    cell: Cell | None = None
     try:
-        cell = Cell.parse(cell, where="cell.json: cell").model_dump(mode="json")
-    except InputError as err:
-        if doc["status"] != "FAILED":  # a cell refused for bad input keeps what it was given
-            raise Malformed(str(err)) from None
-    for key, value in cell.items():
+        cell = record.parse_cell()
+    except ResultFileError:
+        if record.status != "FAILED":  # a cell refused for bad input keeps what it was given
+            raise
+    fields = cell.model_dump(mode="json") if cell is not None else record.cell
+    for key, value in fields.items():
         row.values[key] = _flat(value)
-    row.values["disagg"] = shape_label(cell.get("prefill"), cell.get("decode"))
-    versions = doc.get("versions") if isinstance(doc.get("versions"), dict) else {}
-    row.values["engine_version"] = _flat(versions.get("engine"))
-    row.values["agentsweep_version"] = _flat(versions.get("agentsweep"))
-    row.values["start_utc"] = doc.get("start_utc")
-    row.values["end_utc"] = doc.get("end_utc")
+    row.values["disagg"] = cell.shape_label if cell is not None else ""
+    row.values["engine_version"] = _flat(record.versions.get("engine"))
+    row.values["agentsweep_version"] = _flat(record.versions.get("agentsweep"))
+    row.values["start_utc"] = record.start_utc
+    row.values["end_utc"] = record.end_utc
 
-    status, reasons = read_status(path)
-    if status != doc["status"]:
-        raise Malformed(f"status.txt says {status} but cell.json says {doc['status']}")
-    if status == "FAILED":
+    status = read_status(path)
+    if status is None:
+        raise Malformed(f"{STATUS_TXT} missing")
+    if status.verdict != record.status:
+        raise Malformed(f"{STATUS_TXT} says {status.verdict} but {CELL_JSON} says {record.status}")
+    if status.verdict == "FAILED":
         row.status = "FAILED"
-        row.reason = "; ".join(reasons) or (doc.get("reason") or "") or "no reason given"
+        row.reason = "; ".join(status.reasons) or (record.reason or "") or "no reason given"
         return
-    if status == "INVALID":
+    if status.verdict == "INVALID":
         row.status = "INVALID"
-        row.reason = "; ".join(reasons) or "no reason given"
-    summary = _read_json(path / "summary.json")
+        row.reason = "; ".join(status.reasons) or "no reason given"
+    assert cell is not None  # only a FAILED record may hold a cell that does not parse
+    summary = load_summary(path)
     row.values.update(summary_columns(summary))
     row.values.update(derived_columns(row.values))
 
-    requests = path / "requests.jsonl"
+    requests = path / REQUESTS_JSONL
     if not requests.is_file():
-        raise Malformed("requests.jsonl missing")
+        raise Malformed(f"{REQUESTS_JSONL} missing")
     stats = stream_requests(requests)
     row.values.update(stats.as_columns())
     if stats.bad_lines:
         row.notes.append(
-            f"requests.jsonl: {stats.bad_lines} undecodable lines (first at line {stats.first_bad_line})"
+            f"{REQUESTS_JSONL}: {stats.bad_lines} undecodable lines (first at line {stats.first_bad_line})"
         )
     if row.values.get("theoretical_hit_rate") is None:
         row.values["theoretical_hit_rate"] = row.values["req_theoretical_hit_rate"]
 
     working_set = sum(stats.lane_peak.values()) if stats.lane_peak else None
-    row.values.update(cliff_columns(working_set, kv_pool_tokens(path / "server.log")))
+    row.values.update(cliff_columns(working_set, kv_pool_tokens(path / SERVER_LOG)))
     problems = cross_checks(summary, row.values, stats, already_invalid=row.status == "INVALID")
-    metrics = path / "server_metrics.csv"
+    metrics = path / SERVER_METRICS_CSV
     if metrics.is_file():
         try:
             figures, notes = window_figures(
@@ -255,8 +213,8 @@ def _fill(row: Row, path: Path) -> None:
             row.values.update(figures)
             row.notes.extend(notes)
     else:
-        row.notes.append("server_metrics.csv missing: no server-side figures")
-    if cell.get("router"):
+        row.notes.append(f"{SERVER_METRICS_CSV} missing: no server-side figures")
+    if cell.routed:
         routed = routed_figures(path, cell, row.values["window_start_unix"], row.values["window_end_unix"])
         row.values.update(routed.figures)
         row.notes.extend(routed.notes)
@@ -268,26 +226,26 @@ def _fill(row: Row, path: Path) -> None:
 
 
 def cross_checks(
-    summary: dict[str, Any], values: dict[str, Any], stats: RequestStats, *, already_invalid: bool = False
+    summary: Summary, values: dict[str, Any], stats: RequestStats, *, already_invalid: bool = False
 ) -> list[str]:
     """What the artifacts say against each other; each contradiction is one reason (INVALID)."""
     problems: list[str] = []
     validity = summary.get("validity")
-    if not isinstance(validity, dict):
-        problems.append("summary.json has no validity record: the run was never checked")
+    if validity is None:
+        problems.append(f"{SUMMARY_JSON} has no validity record: the run was never checked")
     elif validity.get("valid") is not True and not already_invalid:
-        problems.append("summary.json says the run is not valid")
-    sent, ok, failed = (values.get(k) for k in ("requests_sent", "requests_ok", "requests_failed"))
+        problems.append(f"{SUMMARY_JSON} says the run is not valid")
+    sent, ok, failed = (_number(values.get(k)) for k in ("requests_sent", "requests_ok", "requests_failed"))
     warmup = values.get("requests_warmup") or 0
-    if None not in (sent, ok, failed) and sent != ok + failed:
+    if sent is not None and ok is not None and failed is not None and sent != ok + failed:
         problems.append(f"summary counts sent {sent:g} != ok {ok:g} + failed {failed:g}")
     if sent is not None and stats.records != sent + warmup:
         problems.append(
-            f"requests.jsonl holds {stats.records} records but the summary counts {sent + warmup:g} "
+            f"{REQUESTS_JSONL} holds {stats.records} records but the summary counts {sent + warmup:g} "
             "(sent + warmup)"
         )
     if ok is not None and stats.profile_ok != ok:
-        problems.append(f"requests.jsonl has {stats.profile_ok} ok profile requests, the summary {ok:g}")
+        problems.append(f"{REQUESTS_JSONL} has {stats.profile_ok} ok profile requests, the summary {ok:g}")
     if stats.impossible:
         problems.append(f"{stats.impossible} records hold impossible values ({stats.first_impossible})")
     for name, value in values.items():
@@ -302,18 +260,21 @@ def natural_key(text: str) -> list[tuple[int, int | str]]:
     return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text)]
 
 
-def missing_row(cell: dict[str, Any]) -> Row:
-    row = Row(
-        str(cell["exp_name"]), "MISSING", "no result directory found (cell never ran or its upload failed)"
-    )
-    for key, value in cell.items():
-        if key != "exp_name":
-            row.values[key] = _flat(value)
-    row.values["disagg"] = shape_label(cell.get("prefill"), cell.get("decode"))
+def missing_row(cell: Cell) -> Row:
+    row = Row(cell.exp_name, "MISSING", "no result directory found (cell never ran or its upload failed)")
+    _matrix_fields(row, cell)
     return row
 
 
-def build_rows(found: list[FoundCell], matrix: list[dict[str, Any]] | None = None) -> list[Row]:
+def _matrix_fields(row: Row, cell: Cell) -> None:
+    """The matrix cell's fields, where the row has none of its own (a malformed cell.json, say)."""
+    for key, value in cell.model_dump(mode="json").items():
+        if key != "exp_name":
+            row.values.setdefault(key, _flat(value))
+    row.values.setdefault("disagg", cell.shape_label)
+
+
+def build_rows(found: list[FoundCell], matrix: list[Cell] | None = None) -> list[Row]:
     """Rows for every found directory and every matrix cell, in matrix order then by name."""
     rows: dict[str, Row] = {}
     extra: list[Row] = []
@@ -331,16 +292,13 @@ def build_rows(found: list[FoundCell], matrix: list[dict[str, Any]] | None = Non
         rows[row.exp_name] = row
     ordered: list[Row] = []
     if matrix is not None:
-        for cell in matrix:
-            name = str(cell["exp_name"])
-            if name in rows:
-                row = rows.pop(name)
-                for key, value in cell.items():  # a malformed cell.json still gets its fields
-                    row.values.setdefault(key, _flat(value))
-                row.values.setdefault("disagg", shape_label(cell.get("prefill"), cell.get("decode")))
+        for spec in matrix:
+            if spec.exp_name in rows:
+                row = rows.pop(spec.exp_name)
+                _matrix_fields(row, spec)
                 ordered.append(row)
-            elif name not in {r.exp_name for r in ordered}:
-                ordered.append(missing_row(cell))
+            elif spec.exp_name not in {r.exp_name for r in ordered}:
+                ordered.append(missing_row(spec))
         for row in rows.values():
             row.notes.append("not in the matrix")
     ordered.extend(sorted(rows.values(), key=lambda r: natural_key(r.exp_name)))

@@ -16,10 +16,11 @@ from pathlib import Path
 import pandas as pd
 
 from agentsweep.collect.aggregate import build_rows, to_frame
-from agentsweep.collect.discover import find_cells, load_matrix
+from agentsweep.collect.discover import find_cells
 from agentsweep.collect.pareto import frontier_table
 from agentsweep.collect.plots import write_plots
 from agentsweep.collect.report import summary_markdown, write_report
+from agentsweep.contract.resultdir import read_matrix
 from agentsweep.contract.verdict import INVALID_EXIT
 from agentsweep.errors import InputError
 
@@ -80,7 +81,7 @@ def render_outputs(
 
 
 def run(args: argparse.Namespace) -> int:
-    matrix = load_matrix(args.matrix) if args.matrix else None
+    matrix = read_matrix(args.matrix) if args.matrix else None
     skipped: list[str] = []
     found = find_cells(args.artifacts, skipped)
     for line in skipped:

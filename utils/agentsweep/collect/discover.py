@@ -7,22 +7,24 @@ Layouts understood (ARCHITECTURE.md §3):
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from kv_cache_tester.inputfiles import InputFileProblem, read_limited
-
+from agentsweep.contract.resultdir import (
+    CELL_JSON,
+    REQUESTS_JSONL,
+    SERVER_METRICS_CSV,
+    STATUS_TXT,
+    SUMMARY_JSON,
+    read_cell_record,
+)
 from agentsweep.errors import InputError
 
 # Any of these marks a directory as a cell result directory.
-MARKERS = ("cell.json", "status.txt", "summary.json", "requests.jsonl", "server_metrics.csv")
+MARKERS = (CELL_JSON, STATUS_TXT, SUMMARY_JSON, REQUESTS_JSONL, SERVER_METRICS_CSV)
 ARTIFACT_PREFIX = "agentic_"
 MAX_DEPTH = 5
-MAX_CELL_JSON_BYTES = 16 << 20
-MAX_MATRIX_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -37,14 +39,12 @@ def _name_from_dir(path: Path) -> str:
 
 
 def _exp_name(path: Path) -> str:
+    """The name cell.json records, else the directory's (a broken cell.json is reported later)."""
     try:
-        data = json.loads(read_limited(path / "cell.json", MAX_CELL_JSON_BYTES))
-        name = data["cell"]["exp_name"]
-        if isinstance(name, str) and name:
-            return name
-    except (OSError, ValueError, KeyError, TypeError):  # InputFileProblem is a ValueError
-        pass
-    return _name_from_dir(path)
+        record = read_cell_record(path)
+    except InputError:
+        record = None
+    return (record.exp_name if record else None) or _name_from_dir(path)
 
 
 def find_cells(root: Path, skipped: list[str] | None = None) -> list[FoundCell]:
@@ -73,29 +73,3 @@ def find_cells(root: Path, skipped: list[str] | None = None) -> list[FoundCell]:
         elif len(here.parts) - base_depth >= MAX_DEPTH:
             dirnames[:] = []
     return sorted(found, key=lambda c: str(c.path))
-
-
-def load_matrix(path: Path) -> list[dict[str, Any]]:
-    """Cells named by `agentsweep matrix --json`: a list, or an object with `include`."""
-    try:
-        data = json.loads(read_limited(path, MAX_MATRIX_BYTES))
-    except InputFileProblem as err:
-        raise InputError(f"{path}: cannot read matrix: {err}") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot read matrix: {err.strerror or err}") from None
-    except ValueError as err:
-        raise InputError(f"{path}: not JSON: {err}") from None
-    cells = data.get("include") if isinstance(data, dict) else data
-    if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
-        raise InputError(f"{path}: expected a list of cells or an object with an 'include' list")
-    seen: dict[str, int] = {}
-    for i, cell in enumerate(cells):
-        if not isinstance(cell.get("exp_name"), str) or not cell["exp_name"]:
-            raise InputError(f"{path}: cell {i} has no exp_name")
-        first = seen.setdefault(cell["exp_name"].lower(), i)
-        if first != i:
-            raise InputError(
-                f"{path}: cells {first} and {i} share the exp_name {cell['exp_name']!r} (case ignored); "
-                "a matrix names each cell once"
-            )
-    return cells

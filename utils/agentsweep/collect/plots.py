@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, PercentFormatter
 
 from agentsweep.collect.pareto import ROUTING, X_METRICS, Y_METRICS, XMetric, frontier, successful
+from agentsweep.contract.resultdir import ROUTER_METRICS_CSV
+from agentsweep.errors import ResultFileError
+from agentsweep.metrics.scrapes import ScrapeReader
 
 OFFLOAD_COLORS = {"on": "#0f8b6d", "off": "#e07a1f", "noprefix": "#6a5acd"}
 INVALID_COLOR = "#9a9a9a"
@@ -112,7 +116,7 @@ def _point_label(row: pd.Series) -> str:
 
 
 def _panel(
-    ax,
+    ax: Axes,
     ok: pd.DataFrame,
     xm: XMetric,
     y: str,
@@ -195,7 +199,9 @@ def _legend_handles(ok: pd.DataFrame, markers: dict[str, str], styles: dict[str,
         handles.append(Line2D([], [], color="#444444", marker=marker, linestyle="none", label=f"TP={tp}"))
     if len(styles) > 1:
         for engine, style in styles.items():
-            handles.append(Line2D([], [], color="#444444", linestyle=style, label=f"engine {engine}"))
+            handles.append(
+                Line2D([], [], color="#444444", linestyle=cast(Any, style), label=f"engine {engine}")
+            )
     return handles
 
 
@@ -347,9 +353,8 @@ def hit_rate_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False)
     ys = np.arange(len(cells))[::-1]
 
     def col(name: str) -> np.ndarray:
-        return pd.to_numeric(cells.get(name, pd.Series([np.nan] * len(cells))), errors="coerce").to_numpy(
-            float
-        )
+        values = pd.to_numeric(cells.get(name, pd.Series([np.nan] * len(cells))), errors="coerce")
+        return np.asarray(values, dtype=float)
 
     gpu, cpu, ideal = col("gpu_hit_rate"), col("cpu_hit_rate"), col("theoretical_hit_rate")
     both = gpu + np.nan_to_num(cpu)
@@ -389,7 +394,6 @@ def hit_rate_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False)
     return path
 
 
-ROUTER_METRICS_CSV = "router_metrics.csv"
 ROUTING_PANELS_MAX = 12
 
 
@@ -398,17 +402,22 @@ def _router_series(result_dir: object) -> pd.DataFrame | None:
     if not isinstance(result_dir, str) or not result_dir:
         return None
     path = Path(result_dir) / ROUTER_METRICS_CSV
+    if not path.is_file():
+        return None
+    reader = ScrapeReader(path, figures=None)
     try:
-        if not path.is_file() or path.stat().st_size > 64 << 20:
-            return None
-        table = pd.read_csv(path)
-    except (OSError, ValueError, pd.errors.ParserError):
+        scrapes = list(reader)
+    except ResultFileError:
         return None
-    counts = [c for c in table.columns if str(c).startswith("requests.")]
-    if "time_s" not in table.columns or not counts or len(table) < 2:
+    counts = [c for c in reader.header if c.startswith("requests.")]
+    rows = [
+        [s.time_s, *(s.values[c] for c in counts)]
+        for s in scrapes
+        if all(s.values[c] is not None for c in counts)
+    ]
+    if not counts or len(rows) < 2:
         return None
-    table = table[["time_s", *counts]].apply(pd.to_numeric, errors="coerce").dropna()
-    return table if len(table) >= 2 else None
+    return pd.DataFrame(rows, columns=["time_s", *counts], dtype=float)
 
 
 def routing_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False) -> Path | None:

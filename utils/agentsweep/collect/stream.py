@@ -1,31 +1,20 @@
 """Stream a cell's requests.jsonl in constant memory: counts, token sums and latency percentiles.
 
 Percentiles come from the log-spaced histogram of kv_cache_tester.stats (1 % relative bins above
-0.1 ms), so a million-record file costs the same memory as a ten-record one. The keys read are
-those of kv_cache_tester.replay.RequestRecord; a record is counted as far as its values allow (a
-value of the wrong type counts as absent), so one odd line never hides a whole cell.
+0.1 ms), so a million-record file costs the same memory as a ten-record one. Records come through
+the replayer's own reader (kv_cache_tester.replay.RecordReader) with no key required: a line that is
+no record is counted, and a value of the wrong type reads as absent, so one odd line never hides a
+whole cell.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kv_cache_tester.replay import RecordReader, RequestRecord, accepted
 from kv_cache_tester.stats import LogHistogram
-
-try:  # orjson is an optional speed-up (kv-cache-tester[fast]); json is the fallback
-    import orjson
-
-    _loads: Callable[[bytes], Any] = orjson.loads
-    _DecodeError: type[Exception] = orjson.JSONDecodeError
-except ImportError:  # pragma: no cover - exercised only without the extra
-    import json
-
-    _loads = json.loads
-    _DecodeError = ValueError
 
 
 def _histogram() -> LogHistogram:
@@ -77,72 +66,60 @@ class RequestStats:
         return out
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
+def _count(value: int | None) -> int:
+    """A token or block count as summed here: absent and negative (impossible) count as none."""
+    return value if value is not None and value > 0 else 0
 
 
-def _int(value: Any) -> int:
-    number = _num(value)
-    return int(number) if number is not None and number >= 0 else 0
-
-
-def _impossible(rec: dict[str, Any]) -> str:
+def _impossible(rec: RequestRecord) -> str:
     """What in a record cannot be true, or an empty string."""
     for key in ("prompt_tokens", "cached_tokens", "output_tokens", "ttft_s", "e2e_s", "tpot_s"):
-        value = _num(rec.get(key))
-        if value is not None and value < 0:
+        value = rec.get(key)
+        if isinstance(value, int | float) and value < 0:
             return f"{key} {value:g} is negative"
-    prompt, cached = _num(rec.get("prompt_tokens")), _num(rec.get("cached_tokens"))
+    prompt, cached = rec.get("prompt_tokens"), rec.get("cached_tokens")
     if prompt is not None and cached is not None and cached > prompt:
         return f"cached_tokens {cached:g} > prompt_tokens {prompt:g}"
     return ""
 
 
 def stream_requests(path: Path) -> RequestStats:
-    """Read requests.jsonl line by line. Undecodable lines are counted, never fatal."""
+    """Read requests.jsonl line by line. Undecodable lines are counted, never fatal (a file that
+    cannot be opened is kv_cache_tester's ResultError)."""
     stats = RequestStats()
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                rec = _loads(raw)
-            except _DecodeError:
-                rec = None
-            if not isinstance(rec, dict):
-                stats.bad_lines += 1
-                if stats.first_bad_line is None:
-                    stats.first_bad_line = lineno
-                continue
-            stats.records += 1
-            problem = _impossible(rec)
-            if problem:
-                stats.impossible += 1
-                stats.first_impossible = stats.first_impossible or f"line {lineno}: {problem}"
-            if rec.get("phase") == "warmup":
-                stats.warmup += 1
-                continue
-            # Blocks count for every request the server accepted (its prefill happened), as in the
-            # replayer's summary; a record without the key (older writers) counts when it is ok.
-            accepted = rec.get("accepted")
-            if accepted is True or (accepted is None and rec.get("status") == "ok"):
-                stats.theoretical_hit_blocks += _int(rec.get("theoretical_hit_blocks"))
-                stats.total_blocks += _int(rec.get("total_blocks"))
-            if rec.get("status") != "ok":
-                stats.profile_errors += 1
-                continue
-            stats.profile_ok += 1
-            stats.prompt_tokens += _int(rec.get("prompt_tokens"))
-            stats.cached_tokens += _int(rec.get("cached_tokens"))
-            stats.output_tokens += _int(rec.get("output_tokens"))
-            user = rec.get("user")
-            if isinstance(user, int):
-                held = _int(rec.get("prompt_tokens")) + _int(rec.get("output_tokens"))
-                stats.lane_peak[user] = max(stats.lane_peak.get(user, 0), held)
-            for key, hist in (("ttft_s", stats.ttft), ("e2e_s", stats.e2e), ("tpot_s", stats.tpot)):
-                value = _num(rec.get(key))
-                if value is not None and value >= 0:
-                    hist.add(value)
+    reader = RecordReader(path, required=())
+    for lineno, rec in reader.numbered():
+        stats.records += 1
+        problem = _impossible(rec)
+        if problem:
+            stats.impossible += 1
+            stats.first_impossible = stats.first_impossible or f"line {lineno}: {problem}"
+        if rec.get("phase") == "warmup":
+            stats.warmup += 1
+            continue
+        # Blocks count for every request the server accepted (its prefill happened), as in the
+        # replayer's summary.
+        if accepted(rec):
+            stats.theoretical_hit_blocks += _count(rec.get("theoretical_hit_blocks"))
+            stats.total_blocks += _count(rec.get("total_blocks"))
+        if rec.get("status") != "ok":
+            stats.profile_errors += 1
+            continue
+        stats.profile_ok += 1
+        prompt, output = _count(rec.get("prompt_tokens")), _count(rec.get("output_tokens"))
+        stats.prompt_tokens += prompt
+        stats.cached_tokens += _count(rec.get("cached_tokens"))
+        stats.output_tokens += output
+        user = rec.get("user")
+        if user is not None:
+            stats.lane_peak[user] = max(stats.lane_peak.get(user, 0), prompt + output)
+        for value, hist in (
+            (rec.get("ttft_s"), stats.ttft),
+            (rec.get("e2e_s"), stats.e2e),
+            (rec.get("tpot_s"), stats.tpot),
+        ):
+            if value is not None and value >= 0:
+                hist.add(value)
+    stats.bad_lines = reader.bad_lines
+    stats.first_bad_line = reader.first_bad_line
     return stats

@@ -10,15 +10,15 @@ scrapes that miss the window entirely give no counter figures.
 
 from __future__ import annotations
 
-import csv
-import math
 from bisect import bisect_left, bisect_right
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from agentsweep.collect.columns import SERVER
+from agentsweep.errors import ResultFileError
 from agentsweep.metrics.dialects import COLUMNS
+from agentsweep.metrics.scrapes import ScrapeReader
 
 # The scraper's cumulative counters (its other columns are time_s and gauges).
 COUNTERS = tuple(c for c in COLUMNS if c.endswith("_total"))
@@ -27,16 +27,6 @@ SERVER_COLUMNS = tuple(column.name for column in SERVER)
 
 # Scrapes start before the window and end after it; only a shortfall beyond this is reported.
 COVERAGE_SLACK_S = 1.0
-
-
-def _float(text: str | None) -> float | None:
-    if text is None or text.strip() == "":
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
 
 
 class Series:
@@ -78,40 +68,30 @@ def read_series(path: Path) -> tuple[dict[str, Series], list[float], list[str]]:
     """Series per column, every row's time, and notes on what was wrong with the file.
 
     Raises NotNumbers when a cell of a known column holds something other than a number (an empty
-    cell is a figure the engine did not report, and is fine).
+    cell is a figure the engine did not report, and is fine). A file that cannot be read as scrapes
+    (no time_s column, say) gives no series and a note saying why.
     """
     series = {name: Series() for name in COLUMNS[1:]}
     times: list[float] = []
-    notes: list[str] = []
-    bad = 0
-    with path.open(newline="", encoding="utf-8", errors="replace") as fh:
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
-        if "time_s" not in header:
-            return series, times, [f"{path.name}: no time_s column"]
-        missing = [c for c in COLUMNS[1:] if c not in header]
-        if missing:
-            notes.append(f"{path.name}: missing columns {', '.join(missing)}")
-        rows = []
-        for row in reader:
-            t = _float(row.get("time_s"))
-            if t is None:
-                bad += 1
-                continue
-            rows.append((t, row))
-        rows.sort(key=lambda item: item[0])
-        for t, row in rows:
-            times.append(t)
-            for name, s in series.items():
-                text = row.get(name)
-                value = _float(text)
-                if value is not None:
-                    s.t.append(t)
-                    s.v.append(value)
-                elif text and text.strip():
-                    raise NotNumbers(f"{path.name}: {name}={text[:40]!r} at time_s {t:.3f} is not a number")
-    if bad:
-        notes.append(f"{path.name}: {bad} unreadable rows skipped")
+    reader = ScrapeReader(path)
+    try:
+        rows = sorted(reader, key=lambda scrape: scrape.time_s)
+    except ResultFileError as err:
+        return series, times, [str(err)]
+    notes = [f"{path.name}: missing columns {', '.join(reader.missing)}"] if reader.missing else []
+    for scrape in rows:
+        times.append(scrape.time_s)
+        if scrape.not_number is not None:
+            name, text = scrape.not_number
+            raise NotNumbers(
+                f"{path.name}: {name}={text[:40]!r} at time_s {scrape.time_s:.3f} is not a number"
+            )
+        for name, value in scrape.values.items():
+            if value is not None:
+                series[name].t.append(scrape.time_s)
+                series[name].v.append(value)
+    if reader.bad_rows:
+        notes.append(f"{path.name}: {reader.bad_rows} unreadable rows skipped")
     return series, times, notes
 
 
@@ -169,8 +149,9 @@ def window_figures(path: Path, start: float, end: float) -> tuple[dict[str, Any]
     ):
         # Over the seconds the scrapes cover: a counter frozen at its last scrape (scraper gone)
         # divided by the whole window would understate the rate.
-        if delta[counter] is not None and span.get(counter, 0.0) > 0:
-            out[column] = delta[counter] / span[counter]
+        grown = delta[counter]
+        if grown is not None and span.get(counter, 0.0) > 0:
+            out[column] = grown / span[counter]
 
     for prefix, name in (("kv_usage", "kv_cache_usage"), ("cpu_kv_usage", "cpu_kv_cache_usage")):
         values = series[name].inside(start, end)

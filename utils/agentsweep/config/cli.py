@@ -11,6 +11,7 @@ from typing import TypeVar
 from agentsweep.config import render
 from agentsweep.config.loader import read_config_file
 from agentsweep.config.matrix import MAX_MATRIX_CELLS, select
+from agentsweep.contract.resultdir import matrix_json
 from agentsweep.errors import InputError
 
 T = TypeVar("T")
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         limits = {spec.key: spec.max_parallel for spec in selection.specs}
         missing = render.write_github_output(cells, os.environ, limits)
         if missing:
-            print(render.matrix_json(cells))
+            print(matrix_json(cells))
             print(
                 f"note: {' and '.join('$' + m for m in missing)} not set; printed the matrix instead",
                 file=sys.stderr,
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             print(render.table(cells))
         return 0
     if args.json or (not args.table and not sys.stdout.isatty()):
-        print(render.matrix_json(cells))
+        print(matrix_json(cells))
         return 0
     print(render.table(cells))
     return 0

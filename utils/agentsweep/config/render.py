@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.resultdir import matrix_json
 from agentsweep.errors import InputError
 
 # Columns of the human table and the markdown summary (the JSON always has every field).
@@ -75,14 +75,6 @@ def table(cells: Sequence[Cell]) -> str:
         lines.append("  ".join(parts).rstrip())
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join([*lines, "", count_line(cells)])
-
-
-def matrix_json(cells: Sequence[Cell], indent: int | None = None) -> str:
-    """The GitHub matrix shape: {"include": [cell, ...]}."""
-    separators = None if indent else (",", ":")
-    return json.dumps(
-        {"include": [c.model_dump(mode="json") for c in cells]}, indent=indent, separators=separators
-    )
 
 
 def markdown(cells: Sequence[Cell]) -> str:

@@ -1,6 +1,9 @@
-"""The contracts every part shares, at the bottom of the package: the matrix cell and its enums.
+"""The contracts every part shares, at the bottom of the package: the matrix cell and its enums (here),
+and the cell result directory with the one reader and writer of each of its files
+(``agentsweep.contract.resultdir``).
 
-Nothing here imports another part of agentsweep (only ``agentsweep.errors``).
+Nothing here imports another part of agentsweep (only ``agentsweep.errors``; the replayer's
+``kv_cache_tester`` is below it).
 """
 
 from agentsweep.contract.cell import (

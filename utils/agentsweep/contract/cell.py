@@ -292,6 +292,14 @@ class RoleShape(Frozen):
         return f"{self.replicas}x{self.tp}"
 
 
+def shape_label(prefill: RoleShape | None, decode: RoleShape | None) -> str:
+    """``p<replicas>x<tp>-d<replicas>x<tp>`` for prefill/decode roles (exp_name, summary.csv's
+    ``disagg``, report labels); empty when the cell is not disaggregated."""
+    if prefill is None or decode is None:
+        return ""
+    return f"p{prefill.label}-d{decode.label}"
+
+
 def instance_tps(tp: int, replicas: int, prefill: RoleShape | None, decode: RoleShape | None) -> list[int]:
     """The TP of every engine instance, in start order (prefill instances first)."""
     if prefill is not None and decode is not None:
@@ -426,6 +434,11 @@ class CellAxes(Frozen):
     def instance_tps(self) -> list[int]:
         """The TP of every engine instance, in start order (prefill instances first)."""
         return instance_tps(self.tp, self.replicas, self.prefill, self.decode)
+
+    @property
+    def shape_label(self) -> str:
+        """``p1x4-d2x1`` for a disaggregated cell, empty otherwise (see ``shape_label``)."""
+        return shape_label(self.prefill, self.decode)
 
 
 class RunnerFacts(Frozen):

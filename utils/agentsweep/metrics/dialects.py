@@ -71,6 +71,11 @@ class Exposition:
         return float(sum(values) / len(values)) if values else None
 
 
+def _has_label(name: str, value: str) -> Callable[[Labels], bool]:
+    """A label filter: the label ``name`` (any case) is ``value``."""
+    return lambda labels: _label_ci(labels, name) == value
+
+
 def _base(name: str) -> str:
     return name[: -len("_total")] if name.endswith("_total") else name
 
@@ -243,10 +248,7 @@ def _vllm(expo: Exposition) -> _Row:
         else:
             row.put(
                 column,
-                expo.total(
-                    "vllm:kv_offload_total_bytes",
-                    lambda labels, d=direction: _label_ci(labels, "transfer_type") == d,
-                ),
+                expo.total("vllm:kv_offload_total_bytes", _has_label("transfer_type", direction)),
                 f"vllm:kv_offload_total_bytes{{transfer_type={direction}}}",
                 no_offload,
             )

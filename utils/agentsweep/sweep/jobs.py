@@ -26,12 +26,14 @@ from typing import Any
 from agentsweep.cell.allocation import time_limit_min
 from agentsweep.config.schema import RunnerSpec
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.resultdir import read_matrix_entries
 from agentsweep.errors import ConfigError, InputError
 
 # Minutes a cell may wait for its allocation before the job limit starts to bite.
 QUEUE_MARGIN_MIN = 60
-# The fields read before the whole cell is, so that a matrix from another tool fails on what matters.
-_NEEDED: tuple[tuple[str, type], ...] = (
+# The fields a cell's job is keyed on, checked before the whole cell is, so that a matrix from another
+# tool fails on what matters.
+KEYED_ON: tuple[tuple[str, type], ...] = (
     ("exp_name", str),
     ("runner", str),
     ("engine", str),
@@ -51,7 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from agentsweep.config import load_runners
 
-    outputs = cell_jobs(read_matrix(args.matrix), load_runners(args.runners))
+    cells = read_matrix_entries(args.matrix, keyed_on=KEYED_ON)
+    if not cells:
+        raise InputError(f'{args.matrix}: expected {{"include": [cell, ...]}} with at least one cell')
+    outputs = cell_jobs(cells, load_runners(args.runners))
     lines = "".join(f"{name}={value}\n" for name, value in outputs.items())
     target = os.environ.get("GITHUB_OUTPUT")
     if target:
@@ -67,24 +72,8 @@ def job_timeout_min(duration_s: int, engine: str, default_min: int) -> int:
     return time_limit_min(duration_s, engine, {}, default_min) + QUEUE_MARGIN_MIN
 
 
-def read_matrix(path: Path) -> list[dict[str, Any]]:
-    """The raw cells of a matrix JSON file, each with the fields the jobs are keyed on."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(f"{path}: cannot read the matrix JSON ({err})") from None
-    cells = data.get("include") if isinstance(data, dict) else None
-    if not isinstance(cells, list) or not cells:
-        raise InputError(f'{path}: expected {{"include": [cell, ...]}} with at least one cell')
-    for i, cell in enumerate(cells):
-        for name, kind in _NEEDED:
-            if not isinstance(cell, dict) or not isinstance(cell.get(name), kind):
-                raise InputError(f"{path}: include[{i}].{name}: missing or not {kind.__name__}")
-    return cells
-
-
 def cell_jobs(cells: Sequence[Mapping[str, Any]], runners: Mapping[str, RunnerSpec]) -> dict[str, str]:
-    """The GitHub outputs ``runners`` and ``timeouts`` (compact JSON) for ``cells``."""
+    """The GitHub outputs ``runners`` and ``timeouts`` (compact JSON) for ``cells`` (matrix entries)."""
     used: dict[str, dict[str, Any]] = {}
     timeouts: dict[str, int] = {}
     for i, raw in enumerate(cells):

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentsweep.cell.plan import plan_cell
-from agentsweep.cell.record import mask_cell, mask_text, read_status
+from agentsweep.cell.record import mask_cell, mask_text
 from agentsweep.cell.watchdog import die_with_parent
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
+from agentsweep.contract.resultdir import read_status
 from agentsweep.errors import InputError
 
 # How long a cell may take to wind down after Ctrl-C (replayer flush + engine SIGTERM grace) before
@@ -63,7 +64,7 @@ def plan_sweep(cells: Sequence[Cell], results: Path) -> list[SweepPlan]:
         key = cell.config_key
         plan = plans.setdefault(key, SweepPlan(key_dir=results.resolve() / _safe(key)))
         result_dir = plan.key_dir / cell.exp_name
-        status, _ = read_status(result_dir)
+        status, _ = _verdict(result_dir)
         plan.runs.append(CellRun(cell, result_dir, state="done" if status == "SUCCESS" else "pending"))
     return list(plans.values())
 
@@ -201,16 +202,26 @@ def run_one(
             _signal(proc, signal.SIGKILL)
             proc.wait()
         run.seconds = time.monotonic() - start
-        status, reason = read_status(run.result_dir)
+        status, reason = _verdict(run.result_dir)
         run.state, run.reason = "interrupted", reason or "interrupted"
         raise Interrupted(signum) from None
     run.seconds = time.monotonic() - start
-    status, reason = read_status(run.result_dir)
+    status, reason = _verdict(run.result_dir)
     if status == "SUCCESS" and code == 0:
         run.state, run.reason = "SUCCESS", None
     else:
         run.state = "INVALID" if status == "INVALID" else "FAILED"
         run.reason = reason or f"launcher exited with status {code} and left no status.txt"
+
+
+def _verdict(result_dir: Path) -> tuple[str | None, str | None]:
+    """(verdict, first reason) of a cell's status.txt; (None, None) when there is none, and (None, what
+    is wrong) when it cannot be read (a FIFO, say: never blocks)."""
+    try:
+        found = read_status(result_dir)
+    except InputError as err:
+        return None, str(err)
+    return (found.verdict, found.reason) if found is not None else (None, None)
 
 
 def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:

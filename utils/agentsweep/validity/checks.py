@@ -12,16 +12,18 @@ included) against the engine's counters between the first scrape (before any req
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from kv_cache_tester.replay import RecordReader, RequestRecord, ResultError, Summary, load_summary
 
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.resultdir import REQUESTS_JSONL, SERVER_METRICS_CSV
 from agentsweep.contract.verdict import Check, Validity
+from agentsweep.errors import ResultFileError
+from agentsweep.metrics.scrapes import ScrapeReader
 
 # Engine-neutral server columns a cell must have scraped (at least one value each).
 REQUIRED_SERVER_COLUMNS = (
@@ -36,6 +38,8 @@ REQUIRED_SERVER_COLUMNS = (
 MIN_DRIFT_REQUESTS = 30
 # Engine seconds a lane may idle beyond the entry's max_delay before it counts as stuck.
 LANE_IDLE_SLACK_S = 10.0
+# What the checks need of a record to place it in time; a line without them is unreadable.
+RECORD_NEEDS = frozenset({"t_dispatch", "t_done"})
 
 
 @dataclass
@@ -60,52 +64,37 @@ class RecordFacts:
 
 
 def read_records(path: Path) -> RecordFacts:
+    """The facts of a requests.jsonl in one streamed pass; a line that cannot be placed in time (or is
+    no record at all) counts in ``bad_lines``. A file that cannot be opened is ResultError."""
     facts = RecordFacts()
-    with path.open("rb") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                facts.bad_lines += 1
-                continue
-            if not isinstance(rec, dict):
-                facts.bad_lines += 1
-                continue
-            _add(facts, rec)
+    reader = RecordReader(path, required=RECORD_NEEDS)
+    for rec in reader:
+        _add(facts, rec)
+    facts.bad_lines = reader.bad_lines
     return facts
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _add(facts: RecordFacts, rec: dict[str, Any]) -> None:
-    dispatch, done = _num(rec.get("t_dispatch")), _num(rec.get("t_done"))
-    if dispatch is None or done is None:
-        facts.bad_lines += 1
-        return
+def _add(facts: RecordFacts, rec: RequestRecord) -> None:
+    dispatch, done = rec["t_dispatch"], rec["t_done"]
     if rec.get("phase") == "warmup":
         facts.warmup_done.append(done)
     user = rec.get("user")
-    if isinstance(user, int):
+    if user is not None:
         facts.lanes[user].busy.append((dispatch, done))
     if rec.get("status") != "ok":
         return
     facts.ok_requests += 1
-    ttft = _num(rec.get("ttft_s"))
+    ttft = rec.get("ttft_s")
     if ttft is not None:
         facts.streaming.append((dispatch + ttft, done))
-    facts.ok_done_out.append((done, int(rec.get("output_tokens") or 0)))
-    if rec.get("prompt_tokens_source") == "server" and _num(rec.get("prompt_tokens")) is not None:
-        facts.prompt_tokens += int(rec["prompt_tokens"])
+    facts.ok_done_out.append((done, rec.get("output_tokens") or 0))
+    prompt = rec.get("prompt_tokens")
+    if rec.get("prompt_tokens_source") == "server" and prompt is not None:
+        facts.prompt_tokens += prompt
         facts.prompt_reported += 1
-        cached = _num(rec.get("cached_tokens"))
+        cached = rec.get("cached_tokens")
         if cached is not None:
-            facts.cached_tokens += int(cached)
+            facts.cached_tokens += cached
             facts.cached_reported += 1
 
 
@@ -126,27 +115,23 @@ class ServerFacts:
 
 
 def read_server(path: Path) -> ServerFacts:
+    """First and last value of every column of a server_metrics*.csv, read through its one reader."""
     facts = ServerFacts()
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            for row in csv.DictReader(fh):
-                facts.rows += 1
-                for column, text in row.items():
-                    if not column or text is None or not text.strip():
-                        continue
-                    try:
-                        value = float(text)
-                    except ValueError:
-                        facts.unreadable = f"{column}={text[:40]!r} is not a number"
-                        continue
-                    if column.endswith("_total") and value < facts.last.get(column, value):
-                        facts.decreased.append(column)
-                    facts.first.setdefault(column, value)
-                    facts.last[column] = value
-    except FileNotFoundError:
-        facts.unreadable = "server_metrics.csv missing"
-    except (OSError, UnicodeDecodeError) as err:
-        facts.unreadable = f"server_metrics.csv unreadable ({err})"
+        for scrape in ScrapeReader(path):
+            facts.rows += 1
+            if scrape.not_number is not None:
+                column, text = scrape.not_number
+                facts.unreadable = f"{column}={text[:40]!r} is not a number"
+            for column, value in scrape.values.items():
+                if value is None:
+                    continue
+                if column.endswith("_total") and value < facts.last.get(column, value):
+                    facts.decreased.append(column)
+                facts.first.setdefault(column, value)
+                facts.last[column] = value
+    except ResultFileError as err:
+        facts.unreadable = str(err)
     return facts
 
 
@@ -197,7 +182,7 @@ def _share_check(count: int, of: int, limit: float, what: str) -> Check:
     )
 
 
-def evaluate(result_dir: Path, cell: Cell, cached_metrics: str = "server_metrics.csv") -> Validity:
+def evaluate(result_dir: Path, cell: Cell, cached_metrics: str = SERVER_METRICS_CSV) -> Validity:
     """Run every check on a cell whose replayer finished; never raises for bad file content.
 
     ``cached_metrics`` names the scrapes whose prefix hits the client's cached tokens are compared
@@ -206,19 +191,23 @@ def evaluate(result_dir: Path, cell: Cell, cached_metrics: str = "server_metrics
     """
     validity = Validity()
     checks = validity.checks
-    summary = json.loads((result_dir / "summary.json").read_text(encoding="utf-8"))
-    counts = summary.get("counts") or {}
-    audit = summary.get("self_audit") or {}
-    window = summary.get("window") or {}
-    records = read_records(result_dir / "requests.jsonl")
-    server = read_server(result_dir / "server_metrics.csv")
+    try:
+        summary: Summary = load_summary(result_dir, required=())
+        records = read_records(result_dir / REQUESTS_JSONL)
+    except ResultError as err:
+        checks["results_readable"] = Check(None, None, False, str(err))
+        return validity
+    counts = summary.get("counts", {})
+    audit = summary.get("self_audit", {})
+    window = summary.get("window", {})
+    server = read_server(result_dir / SERVER_METRICS_CSV)
     cached_server = (
-        server if cached_metrics == "server_metrics.csv" else read_server(result_dir / cached_metrics)
+        server if cached_metrics == SERVER_METRICS_CSV else read_server(result_dir / cached_metrics)
     )
 
     # Requests still in flight when the run ended are failure records (class stall or timeout).
-    attempted = int(counts.get("sent") or 0)
-    failed = int(counts.get("failed") or 0)
+    attempted = counts.get("sent", 0)
+    failed = counts.get("failed", 0)
     if attempted == 0:
         checks["failed_share"] = Check(
             None, cell.max_failed_share, False, "no request in the profiling window"
@@ -227,14 +216,14 @@ def evaluate(result_dir: Path, cell: Cell, cached_metrics: str = "server_metrics
         checks["failed_share"] = _share_check(
             failed, attempted, cell.max_failed_share, "failed or were abandoned in flight"
         )
-        context = int((counts.get("failed_by_class") or {}).get("context_length") or 0)
+        context = counts.get("failed_by_class", {}).get("context_length", 0)
         checks["context_error_share"] = _share_check(
             context, attempted, cell.max_context_error_share, "exceeded the model's context length"
         )
 
     # The profiling window in record time.
     w_start = max(records.warmup_done, default=0.0)
-    duration = float(window.get("duration_s") or 0.0)
+    duration = window.get("duration_s", 0.0)
     w_end = w_start + duration
     if duration > 0:
         covered, seconds = _covered_seconds(records.streaming, w_start, w_end)
@@ -265,7 +254,7 @@ def evaluate(result_dir: Path, cell: Cell, cached_metrics: str = "server_metrics
         )
         checks["throughput_drift"] = _drift_check(records, w_start, w_end, cell.max_throughput_drift)
 
-    lag = _num((audit.get("dispatch_lag_s") or {}).get("p99"))
+    lag = audit.get("dispatch_lag_s", {}).get("p99")
     checks["dispatch_lag_p99"] = Check(
         lag,
         cell.max_dispatch_lag_p99_s,
@@ -275,7 +264,7 @@ def evaluate(result_dir: Path, cell: Cell, cached_metrics: str = "server_metrics
         else f"the client dispatched {lag * 1000:.0f} ms late at p99 "
         f"(limit {cell.max_dispatch_lag_p99_s * 1000:.0f} ms): the client, not the engine, was the limit",
     )
-    cpu = _num(audit.get("client_cpu_share"))
+    cpu = audit.get("client_cpu_share")
     checks["client_cpu_share"] = Check(
         cpu,
         cell.max_client_cpu_share,
@@ -372,5 +361,5 @@ def _server_checks(
             cell.max_cached_token_gap,
             gap is not None and gap <= cell.max_cached_token_gap,
             f"the client summed {records.cached_tokens} cached tokens, the server counted {_fmt(served)} "
-            "prefix-cache hits" + ("" if cached_metrics == "server_metrics.csv" else f" ({cached_metrics})"),
+            "prefix-cache hits" + ("" if cached_metrics == SERVER_METRICS_CSV else f" ({cached_metrics})"),
         )

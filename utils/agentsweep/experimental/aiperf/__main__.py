@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
                 trace_format=args.format,
             )
         if args.cmd == "cells":
-            from agentsweep.experimental.aiperf.matrix import read_matrix, run_cells
+            from agentsweep.contract.resultdir import read_matrix
+            from agentsweep.experimental.aiperf.matrix import run_cells
 
             failed = run_cells(read_matrix(args.matrix), args.results)
             return 1 if failed else 0

@@ -20,12 +20,14 @@ from typing import Any
 
 from kv_cache_tester.replay import (
     REQUESTS_FILE,
+    Phase,
     RequestError,
     RequestRecord,
     RunMeta,
     Summary,
     build_summary,
     itl_summary,
+    write_records,
     write_summary,
 )
 from kv_cache_tester.stats import LogHistogram
@@ -117,7 +119,7 @@ def convert_records(
         turn = int(meta.get("turn_index") or 0)
         info = prepared.lookup(conv, turn) if prepared else None
         trace_id, session_id = (info.trace_id, info.session_id) if info else _session_of(conv)
-        phase = "warmup" if meta.get("benchmark_phase") == "warmup" else "profile"
+        phase: Phase = "warmup" if meta.get("benchmark_phase") == "warmup" else "profile"
         start = (meta["request_start_ns"] - t0_ns) / 1e9
         end_ns = meta.get("request_end_ns") or meta["request_start_ns"]
         ok = not rec.get("error") and not meta.get("was_cancelled")
@@ -179,9 +181,7 @@ def write_outputs(
     lines, t0_unix, hist = convert_records(records, prepared)
     out_dir.mkdir(parents=True, exist_ok=True)
     req_path = out_dir / REQUESTS_FILE
-    with open(req_path, "w", encoding="utf-8") as fh:
-        for line in lines:
-            fh.write(json.dumps(line) + "\n")
+    write_records(req_path, lines)
     prof = [r for r in lines if r["phase"] == "profile"]
     stop_rel = max((r["t_dispatch"] for r in prof), default=0.0)
     end_rel = max((r["t_done"] for r in lines), default=0.0)

@@ -61,7 +61,9 @@ def _think(req: Request, scale: float, max_delay: float | None) -> float:
     return round(gap * scale, 6)
 
 
-def _weka_request(req: Request, offset: float, scale: float, max_delay: float | None, model: str) -> dict:
+def _weka_request(
+    req: Request, offset: float, scale: float, max_delay: float | None, model: str
+) -> dict[str, Any]:
     return {
         "t": round((offset + req.t) * scale, 6),
         "type": "n",

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from kv_cache_tester.replay import REQUESTS_FILE
+
 from agentsweep.errors import AgentsweepError
 from agentsweep.experimental.flamegraphs.render import render
 
@@ -20,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", type=Path, help="output directory (default: SOURCE_DIR/flamegraphs)")
     p.add_argument("--max-traces", type=int, default=40, help="draw at most N traces, worst loss first")
     args = p.parse_args(argv)
-    path = args.source / "requests.jsonl" if args.source.is_dir() else args.source
+    path = args.source / REQUESTS_FILE if args.source.is_dir() else args.source
     out = args.output or path.parent / "flamegraphs"
     try:
         index, pngs = render(path, out, max_traces=args.max_traces)

@@ -16,12 +16,12 @@ Requests without server usage are grey; failed requests are drawn as red crosses
 from __future__ import annotations
 
 import html
-import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from kv_cache_tester.replay import REQUESTS_FILE, RecordReader, RequestRecord, ResultError
 
 from agentsweep.errors import InputError
 
@@ -84,37 +84,21 @@ class TraceView:
         }
 
 
-def _num(rec: dict[str, Any], key: str, where: str, *, required: bool = True) -> float | None:
-    value = rec.get(key)
-    if value is None:
-        if required:
-            raise InputError(f"{where}: {key}: missing")
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InputError(f"{where}: {key}: must be a number, got {value!r}")
-    return float(value)
-
-
-def parse_record(rec: Any, where: str) -> tuple[str, Req]:
-    if not isinstance(rec, dict):
-        raise InputError(f"{where}: not a JSON object")
-    trace = rec.get("trace_id")
-    if not isinstance(trace, str | int) or trace == "":
-        raise InputError(f"{where}: trace_id: missing")
-    start = _num(rec, "t_dispatch", where) or 0.0
-    e2e = _num(rec, "e2e_s", where, required=False)
-    done = _num(rec, "t_done", where, required=False)
+def parse_record(rec: RequestRecord) -> tuple[str, Req]:
+    """(trace id, the drawn request) of one record."""
+    start = rec["t_dispatch"]
+    e2e, done = rec.get("e2e_s"), rec.get("t_done")
     end = done if done is not None else start + (e2e or 0.0)
-    prompt = int(_num(rec, "prompt_tokens", where, required=False) or 0)
-    source = rec.get("prompt_tokens_source", "server")
-    cached_raw = _num(rec, "cached_tokens", where, required=False)
-    cached = int(cached_raw) if cached_raw is not None and source == "server" else None
-    hit = _num(rec, "theoretical_hit_blocks", where, required=False) or 0.0
-    blocks = _num(rec, "total_blocks", where, required=False) or 0.0
-    session = str(rec.get("session_id") or trace)
+    prompt = rec.get("prompt_tokens") or 0
+    cached = rec.get("cached_tokens")
+    if rec.get("prompt_tokens_source", "server") != "server":
+        cached = None
+    hit = rec.get("theoretical_hit_blocks") or 0
+    blocks = rec.get("total_blocks") or 0
+    session = rec.get("session_id") or rec["trace_id"]
     play = rec.get("play")
     lane = f"play {play} {session}" if play not in (None, 0) else session
-    return str(trace), Req(
+    return rec["trace_id"], Req(
         lane=lane,
         start=start,
         end=max(end, start),
@@ -127,22 +111,17 @@ def parse_record(rec: Any, where: str) -> tuple[str, Req]:
 
 
 def load_requests(path: Path) -> dict[str, TraceView]:
-    """Traces of a requests.jsonl (a line torn by a hard kill is skipped, as summary.json does)."""
+    """Traces of a requests.jsonl, read through the replayer's reader: a line that is not a record is
+    an InputError naming it, except a last line torn by a hard kill (skipped, as summary.json does)."""
     if not path.is_file():
-        raise InputError(f"{path}: no such file (expected a cell's requests.jsonl)")
+        raise InputError(f"{path}: no such file (expected a cell's {REQUESTS_FILE})")
     views: dict[str, TraceView] = {}
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as err:
-            if n == len(lines):  # the last line may be cut short by a kill
-                continue
-            raise InputError(f"{path}: line {n}: bad JSON ({err.msg})") from None
-        trace, req = parse_record(rec, f"{path}: line {n}")
-        views.setdefault(trace, TraceView(trace)).requests.append(req)
+    try:
+        for rec in RecordReader(path, strict=True, where=str(path)):
+            trace, req = parse_record(rec)
+            views.setdefault(trace, TraceView(trace)).requests.append(req)
+    except ResultError as err:
+        raise InputError(str(err)) from None
     if not views:
         raise InputError(f"{path}: no requests")
     return views
@@ -236,11 +215,11 @@ def draw_trace(view: TraceView, out: Path) -> Path:
     ax2.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: _fmt_tokens(v)))
     ax2.set_xlim(-span * 0.01, span * 1.01)
     tot = view.totals()
-    server = f"{tot['server_hit']:.1%}" if tot["prompt_tokens"] else "n/a"
-    theo = f"{tot['theoretical_hit']:.1%}" if tot["prompt_tokens"] else "n/a"
+    server_text = f"{tot['server_hit']:.1%}" if tot["prompt_tokens"] else "n/a"
+    theo_text = f"{tot['theoretical_hit']:.1%}" if tot["prompt_tokens"] else "n/a"
     ax.set_title(
-        f"{view.trace_id}: {tot['requests']} requests ({tot['failed']} failed) · server hit {server} "
-        f"vs theoretical {theo} · lost {_fmt_tokens(tot['lost_tokens'])} tokens",
+        f"{view.trace_id}: {tot['requests']} requests ({tot['failed']} failed) · server hit {server_text} "
+        f"vs theoretical {theo_text} · lost {_fmt_tokens(tot['lost_tokens'])} tokens",
         fontsize=11,
         loc="left",
     )

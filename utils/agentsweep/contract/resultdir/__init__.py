@@ -1,0 +1,85 @@
+"""The cell result directory (ARCHITECTURE.md §3): every file it may hold, with its one writer and reader.
+
+- ``files``: the declaration (``RESULT_FILES``: name, meaning, owner, size limit) and the file names.
+- ``record``: cell.json (``CellRecord``), ``write_cell_result`` (cell.json then status.txt).
+- ``status``: status.txt (``CellStatus``).
+- ``router``: router.json (``RouterRecord``).
+- ``matrix``: the matrix JSON collect and the workflow read beside the result directories.
+
+requests.jsonl and summary.json are the replayer's (``kv_cache_tester.replay.results``); the
+server_metrics*.csv files are read beside their columns (``agentsweep.metrics.scrapes``).
+
+Each ``read_*`` returns None when its file is absent and raises ``ResultFileError`` (``<file>: <field>:
+<what>``, exit status 2) when the file breaks its contract; none blocks on a FIFO or reads past the
+file's declared size.
+"""
+
+from agentsweep.contract.resultdir.fileio import write_atomic
+from agentsweep.contract.resultdir.files import (
+    CELL_JSON,
+    CELL_JSON_MAX_BYTES,
+    MATRIX_MAX_BYTES,
+    PREFILL_METRICS_CSV,
+    REQUESTS_JSONL,
+    RESULT_FILES,
+    ROUTER_JSON,
+    ROUTER_JSON_MAX_BYTES,
+    ROUTER_METRICS_CSV,
+    ROUTER_METRICS_TXT,
+    ROUTER_METRICS_TXT_MAX_BYTES,
+    SERVER_LOG,
+    SERVER_METRICS_CSV,
+    STATUS_TXT,
+    STATUS_TXT_MAX_BYTES,
+    SUMMARY_JSON,
+    ResultFile,
+    instance_log,
+    instance_metrics_csv,
+    result_file,
+)
+from agentsweep.contract.resultdir.matrix import matrix_json, read_matrix, read_matrix_entries
+from agentsweep.contract.resultdir.record import (
+    CellRecord,
+    read_cell_record,
+    write_cell_record,
+    write_cell_result,
+)
+from agentsweep.contract.resultdir.router import RouterRecord, read_router, write_router
+from agentsweep.contract.resultdir.status import CellStatus, read_status, write_status
+
+__all__ = [
+    "CELL_JSON",
+    "CELL_JSON_MAX_BYTES",
+    "MATRIX_MAX_BYTES",
+    "PREFILL_METRICS_CSV",
+    "REQUESTS_JSONL",
+    "RESULT_FILES",
+    "ROUTER_JSON",
+    "ROUTER_JSON_MAX_BYTES",
+    "ROUTER_METRICS_CSV",
+    "ROUTER_METRICS_TXT",
+    "ROUTER_METRICS_TXT_MAX_BYTES",
+    "SERVER_LOG",
+    "SERVER_METRICS_CSV",
+    "STATUS_TXT",
+    "STATUS_TXT_MAX_BYTES",
+    "SUMMARY_JSON",
+    "CellRecord",
+    "CellStatus",
+    "ResultFile",
+    "RouterRecord",
+    "instance_log",
+    "instance_metrics_csv",
+    "matrix_json",
+    "read_cell_record",
+    "read_matrix",
+    "read_matrix_entries",
+    "read_router",
+    "read_status",
+    "result_file",
+    "write_atomic",
+    "write_cell_record",
+    "write_cell_result",
+    "write_router",
+    "write_status",
+]
