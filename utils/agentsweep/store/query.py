@@ -182,8 +182,8 @@ def load_points(
             mq = mq.where(m.c.name.in_(list(metrics)))
         ids = list(points)
         for i in range(0, len(ids), 500):
-            for pid, name, value in conn.execute(mq.where(m.c.point_id.in_(ids[i : i + 500]))):
-                points[pid].metrics[name] = float(value)
+            for found in conn.execute(mq.where(m.c.point_id.in_(ids[i : i + 500]))):
+                points[int(found.point_id)].metrics[str(found.name)] = float(found.value)
     return sorted(points.values(), key=lambda pt: (pt.when, pt.exp_name))
 
 

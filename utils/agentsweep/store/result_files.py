@@ -258,7 +258,10 @@ def _read_requests(path: Path) -> _Requests:
             out.t.append(t)
             out.done.append(math.nan if done is None else done)
             out.ttft.append(_nan(rec.get("ttft_s")))
-            out.itl.append(_nan(itl.get("mean")) if isinstance(itl, dict) else _nan(itl))
+            if isinstance(itl, dict):  # the mean, or the median where a writer kept only that
+                out.itl.append(_nan(itl.get("mean") if itl.get("mean") is not None else itl.get("p50")))
+            else:
+                out.itl.append(_nan(itl))
             out.lane.append(user if isinstance(user, int) and not isinstance(user, bool) else -1)
             out.flags.append((1 if rec.get("status") == "ok" else 0) | (2 if warm else 0))
     return out
