@@ -121,6 +121,17 @@ def test_a_result_without_receipt_is_refused(db_url, tmp_path, capsys):
     )
 
 
+def test_results_without_receipt_may_be_left_out_by_name(db_url, tmp_path, capsys):
+    paths = make_sweep(tmp_path / "a", SMALL)
+    (paths[0] / "receipt.json").unlink()
+    assert main(["results", "ingest", "--db", db_url, str(tmp_path / "a"), "--skip-without-receipt"]) == 0
+    err = capsys.readouterr().err
+    assert f"{paths[0] / 'receipt.json'}: no receipt; not ingested" in err and "3 points added" in err
+    # A result that no longer matches its receipt is still refused.
+    (paths[1] / "status.txt").write_text("INVALID\n")
+    assert main(["results", "ingest", "--db", db_url, str(tmp_path / "a"), "--skip-without-receipt"]) == 2
+
+
 def test_one_transaction_per_ingest(db_url, tmp_path):
     """A failure while writing the second source leaves the first unwritten too."""
     first, second = tmp_path / "first", tmp_path / "second"

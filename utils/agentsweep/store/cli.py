@@ -40,6 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--repo", metavar="OWNER/NAME", help="the repository of --gh-run (default: gh's)")
     p.add_argument("--label", help="how the run reads in tables (default: the folder's name)")
     p.add_argument("--dry-run", action="store_true", help="with --gh-run: print the gh command, do nothing")
+    p.add_argument(
+        "--skip-without-receipt",
+        action="store_true",
+        help="leave out (and list) result dirs that have no receipt instead of refusing the ingest",
+    )
     add_db(p)
 
     p = sub.add_parser("runs", help="list the runs in the store")
@@ -108,7 +113,7 @@ def _ingest(args: argparse.Namespace, store: Store) -> int:
             label = args.label or f"gh run {args.gh_run}"
             origin = f"workflow run {args.gh_run}" + (f" of {args.repo}" if args.repo else "")
             source = Source(into, label, origin, ghrun.run_key(args.gh_run, args.repo))
-            return _report(ingest(store, [source]), store)
+            return _report(ingest(store, [source], args.skip_without_receipt), store)
     if args.repo or args.dry_run:
         raise InputError("results ingest: --repo and --dry-run go with --gh-run")
     if not args.dirs:
@@ -116,10 +121,12 @@ def _ingest(args: argparse.Namespace, store: Store) -> int:
     if args.label and len(args.dirs) > 1:
         raise InputError("results ingest: --label names one run; give one DIR with it")
     sources = [Source(d, args.label or d.resolve().name, str(d)) for d in args.dirs]
-    return _report(ingest(store, sources), store)
+    return _report(ingest(store, sources, args.skip_without_receipt), store)
 
 
 def _report(report: IngestReport, store: Store) -> int:
+    for line in report.unreceipted:
+        print(f"results: {line}", file=sys.stderr)
     for label, run_id, n in report.runs:
         print(f"results: run {run_id} ({label}): {n} points added", file=sys.stderr)
     if report.skipped:

@@ -14,18 +14,30 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
+import multiprocessing
+import os
 import tempfile
 import zipfile
 import zlib
+from collections import deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sqlalchemy import Connection, insert, select
 
-from agentsweep.contract.receipt import Receipt, ReceiptError, compare_files, read_receipt, utc_now
+from agentsweep.contract.receipt import (
+    RECEIPT_FILE,
+    Receipt,
+    ReceiptError,
+    compare_files,
+    read_receipt,
+    utc_now,
+)
 from agentsweep.errors import InputError
 from agentsweep.store import result_files, schema
 from agentsweep.store.db import Store
@@ -34,6 +46,7 @@ from agentsweep.store.scope import SCOPE_FIELDS, scope_key
 PART_BYTES = 4 << 20  # raw bytes per stored part of a kept file
 ZLIB_LEVEL = 1  # fast: the records compress about 6x at level 1, and level 6 adds only 20 %
 IN_CHUNK = 500  # receipt ids per IN (...) lookup
+MAX_WORKERS = 4  # processes reading result directories while the main one writes
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,7 @@ class Checked:
 class IngestReport:
     runs: list[tuple[str, int, int]] = field(default_factory=list)  # (label, run id, points added)
     skipped: list[str] = field(default_factory=list)  # result dirs already in the store
+    unreceipted: list[str] = field(default_factory=list)  # result dirs left out for want of a receipt
 
     @property
     def added(self) -> int:
@@ -110,14 +124,19 @@ def expanded(source: Source) -> Iterator[list[Path]]:
 # --- checks -----------------------------------------------------------------------------------
 
 
-def check_source(source: Source, roots: Sequence[Path]) -> list[Checked]:
-    """Every result directory of the source with its receipt; ReceiptError for the first that has
-    none or no longer matches it."""
+def check_source(
+    source: Source, roots: Sequence[Path], unreceipted: list[str] | None = None
+) -> list[Checked]:
+    """Every result directory of the source with its receipt; ReceiptError for the first that no
+    longer matches it, or that has none (unless ``unreceipted`` is given: then its line goes there)."""
     dirs = [d for root in roots for d in result_files.find_result_dirs(root)[0]]
     if not dirs:
         raise InputError(f"{source.origin}: no cell result directories found (looked for cell.json...)")
     checked = []
     for path in dirs:
+        if unreceipted is not None and not (path / RECEIPT_FILE).exists():
+            unreceipted.append(f"{path / RECEIPT_FILE}: no receipt; not ingested")
+            continue
         receipt = read_receipt(path)
         problems = compare_files(receipt, path)
         if problems:
@@ -170,22 +189,62 @@ def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str)
 
 
-def _put_blob(conn: Connection, point_id: int, name: str, parts: Iterator[bytes]) -> None:
-    for i, raw in enumerate(parts):
+@dataclass
+class Prepared:
+    """What one result directory adds to the store, read and compressed (in a worker process)."""
+
+    facts: result_files.PointFacts
+    blobs: list[tuple[str, list[tuple[int, bytes]]]]  # (name, [(raw size, zlib data)] per part)
+
+
+def prepare(path: Path, names: list[str]) -> Prepared:
+    """Read one result directory: its figures, the files kept whole, its drill-down payload."""
+    facts = result_files.read_point(path)
+    blobs = []
+    for name in result_files.kept_files(path, names):
+        parts = result_files.read_parts(path / name, PART_BYTES)
+        blobs.append((name, [(len(raw), zlib.compress(raw, ZLIB_LEVEL)) for raw in parts]))
+    payload = json.dumps(result_files.drilldown(facts), separators=(",", ":"), allow_nan=False).encode()
+    blobs.append(("drilldown.json", [(len(payload), zlib.compress(payload, ZLIB_LEVEL))]))
+    return Prepared(facts, blobs)
+
+
+def prepared(items: Sequence[Checked], workers: int) -> Iterator[tuple[Checked, Prepared]]:
+    """Each item with its Prepared, in order; ``workers`` processes read ahead (at most two items
+    each in flight, so memory stays bounded). The workers never touch the database."""
+    if workers <= 1 or len(items) <= 1:
+        for item in items:
+            yield item, prepare(item.path, sorted(item.receipt.files))
+        return
+    context = (
+        multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+    )
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        pending: deque[tuple[Checked, Future[Prepared]]] = deque()
+        queue = iter(items)
+        for item in itertools.islice(queue, 2 * workers):
+            pending.append((item, pool.submit(prepare, item.path, sorted(item.receipt.files))))
+        while pending:
+            item, future = pending.popleft()
+            following = next(queue, None)
+            if following is not None:
+                pending.append(
+                    (following, pool.submit(prepare, following.path, sorted(following.receipt.files)))
+                )
+            yield item, future.result()
+
+
+def _put_blob(conn: Connection, point_id: int, name: str, parts: list[tuple[int, bytes]]) -> None:
+    for i, (raw_size, data) in enumerate(parts):
         conn.execute(
             insert(schema.blobs).values(
-                point_id=point_id,
-                name=name,
-                part=i,
-                codec="zlib",
-                raw_size=len(raw),
-                data=zlib.compress(raw, ZLIB_LEVEL),
+                point_id=point_id, name=name, part=i, codec="zlib", raw_size=raw_size, data=data
             )
         )
 
 
-def _insert_point(conn: Connection, run_id: int, item: Checked) -> tuple[int, str | None]:
-    facts = result_files.read_point(item.path)
+def _insert_point(conn: Connection, run_id: int, item: Checked, ready: Prepared) -> tuple[int, str | None]:
+    facts = ready.facts
     receipt = item.receipt
     cell = facts.cell
     values: dict[str, Any] = {
@@ -240,21 +299,25 @@ def _insert_point(conn: Connection, run_id: int, item: Checked) -> tuple[int, st
             for path, entry in receipt.files.items()
         ],
     )
-    for name in result_files.kept_files(item.path, sorted(receipt.files)):
-        _put_blob(conn, point_id, name, result_files.read_parts(item.path / name, PART_BYTES))
-    payload = json.dumps(result_files.drilldown(facts), separators=(",", ":"), allow_nan=False).encode()
-    _put_blob(conn, point_id, "drilldown.json", iter([payload]))
+    for name, parts in ready.blobs:
+        _put_blob(conn, point_id, name, parts)
     return point_id, facts.start_utc
 
 
-def ingest(store: Store, sources: Sequence[Source]) -> IngestReport:
-    """Check every source, then add what is new in one transaction (see the module docstring)."""
+def ingest(store: Store, sources: Sequence[Source], skip_unreceipted: bool = False) -> IngestReport:
+    """Check every source, then add what is new in one transaction (see the module docstring).
+
+    ``skip_unreceipted`` leaves out (and lists in the report) result directories that have no
+    receipt, such as a cell whose process died before writing one, instead of refusing the ingest.
+    """
     report = IngestReport()
+    unreceipted = report.unreceipted if skip_unreceipted else None
+    workers = max(1, min(MAX_WORKERS, os.cpu_count() or 1))
     with contextlib.ExitStack() as stack:
         plans = []
         for source in sources:
             roots = stack.enter_context(expanded(source))
-            plans.append((source, check_source(source, roots)))
+            plans.append((source, check_source(source, roots, unreceipted)))
         with store.write() as conn:
             known = _known(conn, [c.receipt.id for _, checked in plans for c in checked])
             for source, checked in plans:
@@ -269,8 +332,8 @@ def ingest(store: Store, sources: Sequence[Source]) -> IngestReport:
                     continue
                 run_id = _run_id(conn, source.run_key or default_run_key(checked), source, checked)
                 starts = []
-                for item in new:
-                    _, start = _insert_point(conn, run_id, item)
+                for item, ready in prepared(new, workers):
+                    _, start = _insert_point(conn, run_id, item, ready)
                     if start:
                         starts.append(start)
                 before = conn.execute(
