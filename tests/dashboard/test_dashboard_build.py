@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
 
+import pytest
 from agentsweep.cli import main
 from agentsweep.store import query
 from agentsweep.store.db import Store
@@ -75,3 +81,33 @@ def test_rebuilding_replaces_only_a_dashboard(site, tmp_path, capsys):
     assert main(["dashboard", "--db", str(db), "-o", str(other)]) == 2
     assert "not empty and not a dashboard" in capsys.readouterr().err
     assert (other / "mine.txt").read_text() == "keep me"
+
+
+@pytest.mark.slow
+def test_serve_serves_the_site_until_terminated(site, tmp_path):
+    db, _ = site
+    out = tmp_path / "served"
+    agentsweep = Path(sys.executable).parent / "agentsweep"
+    proc = subprocess.Popen(
+        [str(agentsweep), "dashboard", "--db", str(db), "-o", str(out), "--serve", "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        url = None
+        for line in proc.stderr:
+            found = re.search(r"at (http://127\.0\.0\.1:\d+/)", line)
+            if found:
+                url = found.group(1)
+                break
+        assert url, "no serving line"
+        with urllib.request.urlopen(url + "index.html", timeout=30) as reply:
+            assert b"assets/plotly.min.js" in reply.read()
+        with urllib.request.urlopen(url + "data/index.js", timeout=30) as reply:
+            assert reply.read().startswith(b"window.AGENTSWEEP_INDEX=")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        if proc.stderr:
+            proc.stderr.close()

@@ -122,3 +122,33 @@ def test_drilldown_of_an_invalid_routed_point_shows_checks_and_instances(site):
                 checks = page.inner_text("#drill-checks")
                 assert "throughput_drift" in checks and "FAIL" in checks and "0.5" in checks
         assert errors == [] and network == []
+
+
+def test_a_large_cell_draws_its_requests_as_images(tmp_path):
+    """Past 5,000 requests the request charts are canvas images on Plotly's axes (fast to paint)."""
+    from agentsweep.cli import main
+
+    from ..collect.conftest import Spec, requests_lines, write_cell
+    from ..store.conftest import seal
+
+    path = write_cell(tmp_path / "art", Spec(users=16))
+    lines = []
+    for line in requests_lines(Spec(users=16), n=6000):
+        rec = json.loads(line)
+        rec["t_done"] = rec["t_dispatch"] + (rec["e2e_s"] or 1.0)
+        lines.append(json.dumps(rec))
+    (path / "requests.jsonl").write_text("\n".join(lines) + "\n")
+    seal(path)
+    db, out = tmp_path / "store.db", tmp_path / "site"
+    assert main(["results", "ingest", "--db", str(db), str(tmp_path / "art")]) == 0
+    assert main(["dashboard", "--db", str(db), "-o", str(out)]) == 0
+    with offline_page() as (page, errors, network):
+        page.goto((out / "index.html").as_uri())
+        page.wait_for_selector("body[data-ready='1']", timeout=TIMEOUT_MS)
+        page.evaluate("(id) => window.agentsweepOpen(id)", 1)
+        page.wait_for_selector("#drilldown[data-drawn='1'][data-point='1']", timeout=TIMEOUT_MS)
+        for div in ("drill-timeline", "drill-ttft", "drill-itl"):
+            images = page.evaluate("(d) => document.getElementById(d).layout.images || []", div)
+            assert len(images) == 1 and images[0]["source"].startswith("data:image/png;base64,"), div
+        assert "6000 requests; request charts drawn as images" in page.inner_text("#drill-meta")
+        assert errors == [] and network == []

@@ -39,6 +39,8 @@
     if (typeof v === "number") return Math.abs(v) >= 1000 ? v.toFixed(0) : v.toPrecision(4);
     return String(v);
   }
+  // Resolves once the browser has painted what was drawn (two animation frames later).
+  function painted() { return new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done))); }
   function escapeText(s) { const d = document.createElement("div"); d.textContent = s; return d.innerHTML; }
 
   // --- which points ---------------------------------------------------------------------------
@@ -283,6 +285,88 @@
       { x: tx, y: ty, name: "first token", mode: "markers", type: "scattergl",
         marker: { color: "#11335f", size: 4, symbol: "diamond" }, hovertemplate: "TTFT at %{x:.3f} s<extra></extra>" }];
   }
+  // Past this many requests the three request charts are drawn onto a canvas and shown as an image
+  // on Plotly's axes: tens of thousands of WebGL marks take seconds to paint in a software-rendered
+  // browser, a canvas takes milliseconds. Zoom still works (the image stretches); hover per request
+  // is left to smaller cells.
+  const RASTER_ABOVE = 5000;
+  function extent(values, pad) {
+    let lo = Infinity, hi = -Infinity;
+    for (const v of values) { if (v !== null && v === v) { if (v < lo) lo = v; if (v > hi) hi = v; } }
+    if (lo === Infinity) return [0, 1];
+    const span = hi - lo || Math.abs(hi) || 1;
+    return [lo - span * pad, hi + span * pad];
+  }
+  // marks: [{x, y, x2 (segments) or none (dots), color, size, name}] drawn in order.
+  function rasterTraces(div, layout, marks, xr, yr) {
+    const gd = $(div);
+    const width = Math.max(300, gd.clientWidth), height = Math.max(200, gd.clientHeight);
+    const canvas = document.createElement("canvas");
+    canvas.width = width;
+    canvas.height = height;
+    const ctx = canvas.getContext("2d");
+    const sx = width / (xr[1] - xr[0]), sy = height / (yr[1] - yr[0]);
+    for (const m of marks) {
+      ctx.fillStyle = m.color;
+      const half = m.size / 2;
+      for (let i = 0; i < m.x.length; i++) {
+        const x = m.x[i], y = m.y[i];
+        if (x === null || y === null) continue;
+        const px = (x - xr[0]) * sx, py = height - (y - yr[0]) * sy;
+        if (m.x2) {
+          const x2 = m.x2[i];
+          if (x2 === null) continue;
+          ctx.fillRect(px, py - half, Math.max(1, (x2 - x) * sx), m.size);
+        } else {
+          ctx.fillRect(px - half, py - half, m.size, m.size);
+        }
+      }
+    }
+    layout.xaxis.range = xr;
+    layout.yaxis.range = yr;
+    layout.images = [{ source: canvas.toDataURL("image/png"), xref: "x", yref: "y", x: xr[0], y: yr[1],
+      sizex: xr[1] - xr[0], sizey: yr[1] - yr[0], sizing: "stretch", layer: "below" }];
+    // Empty traces carry the legend and keep the axes.
+    const traces = marks.map((m) => ({ x: [null], y: [null], name: m.name, mode: "markers", type: "scatter",
+      marker: { color: m.color, size: 8, symbol: "square" } }));
+    return Plotly.react(gd, traces, layout, CONFIG);
+  }
+  function drawRequests(d, base) {
+    const r = d.requests;
+    const okIdx = [...r.t.keys()].filter((i) => (r.flags[i] & 1) && !(r.flags[i] & 2));
+    const timelineLayout = base("Requests per lane over time (diamond: first token; green: measurement window)",
+      "lane (user)");
+    const ttftLayout = base("TTFT by dispatch time", "TTFT (s)");
+    const itlLayout = base("Mean inter-token latency by finish time", "ITL (s)");
+    if (r.t.length <= RASTER_ABOVE) {
+      return [
+        Plotly.react($("drill-timeline"), lanesTraces(r), timelineLayout, CONFIG),
+        Plotly.react($("drill-ttft"), [{ x: okIdx.map((i) => r.t[i]), y: okIdx.map((i) => r.ttft[i]),
+          mode: "markers", type: "scattergl", name: "TTFT", marker: { size: 4, color: "#1f77b4" } }], ttftLayout, CONFIG),
+        Plotly.react($("drill-itl"), [{ x: okIdx.map((i) => r.done[i]), y: okIdx.map((i) => r.itl[i]),
+          mode: "markers", type: "scattergl", name: "mean ITL", marker: { size: 4, color: "#ff7f0e" } }], itlLayout, CONFIG),
+      ];
+    }
+    const pick = (idx, values) => idx.map((i) => values[i]);
+    const kinds = { ok: [], err: [], warm: [] };
+    r.t.forEach((_, i) => kinds[r.flags[i] & 2 ? "warm" : r.flags[i] & 1 ? "ok" : "err"].push(i));
+    const xr = extent([...r.t, ...r.done], 0.01);
+    const lanes = extent(r.lane, 0);
+    const firstToken = r.t.map((t, i) => (r.ttft[i] === null ? null : t + r.ttft[i]));
+    const segments = (name, color, idx) => ({ name, color, size: 3, x: pick(idx, r.t), x2: pick(idx, r.done),
+      y: pick(idx, r.lane) });
+    const all = [...r.t.keys()];
+    return [
+      rasterTraces("drill-timeline", timelineLayout, [segments("request (ok)", "#7aa6d8", kinds.ok),
+        segments("request (error)", "#d62728", kinds.err), segments("warmup", "#c7c7c7", kinds.warm),
+        { name: "first token", color: "#11335f", size: 3, x: firstToken, y: pick(all, r.lane) }],
+        xr, [lanes[0] - 0.5, lanes[1] + 0.5]),
+      rasterTraces("drill-ttft", ttftLayout, [{ name: "TTFT", color: "#1f77b4", size: 3, x: pick(okIdx, r.t),
+        y: pick(okIdx, r.ttft) }], extent(pick(okIdx, r.t), 0.01), [0, extent(pick(okIdx, r.ttft), 0.05)[1]]),
+      rasterTraces("drill-itl", itlLayout, [{ name: "mean ITL", color: "#ff7f0e", size: 3, x: pick(okIdx, r.done),
+        y: pick(okIdx, r.itl) }], extent(pick(okIdx, r.done), 0.01), [0, extent(pick(okIdx, r.itl), 0.05)[1]]),
+    ];
+  }
   function windowShape(w) {
     return w ? [{ type: "rect", xref: "x", yref: "paper", x0: w[0], x1: w[1], y0: 0, y1: 1,
       fillcolor: "#2ca02c", opacity: 0.06, line: { width: 0 } }] : [];
@@ -294,7 +378,8 @@
     const bits = [];
     if (meta) bits.push(`${runLabel(meta.run)} · ${meta.model} · ${meta.engine} ${meta.engine_version} · ${meta.hardware}`);
     if (d.reason) bits.push(`reason: ${d.reason}`);
-    bits.push(`${r.total} requests` + (r.stride > 1 ? ` (every ${r.stride}th drawn)` : ""));
+    bits.push(`${r.total} requests` + (r.stride > 1 ? ` (every ${r.stride}th drawn)` : "") +
+      (r.t.length > RASTER_ABOVE ? "; request charts drawn as images (hover per request below 5,000)" : ""));
     if (d.clock_scale !== 1) bits.push(`simulated engine at speed ${d.clock_scale}: times in the engine's clock`);
     if (d.notes && d.notes.length) bits.push(`notes: ${d.notes.join("; ")}`);
     $("drill-meta").textContent = bits.join(" · ");
@@ -303,15 +388,7 @@
       xaxis: { title: { text: "s from run start" } }, yaxis: { title: { text: y } }, shapes,
       legend: { orientation: "h", y: -0.3 }, hovermode: "closest" });
     const draws = [];
-    draws.push(Plotly.react($("drill-timeline"), lanesTraces(r),
-      base("Requests per lane over time (diamond: first token; green: measurement window)", "lane (user)"), CONFIG));
-    const okIdx = [...r.t.keys()].filter((i) => (r.flags[i] & 1) && !(r.flags[i] & 2));
-    draws.push(Plotly.react($("drill-ttft"), [{ x: okIdx.map((i) => r.t[i]), y: okIdx.map((i) => r.ttft[i]),
-      mode: "markers", type: "scattergl", name: "TTFT", marker: { size: 4, color: "#1f77b4" } }],
-      base("TTFT by dispatch time", "TTFT (s)"), CONFIG));
-    draws.push(Plotly.react($("drill-itl"), [{ x: okIdx.map((i) => r.done[i]), y: okIdx.map((i) => r.itl[i]),
-      mode: "markers", type: "scattergl", name: "mean ITL", marker: { size: 4, color: "#ff7f0e" } }],
-      base("Mean inter-token latency by finish time", "ITL (s)"), CONFIG));
+    draws.push(...drawRequests(d, base));
     const kv = [];
     if (d.server) {
       const s = d.server;
@@ -347,6 +424,7 @@
     if (!d.checks.length) rows.push("<tr><td colspan=5>no checks recorded in summary.json</td></tr>");
     $("drill-checks").innerHTML = rows.join("");
     await Promise.all(draws);
+    await painted();
     const section = $("drilldown");
     section.dataset.drawn = "1";
     hook.drill = id;
@@ -399,7 +477,7 @@
   }
 
   setup();
-  drawPareto().then(() => {
+  drawPareto().then(painted).then(() => {
     hook.timings.first_draw = performance.now();  // ms since the page began to load
     document.body.dataset.ready = "1";
   });
