@@ -63,8 +63,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     make_invalid(invalid)
     seal(invalid)
     db = tmp / "store.db"
-    for label, root in (("night1", night1), ("night2", night2)):
-        assert main(["results", "ingest", "--db", str(db), str(root), "--label", label]) == 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AGENTSWEEP_INGEST_WORKERS", "1")  # no worker processes
+        for label, root in (("night1", night1), ("night2", night2)):
+            assert main(["results", "ingest", "--db", str(db), str(root), "--label", label]) == 0
     out = tmp / "site"
     assert main(["dashboard", "--db", str(db), "-o", str(out)]) == 0
     return db, out

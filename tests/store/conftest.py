@@ -101,6 +101,13 @@ def make_sweep(
 SMALL = [Spec(tp=1, users=u, offload=o) for u in (2, 8) for o in ("on", "off")]
 
 
+@pytest.fixture(autouse=True)
+def ingest_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ingest reads result directories in the main process here (no worker processes); the test
+    that runs the workers says so and is marked slow."""
+    monkeypatch.setenv("AGENTSWEEP_INGEST_WORKERS", "1")
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer | None]:
     with running_postgres() as server:

@@ -242,3 +242,30 @@ def test_curves_group_points_by_scope_and_run(db_url, tmp_path):
     assert {len(c.points) for c in curves} == {3}  # users 2, 8, 32
     assert all(p.position["tp"] == 2 for c in curves for p in c.points)
     store.dispose()
+
+
+@pytest.mark.slow
+def test_worker_processes_store_what_the_main_process_stores(tmp_path, monkeypatch):
+    root = tmp_path / "a"
+    make_sweep(root, failed=("demo-tp2-ep1-u32-noprefix",))
+    stored = {}
+    for workers in ("1", "2"):
+        monkeypatch.setenv("AGENTSWEEP_INGEST_WORKERS", workers)
+        db = tmp_path / f"w{workers}.db"
+        assert _ingest(f"sqlite:///{db}", root) == 0
+        store = Store.open(str(db))
+        with store.read() as conn:
+            points = query.load_points(conn)
+            blobs = conn.execute(
+                select(schema.blobs.c.name, schema.blobs.c.part, schema.blobs.c.raw_size, schema.blobs.c.data)
+                .join(schema.points, schema.points.c.id == schema.blobs.c.point_id)
+                .order_by(schema.points.c.receipt_id, schema.blobs.c.name, schema.blobs.c.part)
+            ).all()
+        store.dispose()
+        stored[workers] = (
+            sorted((p.receipt_id, p.status, sorted(p.metrics.items())) for p in points),
+            [(n, part, size, zlib.decompress(data)) for n, part, size, data in blobs],
+        )
+    assert stored["1"] == stored["2"] and len(stored["1"][0]) == 18
+    monkeypatch.setenv("AGENTSWEEP_INGEST_WORKERS", "none")
+    assert _ingest(f"sqlite:///{tmp_path / 'x.db'}", root) == 2

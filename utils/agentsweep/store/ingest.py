@@ -47,6 +47,7 @@ PART_BYTES = 4 << 20  # raw bytes per stored part of a kept file
 ZLIB_LEVEL = 1  # fast: the records compress about 6x at level 1, and level 6 adds only 20 %
 IN_CHUNK = 500  # receipt ids per IN (...) lookup
 MAX_WORKERS = 4  # processes reading result directories while the main one writes
+WORKERS_ENV_VAR = "AGENTSWEEP_INGEST_WORKERS"  # how many (1: read in the main process, no workers)
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,16 @@ def prepare(path: Path, names: list[str]) -> Prepared:
     return Prepared(facts, blobs)
 
 
+def ingest_workers() -> int:
+    """$AGENTSWEEP_INGEST_WORKERS, else one per CPU up to MAX_WORKERS."""
+    text = os.environ.get(WORKERS_ENV_VAR, "").strip()
+    if not text:
+        return max(1, min(MAX_WORKERS, os.cpu_count() or 1))
+    if not text.isdigit() or int(text) < 1:
+        raise InputError(f"${WORKERS_ENV_VAR}={text!r}: expected a whole number of processes, 1 or more")
+    return int(text)
+
+
 def prepared(items: Sequence[Checked], workers: int) -> Iterator[tuple[Checked, Prepared]]:
     """Each item with its Prepared, in order; ``workers`` processes read ahead (at most two items
     each in flight, so memory stays bounded). The workers never touch the database."""
@@ -312,7 +323,7 @@ def ingest(store: Store, sources: Sequence[Source], skip_unreceipted: bool = Fal
     """
     report = IngestReport()
     unreceipted = report.unreceipted if skip_unreceipted else None
-    workers = max(1, min(MAX_WORKERS, os.cpu_count() or 1))
+    workers = ingest_workers()
     with contextlib.ExitStack() as stack:
         plans = []
         for source in sources:
