@@ -192,3 +192,33 @@ def test_sweep_runs_end_to_end_through_the_workflow_files(gha: SimpleNamespace, 
     aggregated = store / "agentic_aggregated"
     assert (aggregated / "report.html").is_file() and (aggregated / "frontier.csv").is_file()
     assert ran["exp_name"] in result.summary
+
+
+@pytest.mark.slow
+def test_collect_job_stores_the_sweep_and_its_dashboard(gha: SimpleNamespace, tmp_path: Path) -> None:
+    """The cells that carry a receipt go into the results_store artifact's SQLite store, with the
+    dashboard beside it; a cell without one is named and left out."""
+    from agentsweep.store import query
+    from agentsweep.store.db import Store
+
+    from ..store.conftest import SMALL, make_sweep
+
+    store = tmp_path / "artifacts-store"
+    store.mkdir()
+    gha.make_workspace(tmp_path / "ws")
+    inputs, matrix_result = _matrix_job(gha, tmp_path, store, config_key="demo-mini", offload="off")
+    paths = make_sweep(store, SMALL[:2])
+    (paths[1] / "receipt.json").unlink()
+    result = _collect_job(gha, tmp_path, store, inputs, matrix_result)
+    step = result.step("Store the sweep and render its dashboard")
+    assert step.returncode == 0, step.output
+    assert f"{paths[1].name}/receipt.json: no receipt; not ingested" in step.output
+    kept = store / "results_store"
+    assert (kept / "dashboard" / "index.html").is_file()
+    db = Store.open(str(kept / "agentsweep.db"))
+    with db.read() as conn:
+        points = query.load_points(conn)
+        runs = query.list_runs(conn)
+    db.dispose()
+    assert [p.exp_name for p in points] == [SMALL[0].exp_name]
+    assert len(runs) == 1 and runs[0].label.startswith("run ")

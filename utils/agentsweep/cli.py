@@ -42,6 +42,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("agentsweep.collect.cli_collect", "turn cell result dirs into summary, frontiers, report"),
     "pareto": ("agentsweep.collect.cli_pareto", "Pareto frontiers and plots from a summary.csv"),
     "compare": ("agentsweep.collect.cli_compare", "compare two collected sweeps cell by cell"),
+    "verify": ("agentsweep.store.cli_verify", "check result directories against their receipt.json"),
+    "results": ("agentsweep.store.cli", "the results store: ingest runs, curves, history, noise-aware diffs"),
+    "dashboard": ("agentsweep.dashboard.cli", "write (or serve) the store as an interactive offline site"),
     "calibrate": (
         "agentsweep.calibrate.cli",
         "simulated engine vs published points: run, or --fit the model",

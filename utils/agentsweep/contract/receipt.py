@@ -1,0 +1,368 @@
+"""receipt.json: what a result directory held when its cell ended, and what produced it.
+
+The cell writes it last (``write_receipt``): the sha256 and size of every other file of the result
+directory (sub-folders such as ``steps/<n>/`` included), the recipe fingerprint, the replayer's
+version and the project's git commit. ``verify`` recomputes the file table and names every file that
+changed, went missing or was added since, and every number in a JSON, JSON-lines or CSV file that is
+not finite (NaN, Infinity): such a number in a result file is a bug of its writer, never a measurement.
+
+The recipe fingerprint identifies *how* a point was measured, whatever its load: sha256 of the
+canonical cell without ``users`` and ``exp_name``, together with the engine version, the image and the
+client version. Two points with the same fingerprint differ only in their concurrency (and in when
+they ran); the results store keys curves and idempotent ingest on it and on the receipt's ``id``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentsweep.contract.cell import Cell
+from agentsweep.contract.errors import validation_message
+from agentsweep.errors import InputError
+
+SCHEMA_VERSION = 1
+RECEIPT_FILE = "receipt.json"
+# Cell fields left out of the recipe fingerprint: the load and the name that encodes it.
+FINGERPRINT_EXCLUDED = ("users", "exp_name")
+# A receipt lists thousands of files at most; past this it is not one.
+MAX_RECEIPT_BYTES = 64 << 20
+HASH_CHUNK = 1 << 20
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+# Files whose numbers are checked for NaN/Infinity, by suffix.
+JSON_SUFFIXES = (".json",)
+JSONL_SUFFIXES = (".jsonl",)
+CSV_SUFFIXES = (".csv",)
+
+
+class ReceiptError(InputError):
+    """A result directory has no readable receipt, or does not match it. Message: ``<path>: <what>``."""
+
+    prefix = "receipt error"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class FileEntry(_Frozen):
+    """One file of the result directory as the cell left it."""
+
+    sha256: Annotated[str, Field(pattern=SHA256.pattern)]
+    size: Annotated[int, Field(ge=0)]
+
+
+class Recipe(_Frozen):
+    """What besides the cell went into the recipe fingerprint."""
+
+    engine_version: str | None
+    image: str
+    client: str
+    client_version: str | None
+
+
+class Receipt(_Frozen):
+    """The content of receipt.json."""
+
+    schema_version: Literal[1] = 1
+    # Relative POSIX paths (``steps/0/summary.json``), sorted; receipt.json itself is not listed.
+    files: dict[str, FileEntry]
+    recipe_fingerprint: Annotated[str, Field(pattern=SHA256.pattern)]
+    recipe: Recipe
+    replayer_version: str | None
+    commit: str | None  # the project's git commit the cell ran; None when it could not be told
+    created_utc: str
+
+    @property
+    def id(self) -> str:
+        """What identifies this result: sha256 over everything but the time the receipt was written.
+
+        Writing the receipt again over the same files gives the same id (ingest is idempotent on it).
+        """
+        body = self.model_dump(mode="json", exclude={"created_utc"})
+        return hashlib.sha256(_canonical(body).encode()).hexdigest()
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def recipe_fingerprint(cell: Cell, *, engine_version: str | None, client_version: str | None) -> str:
+    """sha256 of the canonical cell minus users and exp_name, with engine version, image and client
+    version (the image is a cell field; it is named again so the fingerprint's inputs read plainly)."""
+    fields = {k: v for k, v in cell.model_dump(mode="json").items() if k not in FINGERPRINT_EXCLUDED}
+    body = {
+        "cell": fields,
+        "engine_version": engine_version,
+        "image": cell.image,
+        "client_version": client_version,
+    }
+    return hashlib.sha256(_canonical(body).encode()).hexdigest()
+
+
+def _walk(result_dir: Path) -> Iterator[tuple[str, Path]]:
+    """(relative POSIX path, path) of every entry below ``result_dir`` but receipt.json, sorted.
+
+    Links are not followed (a link is an entry of its own, hashed by its target's text).
+    """
+    for dirpath, dirnames, filenames in os.walk(result_dir):
+        dirnames.sort()
+        here = Path(dirpath)
+        for name in sorted(filenames + [d for d in dirnames if (here / d).is_symlink()]):
+            path = here / name
+            rel = path.relative_to(result_dir).as_posix()
+            if rel == RECEIPT_FILE:
+                continue
+            yield rel, path
+
+
+def file_entry(path: Path) -> FileEntry:
+    """sha256 and size of a regular file, read in chunks; a link hashes as its target's text."""
+    digest = hashlib.sha256()
+    if path.is_symlink():
+        data = os.readlink(path).encode()
+        digest.update(b"link:" + data)
+        return FileEntry(sha256=digest.hexdigest(), size=len(data))
+    size = 0
+    with path.open("rb") as fh:
+        while chunk := fh.read(HASH_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return FileEntry(sha256=digest.hexdigest(), size=size)
+
+
+def file_table(result_dir: Path) -> dict[str, FileEntry]:
+    """Every file of the result directory (receipt.json aside) with its sha256 and size."""
+    return {rel: file_entry(path) for rel, path in _walk(result_dir)}
+
+
+def project_commit() -> str | None:
+    """The git commit of this checkout: $GITHUB_SHA in a workflow, else ``git rev-parse HEAD`` of the
+    folder the package lives in; None when neither tells (an installed copy, no git)."""
+    sha = os.environ.get("GITHUB_SHA", "").strip().lower()
+    if COMMIT.match(sha):
+        return sha
+    here = Path(__file__).resolve().parent
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+        text = out.stdout.strip().lower()
+        if out.returncode == 0 and COMMIT.match(text):
+            return text
+    return None
+
+
+def replayer_version() -> str | None:
+    """The installed trace replayer's version (None when it is not importable here)."""
+    try:
+        import kv_cache_tester
+    except ImportError:
+        return None
+    version = getattr(kv_cache_tester, "__version__", None)
+    return str(version) if version else None
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def build_receipt(
+    result_dir: Path,
+    cell: Cell,
+    *,
+    engine_version: str | None,
+    client_version: str | None = None,
+    replayer: str | None = None,
+    commit: str | None = None,
+) -> Receipt:
+    """The receipt of ``result_dir`` as it is now (nothing is written).
+
+    ``client_version`` defaults to the replayer's version for cells whose client is the replayer;
+    ``replayer`` to the installed replayer's; ``commit`` to ``project_commit()``.
+    """
+    replayer = replayer if replayer is not None else replayer_version()
+    if client_version is None and cell.client == "replay":
+        client_version = replayer
+    return Receipt(
+        files=file_table(result_dir),
+        recipe_fingerprint=recipe_fingerprint(
+            cell, engine_version=engine_version, client_version=client_version
+        ),
+        recipe=Recipe(
+            engine_version=engine_version, image=cell.image, client=cell.client, client_version=client_version
+        ),
+        replayer_version=replayer,
+        commit=commit if commit is not None else project_commit(),
+        created_utc=utc_now(),
+    )
+
+
+def write_receipt(
+    result_dir: Path,
+    cell: Cell,
+    *,
+    engine_version: str | None,
+    client_version: str | None = None,
+    replayer: str | None = None,
+    commit: str | None = None,
+) -> Receipt:
+    """Write ``result_dir/receipt.json`` (atomically) over the directory as it is now; call it last,
+    once nothing else writes there. Returns the receipt written."""
+    receipt = build_receipt(
+        result_dir,
+        cell,
+        engine_version=engine_version,
+        client_version=client_version,
+        replayer=replayer,
+        commit=commit,
+    )
+    tmp = result_dir / f".{RECEIPT_FILE}.tmp"
+    tmp.write_text(receipt.to_json(), encoding="utf-8")
+    os.replace(tmp, result_dir / RECEIPT_FILE)
+    return receipt
+
+
+def read_receipt(result_dir: Path) -> Receipt:
+    """``result_dir/receipt.json`` as a Receipt; ReceiptError naming the file and what is wrong."""
+    path = result_dir / RECEIPT_FILE
+    if not path.is_file():
+        raise ReceiptError(f"{path}: no receipt (the cell did not finish writing its result)")
+    try:
+        if path.stat().st_size > MAX_RECEIPT_BYTES:
+            raise ReceiptError(f"{path}: larger than {MAX_RECEIPT_BYTES >> 20} MiB; not a receipt")
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as err:
+        raise ReceiptError(f"{path}: unreadable ({err.strerror or err})") from None
+    except (UnicodeDecodeError, ValueError) as err:
+        raise ReceiptError(f"{path}: not JSON ({err})") from None
+    if isinstance(data, dict) and data.get("schema_version") != SCHEMA_VERSION:
+        raise ReceiptError(
+            f"{path}: schema_version {data.get('schema_version')!r}, this agentsweep reads {SCHEMA_VERSION}"
+        )
+    try:
+        return Receipt.model_validate(data, strict=False)
+    except ValidationError as err:
+        field, what = validation_message(err, Receipt)
+        raise ReceiptError(f"{path}: {field + ': ' if field else ''}{what}") from None
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One way a result directory departs from its receipt."""
+
+    kind: Literal["changed", "missing", "extra", "non-finite"]
+    path: str  # relative to the result directory
+    detail: str
+
+    def line(self, result_dir: Path) -> str:
+        return f"{result_dir / self.path}: {self.kind}: {self.detail}"
+
+
+def compare_files(receipt: Receipt, result_dir: Path) -> list[Problem]:
+    """Changed, missing and extra files against the receipt, in path order."""
+    problems: list[Problem] = []
+    seen = {rel for rel, _ in _walk(result_dir)}
+    for rel in sorted(set(receipt.files) | seen):
+        want = receipt.files.get(rel)
+        if want is None:
+            problems.append(Problem("extra", rel, "not in the receipt (added after the cell ended)"))
+            continue
+        if rel not in seen:
+            problems.append(Problem("missing", rel, f"in the receipt ({want.size} bytes) but gone"))
+            continue
+        have = file_entry(result_dir / rel)
+        if have != want:
+            size = f"size {want.size} -> {have.size}" if have.size != want.size else f"size {have.size}"
+            problems.append(Problem("changed", rel, f"sha256 differs from the receipt ({size})"))
+    return problems
+
+
+_NONFINITE_CSV = re.compile(r"^[+-]?(nan|inf|infinity)$", re.IGNORECASE)
+
+
+def _reject_constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _json_nonfinite(data: bytes) -> str | None:
+    """The first NaN/Infinity literal JSON ``data`` holds, or None (also None when it is not JSON)."""
+    if b"NaN" not in data and b"Infinity" not in data:
+        return None
+    try:
+        json.loads(data, parse_constant=_reject_constant)
+    except _NonFinite as err:
+        return str(err)
+    except ValueError:
+        return None
+    return None
+
+
+def nonfinite_numbers(path: Path, rel: str) -> list[Problem]:
+    """NaN or Infinity in a JSON, JSON-lines or CSV file (the first per file, with its place)."""
+    name = path.name.lower()
+    try:
+        if name.endswith(JSON_SUFFIXES):
+            found = _json_nonfinite(path.read_bytes())
+            return [Problem("non-finite", rel, f"holds {found}")] if found else []
+        if name.endswith(JSONL_SUFFIXES):
+            with path.open("rb") as fh:
+                for lineno, raw in enumerate(fh, start=1):
+                    found = _json_nonfinite(raw)
+                    if found:
+                        return [Problem("non-finite", rel, f"line {lineno} holds {found}")]
+            return []
+        if name.endswith(CSV_SUFFIXES):
+            return _csv_nonfinite(path, rel)
+    except OSError as err:
+        return [Problem("changed", rel, f"unreadable ({err.strerror or err})")]
+    return []
+
+
+def _csv_nonfinite(path: Path, rel: str) -> list[Problem]:
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        header = fh.readline().rstrip("\r\n").split(",")
+        for lineno, line in enumerate(fh, start=2):
+            lowered = line.lower()
+            if "nan" not in lowered and "inf" not in lowered:
+                continue
+            for i, cell in enumerate(line.rstrip("\r\n").split(",")):
+                if _NONFINITE_CSV.match(cell.strip()):
+                    column = header[i] if i < len(header) else f"column {i + 1}"
+                    return [Problem("non-finite", rel, f"line {lineno}, {column}: {cell.strip()}")]
+    return []
+
+
+def verify(result_dir: Path) -> list[Problem]:
+    """Every departure of ``result_dir`` from its receipt, and every non-finite number in its data
+    files. Raises ReceiptError when there is no readable receipt."""
+    receipt = read_receipt(result_dir)
+    problems = compare_files(receipt, result_dir)
+    broken = {p.path for p in problems}
+    for rel, path in _walk(result_dir):
+        if rel not in broken and not path.is_symlink():
+            problems.extend(nonfinite_numbers(path, rel))
+    return problems

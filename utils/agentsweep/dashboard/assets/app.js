@@ -1,0 +1,484 @@
+// agentsweep dashboard: the Pareto explorer, drill-down, run overlay, history and capacity views.
+// Reads window.AGENTSWEEP_INDEX (data/index.js); each point's drill-down comes from
+// data/points/<id>.js through a <script> tag, which also works from file://.
+// window.agentsweep exposes what the page has drawn (for people poking at it and for tests).
+"use strict";
+(function () {
+  const IDX = window.AGENTSWEEP_INDEX;
+  const $ = (id) => document.getElementById(id);
+  const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+    "#17becf", "#bcbd22", "#7f7f7f"];
+  const CONFIG = { displaylogo: false, responsive: true };
+  const runs = new Map(IDX.runs.map((r) => [r.id, r]));
+  const xModes = new Map(IDX.x_modes.map((m) => [m.key, m]));
+  const state = {
+    y: IDX.y_metrics[0].key, x: "interactivity", p: "p90", invalid: false,
+    runFilter: "latest", model: "", hardware: "", engine: "",
+    overlay: new Set(), historyScope: 0, historyMetric: IDX.history_metrics[0], tab: "pareto",
+  };
+  const hook = (window.agentsweep = { drawn: 0, drill: null, timings: {}, started: performance.now() });
+  const drillCache = new Map();
+
+  // --- helpers ------------------------------------------------------------------------------
+  function option(select, value, label, selected) {
+    const o = document.createElement("option");
+    o.value = value;
+    o.textContent = label;
+    if (selected) o.selected = true;
+    select.appendChild(o);
+  }
+  function runOrder(run) { return [run.started || "", run.id]; }
+  function newer(a, b) {
+    const ka = runOrder(a), kb = runOrder(b);
+    return ka[0] > kb[0] || (ka[0] === kb[0] && ka[1] > kb[1]);
+  }
+  function runLabel(id) { const r = runs.get(id); return `run ${id} (${r ? r.label : "?"})`; }
+  function xMetric() { return xModes.get(state.x).template.replace("{p}", state.p); }
+  function fmt(v) {
+    if (v === null || v === undefined) return "-";
+    if (typeof v === "number") return Math.abs(v) >= 1000 ? v.toFixed(0) : v.toPrecision(4);
+    return String(v);
+  }
+  // Resolves once the browser has painted what was drawn (two animation frames later).
+  function painted() { return new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done))); }
+  function escapeText(s) { const d = document.createElement("div"); d.textContent = s; return d.innerHTML; }
+
+  // --- which points ---------------------------------------------------------------------------
+  function latestRuns() {
+    const newest = new Map();
+    for (const p of IDX.points) {
+      const have = newest.get(p.scope_key);
+      if (have === undefined || newer(runs.get(p.run), runs.get(have))) newest.set(p.scope_key, p.run);
+    }
+    return newest;
+  }
+  function paretoPoints() {
+    const newest = state.runFilter === "latest" ? latestRuns() : null;
+    return IDX.points.filter((p) =>
+      (newest ? newest.get(p.scope_key) === p.run : String(p.run) === state.runFilter) &&
+      (!state.model || p.model === state.model) &&
+      (!state.hardware || p.hardware === state.hardware) &&
+      (!state.engine || p.engine === state.engine));
+  }
+  function seriesLabel(p, varying) {
+    const parts = varying.map((k) => p[k]).filter((v) => v);
+    parts.push(`offload ${p.offload}`);
+    parts.push(p.router ? `router ${p.router}` : "no router");
+    parts.push(p.shape);
+    return parts.join(" · ");
+  }
+  function varyingFields(points) {
+    return ["model", "hardware", "engine", "engine_version", "precision"].filter(
+      (k) => new Set(points.map((p) => p[k])).size > 1);
+  }
+  function frontier(points, xKey, higherBetter) {
+    const sorted = points.slice().sort((a, b) => higherBetter ? b.m[xKey] - a.m[xKey] : a.m[xKey] - b.m[xKey]);
+    const out = [];
+    let best = -Infinity;
+    for (const p of sorted) {
+      if (p.m[state.y] > best) { out.push(p); best = p.m[state.y]; }
+    }
+    return out.sort((a, b) => a.m[xKey] - b.m[xKey]);
+  }
+
+  // --- traces ---------------------------------------------------------------------------------
+  function pointTraces(points, groupOf, withFrontier) {
+    const xKey = xMetric(), mode = xModes.get(state.x);
+    const plotted = [], missing = [];
+    for (const p of points) {
+      if (p.status !== "SUCCESS" && !(state.invalid && p.status === "INVALID")) continue;
+      if (p.m[xKey] === undefined || p.m[state.y] === undefined) missing.push(p); else plotted.push(p);
+    }
+    const groups = new Map();
+    for (const p of plotted.filter((q) => q.status === "SUCCESS")) {
+      const g = groupOf(p);
+      if (!groups.has(g)) groups.set(g, []);
+      groups.get(g).push(p);
+    }
+    const traces = [];
+    let i = 0;
+    for (const [name, members] of [...groups.entries()].sort()) {
+      const color = PALETTE[i++ % PALETTE.length];
+      traces.push(markerTrace(members, name, color, xKey));
+      if (withFrontier && members.length > 1) {
+        const f = frontier(members, xKey, mode.higher_better);
+        traces.push({
+          x: f.map((p) => p.m[xKey]), y: f.map((p) => p.m[state.y]), mode: "lines", type: "scatter",
+          line: { color, width: 1.5 }, legendgroup: name, showlegend: false, hoverinfo: "skip",
+        });
+      }
+    }
+    const invalid = plotted.filter((p) => p.status === "INVALID");
+    if (invalid.length) {
+      const t = markerTrace(invalid, "INVALID", "#b0b0b0", xKey);
+      t.marker.symbol = "x";
+      traces.push(t);
+    }
+    return { traces, missing, plotted };
+  }
+  function markerTrace(points, name, color, xKey) {
+    return {
+      x: points.map((p) => p.m[xKey]), y: points.map((p) => p.m[state.y]),
+      customdata: points.map((p) => p.id),
+      text: points.map((p) => `${p.exp_name}<br>${runLabel(p.run)} · ${p.status}` +
+        (p.status === "INVALID" ? `<br>${escapeText(p.reason).slice(0, 120)}` : "")),
+      hovertemplate: "%{text}<br>x %{x:.4g}<br>y %{y:.4g}<extra></extra>",
+      mode: "markers", type: "scatter", name, legendgroup: name,
+      marker: { color, size: 9, line: { width: 1, color: "#333" } },
+    };
+  }
+  function axesLayout(title) {
+    const mode = xModes.get(state.x);
+    const yLabel = IDX.y_metrics.find((m) => m.key === state.y).label;
+    return {
+      title: { text: title, font: { size: 14 } },
+      xaxis: { title: { text: `${mode.label} at ${state.p === "p999" ? "p99.9" : state.p}` }, zeroline: false },
+      yaxis: { title: { text: yLabel }, rangemode: "tozero" },
+      hovermode: "closest", margin: { t: 40, r: 10 }, legend: { orientation: "h", y: -0.2 },
+    };
+  }
+  function missingNote(missing) {
+    return missing.length ? `${missing.length} point(s) have no value for ${xMetric()} or ${state.y}; not drawn.` : "";
+  }
+
+  // --- Pareto ---------------------------------------------------------------------------------
+  async function drawPareto() {
+    const points = paretoPoints();
+    const varying = varyingFields(points);
+    const { traces, missing, plotted } = pointTraces(points, (p) => seriesLabel(p, varying), true);
+    const gd = $("pareto");
+    await Plotly.react(gd, traces, axesLayout("Throughput per GPU against interactivity / latency"), CONFIG);
+    if (!gd.dataset.bound) {
+      gd.on("plotly_click", (ev) => { if (ev.points.length) openDrill(ev.points[0].customdata); });
+      gd.dataset.bound = "1";
+    }
+    const shown = plotted.length;
+    $("pareto-note").textContent = `${shown} point(s) shown. ${missingNote(missing)} ` +
+      (state.invalid ? "INVALID points are grey crosses." : "INVALID points are hidden (tick the box to show them).");
+    hook.drawn += 1;
+  }
+
+  // --- Overlay --------------------------------------------------------------------------------
+  async function drawOverlay() {
+    const points = IDX.points.filter((p) => state.overlay.has(p.run));
+    const { traces, missing } = pointTraces(points, (p) => runLabel(p.run), false);
+    await Plotly.react($("overlay"), traces, axesLayout("Runs overlaid on the same axes"), CONFIG);
+    const gd = $("overlay");
+    if (!gd.dataset.bound) {
+      gd.on("plotly_click", (ev) => { if (ev.points.length) openDrill(ev.points[0].customdata); });
+      gd.dataset.bound = "1";
+    }
+    $("overlay-note").textContent = state.overlay.size < 2 ? "Tick two or more runs to overlay them. " +
+      missingNote(missing) : missingNote(missing);
+    hook.drawn += 1;
+  }
+  function buildOverlayControls() {
+    const box = $("overlay-runs");
+    const ordered = IDX.runs.slice().sort((a, b) => (newer(a, b) ? -1 : 1));
+    ordered.slice(0, 2).forEach((r) => state.overlay.add(r.id));
+    for (const r of ordered) {
+      const label = document.createElement("label");
+      const input = document.createElement("input");
+      input.type = "checkbox";
+      input.value = r.id;
+      input.checked = state.overlay.has(r.id);
+      input.addEventListener("change", () => {
+        if (input.checked) state.overlay.add(r.id); else state.overlay.delete(r.id);
+        drawOverlay();
+      });
+      label.appendChild(input);
+      label.appendChild(document.createTextNode(` ${runLabel(r.id)} ${r.started || ""}`));
+      box.appendChild(label);
+    }
+  }
+
+  // --- History --------------------------------------------------------------------------------
+  async function drawHistory() {
+    const group = IDX.history[state.historyScope];
+    const gd = $("history");
+    const table = $("history-table");
+    if (!group) {
+      await Plotly.react(gd, [], { title: { text: "No SUCCESS points in the store yet" } }, CONFIG);
+      table.innerHTML = "";
+      return;
+    }
+    const lines = group.metrics[state.historyMetric] || [];
+    const traces = [], flaggedX = [], flaggedY = [], flaggedText = [];
+    const rows = ["<tr><th>point</th><th>run</th><th>date</th><th>engine</th><th>value</th><th>change</th>" +
+      "<th>flag</th><th>noise</th></tr>"];
+    lines.forEach((line, i) => {
+      traces.push({
+        x: line.entries.map((e) => e.when), y: line.entries.map((e) => e.value), name: line.label,
+        mode: "lines+markers", type: "scatter", line: { color: PALETTE[i % PALETTE.length] },
+        text: line.entries.map((e) => `${runLabel(e.run)} · engine ${e.engine_version}`),
+        hovertemplate: "%{text}<br>%{y:.4g}<extra>" + escapeText(line.label) + "</extra>",
+      });
+      for (const e of line.entries) {
+        if (e.flag) { flaggedX.push(e.when); flaggedY.push(e.value); flaggedText.push(`${line.label}: ${e.direction}`); }
+        const flag = e.flag === null ? (e.noise ? "not judged" : "") : e.flag ? `CHANGED ${e.direction}` : "within noise";
+        rows.push(`<tr><td>${escapeText(line.label)}</td><td>${escapeText(runLabel(e.run))}</td>` +
+          `<td>${escapeText(e.when || "")}</td><td>${escapeText(e.engine_version)}</td><td>${fmt(e.value)}</td>` +
+          `<td>${e.change === null ? "" : (100 * e.change).toFixed(1) + " %"}</td>` +
+          `<td class="${e.flag ? "fail" : ""}">${flag}</td><td>${escapeText(e.noise)}</td></tr>`);
+      }
+    });
+    if (flaggedX.length) {
+      traces.push({ x: flaggedX, y: flaggedY, text: flaggedText, name: "flagged change", mode: "markers",
+        type: "scatter", marker: { symbol: "x", size: 14, color: "#b00020" }, hovertemplate: "%{text}<extra></extra>" });
+    }
+    await Plotly.react(gd, traces, {
+      title: { text: `${state.historyMetric} over runs`, font: { size: 14 } },
+      xaxis: { title: { text: "run date" } }, yaxis: { title: { text: state.historyMetric } },
+      margin: { t: 40 }, legend: { orientation: "h", y: -0.25 },
+    }, CONFIG);
+    table.innerHTML = rows.join("");
+    hook.drawn += 1;
+  }
+
+  // --- Capacity -------------------------------------------------------------------------------
+  function drawCapacity() {
+    const box = $("capacity");
+    if (!IDX.capacity.length) {
+      box.innerHTML = "<p class='note'>No capacity results in this store: capacity cells write " +
+        "capacity.json (per SLO tier the boundary, agents per GPU and the binding constraint), and their " +
+        "points appear here once ingested.</p>";
+      return;
+    }
+    box.innerHTML = IDX.capacity.map((c) => `<h3>${escapeText(c.exp_name || String(c.point))}</h3>` +
+      `<pre>${escapeText(JSON.stringify(c.capacity, null, 1))}</pre>`).join("");
+  }
+
+  // --- Drill-down -----------------------------------------------------------------------------
+  window.agentsweepOpen = (id) => openDrill(id);  // open a drill-down by point id (as a click does)
+  window.agentsweepPoint = function (id, payload) {
+    drillCache.set(id, payload);
+    renderDrill(id, payload);
+  };
+  function openDrill(id) {
+    hook.drillRequested = performance.now();
+    const section = $("drilldown");
+    section.hidden = false;
+    section.dataset.drawn = "";
+    section.dataset.point = id;
+    $("drill-title").textContent = "loading…";
+    if (drillCache.has(id)) { renderDrill(id, drillCache.get(id)); return; }
+    const s = document.createElement("script");
+    s.src = `data/points/${id}.js`;
+    s.onerror = () => { $("drill-title").textContent = `no drill-down for point ${id}`; };
+    document.body.appendChild(s);
+  }
+  function lanesTraces(r) {
+    const seg = { ok: [[], []], err: [[], []], warm: [[], []] };
+    const tx = [], ty = [];
+    for (let i = 0; i < r.t.length; i++) {
+      if (r.done[i] === null) continue;
+      const lane = r.lane[i];
+      const kind = r.flags[i] & 2 ? "warm" : r.flags[i] & 1 ? "ok" : "err";
+      seg[kind][0].push(r.t[i], r.done[i], null);
+      seg[kind][1].push(lane, lane, null);
+      if (r.ttft[i] !== null) { tx.push(r.t[i] + r.ttft[i]); ty.push(lane); }
+    }
+    const line = (xy, name, color) => ({ x: xy[0], y: xy[1], name, mode: "lines", type: "scattergl",
+      line: { color, width: 3 }, hoverinfo: "skip" });
+    return [line(seg.ok, "request (ok)", "#7aa6d8"), line(seg.err, "request (error)", "#d62728"),
+      line(seg.warm, "warmup", "#c7c7c7"),
+      { x: tx, y: ty, name: "first token", mode: "markers", type: "scattergl",
+        marker: { color: "#11335f", size: 4, symbol: "diamond" }, hovertemplate: "TTFT at %{x:.3f} s<extra></extra>" }];
+  }
+  // Past this many requests the three request charts are drawn onto a canvas and shown as an image
+  // on Plotly's axes: tens of thousands of WebGL marks take seconds to paint in a software-rendered
+  // browser, a canvas takes milliseconds. Zoom still works (the image stretches); hover per request
+  // is left to smaller cells.
+  const RASTER_ABOVE = 5000;
+  function extent(values, pad) {
+    let lo = Infinity, hi = -Infinity;
+    for (const v of values) { if (v !== null && v === v) { if (v < lo) lo = v; if (v > hi) hi = v; } }
+    if (lo === Infinity) return [0, 1];
+    const span = hi - lo || Math.abs(hi) || 1;
+    return [lo - span * pad, hi + span * pad];
+  }
+  // marks: [{x, y, x2 (segments) or none (dots), color, size, name}] drawn in order.
+  function rasterTraces(div, layout, marks, xr, yr) {
+    const gd = $(div);
+    const width = Math.max(300, gd.clientWidth), height = Math.max(200, gd.clientHeight);
+    const canvas = document.createElement("canvas");
+    canvas.width = width;
+    canvas.height = height;
+    const ctx = canvas.getContext("2d");
+    const sx = width / (xr[1] - xr[0]), sy = height / (yr[1] - yr[0]);
+    for (const m of marks) {
+      ctx.fillStyle = m.color;
+      const half = m.size / 2;
+      for (let i = 0; i < m.x.length; i++) {
+        const x = m.x[i], y = m.y[i];
+        if (x === null || y === null) continue;
+        const px = (x - xr[0]) * sx, py = height - (y - yr[0]) * sy;
+        if (m.x2) {
+          const x2 = m.x2[i];
+          if (x2 === null) continue;
+          ctx.fillRect(px, py - half, Math.max(1, (x2 - x) * sx), m.size);
+        } else {
+          ctx.fillRect(px - half, py - half, m.size, m.size);
+        }
+      }
+    }
+    layout.xaxis.range = xr;
+    layout.yaxis.range = yr;
+    layout.images = [{ source: canvas.toDataURL("image/png"), xref: "x", yref: "y", x: xr[0], y: yr[1],
+      sizex: xr[1] - xr[0], sizey: yr[1] - yr[0], sizing: "stretch", layer: "below" }];
+    // Empty traces carry the legend and keep the axes.
+    const traces = marks.map((m) => ({ x: [null], y: [null], name: m.name, mode: "markers", type: "scatter",
+      marker: { color: m.color, size: 8, symbol: "square" } }));
+    return Plotly.react(gd, traces, layout, CONFIG);
+  }
+  function drawRequests(d, base) {
+    const r = d.requests;
+    const okIdx = [...r.t.keys()].filter((i) => (r.flags[i] & 1) && !(r.flags[i] & 2));
+    const timelineLayout = base("Requests per lane over time (diamond: first token; green: measurement window)",
+      "lane (user)");
+    const ttftLayout = base("TTFT by dispatch time", "TTFT (s)");
+    const itlLayout = base("Mean inter-token latency by finish time", "ITL (s)");
+    if (r.t.length <= RASTER_ABOVE) {
+      return [
+        Plotly.react($("drill-timeline"), lanesTraces(r), timelineLayout, CONFIG),
+        Plotly.react($("drill-ttft"), [{ x: okIdx.map((i) => r.t[i]), y: okIdx.map((i) => r.ttft[i]),
+          mode: "markers", type: "scattergl", name: "TTFT", marker: { size: 4, color: "#1f77b4" } }], ttftLayout, CONFIG),
+        Plotly.react($("drill-itl"), [{ x: okIdx.map((i) => r.done[i]), y: okIdx.map((i) => r.itl[i]),
+          mode: "markers", type: "scattergl", name: "mean ITL", marker: { size: 4, color: "#ff7f0e" } }], itlLayout, CONFIG),
+      ];
+    }
+    const pick = (idx, values) => idx.map((i) => values[i]);
+    const kinds = { ok: [], err: [], warm: [] };
+    r.t.forEach((_, i) => kinds[r.flags[i] & 2 ? "warm" : r.flags[i] & 1 ? "ok" : "err"].push(i));
+    const xr = extent([...r.t, ...r.done], 0.01);
+    const lanes = extent(r.lane, 0);
+    const firstToken = r.t.map((t, i) => (r.ttft[i] === null ? null : t + r.ttft[i]));
+    const segments = (name, color, idx) => ({ name, color, size: 3, x: pick(idx, r.t), x2: pick(idx, r.done),
+      y: pick(idx, r.lane) });
+    const all = [...r.t.keys()];
+    return [
+      rasterTraces("drill-timeline", timelineLayout, [segments("request (ok)", "#7aa6d8", kinds.ok),
+        segments("request (error)", "#d62728", kinds.err), segments("warmup", "#c7c7c7", kinds.warm),
+        { name: "first token", color: "#11335f", size: 3, x: firstToken, y: pick(all, r.lane) }],
+        xr, [lanes[0] - 0.5, lanes[1] + 0.5]),
+      rasterTraces("drill-ttft", ttftLayout, [{ name: "TTFT", color: "#1f77b4", size: 3, x: pick(okIdx, r.t),
+        y: pick(okIdx, r.ttft) }], extent(pick(okIdx, r.t), 0.01), [0, extent(pick(okIdx, r.ttft), 0.05)[1]]),
+      rasterTraces("drill-itl", itlLayout, [{ name: "mean ITL", color: "#ff7f0e", size: 3, x: pick(okIdx, r.done),
+        y: pick(okIdx, r.itl) }], extent(pick(okIdx, r.done), 0.01), [0, extent(pick(okIdx, r.itl), 0.05)[1]]),
+    ];
+  }
+  function windowShape(w) {
+    return w ? [{ type: "rect", xref: "x", yref: "paper", x0: w[0], x1: w[1], y0: 0, y1: 1,
+      fillcolor: "#2ca02c", opacity: 0.06, line: { width: 0 } }] : [];
+  }
+  async function renderDrill(id, d) {
+    const meta = IDX.points.find((p) => p.id === id);
+    $("drill-title").textContent = `${d.exp_name} — ${d.status}`;
+    const r = d.requests;
+    const bits = [];
+    if (meta) bits.push(`${runLabel(meta.run)} · ${meta.model} · ${meta.engine} ${meta.engine_version} · ${meta.hardware}`);
+    if (d.reason) bits.push(`reason: ${d.reason}`);
+    bits.push(`${r.total} requests` + (r.stride > 1 ? ` (every ${r.stride}th drawn)` : "") +
+      (r.t.length > RASTER_ABOVE ? "; request charts drawn as images (hover per request below 5,000)" : ""));
+    if (d.clock_scale !== 1) bits.push(`simulated engine at speed ${d.clock_scale}: times in the engine's clock`);
+    if (d.notes && d.notes.length) bits.push(`notes: ${d.notes.join("; ")}`);
+    $("drill-meta").textContent = bits.join(" · ");
+    const shapes = windowShape(d.window);
+    const base = (title, y) => ({ title: { text: title, font: { size: 13 } }, margin: { t: 36, r: 10 },
+      xaxis: { title: { text: "s from run start" } }, yaxis: { title: { text: y } }, shapes,
+      legend: { orientation: "h", y: -0.3 }, hovermode: "closest" });
+    const draws = [];
+    draws.push(...drawRequests(d, base));
+    const kv = [];
+    if (d.server) {
+      const s = d.server;
+      const add = (series, name, color, dash) => { if (series && series.t.length) kv.push({ x: series.t, y: series.v,
+        name, mode: "lines", type: "scatter", line: { color, dash } }); };
+      add(s.kv, "GPU KV usage", "#1f77b4"); add(s.cpu_kv, "CPU KV usage", "#9467bd");
+      add(s.gpu_hit, "GPU hit rate", "#2ca02c", "dot"); add(s.cpu_hit, "CPU hit rate", "#8c564b", "dot");
+    }
+    const kvLayout = base(d.server ? "KV cache usage and hit rate (scraped metrics)" : "No scraped server metrics", "fraction");
+    kvLayout.yaxis.range = [0, 1.05];
+    draws.push(Plotly.react($("drill-kv"), kv, kvLayout, CONFIG));
+    const rt = [];
+    let routerTitle = "Not a routed cell: no per-instance requests";
+    if (d.router && d.router.over_time) {
+      routerTitle = "Requests the router sent each instance (cumulative)";
+      for (const [name, counts] of Object.entries(d.router.over_time.instances)) {
+        rt.push({ x: d.router.over_time.t, y: counts, name, mode: "lines", type: "scatter" });
+      }
+    } else if (d.router && d.router.totals) {
+      routerTitle = "Requests the router sent each instance (run total)";
+      for (const [key, counts] of Object.entries(d.router.totals)) {
+        rt.push({ x: counts.map((_, i) => `${key.replace("requests_by_", "")} ${i}`), y: counts, name: key, type: "bar" });
+      }
+    }
+    const routerLayout = base(routerTitle, "requests");
+    if (!(d.router && d.router.over_time)) { routerLayout.xaxis = {}; routerLayout.shapes = []; }
+    draws.push(Plotly.react($("drill-router"), rt, routerLayout, CONFIG));
+    const rows = ["<tr><th>check</th><th>value</th><th>limit</th><th>result</th><th>reason</th></tr>"];
+    for (const c of d.checks) {
+      rows.push(`<tr><td>${escapeText(c.name)}</td><td>${fmt(c.value)}</td><td>${fmt(c.limit)}</td>` +
+        `<td class="${c.ok ? "ok" : "fail"}">${c.ok ? "pass" : "FAIL"}</td><td>${escapeText(c.reason || "")}</td></tr>`);
+    }
+    if (!d.checks.length) rows.push("<tr><td colspan=5>no checks recorded in summary.json</td></tr>");
+    $("drill-checks").innerHTML = rows.join("");
+    await Promise.all(draws);
+    await painted();
+    const section = $("drilldown");
+    section.dataset.drawn = "1";
+    hook.drill = id;
+    hook.timings.drill = performance.now() - (hook.drillRequested || performance.now());
+    section.scrollIntoView({ block: "start" });
+  }
+
+  // --- controls -------------------------------------------------------------------------------
+  function redraw() {
+    if (state.tab === "pareto") return drawPareto();
+    if (state.tab === "overlay") return drawOverlay();
+    if (state.tab === "history") return drawHistory();
+    return drawCapacity();
+  }
+  function fillFilter(id, field, key) {
+    const select = $(id);
+    option(select, "", `all ${field}`, true);
+    for (const v of [...new Set(IDX.points.map((p) => p[field]))].sort()) option(select, v, v, false);
+    select.addEventListener("change", () => { state[key] = select.value; drawPareto(); });
+  }
+  function setup() {
+    for (const m of IDX.y_metrics) option($("y-metric"), m.key, m.label, m.key === state.y);
+    for (const m of IDX.x_modes) option($("x-mode"), m.key, m.label, m.key === state.x);
+    for (const p of IDX.percentiles) option($("percentile"), p.key, p.label, p.key === state.p);
+    $("y-metric").addEventListener("change", (e) => { state.y = e.target.value; redraw(); });
+    $("x-mode").addEventListener("change", (e) => { state.x = e.target.value; redraw(); });
+    $("percentile").addEventListener("change", (e) => { state.p = e.target.value; redraw(); });
+    $("show-invalid").addEventListener("change", (e) => { state.invalid = e.target.checked; redraw(); });
+    option($("run-filter"), "latest", "latest run of each scope", true);
+    for (const r of IDX.runs.slice().reverse()) option($("run-filter"), String(r.id), runLabel(r.id), false);
+    $("run-filter").addEventListener("change", (e) => { state.runFilter = e.target.value; drawPareto(); });
+    fillFilter("model-filter", "model", "model");
+    fillFilter("hardware-filter", "hardware", "hardware");
+    fillFilter("engine-filter", "engine", "engine");
+    IDX.history.forEach((g, i) => option($("history-scope"), String(i), g.scope, i === 0));
+    for (const m of IDX.history_metrics) option($("history-metric"), m, m, m === state.historyMetric);
+    $("history-scope").addEventListener("change", (e) => { state.historyScope = Number(e.target.value); drawHistory(); });
+    $("history-metric").addEventListener("change", (e) => { state.historyMetric = e.target.value; drawHistory(); });
+    buildOverlayControls();
+    for (const b of document.querySelectorAll("#tabs button")) {
+      b.addEventListener("click", () => {
+        state.tab = b.dataset.tab;
+        for (const other of document.querySelectorAll("#tabs button")) other.classList.toggle("active", other === b);
+        for (const t of document.querySelectorAll(".tab")) t.hidden = t.id !== `tab-${state.tab}`;
+        $("axes").hidden = state.tab === "history" || state.tab === "capacity";
+        redraw();
+      });
+    }
+    $("drill-close").addEventListener("click", () => { $("drilldown").hidden = true; });
+  }
+
+  setup();
+  drawPareto().then(painted).then(() => {
+    hook.timings.first_draw = performance.now();  // ms since the page began to load
+    document.body.dataset.ready = "1";
+  });
+})();

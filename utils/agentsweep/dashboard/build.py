@@ -1,0 +1,92 @@
+"""Write the dashboard: a folder that opens from file:// with nothing fetched from the network.
+
+Layout of the folder::
+
+    index.html              the page (links the three scripts below, in order)
+    assets/plotly.min.js    plotly.js as the plotly Python package ships it for offline use
+    assets/app.js           the explorer (assets/app.css its style)
+    data/index.js           runs, points, figures and history flags: ``window.AGENTSWEEP_INDEX = {...}``
+    data/points/<id>.js     one point's drill-down, loaded on demand by a <script> tag (file:// pages
+                            cannot fetch() files, but may load scripts): ``agentsweepPoint(id, {...})``
+
+The site is written into a temporary folder beside the target and moved into place at the end, so a
+failure leaves the previous dashboard (or nothing) rather than half a site.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from agentsweep.dashboard import data
+from agentsweep.errors import InputError
+from agentsweep.store.db import Store
+
+MARKER = ".agentsweep-dashboard"
+ASSETS = ("index.html", "app.js", "app.css")
+
+
+def plotly_js() -> bytes:
+    """plotly.min.js from the installed plotly package (its bundle for offline embedding)."""
+    try:
+        return (resources.files("plotly") / "package_data" / "plotly.min.js").read_bytes()
+    except (ModuleNotFoundError, FileNotFoundError) as err:
+        raise InputError(f"plotly's bundled plotly.min.js not found ({err}); reinstall agentsweep") from None
+
+
+def _js(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def _check_target(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists():
+        raise InputError(f"{out}: not empty and not a dashboard this command wrote; give an empty folder")
+
+
+def build(store: Store, out: Path) -> dict[str, int]:
+    """Write the dashboard of ``store`` into ``out``; returns counts of what it holds."""
+    _check_target(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    work.chmod(0o755)  # a site to share, not a private temporary folder
+    try:
+        (work / "assets").mkdir()
+        (work / "data" / "points").mkdir(parents=True)
+        capacity = []
+        drilled = 0
+        with store.read() as conn:
+            idx = data.index(conn)
+            exp_names = {p["id"]: p["exp_name"] for p in idx["points"]}
+            for point_id, payload in data.drilldowns(conn):
+                text = f"agentsweepPoint({point_id},{_js(payload)});\n"
+                (work / "data" / "points" / f"{point_id}.js").write_text(text, encoding="utf-8")
+                drilled += 1
+                if payload.get("capacity") is not None:
+                    capacity.append(
+                        {
+                            "point": point_id,
+                            "exp_name": exp_names.get(point_id),
+                            "capacity": payload["capacity"],
+                        }
+                    )
+        idx["capacity"] = capacity
+        (work / "data" / "index.js").write_text(f"window.AGENTSWEEP_INDEX={_js(idx)};\n", encoding="utf-8")
+        (work / "assets" / "plotly.min.js").write_bytes(plotly_js())
+        package = resources.files("agentsweep.dashboard") / "assets"
+        for name in ASSETS:
+            target = work / name if name == "index.html" else work / "assets" / name
+            target.write_bytes((package / name).read_bytes())
+        (work / MARKER).write_text("written by agentsweep dashboard\n", encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        work.rename(out)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return {"runs": len(idx["runs"]), "points": len(idx["points"]), "drilldowns": drilled}

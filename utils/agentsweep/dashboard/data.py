@@ -1,0 +1,134 @@
+"""What the dashboard shows, read from the store as JSON-able values.
+
+``index`` holds every run and point with the figures the Pareto explorer, the overlay and the history
+charts plot (the history's flags are judged here, by store.query, exactly as `results history` does);
+``drilldowns`` yields each point's drill-down payload, derived at ingest (store.result_files).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from agentsweep.store import query, schema
+from agentsweep.store.scope import SCOPE_FIELDS, VERSION_FIELDS
+
+PERCENTILES = (("p50", "p50"), ("p90", "p90"), ("p95", "p95"), ("p99", "p99"), ("p99.9", "p999"))
+# y: throughput per GPU; x: interactivity (higher is better) or TTFT / E2E (lower is better).
+Y_METRICS = (
+    ("total_tok_per_s_per_gpu", "Total tok/s per GPU"),
+    ("output_tok_per_s_per_gpu", "Output tok/s per GPU"),
+    ("input_tok_per_s_per_gpu", "Input tok/s per GPU"),
+)
+X_MODES = (
+    ("interactivity", "Interactivity (tok/s per user)", "interactivity_{p}_tok_per_s", True),
+    ("ttft", "TTFT (s)", "ttft_{p}_s", False),
+    ("e2e", "E2E latency (s)", "e2e_{p}_s", False),
+)
+EXTRA_METRICS = ("gpu_hit_rate", "cpu_hit_rate", "requests_ok", "requests_per_s", "clock_scale")
+HISTORY_METRICS = (*query.DIFF_METRICS, "gpu_hit_rate")
+
+
+def plotted_metrics() -> list[str]:
+    names = [name for name, _ in Y_METRICS]
+    for _, _, template, _ in X_MODES:
+        names += [template.format(p=key) for _, key in PERCENTILES]
+    return [*names, *EXTRA_METRICS]
+
+
+def _history(points: list[query.Point]) -> list[dict[str, Any]]:
+    """History lines per metric, grouped by the scope less its versions (history spans versions)."""
+    groups: dict[str, list[query.Point]] = {}
+    for point in points:
+        if point.status != "SUCCESS":
+            continue
+        key = " ".join(
+            f"{k}={point.scope[k]}" for k in SCOPE_FIELDS if k not in VERSION_FIELDS and point.scope[k]
+        )
+        groups.setdefault(key, []).append(point)
+    out = []
+    for key, members in sorted(groups.items()):
+        metrics: dict[str, list[dict[str, Any]]] = {}
+        for metric in HISTORY_METRICS:
+            lines = []
+            for line in query.history(members, metric):
+                entries = []
+                for point, change in zip(line.points, line.changes, strict=True):
+                    entries.append(
+                        {
+                            "point": point.id,
+                            "run": point.run.id,
+                            "when": point.run.started_utc or point.run.ingested_utc,
+                            "value": point.metrics.get(metric),
+                            "engine_version": point.scope["engine_version"],
+                            "flag": None if change is None else change.flagged,
+                            "direction": "" if change is None else change.direction,
+                            "change": None if change is None else change.relative,
+                            "noise": "" if change is None else change.noise,
+                        }
+                    )
+                first = line.points[0]
+                label = f"{first.config_key} tp{first.position['tp']} u{first.position['users']}"
+                lines.append({"label": label, "entries": entries})
+            metrics[metric] = lines
+        out.append({"scope": key, "metrics": metrics})
+    return out
+
+
+def index(conn: Connection) -> dict[str, Any]:
+    runs = query.list_runs(conn)
+    points = query.load_points(conn, metrics=plotted_metrics())
+    return {
+        "version": 1,
+        "runs": [
+            {
+                "id": r.id,
+                "label": r.label,
+                "started": r.started_utc,
+                "commit": r.commit,
+                "points": r.points,
+                "source": r.source,
+            }
+            for r in runs
+        ],
+        "points": [
+            {
+                "id": p.id,
+                "run": p.run.id,
+                "exp_name": p.exp_name,
+                "config_key": p.config_key,
+                "status": p.status,
+                "reason": p.reason,
+                "scope_key": p.scope_key,
+                **p.scope,
+                **p.position,
+                "m": p.metrics,
+            }
+            for p in points
+        ],
+        "y_metrics": [{"key": k, "label": label} for k, label in Y_METRICS],
+        "x_modes": [
+            {"key": k, "label": label, "template": template, "higher_better": higher}
+            for k, label, template, higher in X_MODES
+        ],
+        "percentiles": [{"label": label, "key": key} for label, key in PERCENTILES],
+        "history_metrics": list(HISTORY_METRICS),
+        "history": _history(points),
+    }
+
+
+def drilldowns(conn: Connection) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(point id, drill-down payload) for every point, one at a time."""
+    b = schema.blobs
+    ids = conn.execute(select(b.c.point_id).where(b.c.name == "drilldown.json").order_by(b.c.point_id))
+    point_ids: list[int] = [int(row.point_id) for row in ids]
+    for point_id in point_ids:
+        parts = conn.execute(
+            select(b.c.data).where(b.c.point_id == point_id, b.c.name == "drilldown.json").order_by(b.c.part)
+        )
+        raw = b"".join(zlib.decompress(bytes(row.data)) for row in parts)
+        yield int(point_id), json.loads(raw)
