@@ -21,13 +21,13 @@ torch_spec="${ENGINE_PARSERS_TORCH:-torch==2.13.0+cpu}"
 
 # Distributions an engine declares but its parser never imports (regular expression on the name).
 declare -A LEAVE_OUT=(
-  [vllm]='^(torch|torchaudio|torchvision|torchcodec|pynvvideocodec|flashinfer-python|apache-tvm-ffi|tilelang|nvidia-.*|nvtx|fastsafetensors|instanttensor|quack-kernels|tokenspeed-mla|humming-kernels|numba|opencv-python-headless|xgrammar)$'
-  [sglang]='^(torch|torchaudio|torchvision|torchcodec|flash-.*|flashinfer-python|humming-kernels|nvidia-.*|nvshmem.*|cuda-python|quack-kernels|sgl-.*|sglang-kernel|tilelang|apache-tvm-ffi|xgrammar|numba|deepseek-recipe|tml-renderers|timm|soundfile|py-spy|modelscope|datasets|smg-grpc-servicer|kernels|outlines)$'
+  [vllm]='^(torch|torchaudio|torchvision|torchcodec|pynvvideocodec|flashinfer-python|tilelang|nvidia-.*|nvtx|fastsafetensors|instanttensor|quack-kernels|tokenspeed-mla|humming-kernels|numba|opencv-python-headless|xgrammar)$'
+  [sglang]='^(torch|torchaudio|torchvision|torchcodec|flash-.*|flashinfer-python|humming-kernels|nvidia-.*|nvshmem.*|cuda-python|quack-kernels|sgl-.*|sglang-kernel|tilelang|xgrammar|numba|deepseek-recipe|tml-renderers|timm|soundfile|py-spy|modelscope|datasets|smg-grpc-servicer|kernels|outlines)$'
 )
 # Imported by the parser but declared with a heavy dependency it does not need there: installed alone.
 declare -A ALONE=(
-  [vllm]='xgrammar'
-  [sglang]='xgrammar triton ipython traitlets'
+  [vllm]='xgrammar apache-tvm-ffi'
+  [sglang]='xgrammar apache-tvm-ffi triton ipython traitlets'
 )
 
 pins=$("$project_python" scripts/engine_parsers/pinned.py)
