@@ -31,6 +31,13 @@ test-vllm-cpu: venv
 	scripts/vllm_cpu/setup.sh
 	$(BIN)/python scripts/vllm_cpu/run_check.py
 
+# Opt-in: every recipe's command line parsed by vLLM's and SGLang's own argument parsers at the versions
+# configs/agentic.yaml pins (one virtualenv per engine outside the work tree, about 2.5 GB each, once).
+.PHONY: test-engine-parsers
+test-engine-parsers: venv
+	scripts/engine_parsers/setup.sh
+	AGENTSWEEP_REQUIRE_ENGINE_PARSERS=1 $(BIN)/python -m pytest -q -m engine_parsers -s
+
 # Test tiers (markers in pyproject.toml): a test with no tier marker is a unit test and may not start a
 # process or open a socket (tests/support/tiers.py fails it); `integration` tests start local processes
 # or loopback servers and take seconds; `slow` ones run whole cells and sweeps; `slurm` starts a real
@@ -40,7 +47,7 @@ test: venv
 
 # The edit loop: the unit tests only (no process, no socket, no engine), under a minute on two cores.
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not integration and not slow and not slurm and not chromium"
+	$(BIN)/python -m pytest -q -m "not integration and not slow and not slurm and not chromium and not engine_parsers"
 
 SHELL_SCRIPTS = $(wildcard .ci/run runners/*.sh runners/lib/*.sh benchmarks/*.sh scripts/*.sh experimental/*/*.sh)
 

@@ -94,3 +94,20 @@ def test_format_row_leaves_missing_figures_empty():
     assert cells["offload_bytes_cpu_to_gpu_total"] == ""
     assert cells["prefix_cache_hits_total"] == "20000"
     assert cells["kv_cache_usage"] == "0.75"
+
+
+def test_sglang_cached_tokens_without_a_source_split_count_as_device_hits():
+    # SGLang 0.5.23 labels a request's hits cache_source="total" when it has no per-source split
+    # (observability/metrics_collector.py); they are not hits from host memory.
+    text = """\
+# TYPE sglang:prompt_tokens_total counter
+sglang:prompt_tokens_total{model_name="m"} 1000.0
+# TYPE sglang:cached_tokens_total counter
+sglang:cached_tokens_total{cache_source="device",model_name="m"} 300.0
+sglang:cached_tokens_total{cache_source="total",model_name="m"} 200.0
+sglang:cached_tokens_total{cache_source="host",model_name="m"} 100.0
+sglang:cached_tokens_total{cache_source="storage",model_name="m"} 50.0
+"""
+    _, row = map_text(text)
+    assert row["prefix_cache_hits_total"] == 500.0
+    assert row["cpu_cache_hits_total"] == 150.0

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 # The markers that let a test start processes or open sockets (declared in pyproject.toml).
-TIER_MARKERS = ("integration", "slow", "slurm", "chromium")
+TIER_MARKERS = ("integration", "slow", "slurm", "chromium", "engine_parsers")
 
 # (owner, attribute, what calling it does): every door to a new process or a network socket.
 _DOORS: tuple[tuple[Any, str, str], ...] = (

@@ -27,6 +27,10 @@ class OneLineParser(argparse.ArgumentParser):
 # `metrics-collector` start-up free of pandas/matplotlib.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "matrix": ("agentsweep.config.cli", "expand a sweep config key into the matrix of cells (dry run)"),
+    "preflight": (
+        "agentsweep.preflight.cli",
+        "check a key's cells against the cluster (Slurm, image, model, GPUs, ports) before allocating",
+    ),
     "sweep": ("agentsweep.sweep.cli", "run a config key's cells on this machine, then collect"),
     "cell-jobs": (
         "agentsweep.sweep.jobs",

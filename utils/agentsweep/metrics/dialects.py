@@ -271,10 +271,15 @@ def _sglang(expo: Exposition) -> _Row:
         )
         row.put("cpu_cache_hits_total", None, "", "no cached-token counter yet")
     elif labelled:
-        gpu = float(sum(v for labels, v in by_source if _label_ci(labels, "cache_source") == "device"))
-        cpu = float(sum(v for labels, v in by_source if _label_ci(labels, "cache_source") != "device"))
-        row.put("prefix_cache_hits_total", gpu, "sglang:cached_tokens{cache_source=device}", "")
-        row.put("cpu_cache_hits_total", cpu, "sglang:cached_tokens{cache_source!=device}", "")
+        # cache_source is device, host or storage; "total" is SGLang's label for a request whose hits
+        # came without a per-source split (as read before the label existed: device hits).
+        def source(labels: Labels) -> str:
+            return _label_ci(labels, "cache_source")
+
+        gpu = float(sum(v for labels, v in by_source if source(labels) in ("device", "total")))
+        cpu = float(sum(v for labels, v in by_source if source(labels) not in ("device", "total")))
+        row.put("prefix_cache_hits_total", gpu, "sglang:cached_tokens{cache_source=device|total}", "")
+        row.put("cpu_cache_hits_total", cpu, "sglang:cached_tokens{cache_source=host|storage}", "")
     else:  # releases before the cache_source label: every hit is a device (radix) hit
         row.put("prefix_cache_hits_total", float(sum(cached)), "sglang:cached_tokens", "")
         row.put("cpu_cache_hits_total", None, "", "this SGLang does not split cached tokens by source")

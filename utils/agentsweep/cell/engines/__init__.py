@@ -103,7 +103,8 @@ class ServingEngine:
     def version(self, base_url: str) -> str | None:
         from agentsweep.cell.engines.http_version import fetch_version
 
-        return fetch_version(base_url, ("/version", "/get_server_info"))
+        # vLLM: /version. SGLang: /server_info (0.5.23; /get_server_info is deprecated there).
+        return fetch_version(base_url, ("/version", "/server_info", "/get_server_info"))
 
 
 def recipe(engine: str) -> EngineRecipe:

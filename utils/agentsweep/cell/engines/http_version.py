@@ -1,4 +1,4 @@
-"""Ask a running engine for its version over HTTP (vLLM's /version, SGLang's /get_server_info)."""
+"""Ask a running engine for its version over HTTP (vLLM's /version, SGLang's /server_info)."""
 
 from __future__ import annotations
 
