@@ -1,0 +1,79 @@
+"""One definition of every per-request latency and speed figure (docs/metrics.md repeats them).
+
+Everything that reports these figures (the replayer's summary.json, collect's table, the InferenceX
+export, the capacity search's SLO tiers, the dashboard) computes them through this module, so the same
+run reads the same number everywhere, here and on InferenceX's dashboard.
+
+Per request (seconds, tokens):
+
+- TTFT: dispatch to the first token.
+- E2E: dispatch to the last byte of the response.
+- Full-response ITL: ``(E2E - TTFT) / (output tokens - 1)``, the mean gap between tokens after the
+  first, counted over the whole response. InferenceX's agentic rows use this one; it is defined for a
+  request that streamed at least two tokens.
+- TPOT: the same quantity under the name vLLM's benchmark gives it (time per output token after the
+  first). Kept as its own key because the replayer reports it per request.
+- Output speed: ``1 / full-response ITL`` = ``(output tokens - 1) / (E2E - TTFT)``, tokens per second
+  one user sees once the first token arrived.
+
+Per run, at percentile pXX (0-100 scale, linear interpolation between closest ranks):
+
+- Interactivity at pXX = ``1 / (pXX of full-response ITL)``: the slow tail. A high percentile of the
+  gap is a low interactivity, so p90 interactivity is what the slowest tenth of requests saw. It is
+  NOT the pXX of per-request speeds (that would be the fast tail); taking the percentile of a
+  per-request rate the wrong way is a known way to report figures many times too optimistic.
+- Output speed statistics in SLO tiers are percentiles of the per-request speed itself, so a floor
+  on p25 speed says three quarters of requests were at least that fast.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kv_cache_tester.stats import percentile
+
+# The percentiles every exported latency carries (InferenceX's set; p50 is exported as "median").
+PERCENTILES: tuple[float, ...] = (50.0, 75.0, 90.0, 95.0, 99.0, 99.9)
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def full_response_itl_s(e2e_s: Any, ttft_s: Any, output_tokens: Any) -> float | None:
+    """``(E2E - TTFT) / (output tokens - 1)``; None for fewer than two tokens or a missing time."""
+    e2e, ttft, out = _finite(e2e_s), _finite(ttft_s), _finite(output_tokens)
+    if e2e is None or ttft is None or out is None or out < 2 or e2e < ttft:
+        return None
+    return (e2e - ttft) / (out - 1)
+
+
+def output_speed_tok_s(e2e_s: Any, ttft_s: Any, output_tokens: Any) -> float | None:
+    """Per-request output speed, ``(output tokens - 1) / (E2E - TTFT)``; None where the full-response
+    ITL is None or zero (every token arrived at once)."""
+    itl = full_response_itl_s(e2e_s, ttft_s, output_tokens)
+    return 1.0 / itl if itl else None
+
+
+def record_full_response_itl_s(record: Mapping[str, Any]) -> float | None:
+    """The full-response ITL of one requests.jsonl record."""
+    return full_response_itl_s(record.get("e2e_s"), record.get("ttft_s"), record.get("output_tokens"))
+
+
+def record_output_speed_tok_s(record: Mapping[str, Any]) -> float | None:
+    """The output speed of one requests.jsonl record."""
+    return output_speed_tok_s(record.get("e2e_s"), record.get("ttft_s"), record.get("output_tokens"))
+
+
+def interactivity_tok_s(itl_at_percentile_s: float | None) -> float | None:
+    """Interactivity at a percentile from the ITL at that percentile: ``1 / ITL`` (None for none or 0)."""
+    return 1.0 / itl_at_percentile_s if itl_at_percentile_s else None
+
+
+def interactivity_at(full_response_itls_s: Iterable[float], p: float) -> float | None:
+    """Interactivity at percentile ``p``: ``1 / (p-th percentile of the full-response ITLs)``."""
+    return interactivity_tok_s(percentile(sorted(full_response_itls_s), p))
