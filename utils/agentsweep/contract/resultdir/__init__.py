@@ -4,6 +4,7 @@
 - ``record``: cell.json (``CellRecord``), ``write_cell_result`` (cell.json then status.txt).
 - ``status``: status.txt (``CellStatus``).
 - ``router``: router.json (``RouterRecord``).
+- ``capacity``: capacity.json (``CapacityRecord``) of a capacity cell, and its ``steps/<n>/``.
 - ``matrix``: the matrix JSON collect and the workflow read beside the result directories.
 
 requests.jsonl and summary.json are the replayer's (``kv_cache_tester.replay.results``); the
@@ -14,8 +15,20 @@ Each ``read_*`` returns None when its file is absent and raises ``ResultFileErro
 file's declared size.
 """
 
+from agentsweep.contract.resultdir.capacity import (
+    STOP_REASONS,
+    CapacityRecord,
+    CliffRecord,
+    StepRecord,
+    TierResult,
+    read_capacity,
+    step_dir,
+    write_capacity,
+)
 from agentsweep.contract.resultdir.fileio import write_atomic
 from agentsweep.contract.resultdir.files import (
+    CAPACITY_JSON,
+    CAPACITY_JSON_MAX_BYTES,
     CELL_JSON,
     CELL_JSON_MAX_BYTES,
     MATRIX_MAX_BYTES,
@@ -31,6 +44,7 @@ from agentsweep.contract.resultdir.files import (
     SERVER_METRICS_CSV,
     STATUS_TXT,
     STATUS_TXT_MAX_BYTES,
+    STEPS_DIR,
     SUMMARY_JSON,
     ResultFile,
     instance_log,
@@ -48,6 +62,8 @@ from agentsweep.contract.resultdir.router import RouterRecord, read_router, writ
 from agentsweep.contract.resultdir.status import CellStatus, read_status, write_status
 
 __all__ = [
+    "CAPACITY_JSON",
+    "CAPACITY_JSON_MAX_BYTES",
     "CELL_JSON",
     "CELL_JSON_MAX_BYTES",
     "MATRIX_MAX_BYTES",
@@ -63,21 +79,30 @@ __all__ = [
     "SERVER_METRICS_CSV",
     "STATUS_TXT",
     "STATUS_TXT_MAX_BYTES",
+    "STEPS_DIR",
+    "STOP_REASONS",
     "SUMMARY_JSON",
+    "CapacityRecord",
     "CellRecord",
     "CellStatus",
+    "CliffRecord",
     "ResultFile",
     "RouterRecord",
+    "StepRecord",
+    "TierResult",
     "instance_log",
     "instance_metrics_csv",
     "matrix_json",
+    "read_capacity",
     "read_cell_record",
     "read_matrix",
     "read_matrix_entries",
     "read_router",
     "read_status",
     "result_file",
+    "step_dir",
     "write_atomic",
+    "write_capacity",
     "write_cell_record",
     "write_cell_result",
     "write_router",

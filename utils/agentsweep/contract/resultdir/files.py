@@ -26,6 +26,8 @@ ROUTER_JSON = "router.json"
 ROUTER_METRICS_CSV = "router_metrics.csv"
 ROUTER_METRICS_TXT = "router_metrics.txt"
 SERVER_LOG = "server.log"
+CAPACITY_JSON = "capacity.json"
+STEPS_DIR = "steps"
 
 # The most a reader takes of each file it reads whole: past it the file is not one (a link to an
 # endless device, say) and reads as broken. Streamed files (requests.jsonl, the CSVs) have no
@@ -34,6 +36,7 @@ CELL_JSON_MAX_BYTES = 16 << 20
 STATUS_TXT_MAX_BYTES = 1 << 20
 ROUTER_JSON_MAX_BYTES = 4 << 20
 ROUTER_METRICS_TXT_MAX_BYTES = 1 << 20
+CAPACITY_JSON_MAX_BYTES = 16 << 20
 # `agentsweep matrix --json` output: not in a result directory, but read beside them by collect.
 MATRIX_MAX_BYTES = 64 << 20
 
@@ -122,6 +125,24 @@ RESULT_FILES: tuple[ResultFile, ...] = (
         "agentsweep.metrics.scraper",
         None,
         when="routed cells",
+    ),
+    ResultFile(
+        CAPACITY_JSON,
+        "per SLO tier the boundary users, agents per GPU, tok/s/GPU at the boundary, the binding "
+        "constraint and its value, the interval, the boundary type (cliffs with the KV working set "
+        "against the pool) and the stop reason; the step history and the step budget",
+        "agentsweep.contract.resultdir.capacity",
+        CAPACITY_JSON_MAX_BYTES,
+        when="capacity cells",
+    ),
+    ResultFile(
+        f"{STEPS_DIR}/",
+        "one complete result directory per search step (steps/<n>/: cell.json, status.txt, "
+        "requests.jsonl, summary.json, server_metrics.csv, logs), each an ordinary cell at one user "
+        "count; capacity.json lists them",
+        "agentsweep.capacity.run writes them; agentsweep.contract.resultdir.capacity names them (step_dir)",
+        None,
+        when="capacity cells",
     ),
     ResultFile(
         ROUTER_JSON,
