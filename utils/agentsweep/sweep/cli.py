@@ -13,6 +13,7 @@ import fnmatch
 import time
 from pathlib import Path
 
+from agentsweep.config import overrides
 from agentsweep.contract.verdict import INVALID_EXIT
 from agentsweep.errors import InputError
 from agentsweep.sweep.local import (
@@ -45,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offload", help="only these offload modes (comma list of on, off, noprefix)")
     parser.add_argument("--max-tp", type=int, help="only cells with TP <= this")
     parser.add_argument("--duration", type=int, help="override every cell's replay duration (s)")
+    overrides.add_arguments(parser)
     parser.add_argument("--only", help="only cells whose exp_name matches one of these globs (comma list)")
     parser.add_argument(
         "--resume", action="store_true", help="rerun only cells whose status.txt is not SUCCESS"
@@ -75,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
         max_tp=args.max_tp,
         duration=args.duration,
         max_cells=None,
+        slo=overrides.slo_tiers(args.slo),
+        search=overrides.user_search(args.search),
     )
     if args.only:
         globs = _words(args.only) or []
