@@ -1,9 +1,10 @@
 """`agentsweep collect ARTIFACTS_DIR OUT_DIR [--matrix MATRIX_JSON]`.
 
-Writes summary.csv, frontier.csv, the PNG plots, report.html and summary.md into OUT_DIR (and
-appends summary.md to $GITHUB_STEP_SUMMARY when that is set). Exit 0 when every cell succeeded,
-1 when any cell is FAILED, MALFORMED or MISSING, 3 when the only problems are INVALID cells, 2 on bad
-arguments.
+Writes summary.csv, frontier.csv, capacity.csv (the capacity under SLO per tier: capacity cells'
+searches and the grid-derived capacity of ordinary series), the PNG plots, report.html and summary.md
+into OUT_DIR (and appends summary.md to $GITHUB_STEP_SUMMARY when that is set). Exit 0 when every cell
+succeeded, 1 when any cell is FAILED, MALFORMED or MISSING, 3 when the only problems are INVALID cells
+(a capacity cell's steps do not count: its own verdict does), 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from pathlib import Path
 import pandas as pd
 
 from agentsweep.collect.aggregate import build_rows, to_frame
+from agentsweep.collect.capacity import CapacityResults, capacity_results
+from agentsweep.collect.capacity_plots import write_capacity_plots
 from agentsweep.collect.discover import find_cells
 from agentsweep.collect.pareto import frontier_table
 from agentsweep.collect.plots import write_plots
 from agentsweep.collect.report import summary_markdown, write_report
+from agentsweep.config import overrides
 from agentsweep.contract.resultdir import read_matrix
 from agentsweep.contract.verdict import INVALID_EXIT
 from agentsweep.errors import InputError
@@ -38,6 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--include-invalid",
         action="store_true",
         help="let INVALID cells onto the frontiers and plots (they stay INVALID in the table)",
+    )
+    parser.add_argument(
+        "--slo",
+        action="append",
+        metavar="'NAME: C, C'",
+        help="an SLO tier to read the grid-derived capacity against, e.g. 'interactive: ttft p90 <= 10 s, "
+        "speed p25 >= 20 tok/s' (repeatable; default: the capacity cells' tiers, else the default tiers)",
     )
 
 
@@ -69,14 +80,24 @@ def append_step_summary(text: str) -> None:
 
 
 def render_outputs(
-    df: pd.DataFrame, out_dir: Path, plots: bool = True, include_invalid: bool = False
+    df: pd.DataFrame,
+    out_dir: Path,
+    plots: bool = True,
+    include_invalid: bool = False,
+    capacity: CapacityResults | None = None,
 ) -> pd.DataFrame:
-    """frontier.csv, plots, report.html and summary.md from a summary table; returns the frontier."""
+    """frontier.csv, capacity.csv (when ``capacity`` is given), plots, report.html and summary.md from a
+    summary table; returns the frontier."""
     frontier = frontier_table(df, include_invalid)
     frontier.to_csv(out_dir / "frontier.csv", index=False)
+    if capacity is not None:
+        capacity.table.to_csv(out_dir / "capacity.csv", index=False)
     if plots:
-        write_report(df, write_plots(df, out_dir, include_invalid), out_dir)
-    (out_dir / "summary.md").write_text(summary_markdown(df, frontier), encoding="utf-8")
+        figures = write_plots(df, out_dir, include_invalid)
+        if capacity is not None:
+            figures += write_capacity_plots(capacity.cells, out_dir)
+        write_report(df, figures, out_dir, capacity)
+    (out_dir / "summary.md").write_text(summary_markdown(df, frontier, capacity), encoding="utf-8")
     return frontier
 
 
@@ -94,12 +115,26 @@ def run(args: argparse.Namespace) -> int:
     df = to_frame(rows)
     prepare_out_dir(args.out_dir)
     df.to_csv(args.out_dir / "summary.csv", index=False)
-    render_outputs(df, args.out_dir, plots=not args.no_plots, include_invalid=args.include_invalid)
+    capacity = capacity_results(df, overrides.slo_tiers(args.slo))
+    for note in capacity.notes:
+        print(f"collect: capacity: {note}", file=sys.stderr)
+    render_outputs(
+        df, args.out_dir, plots=not args.no_plots, include_invalid=args.include_invalid, capacity=capacity
+    )
+    for line in capacity.lines:
+        print(f"collect: {line}", file=sys.stderr)
 
     append_step_summary((args.out_dir / "summary.md").read_text(encoding="utf-8"))
 
-    bad = [r for r in rows if r.status != "SUCCESS"]
-    print(f"collect: {len(rows)} cells, {len(rows) - len(bad)} SUCCESS -> {args.out_dir}", file=sys.stderr)
+    # A capacity cell's steps are its measurements: one past the boundary is INVALID by design; the
+    # capacity cell itself stands for them.
+    bad = [r for r in rows if r.status != "SUCCESS" and not r.values.get("step_of")]
+    cells = [r for r in rows if not r.values.get("step_of")]
+    steps = f" (and {len(rows) - len(cells)} capacity steps)" if len(cells) < len(rows) else ""
+    print(
+        f"collect: {len(cells)} cells{steps}, {len(cells) - len(bad)} SUCCESS -> {args.out_dir}",
+        file=sys.stderr,
+    )
     for row in bad:
         print(f"collect: {row.exp_name}: {row.status}: {row.reason}", file=sys.stderr)
     if not bad:
