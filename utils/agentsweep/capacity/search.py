@@ -18,7 +18,9 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
+
+from kv_cache_tester.stats import percentile
 
 from agentsweep.capacity.isotonic import monotone
 from agentsweep.capacity.lines import tier_line
@@ -30,7 +32,6 @@ from agentsweep.contract.resultdir.capacity import (
     TierResult,
 )
 from agentsweep.contract.slo import CapacitySpec, SloConstraint, SloTier
-from kv_cache_tester.stats import percentile
 
 BOOTSTRAP_REPLICATES = 400
 BOOTSTRAP_SEED = 0
@@ -39,12 +40,35 @@ VALIDITY = "validity"  # the binding "constraint" when the count above the bound
 Kind = Literal["open", "bracketed", "none", "at_least"]
 
 
+class Run(Protocol):
+    """One measured run at one user count: a search step (``StepRecord``) or a grid cell."""
+
+    @property
+    def users(self) -> int: ...
+    @property
+    def valid(self) -> bool: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def reasons(self) -> tuple[str, ...]: ...
+    @property
+    def statistics(self) -> dict[str, float | None]: ...
+    @property
+    def output_tok_per_s_per_gpu(self) -> float | None: ...
+    @property
+    def total_tok_per_s_per_gpu(self) -> float | None: ...
+    @property
+    def kv_working_set_tokens(self) -> int | None: ...
+    @property
+    def kv_pool_tokens(self) -> int | None: ...
+
+
 @dataclass
 class Point:
-    """The steps measured at one user count."""
+    """The runs measured at one user count."""
 
     users: int
-    steps: list[StepRecord] = field(default_factory=list)
+    steps: list[Run] = field(default_factory=list)
 
     @property
     def valid(self) -> bool:
@@ -59,7 +83,7 @@ class Point:
         values = self.samples(key)
         return math.fsum(values) / len(values) if values else None
 
-    def mean_of(self, pick: Callable[[StepRecord], float | int | None]) -> float | None:
+    def mean_of(self, pick: Callable[[Run], float | int | None]) -> float | None:
         values = [float(v) for s in self.steps if (v := pick(s)) is not None]
         return math.fsum(values) / len(values) if values else None
 
@@ -70,8 +94,8 @@ class Point:
         return ""
 
 
-def points_of(steps: Sequence[StepRecord]) -> list[Point]:
-    """The steps grouped by user count, lowest first."""
+def points_of(steps: Sequence[Run]) -> list[Point]:
+    """The runs grouped by user count, lowest first."""
     by_users: dict[int, Point] = {}
     for step in steps:
         by_users.setdefault(step.users, Point(step.users)).steps.append(step)

@@ -5,6 +5,7 @@ once, for the launcher) and the runner's site settings from configs/runners.yaml
 $AGENTSWEEP_RUNNERS: partition, account, exclude, container runtime, HF cache, default time limit,
 max_nodes), and prints `AS_NAME=value` lines, shell-quoted, for runners/lib/launch.sh to `eval`: those
 settings, the cell's exp_name, image and GRES type, and the derived GPU count, time limit and memory.
+A capacity cell's time limit is its job time limit, and AS_STEP_BUDGET says how many steps it holds.
 A cell spanning several nodes (`cell.nodes`) also gets AS_NODES and AS_NODE_GPUS (the GPUs asked on
 every node: the fullest node of the instances packed onto the cell's `gpus_per_node`, as the matrix
 packs them); memory is then per node. Bad input is one line on stderr and exit status 2.
@@ -158,6 +159,8 @@ def runner_assignments(
         "AS_HF_CACHE": spec.hf_cache or "",
         "AS_TIME_LIMIT_MIN": str(cell_time_limit_min(cell, env, spec.time_limit_min)),
         "AS_MEM_GB": str(mem_gb(dram_gb, env)),
+        # A capacity cell's steps within that time limit (shown by the launcher's dry run); "" otherwise.
+        "AS_STEP_BUDGET": step_budget(cell, env).describe() if cell.capacity is not None else "",
     }
 
 

@@ -123,6 +123,10 @@ def dry_run_lines(plans: Sequence[SweepPlan], launcher: Path) -> list[str]:
             )
             cplan = plan_cell(run.cell, run.result_dir, port="$PORT")
             lines += cplan.describe()
+            if run.cell.capacity is not None:
+                from agentsweep.capacity.run import describe
+
+                lines += describe(run.cell)
             lines.append(f"[END CELL {i}/{total}]")
         lines.append(f"collect: {shlex.join(collect_command(plan.key_dir))}")
     return lines

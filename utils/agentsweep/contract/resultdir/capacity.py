@@ -55,7 +55,7 @@ class StepRecord(_Model):
     index: Annotated[int, Field(ge=0)]
     users: Annotated[int, Field(gt=0)]
     repeat: Annotated[int, Field(ge=0)] = 0
-    dir: str  # relative to the capacity cell's directory: steps/<index>
+    dir: Annotated[str, Field(pattern=rf"^{STEPS_DIR}/[0-9]+$")]  # relative to the capacity cell: steps/<n>
     exp_name: str
     status: Verdict
     reasons: tuple[str, ...] = ()
