@@ -169,6 +169,11 @@ class SloConstraint(_Frozen):
         """A measurement in this constraint's unit: ``12.3 s``, ``18.0 tok/s``, ``2.5 %``."""
         return f"{_num(measured / UNITS[self.figure.unit][self.unit])}{_unit_suffix(self.unit)}"
 
+    def text(self) -> str:
+        """The constraint as the config and ``--slo`` write it: ``ttft p90 <= 10 s``."""
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{self.metric} {self.stat} {self.op} {self.value:g}{unit}"
+
     def describe(self) -> str:
         """``TTFT p90 ≤ 10 s``."""
         return (
@@ -237,6 +242,10 @@ class SloTier(_Frozen):
     @classmethod
     def _listed(cls, value: Any) -> Any:
         return tuple(value) if isinstance(value, list) else value
+
+    def text(self) -> str:
+        """The tier as ``--slo`` takes it: ``interactive: ttft p90 <= 10 s, output_speed p25 >= 20 tok/s``."""
+        return f"{self.name}: {', '.join(c.text() for c in self.constraints)}"
 
     def describe(self) -> str:
         """``interactive (TTFT p90 ≤ 10 s, speed p25 ≥ 20 tok/s)``."""
