@@ -2,22 +2,23 @@
 
 The per-request figures and the direction of their percentiles are those of
 ``kv_cache_tester.metrics.SLO_FIGURES``. Requests of the profiling phase count (warm-up ones do not):
-latencies and speeds over the successful ones, the error share over all of them. Percentiles come
-from the 1 %-bucket log histogram of ``kv_cache_tester.stats`` (constant memory, as collect reads a
-run). A simulated engine's figures are turned into its own clock (its ``speed`` undone), so tiers
+latencies and speeds over the successful ones, the error share over all of them. Percentiles are
+``kv_cache_tester.stats.percentile`` (linear between the closest ranks, the convention of
+``kv_cache_tester.metrics``), over the run's values (a float per request and figure). A simulated engine's figures are turned into its own clock (its ``speed`` undone), so tiers
 read like the simulated hardware. The same function serves the capacity search (each step) and
 collect (the grid-derived capacity of ordinary cells).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kv_cache_tester.metrics import SLO_FIGURES
 from kv_cache_tester.replay import RecordReader, ResultError, load_summary
-from kv_cache_tester.stats import LogHistogram
+from kv_cache_tester.stats import percentile
 
 from agentsweep.collect.kv_cliff import kv_pool_tokens
 from agentsweep.contract.cell import Cell
@@ -46,7 +47,7 @@ def statistics(
     A file that cannot be opened raises ``kv_cache_tester.replay.ResultError``.
     """
     figures = {c.metric: SLO_FIGURES[c.metric] for c in constraints}
-    hists = {name: LogHistogram(floor=1e-6) for name in figures}
+    values: dict[str, list[float]] = {name: [] for name in figures}
     requests = 0
     lane_peak: dict[int, int] = {}
     for rec in RecordReader(path, required=()):
@@ -59,17 +60,19 @@ def statistics(
                 continue
             value = figure.value(rec)
             if value is not None and value >= 0:
-                hists[name].add(value)
+                values[name].append(value)
         if ok:
             user = rec.get("user")
             if user is not None:
                 context = max(0, rec.get("prompt_tokens") or 0) + max(0, rec.get("output_tokens") or 0)
                 lane_peak[user] = max(lane_peak.get(user, 0), context)
+    for series in values.values():
+        series.sort()
     out: dict[str, float | None] = {}
     for constraint in constraints:
-        hist = hists[constraint.metric]
+        data = values[constraint.metric]
         p = constraint.percentile
-        value = hist.mean() if p is None else hist.percentile(p)
+        value = (math.fsum(data) / len(data) if data else None) if p is None else percentile(data, p)
         power = constraint.figure.clock_power
         out[constraint.key] = None if value is None else value * clock_scale**power
     return out, requests, lane_peak

@@ -5,8 +5,9 @@ and every constraint holds on the statistic smoothed over the counts (``isotonic
 boundary is the largest count meeting it below the smallest count that misses it.
 
 The search brackets from the low end (low, 2 low, 4 low, ... up to high) until some count misses a
-tier, then bisects the bracket to whole users (or to the configured relative resolution). The next
-count is the lowest one some unresolved tier still needs; a tier is resolved when its bracket is
+tier, then bisects the bracket to whole users (or to the configured relative resolution). While some
+tier has not failed yet the bracket goes on; then the next count is the lowest one an unresolved
+tier's bisection needs. A tier is resolved when its bracket is
 narrow enough, when the lowest count already misses it (capacity 0) or when the highest count still
 meets it (capacity >= high). With several steps per count (``repeats``) the boundary's interval is a
 bootstrap over the steps (seeded, so the same steps give the same interval).
@@ -167,10 +168,15 @@ def tier_state(spec: CapacitySpec, tier: SloTier, points: Sequence[Point]) -> Ti
 
 
 def next_users(spec: CapacitySpec, steps: Sequence[StepRecord]) -> int | None:
-    """The count to measure next: the lowest one an unresolved tier needs; None when all are resolved."""
+    """The count to measure next, None when every tier is resolved: first the bracket's next count
+    while some tier has not failed yet (what it finds up there can move the others' smoothed
+    curves), then the lowest count some tier's bisection needs."""
     points = points_of(steps)
-    wanted = [s.next_users for t in spec.tiers if not (s := tier_state(spec, t, points)).resolved]
-    return min((u for u in wanted if u is not None), default=None)
+    unresolved = [s for t in spec.tiers if not (s := tier_state(spec, t, points)).resolved]
+    opening = [s.next_users for s in unresolved if s.kind == "open" and s.next_users is not None]
+    if opening:
+        return max(opening)
+    return min((s.next_users for s in unresolved if s.next_users is not None), default=None)
 
 
 def _bootstrap_interval(

@@ -43,9 +43,9 @@ MAX_REPEATS = 20
 MAX_TIERS = 16
 MAX_CONSTRAINTS = 16
 TIER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
-_STAT = re.compile(r"^(mean|p(\d{1,2}(?:\.\d+)?))$")
+_STAT = re.compile(r"^(mean|p(\d{1,6}(?:\.\d{1,6})?))$")
 _CONSTRAINT = re.compile(
-    r"^\s*(?P<metric>[A-Za-z_]+)\s+(?:(?P<stat>[A-Za-z]+[\d.]*)\s*)?(?P<op><=|>=|=<|=>|≤|≥|<|>)\s*"
+    r"^\s*(?P<metric>[A-Za-z_][A-Za-z0-9_]*)\s+(?:(?P<stat>[A-Za-z]+[\d.]*)\s*)?(?P<op><=|>=|=<|=>|≤|≥|<|>)\s*"
     r"(?P<value>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*(?P<unit>[A-Za-z/%]*)\s*$"
 )
 
