@@ -211,3 +211,18 @@ def test_agents_per_mw_where_a_step_measured_power() -> None:
     assert result.agents_per_mw == pytest.approx(20 / 700e-6)
     assert "agents per MW" in result.line
     assert tier_results(capacity, steps, gpus=1)[1][0].agents_per_mw is None
+
+
+@pytest.mark.parametrize("ended", ["interrupted", "engine failed"])
+def test_the_step_a_search_was_cut_short_in_is_not_judged(ended: str) -> None:
+    capacity = spec({"t": ["ttft p90 <= 10 s"]})
+    steps = search(capacity, smooth_ttft, budget=3)  # 2, 4, 8: all meet the tier
+    cut = search(capacity, lambda u, r: ("FAILED", {}) if u == 16 else smooth_ttft(u, r), budget=4)
+    assert [s.users for s in cut] == [2, 4, 8, 16] and cut[-1].status == "FAILED"
+    result = tier_results(capacity, cut, gpus=1, ended=ended)[1][0]  # type: ignore[arg-type]
+    assert (result.boundary_users, result.boundary_type, result.stop_reason) == (8, "unresolved", ended)
+    assert result.interval_users == (8, None) and result.binding is None
+    assert result == tier_results(capacity, steps, gpus=1, ended=ended)[1][0]  # type: ignore[arg-type]
+    # A search that went on past a FAILED step counts it as missing the tier, as every FAILED step.
+    spent = tier_results(capacity, cut, gpus=1, ended="budget spent")[1][0]
+    assert (spent.boundary_users, spent.interval_users, spent.binding) == (8, (8, 15), "validity")

@@ -300,9 +300,12 @@ def tier_results(
     """(the search's stop reason, one result per tier) for the steps so far.
 
     ``ended`` is how the search stopped when it did not run out of counts to measure (budget spent,
-    interrupted, engine failed). ``power_w(users)`` is the cell's mean GPU power in watts at a count
-    (None where it was not measured): it gives agents per MW.
+    interrupted, engine failed); a FAILED last step of an interrupted search, or of one whose engine
+    died, was cut short and is not judged (it stays in the step history). ``power_w(users)`` is the
+    cell's mean GPU power in watts at a count (None where it was not measured): it gives agents per MW.
     """
+    if ended in ("interrupted", "engine failed") and steps and steps[-1].status == "FAILED":
+        steps = steps[:-1]  # the step the search was cut short in measured nothing
     points = points_of(steps)
     states = [tier_state(spec, t, points) for t in spec.tiers]
     reason = search_stop_reason(states, ended)
