@@ -92,7 +92,9 @@ def test_filters_and_overrides(cli) -> None:
 
 def test_glob_keys_dedupe_and_keep_file_order() -> None:
     cells = select_cells(None, ["demo*", "demo"])
-    assert [c.config_key for c in cells] == ["demo"] * 18 + ["demo-mini"] * 3 + ["demo-scaleout"] * 3
+    assert [c.config_key for c in cells] == (
+        ["demo"] * 18 + ["demo-mini"] * 3 + ["demo-capacity"] + ["demo-scaleout"] * 3
+    )
 
 
 def test_offload_budget_scales_with_gpus() -> None:
