@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A capacity search against an independent grid of ordinary cells, on the simulated engine.
 
-    .venv/bin/python scripts/capacity_acceptance.py                 # range 2..16, about 10 minutes
+    .venv/bin/python scripts/capacity_acceptance.py                 # range 2..16, about 7 minutes on 2 cores
     .venv/bin/python scripts/capacity_acceptance.py --low 2 --high 6 --duration 8   # a small one
 
 Writes a config with two keys into RESULTS (default results/capacity-acceptance): one capacity cell
@@ -76,11 +76,15 @@ def sweep(config_path: Path, key: str, results: Path, keep: bool) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--results", type=Path, default=REPO / "results" / "capacity-acceptance")
     parser.add_argument("--low", type=int, default=2)
     parser.add_argument("--high", type=int, default=16)
-    parser.add_argument("--duration", type=int, default=12, help="replay seconds (wall) per step and per cell")
+    parser.add_argument(
+        "--duration", type=int, default=12, help="replay seconds (wall) per step and per cell"
+    )
     parser.add_argument("--speed", type=float, default=50.0)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--model", default="meta-llama/Llama-3.1-8B-Instruct")
@@ -116,7 +120,9 @@ def main() -> int:
         interval = s.interval_users or (None, None)
         search_text = f"{s.boundary_users} ({interval[0]}–{interval[1]}, {s.boundary_type})"
         grid_text = "-" if tier.grid is None else f"{tier.grid.boundary_users:g} ({tier.grid.kind})"
-        print(f"{tier.tier:<12} {search_text:<26} {grid_text:<22} {'yes' if tier.agrees else 'NO'}: {tier.why}")
+        print(
+            f"{tier.tier:<12} {search_text:<26} {grid_text:<22} {'yes' if tier.agrees else 'NO'}: {tier.why}"
+        )
     print()
     for tier in result.tiers:
         print(f"search: {tier.search.line}")
