@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from agentsweep.cell.allocation import runner_assignments
 from agentsweep.config import load_runners, load_sweep
 from agentsweep.config.matrix import expand
 from agentsweep.contract.cell import Cell
@@ -164,3 +165,17 @@ def test_the_dry_run_shows_the_search_its_tiers_the_step_budget_and_the_time_lim
     assert "step budget 19 steps of about 70 s within the job's 30 min time limit" in table
     dry = agentsweep("sweep", "--config", "c.yaml", "--key", "k", "--dry-run", "--results", "r").out
     assert "step budget 19 steps" in dry and "POST /reset_prefix_cache" in dry
+
+
+def test_the_allocation_asks_for_the_capacity_cells_time_limit_and_states_its_budget(in_tmp: Path) -> None:
+    (in_tmp / "c.yaml").write_text(entry(users="{search: [2, 16], time_limit_min: 45}", duration=60))
+    (capacity,) = expand(load_sweep("c.yaml", "k"), load_runners())
+    ordinary = capacity.replace(capacity=None)
+    env = {"RESULT_DIR": str(in_tmp / "r")}
+    values = runner_assignments("local", capacity, env, None)
+    # 45 min - 120 s start-up - 300 s drain = 2280 s of steps of 60 s + 10 s: 32 steps.
+    assert values["AS_TIME_LIMIT_MIN"] == "45"
+    assert values["AS_STEP_BUDGET"].startswith("step budget 32 steps of about 70 s within the job's 45 min")
+    plain = runner_assignments("local", ordinary, env, None)
+    # 60 s + 120 s + 300 s, in whole minutes: an ordinary cell's limit follows its duration.
+    assert (plain["AS_TIME_LIMIT_MIN"], plain["AS_STEP_BUDGET"]) == ("8", "")
