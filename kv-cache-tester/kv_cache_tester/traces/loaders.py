@@ -48,7 +48,9 @@ try:  # optional speed-up (extra "fast")
 
     _loads: Any = orjson.loads
 except ImportError:  # pragma: no cover - depends on the environment
-    _loads = json.loads
+
+    def _loads(data: bytes | str) -> Any:  # as strict as orjson: NaN and Infinity are not JSON
+        return json.loads(data, parse_constant=_no_constant)
 
 
 @dataclass(slots=True)

@@ -91,6 +91,7 @@ def test_suspended_body_writer_can_be_cancelled():
     asyncio.run(go())
 
 
+@pytest.mark.integration
 def test_real_post_sends_the_whole_body():
     body = b'{"prompt":"' + b"word " * 40_000 + b'"}'  # larger than one socket write
 
@@ -110,6 +111,7 @@ def test_real_post_sends_the_whole_body():
     assert asyncio.run(go()) == [str(len(body))] * 3
 
 
+@pytest.mark.integration
 def test_request_timeout_covers_a_stalled_stream():
     """send() enforces ClientTimeout.total itself: a stream that stops mid-way times out."""
     from kv_cache_tester.replay.client import send

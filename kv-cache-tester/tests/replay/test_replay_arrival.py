@@ -8,6 +8,7 @@ import json
 import time
 
 import aiohttp
+import pytest
 from kv_cache_tester.replay.arrival import ArrivalConnector, ArrivalStampedHandler
 from kv_cache_tester.replay.client import send
 
@@ -43,6 +44,7 @@ def _ttft(url: str, clock) -> float:
     return asyncio.run(go())
 
 
+@pytest.mark.integration
 def test_ttft_is_stamped_at_arrival_not_after_the_client_was_busy(stream_server):
     server = stream_server("--ttft-ms", "20")
     url = f"{server.url}/v1/chat/completions"
@@ -52,6 +54,7 @@ def test_ttft_is_stamped_at_arrival_not_after_the_client_was_busy(stream_server)
     assert read_late >= stamped + BUSY_S * 0.9
 
 
+@pytest.mark.integration
 def test_the_connector_builds_arrival_stamping_connections(stream_server):
     # the body comes later than the headers: a response read to its end at once gives its
     # connection back, and r.connection is None then

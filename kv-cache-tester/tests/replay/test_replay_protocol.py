@@ -79,29 +79,34 @@ def post(
     return asyncio.run(go())
 
 
+@pytest.mark.integration
 def test_a_well_formed_stream_is_ok():
     out = post([tok(), tok(), usage(), DONE])
     assert out.ok and out.token_events == 2
     assert (out.prompt_tokens, out.completion_tokens, out.cached_tokens) == (100, 3, 64)
 
 
+@pytest.mark.integration
 def test_an_event_that_is_not_json_is_a_protocol_error():
     out = post([tok(), b"data: hello world\n\n", tok(), DONE])
     assert not out.ok and out.error_class == "protocol"
     assert "not JSON" in (out.error_message or "") and "hello world" in (out.error_message or "")
 
 
+@pytest.mark.integration
 def test_an_event_that_is_json_but_not_an_object_is_a_protocol_error():
     out = post([tok(), b"data: [1, 2]\n\n", DONE])
     assert out.error_class == "protocol" and "not a JSON object" in (out.error_message or "")
 
 
+@pytest.mark.integration
 def test_tokens_after_done_are_a_protocol_error():
     out = post([tok(), DONE, tok(), tok()])
     assert not out.ok and out.error_class == "protocol"
     assert "after [DONE]" in (out.error_message or "")
 
 
+@pytest.mark.integration
 def test_an_html_200_is_a_protocol_error_not_a_connection_error():
     out = post([b"<html><body>Welcome to nginx</body></html>"], content_type="text/html")
     assert not out.ok and out.error_class == "protocol"
@@ -109,12 +114,14 @@ def test_an_html_200_is_a_protocol_error_not_a_connection_error():
     assert out.error_class not in CONNECTION_CLASSES
 
 
+@pytest.mark.integration
 def test_a_non_streamed_json_reply_is_a_protocol_error():
     body = json.dumps({"choices": [{"message": {"content": "hi"}}], "usage": {"prompt_tokens": 3}})
     out = post([body.encode()], content_type="application/json")
     assert out.error_class == "protocol" and "application/json" in (out.error_message or "")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("figures", "needle"),
     [
@@ -136,6 +143,7 @@ def test_usage_that_cannot_be_true_is_bad_usage_with_the_figures_kept(figures: d
     assert out.ttft is not None  # the timings are kept too
 
 
+@pytest.mark.integration
 def test_an_event_over_the_bound_is_a_protocol_error_and_reading_stops():
     big = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"x" * (3 << 20) + b'"}}]}\n\n'
     pieces = [big[i : i + 65536] for i in range(0, len(big), 65536)]

@@ -14,7 +14,7 @@ from kv_cache_tester.traces import PromptSynthesizer, Request, Trace, load_trace
 
 @pytest.fixture(scope="module")
 def traces() -> dict[str, Trace]:
-    root = Path(__file__).resolve().parents[2] / "kv-cache-tester" / "sample_traces"
+    root = Path(__file__).resolve().parents[2] / "sample_traces"
     return {t.trace_id: t for t in load_traces(root).traces}
 
 
@@ -110,6 +110,7 @@ print(h.hexdigest())
 """
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mode", ["words", "ids"])
 def test_same_seed_same_bytes_in_two_processes(sample_traces: Path, mode: str) -> None:
     path = str(sample_traces / "trace_0021.json")

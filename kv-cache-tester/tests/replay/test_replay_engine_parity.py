@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -129,6 +127,7 @@ async def _two_sends(port: int, gap: float, with_fresh: bool = True) -> list:
     return outs
 
 
+@pytest.mark.integration
 def test_a_request_on_a_stale_keepalive_connection_is_sent_once_more_on_a_fresh_one():
     with keepalive_server(idle_s=0.05) as srv:
         first, second = asyncio.run(_two_sends(srv.port, gap=0.3))
@@ -137,6 +136,7 @@ def test_a_request_on_a_stale_keepalive_connection_is_sent_once_more_on_a_fresh_
     assert srv.stale_drops == 1 and srv.served == ["r0", "r1"]  # taken exactly once each
 
 
+@pytest.mark.integration
 def test_without_the_retry_the_stale_connection_is_a_failure():
     # the guard of the test above: the same race, no fresh session, fails the request
     with keepalive_server(idle_s=0.05) as srv:
@@ -145,6 +145,7 @@ def test_without_the_retry_the_stale_connection_is_a_failure():
     assert srv.served == ["r0"]
 
 
+@pytest.mark.integration
 def test_a_request_that_reached_the_server_is_never_sent_twice():
     # the server reads every request and drops its connection unanswered: no retry, on a new
     # connection (first request) or on a reused one (there is none: each drop closes it)
@@ -155,6 +156,7 @@ def test_a_request_that_reached_the_server_is_never_sent_twice():
     assert srv.served == ["r0", "r1"]
 
 
+@pytest.mark.integration
 def test_the_replayer_retries_a_stale_connection_and_records_it_once(tmp_path, kit):
     traces = kit.write_traces(tmp_path / "traces", [kit.linear_trace("s", 3, think=1.0)])
     out = tmp_path / "out"
@@ -188,6 +190,7 @@ def _prompt_ids(server) -> list[int]:
     return [int(w) for s in server.requests() for w in s["prompt"].split()]
 
 
+@pytest.mark.integration
 def test_completions_ids_come_from_the_vocabulary_the_server_gives(tmp_path, stream_server, kit):
     server = stream_server("--keep-prompts", "--vocab-size", "4096")
     traces = kit.write_traces(tmp_path / "traces", [kit.linear_trace("c", 3)])
@@ -198,6 +201,7 @@ def test_completions_ids_come_from_the_vocabulary_the_server_gives(tmp_path, str
     assert "vocabulary of 4096 ids" in res.stderr
 
 
+@pytest.mark.integration
 def test_completions_without_a_vocabulary_or_tokenizer_is_refused(tmp_path, stream_server, kit):
     server = stream_server("--vocab-size", "0")
     traces = kit.write_traces(tmp_path / "traces", [kit.linear_trace("c", 2)])
@@ -229,6 +233,7 @@ def _tokenizer(folder: Path) -> tuple[Path, int]:
     return folder / "tokenizer.json", tok.get_vocab_size()
 
 
+@pytest.mark.integration
 def test_completions_with_a_tokenizer_sends_its_ids_block_exact(tmp_path, stream_server, kit):
     pytest.importorskip("tokenizers")
     path, size = _tokenizer(tmp_path / "tok")
@@ -248,6 +253,7 @@ def test_completions_with_a_tokenizer_sends_its_ids_block_exact(tmp_path, stream
 # --- the theoretical hit rate follows what the server accepted -----------------------------------
 
 
+@pytest.mark.integration
 def test_theoretical_hits_leave_out_the_blocks_of_a_failed_request(tmp_path, stream_server, kit):
     server = stream_server("--fail-turns", "1")  # the second turn of every trace gets a 500
     traces = kit.write_traces(tmp_path / "traces", [kit.linear_trace("f", 3)])
@@ -276,18 +282,3 @@ def test_a_request_finds_the_blocks_of_accepted_requests_sent_before_it():
     assert ref.hits([1, 2, 3], "other", c) == 0  # scopes stay apart
     ref.forget("s")
     assert ref.hits([1], "s", c) == 0
-
-
-@pytest.mark.slow
-def test_with_ten_percent_of_requests_failing_the_server_caches_what_the_reference_says(repo_root):
-    # the simulated engine, a cache that evicts nothing, 10 % of requests answered 500 before any work
-    cmd = [
-        sys.executable, str(repo_root / "scripts" / "fidelity.py"), "sim", "--fail-rate", "0.1",
-        "--duration", "900", "--users", "6", "--speed", "40", "--json",
-    ]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
-    row = json.loads(res.stdout.strip().splitlines()[-1])
-    assert row["failed"] >= 10 and row["accepted"] == row["requests"] - row["failed"]
-    assert abs(row["cached"] - row["theoretical"]) < 0.005
-    assert row["server_prompt"] == row["client_prompt"] and row["server_cached"] == row["client_cached"]

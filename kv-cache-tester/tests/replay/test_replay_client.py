@@ -141,6 +141,7 @@ def test_stream_timer_counts_events_read_together_as_zero_gaps():
     assert out.ok and out.itls == [0.0, 0.0] and out.ttft == 1.0 and out.e2e == 1.0
 
 
+@pytest.mark.integration
 def test_connect_error_on_closed_port():
     async def go():
         # bind then close a socket: nothing listens on that port afterwards
