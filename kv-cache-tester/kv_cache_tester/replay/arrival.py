@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
@@ -81,7 +81,8 @@ class ArrivalConnector(aiohttp.TCPConnector):
         # rely on; an aiohttp without them gets plain connections (times read by the reader).
         probe = ResponseHandler(loop=self._loop)
         if hasattr(self, "_factory") and hasattr(probe, "_payload") and hasattr(StreamReader, "total_bytes"):
-            self._factory = functools.partial(ArrivalStampedHandler, loop=self._loop)
+            stamped = functools.partial(ArrivalStampedHandler, loop=self._loop)
+            self._factory = cast("functools.partial[ResponseHandler]", stamped)  # a subclass's factory
 
 
 def arrival_of(resp: aiohttp.ClientResponse) -> ArrivalStampedHandler | None:

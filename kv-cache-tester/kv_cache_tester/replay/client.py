@@ -146,6 +146,7 @@ class StreamTimer:
         "expired",
         "on_accept",
         "out",
+        "responded",
         "usage_problem",
     )
 
@@ -160,6 +161,7 @@ class StreamTimer:
         self._debug = debug
         self._max_event = max_event
         self.done = False  # [DONE] seen
+        self.responded = False  # the response's headers came: the request is never sent again
         self.broken = False  # a protocol error: stop reading
         self.cm: asyncio.Timeout | None = None  # the request's deadline, while the request is in flight
         self.expired: tuple[str, str] | None = None  # (class, message) when ended from outside
@@ -428,104 +430,125 @@ async def send(
     response, is never sent again. ``on_accept`` is called once, when the engine has shown that it took
     the request: a 200 event-stream response (or, from a looser server, a token or a prompt count).
     """
-    t0 = clock()
-    timer = StreamTimer(t0, debug, max_event)
+    timer = StreamTimer(clock(), debug, max_event)
     timer.on_accept = on_accept
-    got_headers = False
-    retries = 0
     try:
         async with asyncio.timeout(timeout.total) as cm:
             if watch is not None:
                 timer.cm = cm
                 watch.add(timer)
             try:
-                while True:
-                    use = session if retries == 0 or fresh is None else fresh()
-                    probe = _ReuseProbe()
-                    try:
-                        async with use.post(
-                            url,
-                            data=body,
-                            headers=headers,
-                            timeout=_NO_AIOHTTP_TIMEOUT,
-                            trace_request_ctx=probe,
-                        ) as resp:
-                            got_headers = True
-                            if resp.status != 200:
-                                raw = await resp.content.read(64 * 1024)
-                                text = raw.decode("utf-8", "replace")
-                                out = timer.out
-                                out.error_class = classify_http(resp.status, text)
-                                try:
-                                    msg = _error_message(loads(raw))
-                                except ValueError:
-                                    msg = text
-                                out.error_message = f"HTTP {resp.status}: {msg}"[:ERROR_BODY_LIMIT]
-                                return out
-                            ctype = resp.headers.get("Content-Type", "")
-                            if not ctype.lower().startswith("text/event-stream"):
-                                raw = await resp.content.read(ERROR_BODY_LIMIT)
-                                resp.close()
-                                out = timer.out
-                                out.error_class = "protocol"
-                                out.error_message = (
-                                    f"HTTP 200 with Content-Type {ctype!r}, not an event stream: {_excerpt(raw)}"
-                                )[:ERROR_BODY_LIMIT]
-                                return out
-                            timer.accept()  # a 200 event stream: the engine took the request
-                            content = resp.content
-                            stamped = arrival_of(resp) if clock is time.perf_counter else None
-                            end = 0
-                            while True:
-                                data = await content.readany()
-                                if not data:
-                                    break
-                                if stamped is None:
-                                    timer.feed(data, clock())
-                                else:
-                                    end += len(data)
-                                    if timer.out.ttft is None:  # exact arrival for the first token
-                                        for piece, t in stamped.split(content, data, end):
-                                            timer.feed(piece, t)
-                                    else:  # later events read together share the newest arrival
-                                        stamped.marks.clear()
-                                        timer.feed(data, stamped.arrived)
-                                if timer.broken:  # a protocol error: read no further
-                                    resp.close()
-                                    break
-                            if stamped is not None:
-                                stamped.marks.clear()  # the response is read: hold no reference to it
-                        break
-                    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                        if got_headers or retries or fresh is None or not probe.reused or not _stale(exc):
-                            raise
-                        retries += 1  # a stale keep-alive connection: once more, on a new one
-                        timer.out.retries = retries
+                await _post(session, fresh, url, body, headers, timer, clock)
             finally:
                 if watch is not None:
                     watch.discard(timer)
-        return timer.finish()
-    except TimeoutError:
-        out = timer.out
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        return _failed(timer, exc, timeout.total)
+    return timer.finish()
+
+
+async def _post(
+    session: aiohttp.ClientSession,
+    fresh: Callable[[], aiohttp.ClientSession] | None,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    timer: StreamTimer,
+    clock: Clock,
+) -> None:
+    """Send the request and read its response into ``timer``; once more on a fresh connection when
+    a stale keep-alive connection lost it (``send`` says when)."""
+    retries = 0
+    while True:
+        use = session if retries == 0 or fresh is None else fresh()
+        probe = _ReuseProbe()
+        try:
+            async with use.post(
+                url, data=body, headers=headers, timeout=_NO_AIOHTTP_TIMEOUT, trace_request_ctx=probe
+            ) as resp:
+                timer.responded = True
+                await _read_response(resp, timer, clock)
+            return
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if timer.responded or retries or fresh is None or not probe.reused or not _stale(exc):
+                raise
+            retries += 1  # a stale keep-alive connection: once more, on a new one
+            timer.out.retries = retries
+
+
+async def _read_response(resp: aiohttp.ClientResponse, timer: StreamTimer, clock: Clock) -> None:
+    """Check the response is an event stream, then read it; otherwise note why it failed."""
+    out = timer.out
+    if resp.status != 200:
+        raw = await resp.content.read(64 * 1024)
+        text = raw.decode("utf-8", "replace")
+        out.error_class = classify_http(resp.status, text)
+        try:
+            msg = _error_message(loads(raw))
+        except ValueError:
+            msg = text
+        out.error_message = f"HTTP {resp.status}: {msg}"[:ERROR_BODY_LIMIT]
+        return
+    ctype = resp.headers.get("Content-Type", "")
+    if not ctype.lower().startswith("text/event-stream"):
+        raw = await resp.content.read(ERROR_BODY_LIMIT)
+        resp.close()
+        out.error_class = "protocol"
+        out.error_message = (f"HTTP 200 with Content-Type {ctype!r}, not an event stream: {_excerpt(raw)}")[
+            :ERROR_BODY_LIMIT
+        ]
+        return
+    timer.accept()  # a 200 event stream: the engine took the request
+    await _read_events(resp, timer, clock)
+
+
+async def _read_events(resp: aiohttp.ClientResponse, timer: StreamTimer, clock: Clock) -> None:
+    """Feed the body to ``timer`` as it arrives, with the times its bytes reached the client (the
+    connection's stamps) when the clock is the one the connector stamps with."""
+    content = resp.content
+    stamped = arrival_of(resp) if clock is time.perf_counter else None
+    end = 0
+    while True:
+        data = await content.readany()
+        if not data:
+            break
+        if stamped is None:
+            timer.feed(data, clock())
+        else:
+            end += len(data)
+            if timer.out.ttft is None:  # exact arrival for the first token
+                for piece, t in stamped.split(content, data, end):
+                    timer.feed(piece, t)
+            else:  # later events read together share the newest arrival
+                stamped.marks.clear()
+                timer.feed(data, stamped.arrived)
+        if timer.broken:  # a protocol error: read no further
+            resp.close()
+            break
+    if stamped is not None:
+        stamped.marks.clear()  # the response is read: hold no reference to it
+
+
+def _failed(timer: StreamTimer, exc: BaseException, total: float | None) -> Outcome:
+    """The outcome of a request that ``exc`` ended: its class and message, the times seen so far."""
+    out = timer.out
+    if isinstance(exc, TimeoutError):
         if timer.expired is not None:
             out.error_class, out.error_message = timer.expired
         else:
             out.error_class = "timeout"
-            out.error_message = f"no complete response within {timeout.total} s"
-    except aiohttp.ClientConnectorError as exc:
-        out = timer.out
+            out.error_message = f"no complete response within {total} s"
+    elif isinstance(exc, aiohttp.ClientConnectorError):
         out.error_class = "connect"
         out.error_message = str(exc)
-    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-        out = timer.out
-        out.error_class = "stream_cut" if got_headers else "connect"
+    elif isinstance(
+        exc, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError | aiohttp.ClientOSError
+    ):
+        out.error_class = "stream_cut" if timer.responded else "connect"
         out.error_message = f"{type(exc).__name__}: {exc}"
-    except aiohttp.ClientError as exc:
-        out = timer.out
+    else:
         out.error_class = "client_error"
         out.error_message = f"{type(exc).__name__}: {exc}"
-    except asyncio.CancelledError:
-        raise
     out.ok = False
     if out.ttft is not None:
         out.e2e = timer._last

@@ -30,8 +30,9 @@ from kv_cache_tester.replay.config import ReplayConfig
 from kv_cache_tester.replay.eager import eager_body_writes
 from kv_cache_tester.replay.pool import TracePool
 from kv_cache_tester.replay.prompts import Built, PayloadBuilder, Scope
+from kv_cache_tester.replay.record import Sent, request_record
 from kv_cache_tester.replay.recorder import Recorder
-from kv_cache_tester.replay.results import RequestRecord, itl_summary
+from kv_cache_tester.replay.results import Phase
 from kv_cache_tester.replay.summary import RunMeta
 from kv_cache_tester.replay.timing import scaled_delay
 from kv_cache_tester.traces.model import Request, SubAgent, SubAgentGroup, Trace
@@ -225,7 +226,7 @@ class Replayer:
                 lane.started = True
                 self._mark_ready()
 
-    def _phase(self, lane: _Lane) -> str:
+    def _phase(self, lane: _Lane) -> Phase:
         if lane.warm_left > 0:
             lane.warm_left -= 1
             return "warmup"
@@ -368,41 +369,23 @@ class Replayer:
                 self._sem.release()
         lane.sent += 1
         self.sent += 1
-        hit_blocks = self.builder.hits(scope, req, ticket)
         self.breaker.observe(None if out.ok else out.error_class)
-        rec: RequestRecord = {
-            "trace_id": trace.trace_id,
-            "session_id": session_id,
-            "user": lane.index,
-            "turn": req.index,
-            "phase": phase,
-            "play": play,
-            "salt": scope.salt,
-            "request_id": request_id,
-            "t_dispatch": t_send - self.t0,
-            "t_done": t_done - self.t0,
-            "dispatch_lag_s": max(0.0, t_send - target),
-            "ttft_s": out.ttft,
-            "e2e_s": out.e2e,
-            "itl_s": itl_summary(out.itls),
-            "tpot_s": out.tpot,
-            "prompt_tokens": out.prompt_tokens
-            if out.prompt_tokens is not None
-            else built.expected_prompt_tokens,
-            "prompt_tokens_source": "server" if out.prompt_tokens is not None else "synthesized",
-            "cached_tokens": out.cached_tokens,
-            "expected_prompt_tokens": built.expected_prompt_tokens,
-            "output_tokens": out.output_tokens,
-            "expected_output_tokens": req.out_tokens,
-            "theoretical_hit_blocks": hit_blocks,
-            "total_blocks": built.total_blocks,
-            "accepted": out.accepted,
-            "retries": out.retries,
-            "status": "ok" if out.ok else "error",
-            "error": None if out.ok else {"class": out.error_class, "message": out.error_message},
-        }
-        if out.error_class == "bad_usage":
-            rec["error"]["usage"] = out.usage  # the figures as the server reported them
+        sent = Sent(
+            trace_id=trace.trace_id,
+            session_id=session_id,
+            user=lane.index,
+            turn=req.index,
+            phase=phase,
+            play=play,
+            salt=scope.salt,
+            request_id=request_id,
+            t_dispatch=t_send - self.t0,
+            dispatch_lag_s=max(0.0, t_send - target),
+            expected_prompt_tokens=built.expected_prompt_tokens,
+            expected_output_tokens=req.out_tokens,
+            total_blocks=built.total_blocks,
+        )
+        rec = request_record(sent, out, t_done - self.t0, self.builder.hits(scope, req, ticket))
         self.recorder.write(rec, out.itls)
         if debug:
             self.recorder.write_debug(request_id, debug)
@@ -539,7 +522,8 @@ class Replayer:
                 )
             lanes_done = asyncio.gather(*lane_tasks, return_exceptions=True)
             stop_wait = loop.create_task(self._stop_event.wait())
-            await asyncio.wait({lanes_done, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            first: set[asyncio.Future[Any]] = {lanes_done, stop_wait}
+            await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
             self.stop("exhausted")  # no-op when already stopped for another reason
             stop_wait.cancel()
             if not lanes_done.done():

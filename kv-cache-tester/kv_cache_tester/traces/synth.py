@@ -282,11 +282,12 @@ class PlaySynth:
         if common < len(memo.ids) or common < nfull:
             base_len = memo.ends[common - 1] if common else 0
             ends = memo.ends[:common]
+            grown: Any
             if ids_mode:
-                body = memo.body[:base_len]
+                grown = memo.body[:base_len]
                 for hid in full_ids[common:]:
-                    body.extend(self.block(hid))
-                    ends.append(len(body))
+                    grown.extend(self.block(hid))
+                    ends.append(len(grown))
             else:
                 parts = [memo.body[:base_len]]
                 size = base_len
@@ -298,8 +299,8 @@ class PlaySynth:
                     parts.append(text)
                     size += len(text)
                     ends.append(size)
-                body = "".join(parts)
-            memo.ids, memo.ends, memo.body = full_ids, ends, body
+                grown = "".join(parts)
+            memo.ids, memo.ends, memo.body = full_ids, ends, grown
         tail = self._tail(request, nfull) if request.in_tokens > nfull * bs else []
 
         nsys = min(self._system_blocks.get(owner, 0), nfull) if self.synth.split_system else 0
