@@ -1,29 +1,28 @@
 """Streaming OpenAI-compatible client: send one request, time its stream, classify its failure.
 
-The hot path is kept lean on purpose: the request body arrives pre-encoded, SSE events are split
-with C-level byte operations (linear in the bytes received), and each event is parsed once by the
-fastest JSON parser available. The protocol is checked strictly: a 200 that is not an event
-stream, an event that is not a JSON object, data after ``[DONE]`` or an event longer than the bound
-end the request as a ``protocol`` error; usage figures that cannot be true (negative counts, cached
-tokens above prompt tokens) make it a ``bad_usage`` error, with the figures kept. TTFT is taken at
-the first event carrying a non-empty content, reasoning or text delta; E2E at the last such event,
-so a trailing usage chunk or ``[DONE]`` never lengthens it. Times are those at which the bytes
-reached the client's connection (``arrival``), when the session's connector stamps them.
+The hot path is kept lean on purpose: the request body arrives pre-encoded and leaves with its head in
+one write; the response is decoded by the connection as the socket is read (``replay/http.py``),
+and each read's bytes reach ``StreamTimer.feed`` with the clock reading taken when they arrived; SSE
+events are split with C-level byte operations (linear in the bytes received) and each is parsed once
+by the fastest JSON parser available. The protocol is checked strictly: a 200 that is not an event
+stream, an event that is not a JSON object, data after ``[DONE]``, an event longer than the bound or
+bytes that are not HTTP end the request as a ``protocol`` error; usage figures that cannot be true
+(negative counts, cached tokens above prompt tokens) make it a ``bad_usage`` error, with the figures
+kept. TTFT is taken at the first event carrying a non-empty content, reasoning or text delta; E2E at
+the last such event, so a trailing usage chunk or ``[DONE]`` never lengthens it. Every event is timed
+by the read that completed it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
-from kv_cache_tester.replay.arrival import arrival_of
+from kv_cache_tester.replay.http import BadResponse, ConnectError, Disconnected, Endpoint, HttpError
 from kv_cache_tester.replay.jsonfast import loads
 
 Clock = Callable[[], float]
@@ -40,7 +39,7 @@ MAX_EVENT_BYTES = 4 << 20  # default bound on one SSE event (--max-event-bytes)
 
 # Only these count towards the circuit breaker: a server that answers, however badly, is up.
 CONNECTION_CLASSES = frozenset({"connect", "stream_cut"})
-_NO_AIOHTTP_TIMEOUT = aiohttp.ClientTimeout()  # send() enforces the request timeout itself
+HTTP_ERROR_BODY_LIMIT = 64 << 10  # of an error response's body, kept to classify it
 
 
 @dataclass(slots=True)
@@ -71,40 +70,6 @@ class Outcome:
         if self.ttft is None or self.e2e is None or n < 2:
             return None
         return (self.e2e - self.ttft) / (n - 1)
-
-
-class _ReuseProbe:
-    """Per-request trace context: whether aiohttp took the connection from its keep-alive pool."""
-
-    __slots__ = ("reused",)
-
-    def __init__(self) -> None:
-        self.reused = False
-
-
-async def _on_reuse(_session: object, ctx: Any, _params: object) -> None:
-    probe = ctx.trace_request_ctx
-    if isinstance(probe, _ReuseProbe):
-        probe.reused = True
-
-
-def reuse_tracing() -> aiohttp.TraceConfig:
-    """A trace config for the replay session: notes, per request, whether its connection was reused
-    (what the stale-connection retry of ``send`` needs to know)."""
-    config = aiohttp.TraceConfig()
-    config.on_connection_reuseconn.append(_on_reuse)
-    return config
-
-
-_STALE_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
-
-
-def _stale(exc: BaseException) -> bool:
-    """A failure that a keep-alive connection closed by the server produces before any response:
-    the server went away (EOF) or the write or read found the socket reset."""
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return True
-    return isinstance(exc, aiohttp.ClientOSError) and exc.errno in _STALE_ERRNOS
 
 
 def classify_http(status: int, body: str) -> str:
@@ -404,28 +369,28 @@ def _short(value: object) -> str:
 
 
 async def send(
-    session: aiohttp.ClientSession,
-    url: str,
+    endpoint: Endpoint,
     body: bytes,
-    headers: dict[str, str],
-    timeout: aiohttp.ClientTimeout,
+    headers: Mapping[str, str],
+    timeout: float | None,
     clock: Clock = time.perf_counter,
     debug: list[tuple[float, bytes]] | None = None,
     watch: set[StreamTimer] | None = None,
     max_event: int = MAX_EVENT_BYTES,
-    fresh: Callable[[], aiohttp.ClientSession] | None = None,
     on_accept: Callable[[], None] | None = None,
+    retry_stale: bool = True,
 ) -> Outcome:
-    """POST one streaming request and time it. Never raises for server or network trouble.
+    """POST one streaming request to ``endpoint`` and time it. Never raises for server or network
+    trouble.
 
-    ``timeout.total`` bounds the whole request. It is enforced with one ``asyncio.timeout`` rather
-    than by aiohttp, whose timer is entered and left around every read of the stream. While the
-    request is in flight its timer is in ``watch``, where the run can end it (``StreamTimer.expire``).
+    ``timeout`` (seconds, None: none) bounds the whole request, with one ``asyncio.timeout``. While
+    the request is in flight its timer is in ``watch``, where the run can end it
+    (``StreamTimer.expire``). ``clock`` starts the request's times; the endpoint's clock, which
+    stamps the reads, must be the same.
 
-    The stale-connection retry: when ``session`` traces connection reuse (``reuse_tracing``) and
-    ``fresh`` gives a session that opens a new connection for every request, a request whose reused
-    keep-alive connection was closed by the server before any byte of the response came back
-    (``ServerDisconnectedError``, or a reset or broken pipe) is sent once more, on a fresh connection;
+    The stale-connection retry (``retry_stale``): a request whose reused keep-alive connection was
+    closed by the server before any byte of the response came back (the end of the stream, or a
+    reset or broken pipe) is sent once more, on a new connection that is closed after it;
     ``Outcome.retries`` counts it. A request sent on a new connection, or one that got any byte of a
     response, is never sent again. ``on_accept`` is called once, when the engine has shown that it took
     the request: a 200 event-stream response (or, from a looser server, a token or a prompt count).
@@ -433,100 +398,104 @@ async def send(
     timer = StreamTimer(clock(), debug, max_event)
     timer.on_accept = on_accept
     try:
-        async with asyncio.timeout(timeout.total) as cm:
+        async with asyncio.timeout(timeout) as cm:
             if watch is not None:
                 timer.cm = cm
                 watch.add(timer)
             try:
-                await _post(session, fresh, url, body, headers, timer, clock)
+                response = await _exchange(endpoint, endpoint.request(body, headers), timer, retry_stale)
             finally:
                 if watch is not None:
                     watch.discard(timer)
-    except (TimeoutError, aiohttp.ClientError) as exc:
-        return _failed(timer, exc, timeout.total)
+    except (TimeoutError, HttpError) as exc:
+        return _failed(timer, exc, timeout)
+    response.judge()
     return timer.finish()
 
 
-async def _post(
-    session: aiohttp.ClientSession,
-    fresh: Callable[[], aiohttp.ClientSession] | None,
-    url: str,
-    body: bytes,
-    headers: dict[str, str],
-    timer: StreamTimer,
-    clock: Clock,
-) -> None:
-    """Send the request and read its response into ``timer``; once more on a fresh connection when
-    a stale keep-alive connection lost it (``send`` says when)."""
+async def _exchange(
+    endpoint: Endpoint, request: list[bytes], timer: StreamTimer, retry_stale: bool
+) -> _Response:
+    """Send the request and read its response into ``timer``; once more on a new connection when a
+    stale keep-alive connection lost it (``send`` says when)."""
     retries = 0
     while True:
-        use = session if retries == 0 or fresh is None else fresh()
-        probe = _ReuseProbe()
+        conn = await endpoint.connection(fresh=retries > 0)
+        response = _Response(timer)
         try:
-            async with use.post(
-                url, data=body, headers=headers, timeout=_NO_AIOHTTP_TIMEOUT, trace_request_ctx=probe
-            ) as resp:
-                timer.responded = True
-                await _read_response(resp, timer, clock)
-            return
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            if timer.responded or retries or fresh is None or not probe.reused or not _stale(exc):
+            await conn.exchange(request, response)
+        except Disconnected as exc:
+            endpoint.release(conn)
+            if (
+                timer.responded
+                or exc.responded
+                or retries
+                or not retry_stale
+                or not conn.reused
+                or not exc.stale
+            ):
                 raise
             retries += 1  # a stale keep-alive connection: once more, on a new one
             timer.out.retries = retries
+            continue
+        except BaseException:
+            endpoint.release(conn)
+            raise
+        endpoint.release(conn)
+        return response
 
 
-async def _read_response(resp: aiohttp.ClientResponse, timer: StreamTimer, clock: Clock) -> None:
-    """Check the response is an event stream, then read it; otherwise note why it failed."""
-    out = timer.out
-    if resp.status != 200:
-        raw = await resp.content.read(64 * 1024)
-        text = raw.decode("utf-8", "replace")
-        out.error_class = classify_http(resp.status, text)
-        try:
-            msg = _error_message(loads(raw))
-        except ValueError:
-            msg = text
-        out.error_message = f"HTTP {resp.status}: {msg}"[:ERROR_BODY_LIMIT]
-        return
-    ctype = resp.headers.get("Content-Type", "")
-    if not ctype.lower().startswith("text/event-stream"):
-        raw = await resp.content.read(ERROR_BODY_LIMIT)
-        resp.close()
-        out.error_class = "protocol"
-        out.error_message = (f"HTTP 200 with Content-Type {ctype!r}, not an event stream: {_excerpt(raw)}")[
-            :ERROR_BODY_LIMIT
-        ]
-        return
-    timer.accept()  # a 200 event stream: the engine took the request
-    await _read_events(resp, timer, clock)
+class _Response:
+    """One response, as its connection reads it: an event stream goes to the timer as it arrives;
+    of anything else the start is kept, to say what it was."""
 
+    __slots__ = ("_ctype", "_kept", "_limit", "_status", "_timer")
 
-async def _read_events(resp: aiohttp.ClientResponse, timer: StreamTimer, clock: Clock) -> None:
-    """Feed the body to ``timer`` as it arrives, with the times its bytes reached the client (the
-    connection's stamps) when the clock is the one the connector stamps with."""
-    content = resp.content
-    stamped = arrival_of(resp) if clock is time.perf_counter else None
-    end = 0
-    while True:
-        data = await content.readany()
-        if not data:
-            break
-        if stamped is None:
-            timer.feed(data, clock())
+    def __init__(self, timer: StreamTimer) -> None:
+        self._timer = timer
+        self._status = 0
+        self._ctype = ""
+        self._kept = bytearray()
+        self._limit = 0  # bytes of a non-stream body to keep; 0 while the body is an event stream
+
+    def head(self, status: int, headers: Mapping[str, str]) -> None:
+        timer = self._timer
+        timer.responded = True
+        self._status = status
+        self._ctype = headers.get("content-type", "")
+        if status != 200:
+            self._limit = HTTP_ERROR_BODY_LIMIT
+        elif not self._ctype.lower().startswith("text/event-stream"):
+            self._limit = ERROR_BODY_LIMIT
         else:
-            end += len(data)
-            if timer.out.ttft is None:  # exact arrival for the first token
-                for piece, t in stamped.split(content, data, end):
-                    timer.feed(piece, t)
-            else:  # later events read together share the newest arrival
-                stamped.marks.clear()
-                timer.feed(data, stamped.arrived)
-        if timer.broken:  # a protocol error: read no further
-            resp.close()
-            break
-    if stamped is not None:
-        stamped.marks.clear()  # the response is read: hold no reference to it
+            timer.accept()  # a 200 event stream: the engine took the request
+
+    def body(self, data: bytes, now: float) -> bool:
+        if not self._limit:
+            timer = self._timer
+            timer.feed(data, now)
+            return not timer.broken  # a protocol error: read no further
+        kept = self._kept
+        kept += data[: self._limit - len(kept)]
+        return self._status != 200 or len(kept) < self._limit  # an error's body: read it to its end
+
+    def judge(self) -> None:
+        """After the response: the failure of one that was not an event stream."""
+        out = self._timer.out
+        raw = bytes(self._kept)
+        if self._status != 200:
+            text = raw.decode("utf-8", "replace")
+            out.error_class = classify_http(self._status, text)
+            try:
+                msg = _error_message(loads(raw))
+            except ValueError:
+                msg = text
+            out.error_message = f"HTTP {self._status}: {msg}"[:ERROR_BODY_LIMIT]
+        elif self._limit:
+            out.error_class = "protocol"
+            out.error_message = (
+                f"HTTP 200 with Content-Type {self._ctype!r}, not an event stream: {_excerpt(raw)}"
+            )[:ERROR_BODY_LIMIT]
 
 
 def _failed(timer: StreamTimer, exc: BaseException, total: float | None) -> Outcome:
@@ -538,16 +507,14 @@ def _failed(timer: StreamTimer, exc: BaseException, total: float | None) -> Outc
         else:
             out.error_class = "timeout"
             out.error_message = f"no complete response within {total} s"
-    elif isinstance(exc, aiohttp.ClientConnectorError):
+    elif isinstance(exc, ConnectError):
         out.error_class = "connect"
         out.error_message = str(exc)
-    elif isinstance(
-        exc, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError | aiohttp.ClientOSError
-    ):
-        out.error_class = "stream_cut" if timer.responded else "connect"
-        out.error_message = f"{type(exc).__name__}: {exc}"
+    elif isinstance(exc, BadResponse):
+        out.error_class = "protocol"
+        out.error_message = f"not an HTTP/1.1 response: {exc}"
     else:
-        out.error_class = "client_error"
+        out.error_class = "stream_cut" if timer.responded else "connect"
         out.error_message = f"{type(exc).__name__}: {exc}"
     out.ok = False
     if out.ttft is not None:

@@ -21,13 +21,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
-from kv_cache_tester.replay.arrival import ArrivalConnector
 from kv_cache_tester.replay.breaker import CircuitBreaker
-from kv_cache_tester.replay.client import Outcome, StreamTimer, reuse_tracing, send
+from kv_cache_tester.replay.client import Outcome, StreamTimer, send
 from kv_cache_tester.replay.config import ReplayConfig
-from kv_cache_tester.replay.eager import eager_body_writes
+from kv_cache_tester.replay.http import Endpoint
 from kv_cache_tester.replay.pool import TracePool
 from kv_cache_tester.replay.prompts import Built, PayloadBuilder, Scope
 from kv_cache_tester.replay.record import Sent, request_record
@@ -38,19 +35,6 @@ from kv_cache_tester.replay.timing import scaled_delay
 from kv_cache_tester.traces.model import Request, SubAgent, SubAgentGroup, Trace
 
 clock = time.perf_counter
-
-
-def _make_session(
-    connector: aiohttp.BaseConnector, trace_configs: list[aiohttp.TraceConfig] | None = None
-) -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(
-        connector=connector,
-        headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
-        auto_decompress=False,
-        read_bufsize=1 << 18,
-        skip_auto_headers=("User-Agent",),
-        trace_configs=trace_configs,
-    )
 
 
 class _Stopped(Exception):
@@ -107,9 +91,7 @@ class Replayer:
         self._sem = asyncio.Semaphore(cfg.max_concurrent_requests) if cfg.max_concurrent_requests else None
         host, port = cfg.host_port
         self.breaker = CircuitBreaker(host, port, on_trip=lambda msg: self.stop("breaker"))
-        self._timeout = aiohttp.ClientTimeout(total=cfg.request_timeout)
-        self._session: aiohttp.ClientSession | None = None
-        self._retry_session: aiohttp.ClientSession | None = None
+        self._endpoint: Endpoint | None = None
 
     # -- control ---------------------------------------------------------------------------------
     def stop(self, reason: str) -> None:
@@ -311,12 +293,6 @@ class Replayer:
             self._fail(f"lane {lane.index} sub-agent {agent.agent_id}", exc)
 
     # -- one request -----------------------------------------------------------------------------
-    def _fresh_session(self) -> aiohttp.ClientSession:
-        """The session for a stale-connection retry: a new connection for every request."""
-        if self._retry_session is None:
-            self._retry_session = _make_session(ArrivalConnector(force_close=True, limit=0))
-        return self._retry_session
-
     async def _dispatch(
         self,
         lane: _Lane,
@@ -328,7 +304,7 @@ class Replayer:
         built: Built,
         target: float,
     ) -> Outcome:
-        assert self._session is not None
+        assert self._endpoint is not None
         phase = self._phase(lane)
         header_sid = f"{session_id}/{scope.salt}" if scope.salt else session_id
         request_id = f"{header_sid}#{req.index}"
@@ -350,16 +326,14 @@ class Replayer:
         try:
             self._first_dispatch.setdefault(lane.index, t_send - self.t0)
             out = await send(
-                self._session,
-                self.cfg.url,
+                self._endpoint,
                 built.body,
                 headers,
-                self._timeout,
+                self.cfg.request_timeout,
                 clock,
                 debug,
                 self._watch,
                 self.cfg.max_event_bytes,
-                fresh=self._fresh_session,
                 on_accept=lambda: self.builder.delivered(scope, req, ticket),
             )
             t_done = clock()
@@ -422,14 +396,13 @@ class Replayer:
         finally:
             force_wait.cancel()
 
-    async def run(self, connector_limit: int | None = None) -> RunMeta:
+    async def run(self) -> RunMeta:
         # The traces and everything built so far live for the whole run: keep them out of the
         # cyclic collector's scans, so its pauses (which stall every stream) stay short.
         gc.collect()
         gc.freeze()
         try:
-            with eager_body_writes(asyncio.get_running_loop()):
-                return await self._run(connector_limit)
+            return await self._run()
         finally:
             gc.unfreeze()
 
@@ -489,18 +462,11 @@ class Replayer:
             task.cancel()
         await asyncio.gather(*lane_tasks, *list(self._children), return_exceptions=True)
 
-    async def _run(self, connector_limit: int | None) -> RunMeta:
+    async def _run(self) -> RunMeta:
         cfg = self.cfg
         loop = asyncio.get_running_loop()
         cpu0 = time.process_time()
-        connector = ArrivalConnector(
-            limit=connector_limit or 2 * len(self.lanes) + 16,  # sub-agents add to the users
-            limit_per_host=0,
-            ttl_dns_cache=None,
-            use_dns_cache=True,
-        )
-        session = _make_session(connector, trace_configs=[reuse_tracing()])
-        self._session = session
+        self._endpoint = endpoint = Endpoint(cfg.url, clock=clock)
         lane_tasks = [loop.create_task(self._lane(i)) for i in self.lanes]
         poller = loop.create_task(self._busy_poll()) if cfg.busy_poll else None
         if not self.lanes:
@@ -540,9 +506,7 @@ class Replayer:
             if poller is not None:
                 poller.cancel()
             self.breaker.close()
-            await session.close()
-            if self._retry_session is not None:
-                await self._retry_session.close()
+            endpoint.close()
         end = clock()
         assert self.t_stop is not None
         return RunMeta(

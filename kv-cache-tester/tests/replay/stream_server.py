@@ -42,8 +42,8 @@ def common_words(a: list[str], b: list[str]) -> int:
 async def handle(request: web.Request) -> web.StreamResponse:
     args = request.app["args"]
     t_in = time.time()
-    request.app["count"] += 1
-    stall = args.stall_after is not None and request.app["count"] > args.stall_after
+    request.app["count"][0] += 1
+    stall = args.stall_after is not None and request.app["count"][0] > args.stall_after
     body = await request.json()
     prompt = prompt_of(body)
     words = prompt.split()
@@ -113,7 +113,7 @@ async def main(args: argparse.Namespace) -> None:
     app = web.Application(client_max_size=1 << 28)
     app["args"] = args
     app["last"] = {}
-    app["count"] = 0
+    app["count"] = [0]  # requests so far
     app.router.add_post("/v1/chat/completions", handle)
     app.router.add_post("/v1/completions", handle)
     app.router.add_get("/v1/models", models)

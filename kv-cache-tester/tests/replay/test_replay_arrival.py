@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import time
+from typing import Any
 
-import aiohttp
 import pytest
-from kv_cache_tester.replay.arrival import ArrivalConnector, ArrivalStampedHandler
-from kv_cache_tester.replay.client import send
+from kv_cache_tester.replay.client import StreamTimer, send
+from kv_cache_tester.replay.http import Connection, Endpoint
 
 BUSY_S = 0.05
 
 
-class BusyAfterTokens(ArrivalStampedHandler):
+class BusyAfterTokens(Connection):
     """A client that is busy (other streams, bookkeeping) right after a token's bytes arrive."""
 
     def data_received(self, data: bytes) -> None:
@@ -24,77 +23,87 @@ class BusyAfterTokens(ArrivalStampedHandler):
             time.sleep(BUSY_S)
 
 
-class BusyConnector(ArrivalConnector):
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)
-        self._factory = functools.partial(BusyAfterTokens, loop=self._loop)
-
-
-def _ttft(url: str, clock) -> float:
-    async def go() -> float:
-        body = json.dumps(
-            {"messages": [{"role": "user", "content": "a b c"}], "max_tokens": 1, "stream": True}
-        )
-        async with aiohttp.ClientSession(connector=BusyConnector()) as session:
-            out = await send(session, url, body.encode(), {}, aiohttp.ClientTimeout(total=10), clock)
-        assert out.ok, out.error_message
-        assert out.ttft is not None
-        return out.ttft
-
-    return asyncio.run(go())
+class BusyEndpoint(Endpoint):
+    connection_class = BusyAfterTokens
 
 
 @pytest.mark.integration
 def test_ttft_is_stamped_at_arrival_not_after_the_client_was_busy(stream_server):
     server = stream_server("--ttft-ms", "20")
-    url = f"{server.url}/v1/chat/completions"
-    stamped = _ttft(url, time.perf_counter)
-    read_late = _ttft(url, lambda: time.perf_counter())  # another clock: arrival stamps not used
+
+    async def go() -> float:
+        body = json.dumps(
+            {"messages": [{"role": "user", "content": "a b c"}], "max_tokens": 2, "stream": True}
+        )
+        endpoint = BusyEndpoint(f"{server.url}/v1/chat/completions")
+        try:
+            out = await send(endpoint, body.encode(), {}, 10)
+        finally:
+            endpoint.close()
+        assert out.ok, out.error_message
+        assert out.ttft is not None
+        return out.ttft
+
+    stamped = asyncio.run(go())
     assert 0.015 <= stamped < BUSY_S
-    assert read_late >= stamped + BUSY_S * 0.9
 
 
-@pytest.mark.integration
-def test_the_connector_builds_arrival_stamping_connections(stream_server):
-    # the body comes later than the headers: a response read to its end at once gives its
-    # connection back, and r.connection is None then
-    server = stream_server("--ttft-ms", "300")
+class FakeTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[bytes] = []
+        self.closing = False
 
-    async def go() -> None:
-        body = {"prompt": "x", "max_tokens": 2, "stream": True}
-        async with (
-            aiohttp.ClientSession(connector=ArrivalConnector()) as session,
-            session.post(f"{server.url}/v1/completions", json=body) as r,
-        ):
-            proto = r.connection.protocol if r.connection else None
-            assert isinstance(proto, ArrivalStampedHandler)
-            await r.read()
-            assert r.status == 200 and proto.arrived > 0
+    def writelines(self, data: Any) -> None:
+        self.written.extend(data)
 
-    asyncio.run(go())
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
 
 
 def test_a_read_spanning_several_arrivals_times_each_event_by_the_read_that_completed_it():
-    from kv_cache_tester.replay.client import StreamTimer
+    ev1 = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+    ev2 = b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n'
+    body = ev1 + ev2 + b"data: [DONE]\n\n"
+    response = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body)
+    # the head, ev1 and the first half of ev2 arrived at 10.0, the rest at 10.5; the client got round
+    # to them later (the clock reads 11.0 and on by then)
+    half = len(response) + len(ev1) + 10
+    arrivals = iter([10.0, 10.5])
+    clock = iter(x / 10 for x in range(110, 200))
 
-    loop = asyncio.new_event_loop()
-    try:
-        proto = ArrivalStampedHandler(loop=loop)
-        body = object()
-        ev1 = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
-        ev2 = b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n'
-        # ev1 and the first half of ev2 arrived at 10.0, the rest of ev2 at 10.5; an older response's
-        # arrival on the same connection is ignored; the reader only gets to the bytes at 11.0.
-        half = len(ev1) + 10
-        proto.marks = [(object(), 9.0, 5), (body, 10.0, half), (body, 10.5, len(ev1 + ev2))]
-        proto.arrived = 10.5
-        pieces = proto.split(body, ev1 + ev2, len(ev1 + ev2))
-        assert [t for _, t in pieces] == [10.0, 10.5]
-        assert b"".join(p for p, _ in pieces) == ev1 + ev2
-        timer = StreamTimer(t0=9.9)
-        for piece, t in pieces:
-            timer.feed(piece, t)
-        assert round(timer.out.ttft, 6) == 0.1 and [round(x, 6) for x in timer.out.itls] == [0.5]
-        assert proto.marks == []
-    finally:
-        loop.close()
+    class Recorder:
+        def __init__(self) -> None:
+            self.timer = StreamTimer(t0=9.9)
+
+        def head(self, status: int, headers: object) -> None:
+            assert status == 200
+
+        def body(self, data: bytes, now: float) -> bool:
+            self.timer.feed(data, now)
+            return True
+
+    async def go() -> StreamTimer:
+        conn = Connection(lambda: next(arrivals))
+        conn.connection_made(FakeTransport())
+        reader = Recorder()
+        task = asyncio.ensure_future(conn.exchange([b"POST / HTTP/1.1\r\n\r\n"], reader))
+        await asyncio.sleep(0)
+        full = response + body
+        conn.data_received(full[:half])
+        conn.data_received(full[half:])
+        next(clock)
+        await task
+        assert conn.reusable
+        return reader.timer
+
+    timer = asyncio.run(go())
+    out = timer.finish()
+    assert out.ok
+    assert round(out.ttft or 0, 6) == 0.1 and [round(x, 6) for x in out.itls] == [0.5]

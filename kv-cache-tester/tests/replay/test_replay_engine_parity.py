@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiohttp
 import pytest
-from kv_cache_tester.replay.client import reuse_tracing, send
+from kv_cache_tester.replay.client import send
+from kv_cache_tester.replay.http import Endpoint
 from kv_cache_tester.replay.prompts import DeliveredBlocks, ids_for_vocab
 
 SSE_BODY = (
@@ -97,33 +97,14 @@ class _Url:
     url: str
 
 
-async def _two_sends(port: int, gap: float, with_fresh: bool = True) -> list:
-    url = f"http://127.0.0.1:{port}/v1/completions"
-    timeout = aiohttp.ClientTimeout(total=10)
-    fresh_sessions: list[aiohttp.ClientSession] = []
-
-    def fresh() -> aiohttp.ClientSession:
-        s = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
-        fresh_sessions.append(s)
-        return s
-
+async def _two_sends(port: int, gap: float, with_retry: bool = True) -> list:
+    endpoint = Endpoint(f"http://127.0.0.1:{port}/v1/completions")
     outs = []
-    async with aiohttp.ClientSession(trace_configs=[reuse_tracing()]) as session:
-        for i in range(2):
-            if i:
-                await asyncio.sleep(gap)
-            outs.append(
-                await send(
-                    session,
-                    url,
-                    b"{}",
-                    {"X-Request-ID": f"r{i}"},
-                    timeout,
-                    fresh=fresh if with_fresh else None,
-                )
-            )
-    for s in fresh_sessions:
-        await s.close()
+    for i in range(2):
+        if i:
+            await asyncio.sleep(gap)
+        outs.append(await send(endpoint, b"{}", {"X-Request-ID": f"r{i}"}, 10, retry_stale=with_retry))
+    endpoint.close()
     return outs
 
 
@@ -138,9 +119,9 @@ def test_a_request_on_a_stale_keepalive_connection_is_sent_once_more_on_a_fresh_
 
 @pytest.mark.integration
 def test_without_the_retry_the_stale_connection_is_a_failure():
-    # the guard of the test above: the same race, no fresh session, fails the request
+    # the guard of the test above: the same race, without the retry, fails the request
     with keepalive_server(idle_s=0.05) as srv:
-        _, second = asyncio.run(_two_sends(srv.port, gap=0.3, with_fresh=False))
+        _, second = asyncio.run(_two_sends(srv.port, gap=0.3, with_retry=False))
     assert not second.ok and second.error_class == "connect" and second.retries == 0
     assert srv.served == ["r0"]
 
