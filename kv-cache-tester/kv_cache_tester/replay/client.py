@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,12 +173,32 @@ class StreamTimer:
         out.error_class = "protocol"
         out.error_message = message[:ERROR_BODY_LIMIT]
 
-    def feed(self, data: bytes, now: float) -> None:
+    def feed(self, data: bytes, now: float) -> bool:
+        """Take the bytes of one read; False once a protocol error says to read no further."""
         self._tfeed = now
         if self._debug is not None:
             self._debug.append((now - self._t0, data))
         if self.broken:
-            return
+            return False
+        if (
+            not self._pending
+            and not self._cr
+            and data.endswith(b"\n\n")
+            and len(data) <= self._max_event
+            and b"\r" not in data
+        ):  # whole events, the usual read: no buffer, no line-end rewriting
+            if data.find(b"\n\n") == len(data) - 2:
+                self._events((data,), now)
+            else:
+                events = data.split(b"\n\n")
+                events.pop()
+                self._events(events, now)
+            return not self.broken
+        self._feed_any(data, now)
+        return not self.broken
+
+    def _feed_any(self, data: bytes, now: float) -> None:
+        """``feed`` in full: events split anywhere, CRLF line ends, an event over the bound."""
         if self._cr:
             data = b"\r" + data
             self._cr = False
@@ -202,14 +222,13 @@ class StreamTimer:
             if len(first) > self._max_event:
                 self._too_long(len(first))
                 return
-            self._event(first, now)
+            self._events((first,), now)
         events = data.split(b"\n\n")
         tail = events.pop()
         if len(data) > self._max_event and any(len(ev) > self._max_event for ev in events):
             self._too_long(max(len(ev) for ev in events))
             return
-        for ev in events:
-            self._event(ev, now)
+        self._events(events, now)
         if tail and not self.broken:
             if len(tail) > self._max_event:
                 self._too_long(len(tail))
@@ -220,70 +239,80 @@ class StreamTimer:
         self._pending = bytearray()
         self._protocol(f"an SSE event longer than {self._max_event} bytes ({size} bytes without its end)")
 
-    def _event(self, ev: bytes, now: float) -> None:
-        # The order of the checks is the hot path's: a token event passes the fewest of them
-        # (byte scans of the payload cost more than dict look-ups after the parse).
-        if self.broken:
-            return
-        idx = ev.find(b"data:")
-        if idx < 0:
-            return  # comment / keep-alive / event-name-only lines
-        payload = ev[idx + 5 :]
-        if self.done:
-            if _data_of(ev).strip():
-                self._protocol(f"data after [DONE]: {_excerpt(_data_of(ev).strip())}")
-            return
-        try:
-            obj = loads(payload)
-        except ValueError:
-            obj = None
-            if b"\n" in payload:  # more lines after the first data line: the SSE rules, in full
-                payload = _data_of(ev)
-                try:
-                    obj = loads(payload)
-                except ValueError:
-                    obj = None
-            if obj is None:
-                payload = payload.strip()
-                if payload == b"[DONE]":
-                    self.done = True
-                elif payload:
-                    self._protocol(f"an SSE event that is not JSON: {_excerpt(payload)}")
+    def _events(self, events: Iterable[bytes], now: float) -> None:
+        """The whole events of one read, in order (each without its blank line, or with it)."""
+        # The hot path: one pass per event, with what every event needs held in locals; the order
+        # of the checks is a token event's (byte scans of the payload cost more than dict look-ups).
+        out = self.out
+        t = now - self._t0
+        for ev in events:
+            if self.broken:
                 return
-        if obj.__class__ is not dict:
-            self._protocol(f"an SSE event that is not a JSON object: {_excerpt(payload.strip())}")
-            return
-        choices = obj.get("choices")
-        if choices:
+            if ev.startswith(b"data:"):
+                payload = ev[5:]
+            else:
+                idx = ev.find(b"data:")
+                if idx < 0:
+                    continue  # comment / keep-alive / event-name-only lines
+                payload = ev[idx + 5 :]
+            if self.done:
+                if _data_of(ev).strip():
+                    self._protocol(f"data after [DONE]: {_excerpt(_data_of(ev).strip())}")
+                continue
             try:
-                choice = choices[0]
-                delta = choice.get("delta")
-                if delta is None:
-                    token = choice.get("text")
-                else:
-                    token = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-            except (AttributeError, KeyError, IndexError, TypeError):
-                token = None  # not the shape of a token event
-            if token:
-                out = self.out
-                t = now - self._t0
-                if out.ttft is None:
-                    out.ttft = t
-                    self.accept()
-                else:
-                    out.itls.append(t - self._last)
-                self._last = t
-                out.token_events += 1
-        usage = obj.get("usage")
-        if usage is not None:
-            self._usage(usage)
-        if "error" in obj or obj.get("object") == "error":
-            if obj.get("error") is None and obj.get("object") != "error":
+                obj = loads(payload)
+            except ValueError:
+                obj = self._not_json(ev, payload)
+                if obj is None:
+                    continue
+            if obj.__class__ is not dict:
+                self._protocol(f"an SSE event that is not a JSON object: {_excerpt(payload.strip())}")
                 return
-            out = self.out
-            msg = _error_message(obj)
-            out.error_class = "context_length" if _CONTEXT_RE.search(msg) else "stream_error"
-            out.error_message = msg[:ERROR_BODY_LIMIT]
+            choices = obj.get("choices")
+            if choices:
+                try:
+                    choice = choices[0]
+                    delta = choice.get("delta")
+                    if delta is None:
+                        token = choice.get("text")
+                    else:
+                        token = (
+                            delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                        )
+                except (AttributeError, KeyError, IndexError, TypeError):
+                    token = None  # not the shape of a token event
+                if token:
+                    if out.ttft is None:
+                        out.ttft = t
+                        self.accept()
+                    else:
+                        out.itls.append(t - self._last)
+                    self._last = t
+                    out.token_events += 1
+            usage = obj.get("usage")
+            if usage is not None:
+                self._usage(usage)
+            if "error" in obj or obj.get("object") == "error":
+                if obj.get("error") is None and obj.get("object") != "error":
+                    continue
+                msg = _error_message(obj)
+                out.error_class = "context_length" if _CONTEXT_RE.search(msg) else "stream_error"
+                out.error_message = msg[:ERROR_BODY_LIMIT]
+
+    def _not_json(self, ev: bytes, payload: bytes) -> Any:
+        """An event whose first data line is not JSON: its data lines together (the SSE rules in
+        full), else ``[DONE]`` or a protocol error (then None)."""
+        if b"\n" in payload.rstrip(b"\n"):  # more lines after the first data line
+            try:
+                return loads(_data_of(ev))
+            except ValueError:
+                payload = _data_of(ev)
+        payload = payload.strip()
+        if payload == b"[DONE]":
+            self.done = True
+        elif payload:
+            self._protocol(f"an SSE event that is not JSON: {_excerpt(payload)}")
+        return None
 
     def _usage(self, usage: object) -> None:
         """Keep the usage figures; note (once) any that cannot be true."""
@@ -327,7 +356,7 @@ class StreamTimer:
         """Close the response: decide ok/error from what was seen."""
         if self._pending.strip() and not self.broken:
             ev, self._pending = bytes(self._pending), bytearray()
-            self._event(ev, self._tfeed)
+            self._events((ev,), self._tfeed)
         out = self.out
         if out.ttft is not None:
             out.e2e = self._last
@@ -458,7 +487,7 @@ class _Response:
         self._kept = bytearray()
         self._limit = 0  # bytes of a non-stream body to keep; 0 while the body is an event stream
 
-    def head(self, status: int, headers: Mapping[str, str]) -> None:
+    def head(self, status: int, headers: Mapping[str, str]) -> Callable[[bytes, float], bool]:
         timer = self._timer
         timer.responded = True
         self._status = status
@@ -469,12 +498,10 @@ class _Response:
             self._limit = ERROR_BODY_LIMIT
         else:
             timer.accept()  # a 200 event stream: the engine took the request
+            return timer.feed  # its bytes go straight to the SSE reader
+        return self._keep
 
-    def body(self, data: bytes, now: float) -> bool:
-        if not self._limit:
-            timer = self._timer
-            timer.feed(data, now)
-            return not timer.broken  # a protocol error: read no further
+    def _keep(self, data: bytes, now: float) -> bool:
         kept = self._kept
         kept += data[: self._limit - len(kept)]
         return self._status != 200 or len(kept) < self._limit  # an error's body: read it to its end

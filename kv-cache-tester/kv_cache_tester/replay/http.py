@@ -59,15 +59,16 @@ class BadResponse(HttpError):
     """The server's bytes are not an HTTP/1.1 response."""
 
 
+Body = Callable[[bytes, float], bool]  # what takes a response's body: see Reader.head
+
+
 class Reader(Protocol):
     """Where a response goes, as it arrives."""
 
-    def head(self, status: int, headers: Mapping[str, str]) -> None:
-        """The final response's status and headers (names in lower case)."""
-
-    def body(self, data: bytes, now: float) -> bool:
-        """Body bytes of one read and the clock reading when they arrived; False: read no further
-        (the connection is closed and the exchange ends normally)."""
+    def head(self, status: int, headers: Mapping[str, str]) -> Body:
+        """The final response's status and headers (names in lower case). Returns what takes its
+        body: called with the body bytes of each read and the clock reading taken when they arrived;
+        it returns False to read no further (the connection is closed, the exchange ends normally)."""
 
 
 class Connection(asyncio.Protocol):
@@ -77,6 +78,7 @@ class Connection(asyncio.Protocol):
         self._clock = clock
         self._transport: asyncio.Transport | None = None
         self._reader: Reader | None = None
+        self._body: Body | None = None
         self._done: asyncio.Future[None] | None = None
         self._buf = bytearray()  # bytes not decoded yet (a head, a chunk-size line)
         self._got = 0  # bytes of the current response received
@@ -140,8 +142,8 @@ class Connection(asyncio.Protocol):
                 end = self._left == 0
             else:
                 end = False
-            reader = self._reader
-            if data and reader is not None and not reader.body(data, now):
+            take = self._body
+            if data and take is not None and not take(data, now):
                 self.close()
                 done.set_result(None)
                 return
@@ -160,7 +162,7 @@ class Connection(asyncio.Protocol):
         if transport is None or self.closed or transport.is_closing():
             raise Disconnected("the connection was already closed", responded=False, stale=True)
         done = asyncio.get_running_loop().create_future()
-        self._done, self._reader = done, reader
+        self._done, self._reader, self._body = done, reader, None
         self._got, self._in_head, self._chunked, self._left = 0, True, False, -1
         self._crlf = self._trailer = self._keep = False
         self._buf.clear()
@@ -171,7 +173,7 @@ class Connection(asyncio.Protocol):
             self.close()
             raise
         finally:
-            self._done = self._reader = None
+            self._done = self._reader = self._body = None
         if self._keep and transport.get_write_buffer_size():
             self._keep = False  # answered before the request was all written
 
@@ -216,7 +218,7 @@ class Connection(asyncio.Protocol):
                 headers[key] = f"{headers[key]}, {value}" if key in headers else value
             self._frame(status, headers, lines[0])
             if self._reader is not None:
-                self._reader.head(status, headers)
+                self._body = self._reader.head(status, headers)
             self._in_head = False
             if self._left == 0 and not self._chunked:  # no body: what follows is not this response's
                 self._finish()
@@ -255,24 +257,26 @@ class Connection(asyncio.Protocol):
             buf += data
             data = bytes(buf)
             buf.clear()
+        left, crlf, trailer = self._left, self._crlf, self._trailer
         out: list[bytes] = []
         pos, n = 0, len(data)
         while pos < n:
-            if self._left:  # inside a chunk's data
-                take = min(self._left, n - pos)
-                out.append(data[pos : pos + take])
-                pos += take
-                self._left -= take
-                if self._left:
+            if left:  # inside a chunk's data
+                end = pos + left
+                if end > n:
+                    out.append(data[pos:] if pos else data)
+                    left = end - n
+                    pos = n
                     break
-                self._crlf = True
-            if self._crlf:
+                out.append(data[pos:end])
+                pos, left, crlf = end, 0, True
+            if crlf:
                 if n - pos < 2:
                     break
-                if data[pos : pos + 2] != b"\r\n":
+                if data[pos] != 13 or data[pos + 1] != 10:
                     raise BadResponse("a chunk that does not end with CRLF")
                 pos += 2
-                self._crlf = False
+                crlf = False
                 continue
             eol = data.find(b"\r\n", pos)
             if eol < 0:
@@ -281,17 +285,18 @@ class Connection(asyncio.Protocol):
                 break
             line = data[pos:eol]
             pos = eol + 2
-            if self._trailer:
+            if trailer:
                 if not line:  # the empty line after the trailers: the body has ended
-                    self._trailer = False
+                    self._left, self._crlf, self._trailer = 0, False, False
                     buf += data[pos:]
                     return b"".join(out), True
                 continue
-            size = _chunk_size(line)
-            if size == 0:
-                self._trailer = True
+            size = int(line, 16) if line and not line.translate(None, _HEX) else _chunk_size(line)
+            if size:
+                left = size
             else:
-                self._left = size
+                trailer = True
+        self._left, self._crlf, self._trailer = left, crlf, trailer
         if pos < n:
             buf += data[pos:]
         return (out[0] if len(out) == 1 else b"".join(out)), False
@@ -304,12 +309,13 @@ def _status(line: str) -> int:
     return int(parts[1])
 
 
-_HEX = frozenset(b"0123456789abcdefABCDEF")
+_HEX = b"0123456789abcdefABCDEF"
 
 
 def _chunk_size(line: bytes) -> int:
-    size = line.split(b";", 1)[0].strip()
-    if not size or not _HEX.issuperset(size):
+    """A chunk-size line with extensions or spaces, or a bad one."""
+    size = line.split(b";", 1)[0].strip(b" \t")
+    if not size or size.translate(None, _HEX):
         raise BadResponse(f"a bad chunk-size line {line[:40]!r}")
     return int(size, 16)
 

@@ -56,7 +56,7 @@ import math
 import random
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -276,7 +276,7 @@ class PlaySynth:
                 memo.body = []
         nfull = request.full_blocks(bs)
         full_ids = request.hash_ids[:nfull]
-        common = _common_prefix(memo.ids, full_ids)
+        common = common_prefix(memo.ids, full_ids)
         ids_mode = self.synth.mode == "ids"
         sep = " " if self.synth.mode == "words" else ""
         if common < len(memo.ids) or common < nfull:
@@ -324,7 +324,8 @@ class PlaySynth:
         )
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading items ``a`` and ``b`` share (list comparisons: no Python step per item)."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
         return n

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -82,12 +83,9 @@ def test_a_read_spanning_several_arrivals_times_each_event_by_the_read_that_comp
         def __init__(self) -> None:
             self.timer = StreamTimer(t0=9.9)
 
-        def head(self, status: int, headers: object) -> None:
+        def head(self, status: int, headers: object) -> Callable[[bytes, float], bool]:
             assert status == 200
-
-        def body(self, data: bytes, now: float) -> bool:
-            self.timer.feed(data, now)
-            return True
+            return self.timer.feed
 
     async def go() -> StreamTimer:
         conn = Connection(lambda: next(arrivals))

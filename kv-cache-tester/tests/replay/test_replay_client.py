@@ -33,9 +33,9 @@ class FakeConnection:
         self.clock = clock
 
     async def exchange(self, request: list[bytes], reader: Reader) -> None:
-        reader.head(self.status, {"content-type": "text/event-stream; charset=utf-8"})
+        body = reader.head(self.status, {"content-type": "text/event-stream; charset=utf-8"})
         for data in self.reads:
-            if not reader.body(data, self.clock()):
+            if not body(data, self.clock()):
                 return
 
 

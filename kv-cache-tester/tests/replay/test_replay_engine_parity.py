@@ -263,3 +263,55 @@ def test_a_request_finds_the_blocks_of_accepted_requests_sent_before_it():
     assert ref.hits([1, 2, 3], "other", c) == 0  # scopes stay apart
     ref.forget("s")
     assert ref.hits([1], "s", c) == 0
+
+
+class NaiveBlocks:
+    """DeliveredBlocks' definition, block by block (the reference its faster passes must match)."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, dict[int, int]] = {}
+
+    def add(self, hash_ids: list[int], scope: str, ticket: int) -> None:
+        first = self.first.setdefault(scope, {})
+        for hid in hash_ids:
+            if first.get(hid, ticket + 1) > ticket:
+                first[hid] = ticket
+
+    def hits(self, hash_ids: list[int], scope: str, ticket: int) -> int:
+        first = self.first.get(scope, {})
+        n = 0
+        for hid in hash_ids:
+            if first.get(hid, ticket) >= ticket:
+                break
+            n += 1
+        return n
+
+
+def test_the_reference_counts_what_its_definition_says_in_any_order():
+    import random
+
+    rng = random.Random(7)
+    for _ in range(200):
+        ref, naive = DeliveredBlocks(), NaiveBlocks()
+        owners = [[rng.randrange(1, 6)] for _ in range(3)]  # a parent and two sub-agents, sharing ids
+        sent: list[tuple[list[int], str, int]] = []
+        for _ in range(40):
+            op = rng.random()
+            if op < 0.45:  # an owner's next request: its previous blocks and some new ones
+                ids = owners[rng.randrange(3)]
+                ids.extend(rng.randrange(1, 40) for _ in range(rng.randrange(0, 4)))
+                scope = rng.choice(["s", "s", "t"])
+                sent.append((list(ids), scope, ref.ticket()))
+            elif op < 0.8 and sent:  # one of them accepted, in any order (late ones too)
+                ids, scope, ticket = sent[rng.randrange(len(sent))]
+                ref.add(ids, scope, ticket)
+                naive.add(ids, scope, ticket)
+            elif op < 0.97 and sent:
+                ids, scope, ticket = sent[rng.randrange(len(sent))]
+                assert ref.hits(ids, scope, ticket) == naive.hits(ids, scope, ticket)
+            else:
+                scope = rng.choice(["s", "t"])
+                ref.forget(scope)
+                naive.first.pop(scope, None)
+        for ids, scope, ticket in sent:
+            assert ref.hits(ids, scope, ticket) == naive.hits(ids, scope, ticket)
