@@ -239,7 +239,7 @@ class Replayer:
                 req = step
                 if req.index < start:
                     continue
-                built = self.builder.build(scope, None, req)
+                built = await self._build(scope, None, req)
                 if prev is None:
                     await self._begin(lane)
                     target = clock()
@@ -280,7 +280,7 @@ class Replayer:
         prev_end = clock()  # the spawn
         try:
             for req in agent.requests:
-                built = self.builder.build(scope, agent, req)
+                built = await self._build(scope, agent, req)
                 target = prev_end + self._delay(req, prev)
                 await self._sleep_until(target)
                 if self.stopping:
@@ -293,6 +293,14 @@ class Replayer:
             self._fail(f"lane {lane.index} sub-agent {agent.agent_id}", exc)
 
     # -- one request -----------------------------------------------------------------------------
+    async def _build(self, scope: Scope, agent: SubAgent | None, req: Request) -> Built:
+        """The request's body. The blocks it needs first are made a batch at a time, letting the
+        streams in flight be read in between: a new play's first prompt (hundreds of blocks, a few
+        milliseconds) would otherwise hold up every arrival behind it and show in their TTFT."""
+        for _ in scope.play.warm(req):
+            await asyncio.sleep(0)
+        return self.builder.build(scope, agent, req)
+
     async def _dispatch(
         self,
         lane: _Lane,

@@ -266,6 +266,18 @@ class PlaySynth:
     def _key(self, hash_id: int) -> bytes:
         return self._overrides.get(hash_id) or self._prefix + str(hash_id).encode()
 
+    def warm(self, request: Request, batch: int = 32) -> Iterator[int]:
+        """Make the whole blocks ``request``'s prompt needs and are not cached yet, ``batch`` at a
+        time, yielding how many are done between batches: a caller on an event loop can let other
+        work run in between (a new play's first prompt is hundreds of blocks)."""
+        blocks = self._blocks
+        todo = [hid for hid in request.hash_ids[: request.full_blocks(self.block_size)] if hid not in blocks]
+        for start in range(0, len(todo), batch):
+            if start:
+                yield start
+            for hid in todo[start : start + batch]:
+                self.block(hid)
+
     def prompt(self, request: Request, agent: SubAgent | None = None) -> SynthPrompt:
         bs = self.block_size
         owner = self._owner(agent)

@@ -198,3 +198,30 @@ def test_next_prompt_costs_only_new_blocks(traces: dict[str, Trace], monkeypatch
         # new whole blocks (the first was already generated as a's tail) plus b's own tail block
         new = len(b.hash_ids) - len(a.hash_ids)
         assert new - 1 <= len(calls) <= new + 1
+
+
+def test_warm_makes_a_prompts_blocks_a_batch_at_a_time(
+    traces: dict[str, Trace], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synth = PromptSynthesizer("words", seed=0)
+    trace = traces["trace_0291"]
+    req = max(trace.requests, key=lambda r: r.full_blocks(trace.block_size))
+    nfull = req.full_blocks(trace.block_size)
+    expected = synth.start_play(trace, "w").prompt(req)
+    play = synth.start_play(trace, "w")
+    calls: list[bytes] = []
+    real = synth.block_tokens
+
+    def counting(key: bytes, count: int) -> list:
+        calls.append(key)
+        return real(key, count)
+
+    monkeypatch.setattr(synth, "block_tokens", counting)
+    distinct = len(set(req.hash_ids[:nfull]))
+    assert distinct > 16
+    assert list(play.warm(req, batch=8)) == list(range(8, distinct, 8))  # a yield between batches
+    assert len(calls) == distinct
+    calls.clear()
+    assert play.prompt(req) == expected  # the same prompt, from the warmed blocks
+    assert len(calls) <= 2  # only its tail
+    assert list(play.warm(req)) == [] and len(calls) <= 2  # nothing left to make
