@@ -10,7 +10,7 @@ reported (``ids_for_vocab``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat, takewhile
 from typing import Any
 
@@ -55,6 +55,10 @@ class Scope:
     cache_scope: str
     local: bool
     closed: bool = False
+    # Per owner (the parent "", or a sub-agent's id): its whole blocks' text (or ids) as last seen,
+    # and their JSON encoding without its closing quote (or bracket). The blocks are most of every
+    # prompt and change only when a request adds to them: they are encoded once.
+    stems: dict[str, tuple[Any, bytes]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -191,16 +195,23 @@ class PayloadBuilder:
         return self.reference.hits(req.hash_ids, scope.cache_scope, ticket)
 
     def build(self, scope: Scope, agent: SubAgent | None, req: Request) -> Built:
-        p = scope.play.prompt(req, agent)
+        stem, rest = scope.play.parts(req, agent)
+        owner = "" if agent is None else agent.agent_id
+        kept = scope.stems.get(owner)
+        if kept is None or kept[0] is not stem:
+            kept = scope.stems[owner] = (stem, dumps(stem)[:-1])
+        # The prompt's JSON: the stem's without its end, then the rest's without its start (JSON
+        # escapes each character alone, so the two join into the encoding of the whole).
+        encoded = [kept[1], dumps(rest)[1:]]
+        if self.mode == "ids" and stem and rest:
+            encoded.insert(1, b",")
         if self.api == "chat":
-            parts = [self._head, b',"messages":[{"role":"user","content":', dumps(p.prompt_text), b"}]"]
-        elif p.token_ids is not None:
-            parts = [self._head, b',"prompt":', dumps(p.token_ids)]
+            parts = [self._head, b',"messages":[{"role":"user","content":', *encoded, b"}]"]
         else:
-            parts = [self._head, b',"prompt":', dumps(p.prompt_text)]
+            parts = [self._head, b',"prompt":', *encoded]
         parts.append(self._tail_fixed)
         if self._send_max_tokens:
             parts.append(b',"max_tokens":%d' % max(1, req.out_tokens))
         parts.append(b"}")
         body = b"".join(parts)  # one copy of the (often 100+ KB) prompt, not one per concatenation
-        return Built(body, p.expected_prompt_tokens, len(req.hash_ids))
+        return Built(body, req.in_tokens, len(req.hash_ids))

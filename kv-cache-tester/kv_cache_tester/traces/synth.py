@@ -279,6 +279,45 @@ class PlaySynth:
                 self.block(hid)
 
     def prompt(self, request: Request, agent: SubAgent | None = None) -> SynthPrompt:
+        memo, tail, owner, nfull = self._grow(request, agent)
+        sep = " " if self.synth.mode == "words" else ""
+        nsys = min(self._system_blocks.get(owner, 0), nfull) if self.synth.split_system else 0
+        if self.synth.mode == "ids":
+            token_ids = memo.body + tail if tail else list(memo.body)
+            return SynthPrompt(text=None, token_ids=token_ids, expected_prompt_tokens=request.in_tokens)
+        body: str = memo.body
+        if tail:
+            tail_text = sep.join(tail)
+            body = body + sep + tail_text if body else tail_text
+        system = None
+        if nsys:
+            cut = memo.ends[nsys - 1]
+            system, body = body[:cut], body[cut + len(sep) :]
+        return SynthPrompt(
+            text=body,
+            token_ids=None,
+            expected_prompt_tokens=request.in_tokens,
+            system=system,
+            separator=sep,
+        )
+
+    def parts(self, request: Request, agent: SubAgent | None = None) -> tuple[Any, Any]:
+        """The prompt in two parts, for a caller that encodes it and can keep the encoding of the
+        first: the owner's whole blocks (text, or a list of ids in ids mode), the same object for as
+        long as they do not change, and the rest (the tail, with its separator). Joined, they are
+        ``prompt(request, agent).prompt_text`` (or its ``token_ids``)."""
+        memo, tail, _, _ = self._grow(request, agent)
+        if self.synth.mode == "ids":
+            return memo.body, tail
+        if not tail:
+            return memo.body, ""
+        sep = " " if self.synth.mode == "words" else ""
+        tail_text = sep.join(tail)
+        return memo.body, (sep + tail_text if memo.body else tail_text)
+
+    def _grow(self, request: Request, agent: SubAgent | None) -> tuple[_OwnerMemo, list[Any], str, int]:
+        """The owner's memo brought to ``request``'s whole blocks, the tokens after them, the owner
+        and the number of whole blocks."""
         bs = self.block_size
         owner = self._owner(agent)
         memo = self._memos.get(owner)
@@ -314,26 +353,7 @@ class PlaySynth:
                 grown = "".join(parts)
             memo.ids, memo.ends, memo.body = full_ids, ends, grown
         tail = self._tail(request, nfull) if request.in_tokens > nfull * bs else []
-
-        nsys = min(self._system_blocks.get(owner, 0), nfull) if self.synth.split_system else 0
-        if ids_mode:
-            token_ids = memo.body + tail if tail else list(memo.body)
-            return SynthPrompt(text=None, token_ids=token_ids, expected_prompt_tokens=request.in_tokens)
-        body: str = memo.body
-        if tail:
-            tail_text = sep.join(tail)
-            body = body + sep + tail_text if body else tail_text
-        system = None
-        if nsys:
-            cut = memo.ends[nsys - 1]
-            system, body = body[:cut], body[cut + len(sep) :]
-        return SynthPrompt(
-            text=body,
-            token_ids=None,
-            expected_prompt_tokens=request.in_tokens,
-            system=system,
-            separator=sep,
-        )
+        return memo, tail, owner, nfull
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -105,3 +105,48 @@ def test_a_read_spanning_several_arrivals_times_each_event_by_the_read_that_comp
     out = timer.finish()
     assert out.ok
     assert round(out.ttft or 0, 6) == 0.1 and [round(x, 6) for x in out.itls] == [0.5]
+
+
+def _decode(reads: list[bytes]) -> tuple[bytes, bool]:
+    """The body a connection hands on for a chunked response read as ``reads``; whether it ended."""
+    got: list[bytes] = []
+
+    class Keep:
+        def head(self, status: int, headers: object) -> Callable[[bytes, float], bool]:
+            return lambda data, now: got.append(data) is None
+
+    async def go() -> bool:
+        conn = Connection(time.perf_counter)
+        conn.connection_made(FakeTransport())
+        task = asyncio.ensure_future(conn.exchange([b"POST / HTTP/1.1\r\n\r\n"], Keep()))
+        await asyncio.sleep(0)
+        for data in reads:
+            conn.data_received(data)
+        await asyncio.sleep(0)
+        if not task.done():
+            task.cancel()
+            return False
+        await task
+        return True
+
+    ended = asyncio.run(go())
+    return b"".join(got), ended
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [b"data: a\n\n"] * 5,
+        [b"with\r\nline ends\r\n", b"\r\n", b"0\r\n"],  # CRLF inside chunks: not where a split would cut
+        [b"x" * 70000, b"y"],
+    ],
+)
+def test_chunks_decode_alike_whole_or_byte_by_byte(chunks: list[bytes]):
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    body = b"".join(b"%x\r\n" % len(c) + c + b"\r\n" for c in chunks) + b"0\r\n\r\n"
+    expected = b"".join(chunks)
+    assert _decode([head + body]) == (expected, True)
+    assert _decode([head, body]) == (expected, True)
+    assert _decode([head] + [body[i : i + 1] for i in range(len(body))]) == (expected, True)
+    # a last chunk inside a read ends the body there: what follows is not this response's
+    assert _decode([head, b"3\r\nabc\r\n0\r\n\r\n5\r\nhello\r\n"]) == (b"abc", True)
