@@ -113,6 +113,41 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a process and all its descendants (the replayer's --workers children)."""
+    total = cpu_seconds(pid)
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        total += sum(tree_cpu(int(c)) for c in children)
+    return total
+
+
+def machine_busy() -> float:
+    """CPU seconds all cores have spent busy since boot (Linux /proc/stat; 0 elsewhere)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_quiet(limit_s: float, cores: float = 0.15, probe_s: float = 2.0) -> float:
+    """Wait (at most ``limit_s``) until the machine has kept fewer than ``cores`` busy over a probe
+    of ``probe_s``: on a shared machine, a scenario then starts when others are idle. Returns the
+    cores busy in the last probe."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        busy0 = machine_busy()
+        time.sleep(probe_s)
+        busy = (machine_busy() - busy0) / probe_s
+        if busy < cores or time.monotonic() >= deadline:
+            return busy
+
+
 def start_server(itl_ms: float, record: Path) -> tuple[subprocess.Popen[str], int]:
     cmd = [*taskset(0), sys.executable, str(SERVER), "--port", "0", "--itl-ms", str(itl_ms)]
     cmd += ["--force-output-tokens", str(OUT_TOKENS), "--record", str(record)]
@@ -178,15 +213,26 @@ def start(cmd: list[str]) -> tuple[subprocess.Popen[str], float]:
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), time.monotonic()
 
 
-def watch_rss(proc: subprocess.Popen[str], t_start: float) -> list[tuple[float, float]]:
-    """RSS samples (seconds after the start, MiB) until the process ends."""
+def watch(
+    proc: subprocess.Popen[str], t_start: float, server_pid: int, window: tuple[float, float]
+) -> tuple[list[tuple[float, float]], float]:
+    """Until the client ends: its RSS every second (seconds after the start, MiB), and the cores the
+    rest of the machine kept busy during ``window`` (seconds after the start): what was running
+    beside the server and the client."""
     rss: list[tuple[float, float]] = []
+    marks: list[tuple[float, float, float]] = []  # (time, machine busy, server + client CPU)
     while proc.poll() is None:
+        now = time.monotonic() - t_start
         r = rss_mib(proc.pid)
         if r is not None:
-            rss.append((time.monotonic() - t_start, r))
-        time.sleep(1.0)
-    return rss
+            rss.append((now, r))
+        if len(marks) < 2 and now >= window[len(marks)]:
+            marks.append((now, machine_busy(), cpu_seconds(server_pid) + tree_cpu(proc.pid)))
+        time.sleep(min(1.0, max(0.01, window[len(marks)] - now)) if len(marks) < 2 else 1.0)
+    if len(marks) < 2:
+        return rss, math.nan
+    (t0, busy0, ours0), (t1, busy1, ours1) = marks
+    return rss, ((busy1 - busy0) - (ours1 - ours0)) / (t1 - t0)
 
 
 def stop_server(server: subprocess.Popen[str]) -> None:
@@ -207,6 +253,7 @@ def scenario(
     extra: tuple[str, ...] = (),
 ) -> dict:
     """One run of the replayer."""
+    wait_quiet(args.quiet_wait)
     out = work / name
     record = work / f"{name}_server.jsonl"
     sim_log: list[str] = []
@@ -224,7 +271,7 @@ def scenario(
         cmd += ["--model", "instant"]
     cmd += ["--workers", str(args.workers), *extra]
     rep, t_start = start(cmd)
-    rss = watch_rss(rep, t_start)
+    rss, other = watch(rep, t_start, server.pid, (args.warmup, total - 0.5))
     err = rep.stderr.read() if rep.stderr else ""
     for pipe in (rep.stdout, rep.stderr):
         if pipe:
@@ -259,6 +306,7 @@ def scenario(
         "client_cpu": cpu / wall,
         "server_cpu": server_cpu / wall,
         "body_kib": body_kib,
+        "other_cpu": other,
         "sim_late_pct": sim_late,
         "sim_lag_ms": sim_lag,
         "rss_start": in_win_rss[0] if in_win_rss else math.nan,
@@ -271,6 +319,7 @@ def scenario(
 
 def bare_scenario(name: str, users: int, itl_ms: float, work: Path, args: argparse.Namespace) -> dict:
     """One run of the bare client, on the same kind of fresh server."""
+    wait_quiet(args.quiet_wait)
     record = work / f"{name}_server.jsonl"
     out = work / f"{name}.jsonl"
     server, port = start_server(itl_ms, record)
@@ -280,7 +329,7 @@ def bare_scenario(name: str, users: int, itl_ms: float, work: Path, args: argpar
     cmd += ["--duration", str(total), "--prompt-words", str(MAX_IN), "--max-tokens", str(OUT_TOKENS)]
     cmd += ["--out", str(out)]
     proc, t_start = start(cmd)
-    rss = watch_rss(proc, t_start)
+    rss, other = watch(proc, t_start, server.pid, (args.warmup, total - 0.5))
     stdout = proc.stdout.read() if proc.stdout else ""
     err = proc.stderr.read() if proc.stderr else ""
     for pipe in (proc.stdout, proc.stderr):
@@ -311,6 +360,7 @@ def bare_scenario(name: str, users: int, itl_ms: float, work: Path, args: argpar
         "client_cpu": cpu / wall,
         "server_cpu": server_cpu / wall,
         "body_kib": body_kib,
+        "other_cpu": other,
         "sim_late_pct": nan,
         "sim_lag_ms": nan,
         "rss_start": in_win_rss[0] if in_win_rss else nan,
@@ -357,7 +407,7 @@ def print_table(rows: list[dict]) -> None:
         ("scenario", "{:<13}"), ("users", "{:>5}"), ("req_s", "{:>8.1f}"), ("in_flight", "{:>9.1f}"),
         ("cpu_ms_req", "{:>10.2f}"), ("ttft_p50_ms", "{:>11.2f}"), ("over_p50_ms", "{:>11.2f}"),
         ("over_p99_ms", "{:>11.2f}"), ("spread_ms", "{:>9.1f}"), ("client_cpu", "{:>10.2f}"),
-        ("server_cpu", "{:>10.2f}"), ("body_kib", "{:>8.1f}"), ("sim_late_pct", "{:>12.1f}"),
+        ("server_cpu", "{:>10.2f}"), ("other_cpu", "{:>9.2f}"), ("body_kib", "{:>8.1f}"), ("sim_late_pct", "{:>12.1f}"),
         ("sim_lag_ms", "{:>10.2f}"), ("rss_start", "{:>9.0f}"), ("rss_mid", "{:>7.0f}"),
         ("rss_end", "{:>7.0f}"), ("rss_max", "{:>7.0f}"), ("failed", "{:>6}"),
     ]  # fmt: skip
@@ -427,6 +477,13 @@ def main() -> None:
         default="meta-llama/Llama-3.3-70B-Instruct-FP8 --tensor-parallel-size 2 --hardware h200 --speed 1000",
         help="engine-sim model and flags for --server engine-sim",
     )
+    ap.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=0.0,
+        help="before each run, wait up to this many seconds for the rest of the machine to be idle "
+        "(a shared machine; other_cpu shows what ran beside it anyway)",
+    )
     ap.add_argument("--keep", type=Path, help="keep the work files here")
     args = ap.parse_args()
     users = [int(u) for u in args.users.split(",") if u]
@@ -455,6 +512,7 @@ def main() -> None:
         f"{'medians of ' + str(args.repeat) + ' rounds; ' if args.repeat > 1 else ''}"
         f"replayer --workers {args.workers}; in_flight = mean requests in flight; "
         "over = client TTFT - server TTFT; body_kib = mean request body the server read; "
+        "other_cpu = cores kept busy by other processes during the window (a shared machine's noise); "
         "rss in MiB at window start/middle/end, and its max; "
         "sim_late_pct = engine-sim steps already due when computed (its CPU was the limit for those), "
         "sim_lag_ms = their mean lateness per step; pinning: "
