@@ -8,7 +8,7 @@ from kv_cache_tester.replay.client import Outcome
 from kv_cache_tester.replay.results import Phase, RequestError, RequestRecord, itl_summary
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made for every request, and frozen ones cost more to make
 class Sent:
     """What the replayer knew of a request when it sent it (times in seconds from the run start)."""
 

@@ -59,6 +59,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
+from itertools import filterfalse
 from pathlib import Path
 from typing import Any, Literal
 
@@ -270,8 +271,9 @@ class PlaySynth:
         """Make the whole blocks ``request``'s prompt needs and are not cached yet, ``batch`` at a
         time, yielding how many are done between batches: a caller on an event loop can let other
         work run in between (a new play's first prompt is hundreds of blocks)."""
-        blocks = self._blocks
-        todo = [hid for hid in request.hash_ids[: request.full_blocks(self.block_size)] if hid not in blocks]
+        todo = list(
+            filterfalse(self._blocks.__contains__, request.hash_ids[: request.full_blocks(self.block_size)])
+        )
         for start in range(0, len(todo), batch):
             if start:
                 yield start
