@@ -34,9 +34,10 @@ test-vllm-cpu: venv
 test: venv
 	$(BIN)/python -m pytest -q
 
-# The edit loop: everything but the slow end-to-end runs, the real Slurm and the browser.
+# The edit loop: everything but the slow end-to-end runs, the replayer's loopback runs, the real Slurm
+# and the browser.
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not slow and not slurm and not chromium"
+	$(BIN)/python -m pytest -q -m "not slow and not integration and not slurm and not chromium"
 
 SHELL_SCRIPTS = $(wildcard .ci/run runners/*.sh runners/lib/*.sh benchmarks/*.sh scripts/*.sh experimental/*/*.sh)
 
