@@ -79,7 +79,9 @@ def itl_summary(itls: Sequence[float]) -> ItlSummary:
 
 
 # "class" is a keyword, hence the functional form.
-RequestError = TypedDict("RequestError", {"class": str, "message": str | None})
+RequestError = TypedDict(
+    "RequestError", {"class": str, "message": str | None, "usage": NotRequired[dict[str, Any]]}
+)  # usage: for a bad_usage error, the figures as the server reported them
 
 
 class RequestRecord(TypedDict):

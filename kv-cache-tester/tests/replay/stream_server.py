@@ -8,7 +8,8 @@ Prints ``PORT <n>`` once listening.
     python stream_server.py --log FILE [--itl-ms 1] [--ttft-ms 0] [--status 200] [--bad html|usage]
 
 ``--bad html`` answers every request with an HTML page and status 200; ``--bad usage`` reports
-cached_tokens far above prompt_tokens. ``/v1/models`` gives ``--vocab-size`` (default 32000; 0: none).
+cached_tokens far above prompt_tokens. ``--stall-after N``: the responses to the requests after the
+N-th stop half-way (half of their tokens sent, then nothing, the connection held open). ``/v1/models`` gives ``--vocab-size`` (default 32000; 0: none).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def common_words(a: list[str], b: list[str]) -> int:
 async def handle(request: web.Request) -> web.StreamResponse:
     args = request.app["args"]
     t_in = time.time()
+    request.app["count"][0] += 1
+    stall = args.stall_after is not None and request.app["count"][0] > args.stall_after
     body = await request.json()
     prompt = prompt_of(body)
     words = prompt.split()
@@ -66,6 +69,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if chat:  # role-only first chunk, as vLLM sends: must not count as the first token
         await resp.write(b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n')
     for i in range(n):
+        if stall and i == max(1, n // 2):
+            await asyncio.Event().wait()  # stalled: nothing more, the connection stays open
         if i and args.itl_ms:
             await asyncio.sleep(args.itl_ms / 1000)
         delta = {"content": " tok"} if chat else None
@@ -108,6 +113,7 @@ async def main(args: argparse.Namespace) -> None:
     app = web.Application(client_max_size=1 << 28)
     app["args"] = args
     app["last"] = {}
+    app["count"] = [0]  # requests so far
     app.router.add_post("/v1/chat/completions", handle)
     app.router.add_post("/v1/completions", handle)
     app.router.add_get("/v1/models", models)
@@ -129,6 +135,7 @@ if __name__ == "__main__":
     ap.add_argument("--keep-prompts", action="store_true")
     ap.add_argument("--bad", choices=("html", "usage"), default=None)
     ap.add_argument("--fail-turns", default="", help="comma-separated turns answered 500 (before any work)")
+    ap.add_argument("--stall-after", type=int, default=None, help="responses after the N-th stop half-way")
     ap.add_argument("--vocab-size", type=int, default=32000, help="in /v1/models; 0 leaves it out")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main(ap.parse_args()))

@@ -67,6 +67,7 @@ def test_hf_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         load_traces("hf:no-slash")
 
 
+@pytest.mark.integration
 def test_hf_through_cli_subprocess(tmp_path: Path) -> None:
     _prepare_cache(tmp_path, "acme/cc-traces")
     env = {**os.environ, "HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}

@@ -18,6 +18,7 @@ def _synth(tmp_path: Path, name: str, *args: str) -> subprocess.CompletedProcess
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", ["w.jsonl", "w.json"])
 def test_fixed_lengths_load_as_traces_with_no_reuse(tmp_path: Path, name: str) -> None:
     res = _synth(tmp_path, name, "--isl", "1000", "--osl", "37", "--count", "50", "--block-size", "16")
@@ -33,6 +34,7 @@ def test_fixed_lengths_load_as_traces_with_no_reuse(tmp_path: Path, name: str) -
     assert hits["infinite_hit_rate"] == 0.0
 
 
+@pytest.mark.integration
 def test_shared_prefix_is_shared_by_every_request_and_nothing_else(tmp_path: Path) -> None:
     res = _synth(
         tmp_path, "s.jsonl", "--isl", "2048", "--osl", "8", "--count", "20", "--shared-prefix", "1000"
@@ -47,6 +49,7 @@ def test_shared_prefix_is_shared_by_every_request_and_nothing_else(tmp_path: Pat
     assert len(private) == len(set(private)) == 20 * (32 - 15)
 
 
+@pytest.mark.integration
 def test_same_seed_same_file_and_distributions_stay_in_range(tmp_path: Path) -> None:
     args = ["--isl", "uniform:800:1200", "--osl", "normal:500:100", "--count", "400", "--seed", "7"]
     assert _synth(tmp_path, "a.jsonl", *args).returncode == 0
@@ -72,6 +75,7 @@ def test_lognormal_median_and_fixed_draws() -> None:
     assert LengthSpec.parse("64", "--isl").draw(rng) == 64
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -90,6 +94,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], needl
     assert not (tmp_path / "x.jsonl").exists()
 
 
+@pytest.mark.integration
 def test_bad_output_name(tmp_path: Path) -> None:
     res = _synth(tmp_path, "x.txt", "--isl", "10", "--osl", "5")
     assert res.returncode == 2 and "--output" in res.stderr

@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
 SERVER = HERE / "stream_server.py"
-ENTRY = REPO / "kv-cache-tester" / "trace_replay_tester.py"
+ENTRY = HERE.parent.parent / "trace_replay_tester.py"  # kv-cache-tester/trace_replay_tester.py
 
 
 @dataclass

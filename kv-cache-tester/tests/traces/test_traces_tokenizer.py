@@ -43,7 +43,7 @@ def trace(sample_traces_dir: Path) -> Trace:
 
 @pytest.fixture(scope="module")
 def sample_traces_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "kv-cache-tester" / "sample_traces"
+    return Path(__file__).resolve().parents[2] / "sample_traces"
 
 
 def _count(tok: object, text: str) -> int:

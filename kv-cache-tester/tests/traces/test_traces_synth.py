@@ -14,7 +14,7 @@ from kv_cache_tester.traces import PromptSynthesizer, Request, Trace, load_trace
 
 @pytest.fixture(scope="module")
 def traces() -> dict[str, Trace]:
-    root = Path(__file__).resolve().parents[2] / "kv-cache-tester" / "sample_traces"
+    root = Path(__file__).resolve().parents[2] / "sample_traces"
     return {t.trace_id: t for t in load_traces(root).traces}
 
 
@@ -110,6 +110,7 @@ print(h.hexdigest())
 """
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mode", ["words", "ids"])
 def test_same_seed_same_bytes_in_two_processes(sample_traces: Path, mode: str) -> None:
     path = str(sample_traces / "trace_0021.json")
@@ -197,3 +198,30 @@ def test_next_prompt_costs_only_new_blocks(traces: dict[str, Trace], monkeypatch
         # new whole blocks (the first was already generated as a's tail) plus b's own tail block
         new = len(b.hash_ids) - len(a.hash_ids)
         assert new - 1 <= len(calls) <= new + 1
+
+
+def test_warm_makes_a_prompts_blocks_a_batch_at_a_time(
+    traces: dict[str, Trace], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synth = PromptSynthesizer("words", seed=0)
+    trace = traces["trace_0291"]
+    req = max(trace.requests, key=lambda r: r.full_blocks(trace.block_size))
+    nfull = req.full_blocks(trace.block_size)
+    expected = synth.start_play(trace, "w").prompt(req)
+    play = synth.start_play(trace, "w")
+    calls: list[bytes] = []
+    real = synth.block_tokens
+
+    def counting(key: bytes, count: int) -> list:
+        calls.append(key)
+        return real(key, count)
+
+    monkeypatch.setattr(synth, "block_tokens", counting)
+    distinct = len(set(req.hash_ids[:nfull]))
+    assert distinct > 16
+    assert list(play.warm(req, batch=8)) == list(range(8, distinct, 8))  # a yield between batches
+    assert len(calls) == distinct
+    calls.clear()
+    assert play.prompt(req) == expected  # the same prompt, from the warmed blocks
+    assert len(calls) <= 2  # only its tail
+    assert list(play.warm(req)) == [] and len(calls) <= 2  # nothing left to make

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # every test here runs a real server on loopback
+
 
 def sub_agent_trace(trace_id: str) -> dict:
     """parent 0 -> group of two sub-agents (two requests each) -> parent 1 (the join) -> parent 2."""

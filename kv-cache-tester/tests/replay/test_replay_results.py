@@ -31,6 +31,7 @@ def _exact_keys(value: Any, td: Any, path: str = "") -> None:
                 _exact_keys(sub, option, f"{path}.{key}")
 
 
+@pytest.mark.integration
 def test_a_real_run_writes_exactly_the_declared_keys(tmp_path, stream_server, kit):
     server = stream_server()
     traces = kit.write_traces(tmp_path / "traces", [kit.linear_trace(f"tr{i}", 4) for i in range(2)])
@@ -159,6 +160,7 @@ def test_the_replayer_package_stands_alone_and_has_no_import_circle():
     assert "kv_cache_tester.replay.app" not in _imports(replay_dir / "process.py")
 
 
+@pytest.mark.integration
 def test_the_public_surface_resolves_and_stays_light():
     for name in replay.__all__:
         assert getattr(replay, name) is not None, name

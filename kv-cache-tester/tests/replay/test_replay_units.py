@@ -75,6 +75,7 @@ def test_percentiles_and_histogram():
     assert h.distribution()["mean"] == pytest.approx(0.5005)
 
 
+@pytest.mark.integration
 def test_breaker_trips_on_a_dead_port_and_resets_on_success():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -101,6 +102,7 @@ def test_breaker_trips_on_a_dead_port_and_resets_on_success():
     assert tripped and "circuit breaker" in tripped[0] and br.consecutive >= 3
 
 
+@pytest.mark.integration
 def test_breaker_probe_resets_when_the_server_answers():
     async def go() -> CircuitBreaker:
         server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-import aiohttp
 import pytest
 from kv_cache_tester.replay.client import StreamTimer, classify_http, send
+from kv_cache_tester.replay.http import Endpoint, Reader
 
 
 class ScriptedClock:
@@ -21,39 +21,36 @@ class ScriptedClock:
         return self.now
 
 
-class FakeContent:
-    def __init__(self, reads: list[bytes]) -> None:
-        self._reads = list(reads)
+class FakeConnection:
+    """Hands the response to the reader as a connection would: the head, then each read with the
+    clock reading taken as it arrived."""
 
-    async def readany(self) -> bytes:
-        return self._reads.pop(0) if self._reads else b""
+    reused = False
 
-    async def read(self, n: int = -1) -> bytes:
-        return b"".join(self._reads)
-
-
-class FakeResponse:
-    def __init__(self, status: int, reads: list[bytes]) -> None:
+    def __init__(self, status: int, reads: list[bytes], clock: ScriptedClock) -> None:
         self.status = status
-        self.content = FakeContent(reads)
-        self.headers = {"Content-Type": "text/event-stream; charset=utf-8"}
+        self.reads = list(reads)
+        self.clock = clock
 
-    def close(self) -> None:
+    async def exchange(self, request: list[bytes], reader: Reader) -> None:
+        body = reader.head(self.status, {"content-type": "text/event-stream; charset=utf-8"})
+        for data in self.reads:
+            if not body(data, self.clock()):
+                return
+
+
+class FakeEndpoint:
+    def __init__(self, status: int, reads: list[bytes], clock: ScriptedClock) -> None:
+        self.conn = FakeConnection(status, reads, clock)
+
+    def request(self, body: bytes, headers: object) -> list[bytes]:
+        return [body]
+
+    async def connection(self, fresh: bool = False) -> FakeConnection:
+        return self.conn
+
+    def release(self, conn: FakeConnection) -> None:
         return None
-
-    async def __aenter__(self) -> FakeResponse:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
-class FakeSession:
-    def __init__(self, status: int, reads: list[bytes]) -> None:
-        self.response = FakeResponse(status, reads)
-
-    def post(self, url: str, **kwargs: object) -> FakeResponse:
-        return self.response
 
 
 def chunk(content: str | None = None, usage: dict | None = None, reasoning: str | None = None) -> bytes:
@@ -76,9 +73,7 @@ DONE = b"data: [DONE]\n\n"
 
 def run_send(status: int, reads: list[bytes]):
     clock = ScriptedClock()
-    out = asyncio.run(
-        send(FakeSession(status, reads), "http://x", b"{}", {}, aiohttp.ClientTimeout(total=5), clock=clock)  # type: ignore[arg-type]
-    )
+    out = asyncio.run(send(FakeEndpoint(status, reads, clock), b"{}", {}, 5, clock=clock))  # type: ignore[arg-type]
     return out, clock
 
 
@@ -141,6 +136,7 @@ def test_stream_timer_counts_events_read_together_as_zero_gaps():
     assert out.ok and out.itls == [0.0, 0.0] and out.ttft == 1.0 and out.e2e == 1.0
 
 
+@pytest.mark.integration
 def test_connect_error_on_closed_port():
     async def go():
         # bind then close a socket: nothing listens on that port afterwards
@@ -150,14 +146,7 @@ def test_connect_error_on_closed_port():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
         s.close()
-        async with aiohttp.ClientSession() as session:
-            return await send(
-                session,
-                f"http://127.0.0.1:{port}/v1/chat/completions",
-                b"{}",
-                {},
-                aiohttp.ClientTimeout(total=5),
-            )
+        return await send(Endpoint(f"http://127.0.0.1:{port}/v1/chat/completions"), b"{}", {}, 5)
 
     out = asyncio.run(go())
     assert not out.ok and out.error_class == "connect"

@@ -1,7 +1,7 @@
 """Every trace shape replays, every run ends on time and says why it failed.
 
-Against real servers on loopback: the test stream server, and the simulated engine with its stall
-fault for streams that stop mid-way.
+Against a real server on loopback: the test stream server, with its stall fault for streams that
+stop mid-way.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from kv_cache_tester.replay.loop import Replayer
 from kv_cache_tester.replay.prompts import PayloadBuilder
 from kv_cache_tester.replay.recorder import Recorder
 from kv_cache_tester.traces.loaders import load_traces
+
+pytestmark = pytest.mark.integration  # every test here runs a real server on loopback
 
 
 def req(n_blocks: int, think: float = 0.0, out: int = 3) -> dict:
@@ -139,25 +141,22 @@ def test_sigterm_ends_a_recycling_sub_agent_only_run(tmp_path, stream_server, ki
 
 
 @pytest.fixture
-def stalling_sim(engine_sim_factory):
-    """The simulated engine whose responses after the 4th stop half-way, connection held open."""
-    with engine_sim_factory("--speed", "200", "--stall-after", "4") as url:
-        yield url
+def stalling_server(stream_server):
+    """A server whose responses after the 4th stop half-way, connection held open."""
+    return stream_server("--stall-after", "4")
 
 
-def _sim_cmd(url: str, traces: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable, str(Path(app.__file__).parents[2] / "trace_replay_tester.py"),
-        "--api-endpoint", url, "--trace-directory", str(traces), "--output-dir", str(out),
-        "--no-color", "--no-plot", "--time-scale", "0.001", "--max-users", "2", *extra,
-    ]  # fmt: skip
+def _stall_cmd(server, kit, traces: Path, out: Path, *extra: str) -> list[str]:
+    return kit.replay_cmd(server, traces, out, "--time-scale", "0.001", "--max-users", "2", *extra)
 
 
 @pytest.mark.slow
-def test_a_stalled_stream_fails_as_stall_within_the_run(tmp_path, stalling_sim, kit):
+def test_a_stalled_stream_fails_as_stall_within_the_run(tmp_path, stalling_server, kit):
     traces = kit.write_traces(tmp_path / "traces", [kit.linear_trace(f"s{i}", 6, out=20) for i in range(2)])
     out = tmp_path / "out"
-    cmd = _sim_cmd(stalling_sim, traces, out, "--stall-timeout", "0.5", "--recycle", "--test-duration", "4")
+    cmd = _stall_cmd(
+        stalling_server, kit, traces, out, "--stall-timeout", "0.5", "--recycle", "--test-duration", "4"
+    )
     t0 = time.monotonic()
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert time.monotonic() - t0 < 20
@@ -172,11 +171,20 @@ def test_a_stalled_stream_fails_as_stall_within_the_run(tmp_path, stalling_sim, 
 
 
 @pytest.mark.slow
-def test_requests_abandoned_at_the_end_are_recorded_failures(tmp_path, stalling_sim, kit):
+def test_requests_abandoned_at_the_end_are_recorded_failures(tmp_path, stalling_server, kit):
     traces = kit.write_traces(tmp_path / "traces", [kit.linear_trace(f"s{i}", 6, out=20) for i in range(2)])
     out = tmp_path / "out"
-    cmd = _sim_cmd(
-        stalling_sim, traces, out, "--stall-timeout", "0", "--test-duration", "1.5", "--grace-period", "1.5"
+    cmd = _stall_cmd(
+        stalling_server,
+        kit,
+        traces,
+        out,
+        "--stall-timeout",
+        "0",
+        "--test-duration",
+        "1.5",
+        "--grace-period",
+        "1.5",
     )
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
@@ -190,10 +198,10 @@ def test_requests_abandoned_at_the_end_are_recorded_failures(tmp_path, stalling_
 
 
 @pytest.mark.slow
-def test_sigterm_while_streams_are_stalled_ends_in_seconds_with_the_records(tmp_path, stalling_sim, kit):
+def test_sigterm_while_streams_are_stalled_ends_in_seconds_with_the_records(tmp_path, stalling_server, kit):
     traces = kit.write_traces(tmp_path / "traces", [kit.linear_trace(f"s{i}", 6, out=20) for i in range(2)])
     out = tmp_path / "out"
-    cmd = _sim_cmd(stalling_sim, traces, out, "--grace-period", "1", "--test-duration", "600")
+    cmd = _stall_cmd(stalling_server, kit, traces, out, "--grace-period", "1", "--test-duration", "600")
     proc = _started(cmd, out, 4)
     time.sleep(0.5)  # both lanes are now on a stalled stream
     took, err = _ends_on_sigterm(proc, 15)
@@ -303,21 +311,20 @@ def test_a_run_cut_by_its_duration_counts_what_it_did_not_send(tmp_path, stream_
 
 
 @pytest.fixture
-def sim_stalling_after_one(engine_sim_factory):
-    """The simulated engine whose responses after the first stop half-way, connection held open."""
-    with engine_sim_factory("--speed", "200", "--stall-after", "1") as url:
-        yield url
+def server_stalling_after_one(stream_server):
+    """A server whose responses after the first stop half-way, connection held open."""
+    return stream_server("--stall-after", "1")
 
 
 @pytest.mark.slow
-def test_a_sub_agent_in_flight_when_the_run_stops_is_recorded(tmp_path, sim_stalling_after_one, kit):
+def test_a_sub_agent_in_flight_when_the_run_stops_is_recorded(tmp_path, server_stalling_after_one, kit):
     """The parent lane is in a long think time when the run stops; its sub-agent's request, in flight
     on the server, must still end as a record (an abandoned failure), never vanish with the lane."""
     parent_next = {**req(6), "think_time": 10_000.0}  # 10 s at --time-scale 0.001: asleep at the stop
     traces = kit.write_traces(tmp_path / "traces", [trace("p", [req(4), agent("a1", 1), parent_next])])
     out = tmp_path / "out"
-    cmd = _sim_cmd(
-        sim_stalling_after_one, traces, out, "--max-users", "1", "--stall-timeout", "0",
+    cmd = _stall_cmd(
+        server_stalling_after_one, kit, traces, out, "--max-users", "1", "--stall-timeout", "0",
         "--test-duration", "1.5", "--grace-period", "1.0", "--max-delay", "100000",
     )  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)

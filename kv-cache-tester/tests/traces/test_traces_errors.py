@@ -159,6 +159,7 @@ def test_usage_errors(tmp_path: Path, sample_traces: Path, capsys: pytest.Captur
     assert "--cache-blocks: must be >= 0, got -4" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_cli_subprocess_exit_status(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(_trace([_req(**{"in": -5})])))

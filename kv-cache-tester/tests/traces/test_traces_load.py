@@ -159,6 +159,7 @@ def test_everything_filtered_is_an_error(sample_traces: Path) -> None:
         load_traces(sample_traces, max_context=10)
 
 
+@pytest.mark.integration
 def test_library_stays_light() -> None:
     code = (
         "import sys, kv_cache_tester.traces, kv_cache_tester.traces.cli, kv_cache_tester.traces.analysis;"

@@ -122,6 +122,7 @@ HOSTILE: dict[str, tuple[str, bytes | str | dict, str]] = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", list(HOSTILE))
 def test_hostile_trace_is_one_short_line(tmp_path: Path, case: str) -> None:
     name, content, expected = HOSTILE[case]
@@ -133,6 +134,7 @@ def test_hostile_trace_is_one_short_line(tmp_path: Path, case: str) -> None:
         assert line.startswith(f"trace error: d/{name}") and expected in line, line
 
 
+@pytest.mark.integration
 def test_fifo_given_directly_or_in_a_directory(tmp_path: Path) -> None:
     _write(tmp_path / "d" / "a.json", _trace())
     os.mkfifo(tmp_path / "d" / "b.json")
@@ -141,6 +143,7 @@ def test_fifo_given_directly_or_in_a_directory(tmp_path: Path) -> None:
         assert (rc, one_line(err)) == (2, "trace error: d/b.json: not a regular file (a FIFO)")
 
 
+@pytest.mark.integration
 def test_link_to_a_fifo_inside_the_directory(tmp_path: Path) -> None:
     _write(tmp_path / "d" / "a.json", _trace())
     os.mkfifo(tmp_path / "d" / "pipe")
@@ -149,6 +152,7 @@ def test_link_to_a_fifo_inside_the_directory(tmp_path: Path) -> None:
     assert (rc, one_line(err)) == (2, "trace error: d/b.jsonl: not a regular file (a FIFO)")
 
 
+@pytest.mark.integration
 def test_dangling_link_is_an_error(tmp_path: Path) -> None:
     _write(tmp_path / "d" / "a.json", _trace())
     (tmp_path / "d" / "gone.json").symlink_to("../nowhere.json")
@@ -160,6 +164,7 @@ def test_dangling_link_is_an_error(tmp_path: Path) -> None:
         )
 
 
+@pytest.mark.integration
 def test_links_are_followed_only_inside_the_directory(tmp_path: Path) -> None:
     _write(tmp_path / "d" / "sub" / "a.json", _trace(id="a"))
     (tmp_path / "d" / "inside.json").symlink_to("sub/a.json")  # followed: a second copy of "a"
@@ -178,6 +183,7 @@ def test_links_are_followed_only_inside_the_directory(tmp_path: Path) -> None:
     assert report["traces_in"] == 2 and report["renamed_duplicates"] == {"a~2": "a"}
 
 
+@pytest.mark.integration
 def test_only_links_leading_outside_is_an_error_that_says_so(tmp_path: Path) -> None:
     _write(tmp_path / "outside" / "a.json", _trace())
     (tmp_path / "d").mkdir()
@@ -190,6 +196,7 @@ def test_only_links_leading_outside_is_an_error_that_says_so(tmp_path: Path) -> 
     )
 
 
+@pytest.mark.integration
 def test_utf8_byte_order_mark_is_accepted(tmp_path: Path) -> None:
     bom = b"\xef\xbb\xbf"
     _write(tmp_path / "d" / "a.json", bom + json.dumps(_trace(id="a")).encode())
