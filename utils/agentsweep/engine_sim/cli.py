@@ -15,7 +15,9 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from agentsweep.engine_sim import disagg
 from agentsweep.engine_sim.disagg import Disagg, DisaggConfig
@@ -247,8 +249,6 @@ def build_server(args: argparse.Namespace, setup: Setup) -> SimServer:
         max_num_batched_tokens=args.max_batched,
         max_num_seqs=args.max_seqs,
         host_link_bw=dep.hardware.host_link_bw * args.tp,
-        kv_transfer_bw=args.kv_transfer_gbs * 1e9 * args.tp,
-        kv_transfer_latency=args.kv_transfer_latency_ms / 1e3,
     )
     role = Disagg(
         DisaggConfig(
@@ -403,12 +403,13 @@ async def _stats_logger(server: SimServer, stop: asyncio.Event) -> None:
 
 def run(args: argparse.Namespace) -> int:
     setup = resolve(args)
+    runner: Callable[[Coroutine[Any, Any, int]], int] = asyncio.run
     try:
         import uvloop  # optional, faster event loop
 
         runner = uvloop.run
     except ImportError:  # pragma: no cover
-        runner = asyncio.run
+        pass
     try:
         return runner(_serve(args, setup))
     except KeyboardInterrupt:

@@ -29,18 +29,16 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Protocol
 
-from agentsweep.engine_sim.kv_cache import KVCache, Lookup, Node, block_hashes
+from agentsweep.engine_sim.kv_cache import KVCache, Lookup, block_hashes
 from agentsweep.engine_sim.profiles import StepCost
 from agentsweep.engine_sim.prompt_memo import PromptBlocks
+from agentsweep.engine_sim.request import FINISHED, LOADING, RUNNING, WAITING, SimRequest
 from agentsweep.engine_sim.stats import EngineStats
 
 log = logging.getLogger("agentsweep.engine_sim")
 
-WAITING, LOADING, RUNNING, FINISHED = "waiting", "loading", "running", "finished"
 MAX_BATCHED_STEPS = 100_000
 # When steps are already due (Python is behind the simulated clock), the loop runs them back to back
 # for up to this much wall time before letting the HTTP side run: streams then send the tokens of
@@ -64,44 +62,23 @@ class SimClock:
         await asyncio.sleep(delay if delay > 0 else 0)
 
 
-@dataclass(slots=True, eq=False)
-class SimRequest:
-    rid: str
-    tokens_len: int
-    hashes: list[int]  # chained hashes of the prompt's full blocks
-    max_tokens: int
-    arrival: float
-    status: str = WAITING
-    prefill_len: int = 0  # tokens to compute before decoding (prompt, or prompt + output after preemption)
-    computed: int = 0
-    generated: int = 0
-    held: int = 0  # GPU blocks held: the cached path below, then private blocks
-    node: Node | None = None  # the deepest cached run this request holds (the path ends there)
-    depth: int = 0  # cached blocks on that path
-    registered: int = 0  # prompt blocks already considered for caching
-    ready_at: float = 0.0
-    cached_tokens: int = -1  # prefix hits at first admission (usage.prompt_tokens_details)
-    gpu_hit_tokens: int = 0
-    cpu_hit_tokens: int = 0
-    first_token_at: float | None = None
-    last_token_at: float = 0.0
-    finished_at: float | None = None
-    counted_prompt: bool = False
-    preemptions: int = 0
-    aborted: bool = False
-    finish_reason: str = "length"
-    event: asyncio.Event = field(default_factory=asyncio.Event)
-    # Disaggregated serving (``disagg.py``). A decode's ``remote`` prompt arrives over the fabric instead
-    # of being computed: ``remote_tokens`` of it were transferred. A prefill's ``pin`` keeps its blocks
-    # held after it finishes, until the decode has taken them (``Engine.release_pinned``).
-    remote: bool = False
-    remote_tokens: int = 0
-    pin: bool = False
-    pinned: bool = False
-    on_loaded: Callable[[], None] | None = None  # called once its transferred blocks are resident
+class Transfer(Protocol):
+    """What a prefill or decode role does inside the engine (``disagg.KVTransfer``)."""
+
+    pinned_blocks: int
+
+    def admit(self, r: SimRequest, hit: Lookup) -> int:
+        """A decode's prompt: take its blocks and start its transfer; the first chunk size or -1."""
+        ...
+
+    def hold(self, r: SimRequest) -> None:
+        """A finished prefill: keep its blocks for its decode."""
+        ...
 
 
 class Engine:
+    """The scheduler and its clock. A prefill or decode role plugs in as ``transfer`` (``disagg.py``)."""
+
     def __init__(
         self,
         cache: KVCache,
@@ -113,8 +90,6 @@ class Engine:
         max_num_seqs: int = 1024,
         host_link_bw: float = 50e9,
         stats: EngineStats | None = None,
-        kv_transfer_bw: float = 450e9,
-        kv_transfer_latency: float = 0.0,
     ) -> None:
         self.kv = cache
         self.cost = cost
@@ -123,9 +98,7 @@ class Engine:
         self.max_batched = max_num_batched_tokens
         self.max_seqs = max_num_seqs
         self.host_link_bw = host_link_bw  # bytes/s for all ranks together
-        self.kv_transfer_bw = kv_transfer_bw  # prefill -> decode fabric, bytes/s for all ranks together
-        self.kv_transfer_latency = kv_transfer_latency  # simulated seconds of fixed cost per handoff
-        self.pinned_blocks = 0  # blocks finished prefills hold for their decode
+        self.transfer: Transfer | None = None  # the prefill or decode role's part, if the engine has one
         self.stats = stats or EngineStats()
         self.waiting: deque[SimRequest] = deque()
         self.loading: list[SimRequest] = []
@@ -177,20 +150,21 @@ class Engine:
         self._wake.set()
         return req
 
-    def release_pinned(self, req: SimRequest) -> None:
-        """A finished prefill's blocks were taken (or the wait for them expired): let them go."""
-        if req.pinned:
-            req.pinned = False
-            self.pinned_blocks -= req.held
-            self._free(req)
-            self._wake.set()
-
     def abort(self, req: SimRequest) -> None:
         """The client went away: drop the request at the next step boundary."""
         if req.status != FINISHED and not req.aborted:
             req.aborted = True
             self._aborts += 1
             self._wake.set()
+
+    def wake(self) -> None:
+        """Something changed outside the loop (blocks freed, a request aborted): look again."""
+        self._wake.set()
+
+    @property
+    def pinned_blocks(self) -> int:
+        """Blocks finished prefills hold for their decodes."""
+        return self.transfer.pinned_blocks if self.transfer is not None else 0
 
     @property
     def num_running(self) -> int:
@@ -251,12 +225,7 @@ class Engine:
             k = 1
             if not prefill and not admitted_or_preempted:
                 k = self._batch_steps(sched, dt, decode, kv_read)
-            if k > 1:
-                total = k * (dt - self.cost.d * kv_read) + self.cost.d * (
-                    k * kv_read + decode * k * (k - 1) // 2
-                )
-            else:
-                total = dt
+            total = self.cost.decode_run(k, dt, decode, kv_read) if k > 1 else dt
             end = self.t + total
             behind = self.clock.now() - end
             late = behind >= 0
@@ -279,7 +248,7 @@ class Engine:
             if any(r.aborted for r in queue):
                 for r in [r for r in queue if r.aborted]:
                     queue.remove(r)
-                    self._free(r)
+                    self.free_blocks(r)
                     self._finish(r, "abort")
                     self._loaded(r)
         if any(r.aborted for r in self.waiting):
@@ -353,7 +322,8 @@ class Engine:
         bs = self.block_size
         hit = kv.lookup(r.hashes, (r.prefill_len - 1) // bs)
         if r.remote and not r.preemptions:
-            return self._admit_remote(r, hit)
+            assert self.transfer is not None, "a remote prompt needs a decode role"
+            return self.transfer.admit(r, hit)
         g, c = hit.gpu_blocks, hit.cpu_blocks
         reclaim = hit.reclaim  # evictable blocks the hit takes off the list
         computed = (g + c) * bs
@@ -407,59 +377,15 @@ class Engine:
             r.status = RUNNING
         return n
 
-    def _admit_remote(self, r: SimRequest, hit: Lookup) -> int:
-        """A decode's prompt: its local GPU prefix hits are used, the rest arrives over the fabric.
-
-        The request takes blocks for the whole prompt now (as a decode preallocates them) and waits
-        ``bytes / kv_transfer_bw + kv_transfer_latency`` of simulated time while others keep stepping.
-        Then only the last prompt token is computed (for its logits, as vLLM does), so every prompt
-        token is reported cached: local hits plus transferred tokens. The CPU tier is not consulted.
-        """
-        kv = self.kv
-        bs = self.block_size
-        g = hit.gpu_blocks
-        hit = Lookup(g, 0, hit.reclaim, hit.path)
-        need = self.blocks_for(r.tokens_len) - g
-        if need > kv.available - hit.reclaim:
-            return -1
-        r.node = kv.acquire(hit)
-        kv.allocate(need)
-        r.depth = r.registered = g
-        r.held = g + need
-        r.computed = r.tokens_len - 1
-        local = g * bs
-        moved = r.tokens_len - local
-        r.remote_tokens = moved
-        st = self.stats
-        if kv.prefix_caching:
-            st.prefix_queries += r.prefill_len
-            st.prefix_hits += local
-        st.external_queries += moved
-        st.external_hits += moved
-        nbytes = moved * kv.block_bytes // bs
-        seconds = nbytes / self.kv_transfer_bw + self.kv_transfer_latency
-        st.kv_transfers += 1
-        st.kv_transfer_tokens += moved
-        st.kv_transfer_bytes += nbytes
-        st.kv_transfer_time.observe(seconds)
-        st.kv_transfer_size.observe(nbytes)
-        st.kv_transfer_last_gbs = nbytes / seconds / 1e9 if seconds > 0 else 0.0
-        r.cached_tokens = r.tokens_len
-        r.gpu_hit_tokens = local
-        r.status = LOADING
-        r.ready_at = self.t + seconds
-        self.loading.append(r)
-        return 0
-
     def _preempt(self, r: SimRequest) -> None:
-        self._free(r)
+        self.free_blocks(r)
         r.status = WAITING
         r.prefill_len = r.tokens_len + r.generated
         r.preemptions += 1
         self.waiting.appendleft(r)
         self.stats.preemptions += 1
 
-    def _free(self, r: SimRequest) -> None:
+    def free_blocks(self, r: SimRequest) -> None:
         if r.node is not None:
             self.kv.release(r.node, r.held - r.depth)
         r.node = None
@@ -481,13 +407,8 @@ class Engine:
             return 1
         k = min(MAX_BATCHED_STEPS, 1 + int((limit - self.t) / dt))
         k = min(k, min(r.max_tokens - r.generated for r, _ in sched))
-        d = self.cost.d
-        base = dt - d * kv_read
         # Drop steps that would start after the limit (step i reads i*batch more KV tokens).
-        while (
-            k > 1
-            and self.t + (k - 1) * base + d * ((k - 1) * kv_read + batch * (k - 1) * (k - 2) // 2) > limit
-        ):
+        while k > 1 and self.t + self.cost.decode_run(k - 1, dt, batch, kv_read) > limit:
             k = max(1, k // 2)
         if k <= 1:
             return 1
@@ -546,17 +467,17 @@ class Engine:
         st.generation_tokens += decoded
         for r in finished:
             self.running.remove(r)
-            if r.pin:
-                r.pinned = True  # held for the decode: ``release_pinned`` frees them
-                self.pinned_blocks += r.held
+            if r.pin and self.transfer is not None:
+                self.transfer.hold(r)  # its decode takes the blocks, or they expire
             else:
-                self._free(r)
+                self.free_blocks(r)
             self._finish(r, "length")
 
     def _register_blocks(self, r: SimRequest) -> None:
         full = min(r.computed, r.tokens_len) // self.block_size
         if full > r.registered:
             if self.kv.prefix_caching:
+                assert r.node is not None  # a request that computes holds a path
                 r.node, _ = self.kv.register(r.node, r.hashes[r.registered : full])
                 r.depth = full
             r.registered = full

@@ -31,7 +31,8 @@ from agentsweep.engine_sim.disagg import Disagg, DisaggConfig, Plan, ProtocolErr
 from agentsweep.engine_sim.faults import CRASH, FAIL, STALL, Faults
 from agentsweep.engine_sim.metrics import CONTENT_TYPE, Snapshot, build_registry, render
 from agentsweep.engine_sim.prompt_memo import PromptBlocks, PromptMemo, Segment
-from agentsweep.engine_sim.scheduler import FINISHED, Engine, SimRequest
+from agentsweep.engine_sim.request import FINISHED, SimRequest
+from agentsweep.engine_sim.scheduler import Engine
 
 try:  # optional speed-up
     import orjson
@@ -233,9 +234,12 @@ class SimServer:
             if not isinstance(messages, list) or not messages:
                 raise BadRequest("'messages' must be a non-empty list")
             try:
-                return tokenizer.chat_segments(messages, bool(body.get("add_generation_prompt", True)))
+                texts, closing = tokenizer.chat_segments(
+                    messages, bool(body.get("add_generation_prompt", True))
+                )
             except ValueError as err:
                 raise BadRequest(str(err)) from None
+            return list[Segment](texts), closing
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one

@@ -134,7 +134,8 @@ def _encode_ascii(text: str) -> np.ndarray:
     np.multiply(data, t.up[:n], out=t.product[:n])
     np.cumsum(t.product[:n], out=t.prefix[1 : n + 1])
     hashes = (t.prefix[ends] - t.prefix[starts]) * t.down[starts]
-    return (hashes >> np.uint64(32)) % np.uint64(VOCAB_SPAN) + np.uint64(RESERVED_IDS)
+    ids: np.ndarray = (hashes >> np.uint64(32)) % np.uint64(VOCAB_SPAN) + np.uint64(RESERVED_IDS)
+    return ids
 
 
 def _array_path(text: str) -> bool:
@@ -222,7 +223,8 @@ def segment_ids(
     segments: Iterable[tuple[Sequence[int], str | Sequence[int]]], closing: Sequence[int] = ()
 ) -> list[int]:
     """``segment_array`` as a list of ints."""
-    return segment_array(segments, closing).tolist()
+    ids: list[int] = segment_array(segments, closing).tolist()
+    return ids
 
 
 def render_chat(messages: Sequence[Any], add_generation_prompt: bool = True) -> list[int]:
