@@ -197,10 +197,12 @@ class Engine:
             if not self.running and not self.loading:
                 self.t = max(self.t, self.waiting[0].arrival)
             self._promote_loaded()
-            sched, admitted_or_preempted = self._schedule()
+            sched, changed, prefill, decode, kv_read, pairs = self._schedule()
             if not sched:
                 nxt = [r.ready_at for r in self.loading]
-                nxt += [r.arrival for r in self.waiting if r.arrival > self.t][:1]
+                arrival = self._next_arrival()
+                if arrival is not None:
+                    nxt.append(arrival)
                 if not nxt:
                     # Nothing can run until something finishes or arrives: wait for a wake-up.
                     self._wake.clear()
@@ -212,18 +214,9 @@ class Engine:
                 await self.clock.sleep_until(self.t)
                 burst_start = time.perf_counter()
                 continue
-            prefill = decode = kv_read = 0
-            pairs = 0.0  # prefill attention: each new token attends to the context before it
-            for r, n in sched:
-                if n == 1 and r.computed >= r.prefill_len:
-                    decode += 1
-                else:
-                    prefill += n
-                    pairs += n * (r.computed + (n + 1) / 2)
-                kv_read += r.computed + n
             dt = self.cost.time(prefill, decode, kv_read, pairs)
             k = 1
-            if not prefill and not admitted_or_preempted:
+            if not prefill and not changed:
                 k = self._batch_steps(sched, dt, decode, kv_read)
             total = self.cost.decode_run(k, dt, decode, kv_read) if k > 1 else dt
             end = self.t + total
@@ -236,9 +229,9 @@ class Engine:
             if not late or time.perf_counter() - burst_start > MAX_BURST_S:
                 await self.clock.sleep_until(end)
                 burst_start = time.perf_counter()
-            self.t = end
+            start, self.t = self.t, end
             self.steps += k
-            self._apply(sched, k, total / k)
+            self._apply(sched, k, total / k, start)
 
     def _drop_aborted(self) -> None:
         if not self._aborts:
@@ -273,29 +266,58 @@ class Engine:
             callback, r.on_loaded = r.on_loaded, None
             callback()
 
+    def _next_arrival(self) -> float | None:
+        """The first request still to arrive (simulated ``t`` is behind the wall clock it came at).
+
+        Only submitted requests can have arrived after ``t`` (a preempted one was admitted, and goes
+        back to the front), and they queue in arrival order: those still to come are a suffix.
+        """
+        t = self.t
+        nxt = None
+        for w in reversed(self.waiting):
+            if w.arrival <= t:
+                break
+            nxt = w.arrival
+        return nxt
+
     # -- scheduling ----------------------------------------------------------------------------
-    def _schedule(self) -> tuple[list[tuple[SimRequest, int]], bool]:
+    def _schedule(self) -> tuple[list[tuple[SimRequest, int]], bool, int, int, int, float]:
+        """The next step: the requests it computes and how many tokens each, whether a request was
+        admitted or preempted, and what the step costs depend on: prefill tokens, decoding
+        sequences, KV tokens read, prefill attention pairs (each new token x the context before it).
+        """
         budget = self.max_batched
         sched: list[tuple[SimRequest, int]] = []
         kv = self.kv
         bs = self.block_size
         preempted = False
+        prefill = decode = kv_read = 0
+        pairs = 0.0
         i = 0
         running = self.running
         while i < len(running) and budget > 0:
             r = running[i]
-            n = 1 if r.computed >= r.prefill_len else min(r.prefill_len - r.computed, budget)
-            need = -(-(r.computed + n) // bs) - r.held
-            while need > kv.available:
-                victim = running.pop()
-                self._preempt(victim)
-                preempted = True
-                if victim is r:
+            computed = r.computed
+            decoding = computed >= r.prefill_len
+            n = 1 if decoding else min(r.prefill_len - computed, budget)
+            need = -(-(computed + n) // bs) - r.held
+            if need:  # a decode needs a new block once every block_size tokens
+                while need > kv.available:
+                    victim = running.pop()
+                    self._preempt(victim)
+                    preempted = True
+                    if victim is r:
+                        break
+                if r.status != RUNNING:
                     break
-            if r.status != RUNNING:
-                break
-            kv.allocate(need)
-            r.held += need
+                kv.allocate(need)
+                r.held += need
+            if decoding:
+                decode += 1
+            else:
+                prefill += n
+                pairs += n * (computed + (n + 1) / 2)
+            kv_read += computed + n
             sched.append((r, n))
             budget -= n
             i += 1
@@ -314,7 +336,10 @@ class Engine:
                     running.append(r)
                     sched.append((r, n))
                     budget -= n
-        return sched, preempted or admitted
+                    prefill += n  # an admitted prompt always has a token left to compute
+                    pairs += n * (r.computed + (n + 1) / 2)
+                    kv_read += r.computed + n
+        return sched, preempted or admitted, prefill, decode, kv_read, pairs
 
     def _admit(self, r: SimRequest, budget: int) -> int:
         """Look the prompt up and take its blocks; returns the first chunk size, or -1 if no room."""
@@ -397,10 +422,9 @@ class Engine:
     def _batch_steps(self, sched: list[tuple[SimRequest, int]], dt: float, batch: int, kv_read: int) -> int:
         """How many identical decode steps to apply at once (only steps already due by the clock)."""
         limit = self.clock.now()
-        for w in self.waiting:  # requests already due could not be admitted; the next arrival could
-            if w.arrival > self.t:
-                limit = min(limit, w.arrival)
-                break
+        arrival = self._next_arrival()  # requests already due could not be admitted; the next could
+        if arrival is not None:
+            limit = min(limit, arrival)
         if self.loading:
             limit = min(limit, min(r.ready_at for r in self.loading))
         if limit - self.t <= dt:
@@ -417,7 +441,8 @@ class Engine:
         return k if extra <= self.kv.available else 1
 
     # -- applying a step -----------------------------------------------------------------------
-    def _apply(self, sched: list[tuple[SimRequest, int]], k: int, dt: float) -> None:
+    def _apply(self, sched: list[tuple[SimRequest, int]], k: int, dt: float, start: float) -> None:
+        """The step that began at ``start`` ended at ``self.t`` (``k`` decode steps of ``dt`` each)."""
         st = self.stats
         kv = self.kv
         t = self.t
@@ -443,27 +468,33 @@ class Engine:
             decoded = k * len(sched)
             itl.observe(dt, decoded)
         else:
+            steady = 0  # decodes whose previous token came at this step's start: one ITL for all
             for r, n in sched:
                 if r.aborted:
                     continue
-                was_decoding = r.computed >= r.prefill_len
-                r.computed += n
-                if not was_decoding:
+                if r.computed >= r.prefill_len:  # decoding (its first token came when prefill ended)
+                    r.computed += n
+                    if r.last_token_at == start:
+                        steady += 1
+                    else:
+                        itl.observe(t - r.last_token_at)
+                else:
+                    r.computed += n
                     self._register_blocks(r)
                     if r.computed < r.prefill_len:
                         continue
+                    if r.first_token_at is None:
+                        r.first_token_at = t
+                        st.ttft.observe(t - r.arrival)
+                        self._count_prompt(r)
                 r.generated += 1
                 decoded += 1
-                if r.first_token_at is None:
-                    r.first_token_at = t
-                    st.ttft.observe(t - r.arrival)
-                    self._count_prompt(r)
-                elif was_decoding:
-                    itl.observe(t - r.last_token_at)
                 r.last_token_at = t
                 r.event.set()
                 if r.generated >= r.max_tokens:
                     finished.append(r)
+            if steady:
+                itl.observe(t - start, steady)
         st.generation_tokens += decoded
         for r in finished:
             self.running.remove(r)
