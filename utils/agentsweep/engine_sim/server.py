@@ -394,9 +394,9 @@ class SimServer:
                     if include_usage:
                         parts.append(f'{head}[],"usage":{self._usage(req)}}}\n\n')
                     parts.append("data: [DONE]\n\n")
+                    await resp.write_eof("".join(parts).encode())  # one write with the chunked end
+                    return resp
                 await resp.write("".join(parts).encode())
-                if last:
-                    break
                 if sent >= limit:
                     break
             if stall_at is not None:

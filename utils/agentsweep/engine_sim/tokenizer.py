@@ -18,6 +18,7 @@ reply, the marker itself is reused: it equals the reply's role and separator tok
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -46,8 +47,14 @@ _P_INV = pow(_P, -1, 1 << 64)
 _ARRAY_MIN_CHARS = 2048  # shorter texts are cheaper word by word
 
 
+_POWERS = [pow(_P, j, 1 << 64) for j in range(64)]
+
+
 def _word_hash(data: bytes) -> int:
     """sum(byte[j] * P**j) mod 2**64: the same value the array path computes from prefix sums."""
+    if len(data) <= len(_POWERS):  # reduced once at the end: the same value modulo 2**64
+        total: int = sum(map(operator.mul, data, _POWERS))
+        return total & _MASK64
     h = 0
     power = 1
     for byte in data:
