@@ -153,6 +153,7 @@ class KVTransfer:
         st.kv_transfer_last_gbs = nbytes / seconds / 1e9 if seconds > 0 else 0.0
         r.cached_tokens = r.tokens_len
         r.gpu_hit_tokens = local
+        r.transfer_s = seconds
         r.status = LOADING
         r.ready_at = engine.t + seconds
         engine.loading.append(r)
@@ -379,12 +380,15 @@ class Disagg:
             return _error(f"{key} not ready after {wait:g} s", 503)
         if h.failed or h.req is None:
             return _error(f"{key}: {h.failed}", 410)
+        first = h.req.first_token_at
         return web.json_response(
             {
                 "engine_id": self.engine_id,
                 "prompt_tokens": h.req.tokens_len,
                 "block_size": self.engine.block_size,
                 "blocks": h.req.held,
+                # the prefill's own time for the prompt (simulated s): part of the request's TTFT
+                "prefill_s": first - h.req.arrival if first is not None else 0.0,
             }
         )
 
@@ -400,8 +404,11 @@ class Disagg:
         return web.json_response({"released": key})
 
     # -- decode side ---------------------------------------------------------------------------
-    async def fetch(self, plan: Plan, prompt_tokens: int) -> None:
-        """Contact the prefill for this handoff (waiting, bounded, for its room); ProtocolError if not."""
+    async def fetch(self, plan: Plan, prompt_tokens: int) -> float:
+        """Contact the prefill for this handoff (waiting, bounded, for its room); ProtocolError if not.
+
+        Returns the simulated seconds the prefill took for the prompt (its arrival to its first token).
+        """
         assert self._session is not None
         where = "prefill" if plan.protocol == "vllm" else "bootstrap server"
         url = f"{plan.peer}{ROUTE.format(key=plan.key)}"
@@ -443,6 +450,8 @@ class Disagg:
                 502,
                 "KVTransferError",
             )
+        prefill_s = info.get("prefill_s", 0.0)
+        return float(prefill_s) if isinstance(prefill_s, (int, float)) and math.isfinite(prefill_s) else 0.0
 
     def release(self, plan: Plan) -> None:
         """The decode holds the blocks now: tell the prefill to let go of them (in the background)."""

@@ -53,6 +53,7 @@ class SimClock:
     def __init__(self, speed: float) -> None:
         self.speed = speed
         self._t0 = time.perf_counter()
+        self.start_unix = time.time()  # the wall-clock instant simulated time 0 stands for
 
     def now(self) -> float:
         return (time.perf_counter() - self._t0) * self.speed
@@ -120,6 +121,8 @@ class Engine:
         # Optional per-request timeline in simulated seconds (--request-log): one JSON line per
         # finished request, for measurements that must not include the wall clock's HTTP overhead.
         self.request_log: IO[str] | None = None
+        # How a timeline's simulated seconds map to the wall clock (the same for every request).
+        self.clock_fields = f',"speed":{float(clock.speed)!r},"clock_start_unix":{clock.start_unix!r}'
 
     # -- requests ------------------------------------------------------------------------------
     def blocks_for(self, tokens: int) -> int:
@@ -130,12 +133,19 @@ class Engine:
         return self.blocks_for(tokens) <= self.kv.total
 
     def submit(
-        self, prompt: PromptBlocks | list[int], max_tokens: int, *, remote: bool = False, pin: bool = False
+        self,
+        prompt: PromptBlocks | list[int],
+        max_tokens: int,
+        *,
+        remote: bool = False,
+        pin: bool = False,
+        request_id: str | None = None,
     ) -> SimRequest:
         """Queue a prompt (token ids, or its length and block hashes when already known).
 
         ``remote``: the prompt's KV comes from a prefill instance (only the local prefix-cache miss is
         transferred). ``pin``: keep the blocks held once finished, for a decode to take.
+        ``request_id``: the client's, named in the request log.
         """
         if isinstance(prompt, list):
             hashes = block_hashes(prompt, self.block_size) if self.kv.prefix_caching else []
@@ -146,6 +156,7 @@ class Engine:
         req.prefill_len = req.tokens_len
         req.remote = remote
         req.pin = pin
+        req.request_id = request_id
         self.waiting.append(req)
         self._wake.set()
         return req
@@ -460,6 +471,7 @@ class Engine:
                 need = -(-r.computed // bs) - r.held
                 r.held += need
                 extra += need
+                r.itls += [dt] * k
                 r.last_token_at = t
                 r.event.set()
                 if r.generated >= r.max_tokens:
@@ -469,6 +481,7 @@ class Engine:
             itl.observe(dt, decoded)
         else:
             steady = 0  # decodes whose previous token came at this step's start: one ITL for all
+            step = t - start
             for r, n in sched:
                 if r.aborted:
                     continue
@@ -476,8 +489,11 @@ class Engine:
                     r.computed += n
                     if r.last_token_at == start:
                         steady += 1
+                        r.itls.append(step)
                     else:
-                        itl.observe(t - r.last_token_at)
+                        gap = t - r.last_token_at
+                        itl.observe(gap)
+                        r.itls.append(gap)
                 else:
                     r.computed += n
                     self._register_blocks(r)
@@ -494,7 +510,7 @@ class Engine:
                 if r.generated >= r.max_tokens:
                     finished.append(r)
             if steady:
-                itl.observe(t - start, steady)
+                itl.observe(step, steady)
         st.generation_tokens += decoded
         for r in finished:
             self.running.remove(r)
@@ -532,12 +548,7 @@ class Engine:
         if reason != "abort":
             self.stats.e2e.observe(self.t - r.arrival)
             if self.request_log is not None:
-                first = r.first_token_at if r.first_token_at is not None else self.t
-                self.request_log.write(
-                    f'{{"arrival_s":{r.arrival!r},"first_token_s":{first!r},"finish_s":{self.t!r},'
-                    f'"prompt_tokens":{r.tokens_len},"output_tokens":{r.generated},'
-                    f'"cached_tokens":{max(r.cached_tokens, 0)},"preemptions":{r.preemptions}}}\n'
-                )
+                self.request_log.write(r.log_line(self.clock_fields))
         r.event.set()
 
     def reset_prefix_cache(self) -> None:

@@ -308,13 +308,21 @@ class SimServer:
             self.config.crash()
         if fault == FAIL:
             return error_response("simulated engine failure", 500, "InternalServerError")
+        prefill_s = 0.0
         if plan.role == "decode":
             try:
-                await self.disagg.fetch(plan, prompt.length)
+                prefill_s = await self.disagg.fetch(plan, prompt.length)
             except ProtocolError as err:
                 return error_response(str(err), err.status, err.kind)
-        req = self.engine.submit(prompt, max_tokens, remote=plan.role == "decode", pin=plan.role == "prefill")
+        req = self.engine.submit(
+            prompt,
+            max_tokens,
+            remote=plan.role == "decode",
+            pin=plan.role == "prefill",
+            request_id=request.headers.get("X-Request-ID"),
+        )
         if plan.role == "decode":
+            req.prefill_s = prefill_s
             req.on_loaded = lambda: self.disagg.release(plan)
         stall_at = max(1, max_tokens // 2) if fault == STALL else None
         try:
@@ -386,9 +394,14 @@ class SimServer:
                 parts = []
                 if sent == 0 and role:
                     parts.append(role)
-                if n > 0 or last:
-                    reason = f'"{req.finish_reason}"' if last else "null"
-                    parts.append(f"{open_}{tokenizer.output_text(sent, n)}{mid}{reason}{close}")
+                if last:  # the finish reason, and the request's own timeline in simulated time
+                    timeline = req.timeline(self.engine.clock_fields)
+                    parts.append(
+                        f'{open_}{tokenizer.output_text(sent, n)}{mid}"{req.finish_reason}"{close[:-3]},'
+                        f'"sim_timeline":{timeline}}}\n\n'
+                    )
+                elif n > 0:
+                    parts.append(f"{open_}{tokenizer.output_text(sent, n)}{mid}null{close}")
                 sent += max(n, 0)
                 if last:
                     if include_usage:
@@ -441,6 +454,7 @@ class SimServer:
             extra = f',"kv_transfer_params":{_dumps(params)}'
         body = (
             f'{{"id":"{rid}","object":"{obj}","created":{created},"model":{self._name_json},'
-            f'"choices":[{choice}],"usage":{self._usage(req)}{extra}}}'
+            f'"choices":[{choice}],"usage":{self._usage(req)}{extra},'
+            f'"sim_timeline":{req.timeline(self.engine.clock_fields)}}}'
         )
         return web.Response(body=body.encode(), content_type="application/json")
