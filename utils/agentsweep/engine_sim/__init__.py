@@ -5,5 +5,6 @@ new part), ``profiles`` (hardware x model figures and the step-time model), ``kv
 ``cpu_tier`` (paged blocks, LRU, offload tier), ``request`` (one request's state and timeline),
 ``scheduler`` (continuous batching on a simulated clock), ``disagg`` (prefill and decode roles: the
 handoff protocols and their part inside the engine), ``stats`` and ``metrics`` (Prometheus dialects),
-``faults``, ``server`` (HTTP), ``cli`` (``agentsweep engine-sim``).
+``faults``, ``server`` (HTTP routes) and ``sse`` (streamed responses), ``cli``
+(``agentsweep engine-sim``).
 """

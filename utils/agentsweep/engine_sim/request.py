@@ -48,6 +48,10 @@ class SimRequest:
     finish_reason: str = "length"
     event: asyncio.Event = field(default_factory=asyncio.Event)
     request_id: str | None = None  # the client's X-Request-ID, for joining the request log
+    # A streamed response's writer (``sse.SseStream.push``): while set, new tokens are pushed to it
+    # when the engine's loop yields instead of waking ``event``; ``dirty``: it has tokens to push.
+    sink: Callable[[], None] | None = None
+    dirty: bool = False
     itls: list[float] = field(default_factory=list)  # the gaps the ITL histogram observed for it
     # Disaggregated serving (``disagg.py``). A decode's ``remote`` prompt arrives over the fabric instead
     # of being computed: ``remote_tokens`` of it were transferred. A prefill's ``pin`` keeps its blocks

@@ -24,11 +24,13 @@ stepping; a request that hits blocks still on their way back waits for them too.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import itertools
 import logging
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import IO, Protocol
 
 from agentsweep.engine_sim.kv_cache import KVCache, Lookup, block_hashes
@@ -45,6 +47,23 @@ MAX_BATCHED_STEPS = 100_000
 # several steps in one chunk, as vLLM merges outputs for a consumer that lags, instead of paying one
 # write per token. Steps that are not yet due always wait, so a loop that keeps up is unchanged.
 MAX_BURST_S = 0.002
+
+
+def _arrival(r: SimRequest) -> float:
+    return r.arrival
+
+
+@dataclass(slots=True)
+class _Step:
+    """The next engine step as scheduled: what it computes and what its time depends on."""
+
+    sched: list[tuple[SimRequest, int]]  # the requests it computes, and how many tokens each
+    changed: bool  # a request was admitted or preempted
+    prefill: int  # prefill tokens
+    decode: int  # decoding sequences
+    kv_read: int  # KV tokens read
+    pairs: float  # prefill attention pairs: each new token x the context before it
+    left: int  # the fewest tokens a decoding sequence still has to generate
 
 
 class SimClock:
@@ -114,6 +133,7 @@ class Engine:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._ids = itertools.count(1)
+        self._dirty: list[SimRequest] = []  # requests with a sink and tokens not pushed yet
         self._aborts = 0  # aborted requests not yet dropped
         # (position, block hash, resident at): the first block of each run still being copied back.
         # A prompt hits that run iff it hits past that position with that block there (chained hashes).
@@ -201,6 +221,7 @@ class Engine:
         while True:
             self._drop_aborted()
             if not (self.running or self.waiting or self.loading):
+                self._flush_streams()
                 self._wake.clear()
                 await self._wake.wait()
                 burst_start = time.perf_counter()
@@ -208,12 +229,14 @@ class Engine:
             if not self.running and not self.loading:
                 self.t = max(self.t, self.waiting[0].arrival)
             self._promote_loaded()
-            sched, changed, prefill, decode, kv_read, pairs = self._schedule()
+            step = self._schedule()
+            sched = step.sched
             if not sched:
                 nxt = [r.ready_at for r in self.loading]
                 arrival = self._next_arrival()
                 if arrival is not None:
                     nxt.append(arrival)
+                self._flush_streams()
                 if not nxt:
                     # Nothing can run until something finishes or arrives: wait for a wake-up.
                     self._wake.clear()
@@ -225,11 +248,11 @@ class Engine:
                 await self.clock.sleep_until(self.t)
                 burst_start = time.perf_counter()
                 continue
-            dt = self.cost.time(prefill, decode, kv_read, pairs)
+            dt = self.cost.time(step.prefill, step.decode, step.kv_read, step.pairs)
             k = 1
-            if not prefill and not changed:
-                k = self._batch_steps(sched, dt, decode, kv_read)
-            total = self.cost.decode_run(k, dt, decode, kv_read) if k > 1 else dt
+            if not step.prefill and not step.changed:
+                k = self._batch_steps(step, dt)
+            total = self.cost.decode_run(k, dt, step.decode, step.kv_read) if k > 1 else dt
             end = self.t + total
             behind = self.clock.now() - end
             late = behind >= 0
@@ -238,11 +261,21 @@ class Engine:
                 self.iterations_late += 1
                 self.lag_wall_s += behind / self.clock.speed
             if not late or time.perf_counter() - burst_start > MAX_BURST_S:
+                self._flush_streams()
                 await self.clock.sleep_until(end)
                 burst_start = time.perf_counter()
             start, self.t = self.t, end
             self.steps += k
             self._apply(sched, k, total / k, start)
+
+    def _flush_streams(self) -> None:
+        """Before the loop yields: streams get the tokens produced since they were last written."""
+        if self._dirty:
+            dirty, self._dirty = self._dirty, []
+            for r in dirty:
+                r.dirty = False
+                if r.sink is not None:
+                    r.sink()
 
     def _drop_aborted(self) -> None:
         if not self._aborts:
@@ -281,22 +314,16 @@ class Engine:
         """The first request still to arrive (simulated ``t`` is behind the wall clock it came at).
 
         Only submitted requests can have arrived after ``t`` (a preempted one was admitted, and goes
-        back to the front), and they queue in arrival order: those still to come are a suffix.
+        back to the front), and they queue in arrival order: those still to come are a suffix,
+        found by bisection.
         """
-        t = self.t
-        nxt = None
-        for w in reversed(self.waiting):
-            if w.arrival <= t:
-                break
-            nxt = w.arrival
-        return nxt
+        waiting = self.waiting
+        i = bisect.bisect_right(waiting, self.t, key=_arrival)
+        return waiting[i].arrival if i < len(waiting) else None
 
     # -- scheduling ----------------------------------------------------------------------------
-    def _schedule(self) -> tuple[list[tuple[SimRequest, int]], bool, int, int, int, float]:
-        """The next step: the requests it computes and how many tokens each, whether a request was
-        admitted or preempted, and what the step costs depend on: prefill tokens, decoding
-        sequences, KV tokens read, prefill attention pairs (each new token x the context before it).
-        """
+    def _schedule(self) -> _Step:
+        """The next step: running requests first, then waiting ones in arrival order."""
         budget = self.max_batched
         sched: list[tuple[SimRequest, int]] = []
         kv = self.kv
@@ -304,9 +331,11 @@ class Engine:
         preempted = False
         prefill = decode = kv_read = 0
         pairs = 0.0
+        left = MAX_BATCHED_STEPS
         i = 0
         running = self.running
-        while i < len(running) and budget > 0:
+        end = len(running)
+        while i < end and budget > 0:
             r = running[i]
             computed = r.computed
             decoding = computed >= r.prefill_len
@@ -315,6 +344,7 @@ class Engine:
             if need:  # a decode needs a new block once every block_size tokens
                 while need > kv.available:
                     victim = running.pop()
+                    end -= 1
                     self._preempt(victim)
                     preempted = True
                     if victim is r:
@@ -325,6 +355,8 @@ class Engine:
                 r.held += need
             if decoding:
                 decode += 1
+                if r.max_tokens - r.generated < left:
+                    left = r.max_tokens - r.generated
             else:
                 prefill += n
                 pairs += n * (computed + (n + 1) / 2)
@@ -350,7 +382,7 @@ class Engine:
                     prefill += n  # an admitted prompt always has a token left to compute
                     pairs += n * (r.computed + (n + 1) / 2)
                     kv_read += r.computed + n
-        return sched, preempted or admitted, prefill, decode, kv_read, pairs
+        return _Step(sched, preempted or admitted, prefill, decode, kv_read, pairs, left)
 
     def _admit(self, r: SimRequest, budget: int) -> int:
         """Look the prompt up and take its blocks; returns the first chunk size, or -1 if no room."""
@@ -430,7 +462,7 @@ class Engine:
         r.computed = 0
         r.registered = 0
 
-    def _batch_steps(self, sched: list[tuple[SimRequest, int]], dt: float, batch: int, kv_read: int) -> int:
+    def _batch_steps(self, step: _Step, dt: float) -> int:
         """How many identical decode steps to apply at once (only steps already due by the clock)."""
         limit = self.clock.now()
         arrival = self._next_arrival()  # requests already due could not be admitted; the next could
@@ -440,15 +472,14 @@ class Engine:
             limit = min(limit, min(r.ready_at for r in self.loading))
         if limit - self.t <= dt:
             return 1
-        k = min(MAX_BATCHED_STEPS, 1 + int((limit - self.t) / dt))
-        k = min(k, min(r.max_tokens - r.generated for r, _ in sched))
+        k = min(MAX_BATCHED_STEPS, 1 + int((limit - self.t) / dt), step.left)
         # Drop steps that would start after the limit (step i reads i*batch more KV tokens).
-        while k > 1 and self.t + self.cost.decode_run(k - 1, dt, batch, kv_read) > limit:
+        while k > 1 and self.t + self.cost.decode_run(k - 1, dt, step.decode, step.kv_read) > limit:
             k = max(1, k // 2)
         if k <= 1:
             return 1
         bs = self.block_size
-        extra = sum(-(-(r.computed + k) // bs) - r.held for r, _ in sched)
+        extra = sum(-(-(r.computed + k) // bs) - r.held for r, _ in step.sched)
         return k if extra <= self.kv.available else 1
 
     # -- applying a step -----------------------------------------------------------------------
@@ -459,6 +490,7 @@ class Engine:
         t = self.t
         bs = self.block_size
         itl = st.itl
+        dirty = self._dirty
         decoded = 0
         finished: list[SimRequest] = []
         if k > 1:
@@ -473,7 +505,11 @@ class Engine:
                 extra += need
                 r.itls += [dt] * k
                 r.last_token_at = t
-                r.event.set()
+                if r.sink is None:  # its reader wakes, or its stream takes the tokens at the next flush
+                    r.event.set()
+                elif not r.dirty:
+                    r.dirty = True
+                    dirty.append(r)
                 if r.generated >= r.max_tokens:
                     finished.append(r)
             kv.allocate(extra)
@@ -506,7 +542,11 @@ class Engine:
                 r.generated += 1
                 decoded += 1
                 r.last_token_at = t
-                r.event.set()
+                if r.sink is None:
+                    r.event.set()
+                elif not r.dirty:
+                    r.dirty = True
+                    dirty.append(r)
                 if r.generated >= r.max_tokens:
                     finished.append(r)
             if steady:
