@@ -8,7 +8,7 @@ suffix by prometheus_client, as the real engines expose them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -99,7 +99,7 @@ class _Base(Collector):
             s.pinned_blocks,
         )
 
-    def _by(self, name: str, doc: str, label: str, values: dict[str, float]) -> CounterMetricFamily:
+    def _by(self, name: str, doc: str, label: str, values: Mapping[str, float]) -> CounterMetricFamily:
         fam = CounterMetricFamily(name, doc, labels=[*self.labels, label])
         for key, value in values.items():
             fam.add_metric([*self.labels.values(), key], value)

@@ -281,6 +281,11 @@ class StepCost:
             t += self.moe_s * (1.0 - self.miss ** (prefill_tokens + decode_batch))
         return t
 
+    def decode_run(self, k: int, step: float, batch: int, kv_tokens_read: int) -> float:
+        """Time of ``k`` pure-decode steps in a row, the first taking ``step``: each step reads
+        ``batch`` more KV tokens than the one before (every sequence grew by its token)."""
+        return k * (step - self.d * kv_tokens_read) + self.d * (k * kv_tokens_read + batch * k * (k - 1) // 2)
+
     def experts_touched(self, tokens: int) -> float:
         """Fraction of the routed experts a step of ``tokens`` tokens reads."""
         return 1.0 - self.miss**tokens if self.moe_s else 0.0
