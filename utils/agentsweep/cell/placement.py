@@ -55,6 +55,9 @@ DOCKER_ARGS_VAR = "AS_DOCKER_RUN_ARGS"
 CELL_ON_HOST_VAR = "AS_CELL_ON_HOST"
 # The label every instance container of a job carries (value: the job id): what cleanup removes.
 DOCKER_JOB_LABEL = "agentsweep.job"
+# The instance's container name, in its step's environment, for the task epilog (runners/lib).
+DOCKER_NAME_VAR = "AS_DOCKER_CONTAINER"
+DOCKER_EPILOG = "runners/lib/docker_epilog.sh"
 # What an engine instance's container gets of the step's environment besides the engine's own
 # variables (docker passes variables by name only): the hub's token and cache, the GPU selection.
 CONTAINER_PASS_NAMES = (
@@ -192,6 +195,7 @@ class Placement:
     docker_args: list[str] = field(default_factory=list)  # docker: `docker run` options
     image: str = ""  # docker: the image each instance runs
     name_prefix: str = "agentsweep"  # docker: instance k's container is NAME_PREFIX-k
+    docker_epilog: str = ""  # docker: the task epilog that removes a stopped step's container
     bound: dict[str, BoundPorts] = field(default_factory=dict)  # node -> its ports, once bound
 
     def step_prefix(self, index: int, env_names: Sequence[str] = ()) -> list[str]:
@@ -211,7 +215,12 @@ class Placement:
         ]
         if self.gres_type:
             words.append(f"--gres=gpu:{self.gres_type}:{self.node_gpus}")
-        words += [*self.container_args, "--export=ALL"]
+        words += self.container_args
+        if self.runtime == "docker":  # a stopped step kills the client at once: the epilog removes it
+            name = self.container_name(index)
+            words += [f"--task-epilog={self.docker_epilog}", f"--export=ALL,{DOCKER_NAME_VAR}={name}"]
+        else:
+            words.append("--export=ALL")
         if self.runtime == "pyxis":  # the step's environment enters the image: not the host's Python
             words = ["env", *(w for name in HOST_ONLY_NAMES for w in ("-u", name)), *words]
         if self.vendor != "none":
@@ -234,12 +243,15 @@ class Placement:
         names = sorted({*env_names, *CONTAINER_PASS_NAMES})
         return [
             "docker", "run", "--rm",
-            "--name", f"{self.name_prefix}-{index}",
+            "--name", self.container_name(index),
             "--label", f"{DOCKER_JOB_LABEL}={self.job_id}",
             *self.docker_args,
             *(w for name in names for w in ("--env", name)),
             self.image,
         ]  # fmt: skip
+
+    def container_name(self, index: int) -> str:
+        return f"{self.name_prefix}-{index}"
 
     def wrap(self, index: int, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
         return [*self.step_prefix(index, sorted(env or {})), *argv]
@@ -347,6 +359,11 @@ def plan_placement(
             )
         if runtime == "docker" and not cell.image:
             raise InputError(f"cell {cell.exp_name}: its engines run in docker but the cell has no image")
+        if runtime == "docker" and not environ.get("AS_REPO"):
+            raise InputError(
+                f"cell {cell.exp_name}: its engines run in docker but $AS_REPO (the checkout the "
+                f"nodes see, for {DOCKER_EPILOG}) is not set (the launcher sets it)"
+            )
     return Placement(
         job_id=job_id,
         nodes=nodes,
@@ -360,6 +377,9 @@ def plan_placement(
         docker_args=docker_args,
         image=cell.image,
         name_prefix=re.sub(r"[^A-Za-z0-9_.-]", "_", f"agentsweep-{cell.exp_name}-{job_id}"),
+        docker_epilog=f"{environ.get('AS_REPO', '').rstrip('/')}/{DOCKER_EPILOG}"
+        if runtime == "docker"
+        else "",
     )
 
 
