@@ -276,3 +276,57 @@ def test_an_interrupted_docker_cell_leaves_no_engine_container(slurm, podman_doc
     assert all(name.endswith((f"-{job}-0", f"-{job}-1")) for name in running), running
     assert container_image.containers(f"agentsweep.job={job}") == []
     assert slurm.jobs() == []
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_two_node_cell_under_docker_makes_its_slurm_calls_on_the_host(slurm2, podman_docker, tmp_path):
+    """Two replicas on two nodes of one GPU each, under docker: the cell (on the host of node 0) binds
+    each node's ports there and starts each engine as a container step on its node, at the node's own
+    address; the image has no Slurm client, and needs none."""
+    runners = tmp_path / "runners.yaml"
+    runners.write_text(
+        "mi355x: {runs_on: [self-hosted, slurm, mi355x], launcher: runners/launch_mi355x.sh,"
+        " gpus_per_node: 1, max_nodes: 2, gres_type: mi355x, cpu_dram_gb: 64, partition: mi355x,"
+        " account: null, time_limit_min: 30, exclude: [], container_runtime: docker, hf_cache: null}\n"
+    )
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(
+        SWEEP.format(
+            runner="mi355x", engine="sim", image=podman_docker.image, duration=6, speed=50,
+            engine_args="--hardware mi355x --num-gpu-blocks-override 4096", replicas=2,
+            router=", router: [round_robin]",
+        )
+    )  # fmt: skip
+    (cell,) = select_cells(sweep, ["ct"], runners=load_runners(runners))
+    assert cell.nodes == 2
+    no_slurm = subprocess.run(
+        ["docker", "run", "--rm", podman_docker.image, "bash", "-c", "command -v srun scontrol"],
+        env={**os.environ, "PATH": f"{podman_docker.bin_dir}{os.pathsep}{os.environ['PATH']}"},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert no_slurm.returncode != 0 and no_slurm.stdout == ""
+    result = tmp_path / "result"
+    env = launcher_env(cell, runners, result, slurm2.env)
+    env["PATH"] = f"{podman_docker.bin_dir}{os.pathsep}{env['PATH']}"
+    env["AGENTSWEEP_DOCKER_DEVICES"] = ""
+    env["AGENTSWEEP_SHM_SIZE"] = ""
+    proc = subprocess.run(
+        ["bash", str(REPO / "runners" / "launch_mi355x.sh")],
+        env=env, capture_output=True, text=True, cwd=REPO, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job = re.search(r"Granted job allocation (\d+)", proc.stderr).group(1)  # type: ignore[union-attr]
+    record = json.loads((result / "cell.json").read_text())
+    assert record["status"] == "SUCCESS", (result / "status.txt").read_text()
+    so = record["scaleout"]
+    nodes = {n["name"]: n for n in so["placement"]["nodes"]}
+    assert {n: v["address"] for n, v in nodes.items()} == {"gpunode1": "127.0.0.2", "gpunode2": "127.0.0.3"}
+    assert nodes["gpunode2"]["bound_on"] == "gpunode2" and nodes["gpunode2"]["bound_by_step"] == f"{job}.1"
+    for inst in so["replicas"]:
+        node = nodes[inst["node"]]
+        assert inst["url"] == f"http://{node['address']}:{node['ports'][0]}"
+        assert f"--nodelist={inst['node']}" in inst["command"] and "docker" in inst["command"]
+    assert [r["node"] for r in so["replicas"]] == ["gpunode1", "gpunode2"]
+    assert container_image.containers(f"agentsweep.job={job}") == []
+    assert slurm2.jobs() == []
