@@ -159,6 +159,7 @@ class CellPlan:
             lines.append(f"  health:  {inst.url}{inst.engine.health_path}")
             if inst.bootstrap_port is not None:
                 lines.append(f"  bootstrap port: {inst.bootstrap_port}")
+            lines += [f"  note:    {note}" for note in inst.engine.notes]
             lines.append(f"  scraper: {shlex.join(inst.scraper_argv)}")
             lines.append(f"  log:     {inst.log_name}")
         lines.append(f"router:  {shlex.join(self.router.argv)}")
