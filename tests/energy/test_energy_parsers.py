@@ -154,7 +154,7 @@ def test_amd_smi_command_and_loop():
     ]  # fmt: skip
     script = amd_smi.loop_script(["0"], 1.0)
     assert script.startswith("while :; do amd-smi metric -g 0 --power") and 'echo "#fail $?"' in script
-    assert script.endswith("echo #end; sleep 1; done")
+    assert script.endswith('echo "#end"; sleep 1; done')
 
 
 DCGM_TEXT = """\

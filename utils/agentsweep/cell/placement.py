@@ -132,12 +132,20 @@ class Placement:
     def step_prefix(self, index: int) -> list[str]:
         """The srun words that start instance ``index`` as its own step on its node."""
         slot = self.slots[index]
+        return self._prefix(slot.node, slot.gpu_offset, slot.tp)
+
+    def node_step_prefix(self, node: str, gpus: int) -> list[str]:
+        """The srun words of a step on ``node`` that keeps the cell's ``gpus`` GPUs there (positions
+        0.. of the node's share: instances are packed from the first), for tools that read them."""
+        return self._prefix(node, 0, gpus)
+
+    def _prefix(self, node: str, gpu_offset: int, tp: int) -> list[str]:
         words = [
             "srun",
             f"--jobid={self.job_id}",
             "--nodes=1",
             "--ntasks=1",
-            f"--nodelist={slot.node}",
+            f"--nodelist={node}",
             "--overlap",
             "--kill-on-bad-exit=1",
         ]
@@ -150,8 +158,8 @@ class Placement:
                 "-c",
                 _SELECT_GPUS,
                 "select-gpus",
-                str(slot.gpu_offset),
-                str(slot.tp),
+                str(gpu_offset),
+                str(tp),
                 self.vendor,
             ]
         return words

@@ -57,14 +57,14 @@ def command(ids: Sequence[str]) -> list[str]:
 def loop_script(ids: Sequence[str], interval_s: float) -> str:
     """A bash loop: the document, ``#fail <status>`` when the call failed, ``#end``; every interval."""
     call = shlex.join(command(ids))
-    return f'while :; do {call} || echo "{FAIL} $?"; echo {END}; sleep {interval_s:g}; done'
+    return f'while :; do {call} || echo "{FAIL} $?"; echo "{END}"; sleep {interval_s:g}; done'
 
 
 def step_script(count: int, interval_s: float, gpus_line: str) -> str:
     """A bash script for the node's job step: ``<gpus_line> <ids>`` (the first ``count`` GPUs of the
     step's ROCR_VISIBLE_DEVICES, the cell's on that node), then the loop over them."""
     call = shlex.join(command([])[:2]) + " -g $ids " + shlex.join(METRIC_FLAGS)
-    loop = f'while :; do {call} || echo "{FAIL} $?"; echo {END}; sleep {interval_s:g}; done'
+    loop = f'while :; do {call} || echo "{FAIL} $?"; echo "{END}"; sleep {interval_s:g}; done'
     pick = f'ids=$(printf %s "${{ROCR_VISIBLE_DEVICES-}}" | tr , "\\n" | head -n {count} | paste -sd, -)'
     return f'{pick}; echo "{gpus_line} $ids"; ids=${{ids//,/ }}; {loop}'
 

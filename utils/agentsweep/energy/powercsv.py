@@ -87,7 +87,7 @@ def one_line(text: str, limit: int = FAULT_MAX_CHARS) -> str:
 
 
 def _cell(value: float | None) -> str:
-    return "" if value is None else f"{value:.6g}"
+    return "" if value is None else f"{value:.12g}"
 
 
 class PowerCsvWriter:

@@ -485,15 +485,18 @@ def effective_source(cell: Cell, simulated: bool) -> str:
 def power_summary(result_dir: Path) -> PowerSummary:
     """The power summary of a cell's result directory (cell.json, summary.json, power.csv).
 
-    Never raises for what the files hold: a missing or broken file is a reason (``power_valid``
-    false); ``ResultFileError`` only when cell.json itself is missing or broken.
+    Never raises for what summary.json or power.csv hold: a missing or broken file is a reason
+    (``power_valid`` false); ``ResultFileError`` only when cell.json itself is missing or broken.
     """
     record = read_cell_record(result_dir)
     if record is None:
         raise ResultFileError("cell.json missing")
-    cell = record.parse_cell()
-    simulated = cell.engine == "sim"
-    source = effective_source(cell, simulated)
+    return cell_power_summary(result_dir, record.parse_cell())
+
+
+def cell_power_summary(result_dir: Path, cell: Cell) -> PowerSummary:
+    """``power_summary`` for a cell known already (the cell itself, before it writes cell.json)."""
+    source = effective_source(cell, cell.engine == "sim")
     window, work, problem = _window_and_work(result_dir, cell)
     path = result_dir / POWER_CSV
     args: dict[str, Any] = {
