@@ -116,7 +116,7 @@ def test_unexpected_output_names_the_line_and_sampling_goes_on(tools, tmp_path, 
 
 def test_a_gpu_lost_part_way(tools, tmp_path, monkeypatch):
     monkeypatch.setenv("STANDIN_MODE", "lost-after:5:1")
-    rows, start, end = run_for(tmp_path, spec("nvidia-smi"), 2.0)
+    rows, _start, _end = run_for(tmp_path, spec("nvidia-smi"), 2.0)
     (fault,) = faults(rows)
     assert fault.endswith("GPU 1 reports power.draw as [GPU is lost]")
     assert [r.gpu for r in rows if r.fault] == ["1"]
@@ -136,7 +136,7 @@ def test_a_gpu_that_goes_silent(tools, tmp_path, monkeypatch):
 
 def test_a_tool_that_fails_part_way(tools, tmp_path, monkeypatch):
     monkeypatch.setenv("STANDIN_MODE", "exit-after:4")
-    rows, start, end = run_for(tmp_path, spec("nvidia-smi"), 2.0)
+    rows, _start, _end = run_for(tmp_path, spec("nvidia-smi"), 2.0)
     assert faults(rows)[-1] == (
         "nvidia-smi on n1: the tool exited with status 9; last line: "
         "'Failed to initialize NVML: Driver/library version mismatch'"
@@ -230,7 +230,7 @@ def exporter() -> Iterator[Callable[[Callable[[int], str]], _Exporter]]:
 
 def test_dcgm_endpoint_samples_the_cells_gpus(tmp_path, exporter):
     e = exporter(lambda n: dcgm_text(n, gpus=("0", "1", "2")))
-    rows, start, end = run_for(tmp_path, spec("dcgm", ("0", "2"), endpoint=e.url), 1.5)
+    rows, _start, _end = run_for(tmp_path, spec("dcgm", ("0", "2"), endpoint=e.url), 1.5)
     assert faults(rows) == [] and {r.gpu for r in rows} == {"0", "2"}
     assert all(r.energy_j is not None for r in rows)
 
@@ -245,10 +245,11 @@ def test_dcgm_counter_going_backwards(tmp_path, exporter):
 
 def test_dcgm_gpu_disappearing_and_endpoint_going_away(tmp_path, exporter):
     e = exporter(lambda n: dcgm_text(n, gpus=("0", "1") if n < 8 else ("0",)))
-    rows, start, end = run_for(tmp_path, spec("dcgm", endpoint=e.url), 1.5)
+    rows, _, _ = run_for(tmp_path, spec("dcgm", endpoint=e.url), 1.5)
     assert f"dcgm on n1: GPU 1 is absent from {e.url}" in faults(rows)
     e.close()
-    rows, start, end = run_for(tmp_path / "", spec("dcgm", endpoint=e.url), 0.6)
+    (tmp_path / "gone").mkdir()
+    rows, _, _ = run_for(tmp_path / "gone", spec("dcgm", endpoint=e.url), 0.6)
     assert any("failed: URLError" in f for f in faults(rows)), faults(rows)
 
 
@@ -256,7 +257,7 @@ def test_a_reply_that_is_not_dcgm(tmp_path, exporter):
     e = exporter(
         lambda n: '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0"} 1\n'
     )
-    rows, start, end = run_for(tmp_path, spec("dcgm", endpoint=e.url), 0.6)
+    rows, _start, _end = run_for(tmp_path, spec("dcgm", endpoint=e.url), 0.6)
     assert faults(rows) == [
         f"dcgm on n1: GET {e.url} failed: NotDcgm: no DCGM_FI_DEV_POWER_USAGE in the reply"
     ]
@@ -305,7 +306,7 @@ def test_a_node_whose_gpus_are_named_inside_its_step(tools, tmp_path, source, vi
 
 def test_a_step_showing_fewer_gpus_than_the_cell_has_there(tools, tmp_path):
     target = PowerTarget(node="n2", count=2, prefix=("env", "CUDA_VISIBLE_DEVICES=3"))
-    rows, start, end = run_for(
+    rows, _start, _end = run_for(
         tmp_path, SamplerSpec(source="nvidia-smi", interval_s=0.2, targets=(target,)), 1.0
     )
     assert faults(rows) == ["nvidia-smi on n2: the job step shows 1 GPUs ('#gpus 3'), the cell has 2 here"]
