@@ -173,7 +173,7 @@ class Sampler:
         for number, raw in enumerate(_lines(proc.stdout), start=1):
             arrived = time.time()
             line = raw.strip()
-            if not line:
+            if not line or self.stop.is_set():  # what a stopped tool (or its srun) says last is no sample
                 continue
             last = line
             if line.startswith(GPUS_LINE):
@@ -215,6 +215,8 @@ class Sampler:
         last = ""
         for raw in _lines(proc.stdout):
             number += 1
+            if self.stop.is_set():  # what a stopped loop (or its srun) says last is no sample
+                continue
             line = raw.rstrip("\n")
             if line.strip():
                 last = line.strip()
