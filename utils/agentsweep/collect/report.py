@@ -107,7 +107,7 @@ def _withheld(df: pd.DataFrame) -> bool:
 def table_spec(df: pd.DataFrame) -> tuple[tuple[str, str, str], ...]:
     """The summary table's (column, header, format): TABLE, with the routed columns when some cell
     runs behind a router."""
-    power = POWER_TABLE[:2] if _has(df, "joules_per_output_token") else ()
+    power: tuple[tuple[str, str, str], ...] = POWER_TABLE[:2] if _has(df, "joules_per_output_token") else ()
     if power and _withheld(df):
         power += POWER_TABLE[2:]
     if not routed(df):
