@@ -199,3 +199,38 @@ def test_a_reply_without_dcgm_power_is_not_dcgm():
         )
     with pytest.raises(ValueError):
         dcgm.parse_metrics("<html>proxy error</html>\n{")
+
+
+H200_LOOP = (FIXTURES / "nvidia-smi-loop-load.h200.csv").read_text().splitlines()
+H200_FACTS = (FIXTURES / "nvidia-smi-facts.h200.txt").read_text()
+
+
+def test_the_samplers_own_query_recorded_on_an_h200_parses():
+    lines = [nvidia_smi.parse_line(line) for line in H200_LOOP]
+    assert len(lines) == 135 and {ln.reading.gpu for ln in lines} == {"0"}
+    assert {ln.uuid for ln in lines} == {"GPU-b1617fa7-dffa-120d-5c20-f60919430823"}
+    watts = [ln.reading.power_w or 0.0 for ln in lines]
+    assert 80 < min(watts) < 81 and 690 < max(watts) < 700  # idle, and the 700 W limit under the matmuls
+    assert (
+        max(ln.reading.temp_c or 0 for ln in lines) == 64.0
+        and max(ln.reading.mem_used_mib or 0 for ln in lines) == 3443.0
+    )
+
+
+def test_recorded_h200_lines_through_a_pipe_arrive_at_their_timestamp():
+    """The zone offset found from the first line holds: every line's time equals its arrival."""
+    piped = H200_FACTS.split("### stdout is a pipe: arrival time (Unix) of each line, then the line\n")[1]
+    clock = nvidia_smi.NodeClock()
+    lines = [line.split(" ", 1) for line in piped.splitlines() if line[:1].isdigit() and ", 0, GPU-" in line]
+    assert len(lines) == 7
+    for arrived, text in lines:
+        assert clock.unix(nvidia_smi.parse_line(text).stamp, float(arrived)) == pytest.approx(
+            float(arrived), abs=0.02
+        )
+    assert clock.offset_s == 0.0  # that node keeps UTC
+
+
+def test_recorded_h200_error_forms():
+    assert "### --id=0,1 on a one-GPU machine\n2026/11/26 00:17:30.460, 0, GPU-" in H200_FACTS  # no error
+    assert 'Field "total_energy_consumption" is not a valid field to query.\n\nrc=2' in H200_FACTS
+    assert "#gpus 0\n2026/11/26 00:17:29.184, 0," in H200_FACTS  # the job-step script's first line

@@ -92,13 +92,22 @@ def test_a_missing_tool_is_one_fault_and_the_sampler_runs_on(tmp_path, monkeypat
     )
 
 
-def test_a_gpu_id_the_node_lacks_is_the_recorded_error_and_exit_status(tools, tmp_path):
-    rows, start, end = run_for(tmp_path, spec("nvidia-smi", ("0", "9")), 1.5)
+def test_a_gpu_id_the_node_lacks_is_left_out_and_found_missing(tools, tmp_path):
+    """nvidia-smi prints nothing and no error for an id it lacks when others exist (recorded on an H200)."""
+    rows, start, end = run_for(tmp_path, spec("nvidia-smi", ("0", "9")), 4.5)
+    assert faults(rows) == ["nvidia-smi on n1: GPU 9 never reported"]
+    assert {r.gpu for r in rows if not r.fault} == {"0"}
+    summary = judge(rows, start, end)
+    assert not summary.power_valid and "GPU 9 never reported" in summary.reasons[0]
+
+
+def test_no_gpu_id_the_node_has_is_the_recorded_error_and_exit_status(tools, tmp_path):
+    rows, start, end = run_for(tmp_path, spec("nvidia-smi", ("9",)), 1.5)
     assert faults(rows) == [
         "nvidia-smi on n1: output line 1: unexpected output (1 fields, the query asks for 7): 'No devices were found'",
         "nvidia-smi on n1: the tool exited with status 6; last line: 'No devices were found'",
     ]
-    assert "No devices were found" in judge(rows, start, end).reasons[0]
+    assert "No devices were found" in judge(rows, start, end, gpus=1).reasons[0]
 
 
 def test_unexpected_output_names_the_line_and_sampling_goes_on(tools, tmp_path, monkeypatch):

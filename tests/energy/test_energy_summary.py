@@ -274,3 +274,35 @@ def test_integrate_is_zero_on_an_empty_or_reversed_window():
     assert integrate([], [], 0.0, 1.0) == 0.0
     assert integrate([0.0, 1.0], [5.0, 5.0], 1.0, 1.0) == 0.0
     assert integrate([0.0, 1.0], [5.0, 5.0], 0.0, 1.0) == pytest.approx(5.0)
+
+
+def h200_rows() -> list[PowerRow]:
+    rows = []
+    for line in (FIXTURES / "nvidia-smi-loop-load.h200.csv").read_text().splitlines():
+        when, r, _ = parse_line(line)
+        assert when is not None
+        rows.append(
+            PowerRow(stamp(when), "h200", r.gpu, r.power_w, None, r.temp_c, r.util_pct, r.mem_used_mib)
+        )
+    return rows
+
+
+def test_the_recorded_h200_plateau_and_a_hand_computed_stretch():
+    rows = h200_rows()
+    # 00:17:04.133 691.26 | 04.383 691.88 | 04.634 691.14 | 04.884 692.41 (trapezoids, by hand)
+    hand = 0.250 * (691.26 + 691.88) / 2 + 0.251 * (691.88 + 691.14) / 2 + 0.250 * (691.14 + 692.41) / 2
+    stretch = run(rows, stamp("2026/11/26 00:17:04.133"), stamp("2026/11/26 00:17:04.884"))
+    assert stretch.power_valid and stretch.total_gpu_energy_j == pytest.approx(hand, abs=1e-3)
+    plateau = run(rows, stamp("2026/11/26 00:17:04.0"), stamp("2026/11/26 00:17:22.9"))
+    assert plateau.power_valid, plateau.reasons
+    inside = [
+        r.power_w or 0.0
+        for r in rows
+        if stamp("2026/11/26 00:17:04.0") <= r.time_s <= stamp("2026/11/26 00:17:22.9")
+    ]
+    assert plateau.avg_power_w == pytest.approx(sum(inside) / len(inside), rel=0.002)
+    assert (
+        688 < (plateau.avg_power_w or 0) < 695
+        and plateau.peak_temp_c == 64.0
+        and plateau.avg_util_pct == 100.0
+    )

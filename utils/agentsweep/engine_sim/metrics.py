@@ -371,7 +371,8 @@ def render(registry: CollectorRegistry) -> bytes:
 # Energy is the integral of that power over the engine's own clock (the counter counts engine seconds, as
 # every other figure of a sped-up simulated engine does); utilisation is the busy share of the interval
 # (steps x a + the compute above); temperature approaches 33 + 32 x power / board power °C with a 20 s
-# time constant (a recorded H100: 36 °C idle, 63 °C after 15 s at its 700 W limit); memory used is the
+# time constant (recorded: an H100 36 °C idle, 63 °C after 15 s at its 700 W limit; an H200 41 °C and
+# 64 °C); memory used is the
 # weights, the activation reserve and the KV pool, allocated at start as a serving engine does.
 COMPUTE_SHARE = 1.0
 MEMORY_SHARE = 0.6

@@ -78,10 +78,11 @@ class Hardware:
 #   Design Power (TDP)" of the HGX B200 GPU).
 # - AMD Instinct MI355X: 1,400 W "Total Board Power (TBP)" (AMD Instinct MI355X product page and
 #   data sheet; the air-cooled MI350X is 1,000 W).
-# Idle power is not in any datasheet. A real H100 (700 W board, the same Hopper die and power limit as
-# the H200) recorded with nvidia-smi idles at 71 W bare and at 120-127 W once a process holds a CUDA
-# context and memory, as a serving engine does; the H200 takes that 125 W, and the B200 and MI355X the
-# same 18 % of their board power (an estimate until they are measured).
+# Idle power is not in any datasheet. Recorded with nvidia-smi (tests/energy/fixtures): an H100 (700 W
+# board) idles at 71 W bare and at 120-127 W once a process holds a CUDA context and memory, as a
+# serving engine does; an H200 idles at 80 W bare and draws about 691 W of its 700 W limit under a bf16
+# matmul loop. The H200 takes the held-context 125 W, and the B200 and MI355X the same 18 % of their
+# board power (an estimate until they are measured).
 HARDWARE: dict[str, Hardware] = {
     # NVIDIA H200 SXM datasheet (no FP4 units: FP4 weights compute at FP8 rate).
     "h200": Hardware(
