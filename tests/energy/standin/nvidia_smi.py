@@ -37,6 +37,7 @@ def main() -> int:
     if mode == "no-devices" or not ids:
         print("No devices were found", flush=True)
         return 6
+    loop = "--loop-ms" in opts  # without it, one sample and done (as the real tool)
     interval = int(opts.get("--loop-ms", "1000")) / 1000
     tick = 0
     while True:
@@ -67,6 +68,8 @@ def main() -> int:
             }
             print(", ".join(values.get(f, "[N/A]") for f in fields), flush=True)
         tick += 1
+        if not loop:
+            return 0
         time.sleep(interval)
 
 
