@@ -306,7 +306,7 @@ def summarize(
             bad_rows,
             samples,
         )
-    per_gpu = [_gpu_figures(key, series[key], window) for key in observed]
+    per_gpu = [_gpu_figures(key, series[key], window, interval_s) for key in observed]
     return _valid(
         per_gpu,
         series,
@@ -325,22 +325,20 @@ def summarize(
     )
 
 
-def _gpu_figures(key: tuple[str, str], s: _Series, window: Window) -> GpuPower:
+def _gpu_figures(key: tuple[str, str], s: _Series, window: Window, step: float) -> GpuPower:
     start, end = window.start_unix, window.end_unix
     around = s.span(start, end)
     inside = s.inside(start, end)
-    counter = [(s.t[i], s.energy[i]) for i in around if s.energy[i] is not None]
+    counter = [(s.t[i], j) for i in around if (j := s.energy[i]) is not None]
     if len(counter) == len(around) and len(counter) >= 2:
-        t, e = [c[0] for c in counter], [c[1] for c in counter]
-        energy = _at(t, e, end) - _at(t, e, start)  # type: ignore[arg-type]
+        times, joules = [c[0] for c in counter], [c[1] for c in counter]
+        energy = _at(times, joules, end) - _at(times, joules, start)
         source = "counter"
     else:
-        powered = [(s.t[i], s.power[i]) for i in around if s.power[i] is not None]
-        t, w = [p[0] for p in powered], [p[1] for p in powered]
-        energy = integrate(t, w, start, end) * window.clock_scale  # type: ignore[arg-type]
+        powered = [(s.t[i], w) for i in around if (w := s.power[i]) is not None]
+        energy = integrate([p[0] for p in powered], [p[1] for p in powered], start, end) * window.clock_scale
         source = "power integral"
-    watts = sorted(s.power[i] for i in inside if s.power[i] is not None)  # type: ignore[type-var]
-    temps = [s.temp[i] for i in inside if s.temp[i] is not None]
+    temps = [c for i in inside if (c := s.temp[i]) is not None]
     return GpuPower(
         node=key[0],
         gpu=key[1],
@@ -348,22 +346,20 @@ def _gpu_figures(key: tuple[str, str], s: _Series, window: Window) -> GpuPower:
         energy_j=energy,
         energy_from=source,
         avg_power_w=energy / window.engine_s if window.engine_s > 0 else None,
-        p90_power_w=percentile(watts, 90.0),  # type: ignore[arg-type]
+        p90_power_w=_p90_over_time([s], window, step),
         avg_temp_c=_mean(temps),
-        peak_temp_c=max(temps) if temps else None,  # type: ignore[type-var]
+        peak_temp_c=max(temps) if temps else None,
         avg_util_pct=_mean(s.util[i] for i in inside),
     )
 
 
-def _cell_p90(
-    series: dict[tuple[str, str], _Series], keys: list[tuple[str, str]], window: Window, step: float
-) -> float | None:
-    """p90 over time of the cell's power (every GPU's power, interpolated on a common grid, summed)."""
+def _p90_over_time(series: list[_Series], window: Window, step: float) -> float | None:
+    """p90 over the window of the summed power of ``series`` (each interpolated on a grid ``step`` apart,
+    so a GPU sampled more often weighs no more, and one GPU reads the same alone or in a cell)."""
     n = max(2, min(100_000, int(window.wall_s / step) + 1))
     grid = [window.start_unix + window.wall_s * k / (n - 1) for k in range(n)]
     total = [0.0] * n
-    for key in keys:
-        s = series[key]
+    for s in series:
         powered = [(t, p) for t, p in zip(s.t, s.power, strict=True) if p is not None]
         if not powered:
             return None
@@ -394,10 +390,9 @@ def _valid(
     energy_from = kinds.pop() if len(kinds) == 1 else "mixed"
     engine_s = window.engine_s
     avg = energy / engine_s if engine_s > 0 else None
-    temps = [g for g in per_gpu if g.avg_temp_c is not None]
     inside = [(s, s.inside(window.start_unix, window.end_unix)) for s in (series[k] for k in keys)]
-    all_temps = [s.temp[i] for s, r in inside for i in r if s.temp[i] is not None]
-    utils = [s.util[i] for s, r in inside for i in r if s.util[i] is not None]
+    all_temps = [c for s, r in inside for i in r if (c := s.temp[i]) is not None]
+    utils = [u for s, r in inside for i in r if (u := s.util[i]) is not None]
 
     def per(count: float | None) -> float | None:
         return energy / count if count else None
@@ -405,14 +400,14 @@ def _valid(
     return PowerSummary(
         power_valid=True,
         avg_power_w=avg,
-        p90_power_w=_cell_p90(series, keys, window, interval_s),
+        p90_power_w=_p90_over_time([series[k] for k in keys], window, interval_s),
         avg_power_per_gpu_w=avg / len(per_gpu) if avg is not None and per_gpu else None,
         total_gpu_energy_j=energy,
         joules_per_output_token=per(work.output_tokens),
         joules_per_total_token=per(work.total_tokens),
         joules_per_successful_query=per(work.ok_requests),
-        avg_temp_c=_mean(all_temps) if temps else None,
-        peak_temp_c=max(all_temps) if all_temps else None,  # type: ignore[type-var]
+        avg_temp_c=_mean(all_temps),
+        peak_temp_c=max(all_temps) if all_temps else None,
         avg_util_pct=_mean(utils),
         reasons=(),
         audit=PowerAudit(
