@@ -234,3 +234,9 @@ def test_recorded_h200_error_forms():
     assert "### --id=0,1 on a one-GPU machine\n2026/11/26 00:17:30.460, 0, GPU-" in H200_FACTS  # no error
     assert 'Field "total_energy_consumption" is not a valid field to query.\n\nrc=2' in H200_FACTS
     assert "#gpus 0\n2026/11/26 00:17:29.184, 0," in H200_FACTS  # the job-step script's first line
+
+
+@pytest.mark.parametrize("figure", ["nan", "inf", "-inf"])
+def test_a_non_finite_figure_is_unexpected_output(figure):
+    with pytest.raises(nvidia_smi.UnexpectedOutput, match=f"power.draw is '{figure}'"):
+        nvidia_smi.parse_line(f"2026/11/25 21:23:52.398, 0, GPU-x, {figure}, 56, 100, 1139")

@@ -306,3 +306,11 @@ def test_the_recorded_h200_plateau_and_a_hand_computed_stretch():
         and plateau.peak_temp_c == 64.0
         and plateau.avg_util_pct == 100.0
     )
+
+
+def test_the_writer_never_writes_a_non_finite_figure(tmp_path):
+    with PowerCsvWriter(tmp_path / "power.csv") as out:
+        out.sample(1.0, "n", GpuReading("0", float("nan"), float("inf"), 40.0))
+    (row,) = read_power(tmp_path / "power.csv")
+    assert row.power_w is None and row.energy_j is None and row.temp_c == 40.0
+    assert "nan" not in (tmp_path / "power.csv").read_text().lower()

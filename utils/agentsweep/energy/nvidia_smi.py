@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import calendar
 import csv
+import math
 import shlex
 import time
 from collections.abc import Sequence
@@ -121,11 +122,12 @@ def parse_line(line: str, fields: Sequence[str] = QUERY_FIELDS) -> Line:
         if cell.startswith("["):
             raise GpuFault(gpu, f"GPU {gpu} reports {field} as {cell}")
         try:
-            figures[name] = float(cell)
+            value = float(cell)
         except ValueError:
-            raise UnexpectedOutput(
-                f"unexpected output ({field} is {cell!r}): {one_line(text, 200)!r}"
-            ) from None
+            value = math.nan
+        if not math.isfinite(value):  # text, nan or inf where a figure belongs
+            raise UnexpectedOutput(f"unexpected output ({field} is {cell!r}): {one_line(text, 200)!r}")
+        figures[name] = value
     return Line(by_name.get("timestamp"), GpuReading(gpu, **figures), by_name.get("uuid", ""))
 
 

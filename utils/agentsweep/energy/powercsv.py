@@ -87,7 +87,8 @@ def one_line(text: str, limit: int = FAULT_MAX_CHARS) -> str:
 
 
 def _cell(value: float | None) -> str:
-    return "" if value is None else f"{value:.12g}"
+    """A figure as written: empty when not reported (a non-finite figure is not one either)."""
+    return "" if value is None or not math.isfinite(value) else f"{value:.12g}"
 
 
 class PowerCsvWriter:
