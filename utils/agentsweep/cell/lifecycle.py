@@ -140,7 +140,10 @@ def run_cell(
 def _power_line(plan: CellPlan) -> str:
     """One line on the cell's power: its energy and joules per output token, or why they are withheld
     (the verdict does not depend on it)."""
-    power = cell_power_summary(plan.result_dir, plan.cell)
+    try:
+        power = cell_power_summary(plan.result_dir, plan.cell)
+    except Exception as err:  # the power figures never decide a cell's fate, not even by a bug
+        return f"power summary failed: {type(err).__name__}: {err}"
     if not power.power_valid:
         return f"power figures withheld: {'; '.join(power.reasons)}"
     per_token = power.joules_per_output_token
