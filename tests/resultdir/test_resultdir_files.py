@@ -188,8 +188,8 @@ def test_every_declared_file_resolves_and_an_undeclared_one_is_refused() -> None
         assert result_file(declared.name) is declared
     assert result_file("server_metrics.d1.csv").name == "server_metrics.<instance>.csv"
     assert result_file("server.p0.log").name == "server.<instance>.log"
-    with pytest.raises(KeyError, match=r"power\.csv: not a declared result file"):
-        result_file("power.csv")
+    with pytest.raises(KeyError, match=r"gpu_power\.txt: not a declared result file"):
+        result_file("gpu_power.txt")
 
 
 def test_the_owner_sits_in_the_contract_layer() -> None:

@@ -31,6 +31,7 @@ from agentsweep.contract.resultdir import (
     SUMMARY_JSON,
 )
 from agentsweep.contract.verdict import Verdict
+from agentsweep.energy.summary import cell_power_summary
 from agentsweep.errors import InputError
 from agentsweep.validity import evaluate
 
@@ -104,6 +105,8 @@ def run_cell(
         if reason is None:
             reasons = _judge(plan)
             status = "INVALID" if reasons else "SUCCESS"
+            if plan.power is not None:
+                say(_power_line(plan))
         else:
             reasons = [reason]
     except CellInterrupted as err:
@@ -132,6 +135,23 @@ def run_cell(
         )
         say(status + (f": {'; '.join(reasons)}" if reasons else ""))
     return status, "; ".join(reasons) or None
+
+
+def _power_line(plan: CellPlan) -> str:
+    """One line on the cell's power: its energy and joules per output token, or why they are withheld
+    (the verdict does not depend on it)."""
+    try:
+        power = cell_power_summary(plan.result_dir, plan.cell)
+    except Exception as err:  # the power figures never decide a cell's fate, not even by a bug
+        return f"power summary failed: {type(err).__name__}: {err}"
+    if not power.power_valid:
+        return f"power figures withheld: {'; '.join(power.reasons)}"
+    per_token = power.joules_per_output_token
+    return (
+        f"power: {power.total_gpu_energy_j or 0:.0f} J over the window ({power.audit.energy_from}), "
+        f"{power.avg_power_w or 0:.0f} W average for {power.audit.observed_gpus} GPUs"
+        + (f", {per_token:.3g} J per output token" if per_token is not None else "")
+    )
 
 
 def cached_metrics_file(plan: CellPlan) -> str:

@@ -204,19 +204,33 @@ class Placement:
         ``env_names``: the engine's own variables, which a docker container gets by name.
         """
         slot = self.slots[index]
+        return self._prefix(slot.node, slot.gpu_offset, slot.tp, index, env_names)
+
+    def node_step_prefix(self, node: str, gpus: int) -> list[str]:
+        """The srun words of a step on ``node`` that keeps the cell's ``gpus`` GPUs there (positions
+        0.. of the node's share: instances are packed from the first), for tools that read them. Under
+        docker the tool runs on the host side of the node, not in an engine's container."""
+        return self._prefix(node, 0, gpus, None, ())
+
+    def _prefix(
+        self, node: str, gpu_offset: int, tp: int, index: int | None, env_names: Sequence[str]
+    ) -> list[str]:
+        """``index``: the engine instance the step runs (``None``: a tool step, never a container)."""
+        docker = self.runtime == "docker" and index is not None
         words = [
             "srun",
             f"--jobid={self.job_id}",
             "--nodes=1",
             "--ntasks=1",
-            f"--nodelist={slot.node}",
+            f"--nodelist={node}",
             "--overlap",
             "--kill-on-bad-exit=1",
         ]
         if self.gres_type:
             words.append(f"--gres=gpu:{self.gres_type}:{self.node_gpus}")
         words += self.container_args
-        if self.runtime == "docker":  # a stopped step kills the client at once: the epilog removes it
+        if docker:  # a stopped step kills the client at once: the epilog removes it
+            assert index is not None
             name = self.container_name(index)
             words += [f"--task-epilog={self.docker_epilog}", f"--export=ALL,{DOCKER_NAME_VAR}={name}"]
         else:
@@ -229,11 +243,12 @@ class Placement:
                 "-c",
                 _SELECT_GPUS,
                 "select-gpus",
-                str(slot.gpu_offset),
-                str(slot.tp),
+                str(gpu_offset),
+                str(tp),
                 self.vendor,
             ]
-        if self.runtime == "docker":
+        if docker:
+            assert index is not None
             words += self.docker_run(index, env_names)
         return words
 

@@ -30,15 +30,18 @@ from agentsweep.cell import record
 from agentsweep.cell.clients import client
 from agentsweep.cell.engines import EngineLaunch, EngineRecipe, PdRole, build_engine_launch, recipe
 from agentsweep.cell.placement import Placement
+from agentsweep.cell.power import sampler_spec
 from agentsweep.cell.routers import SESSION_HEADERS, PdWorkers, RouterLaunch, build_router_launch
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.resultdir import (
+    POWER_CSV,
     ROUTER_METRICS_CSV,
     SERVER_LOG,
     SERVER_METRICS_CSV,
     instance_log,
     instance_metrics_csv,
 )
+from agentsweep.energy.spec import SamplerSpec
 from agentsweep.errors import InputError
 
 # engine: a cell's one engine, serving the client itself; the others stand behind a router.
@@ -92,6 +95,8 @@ class CellPlan:
     router: RouterLaunch | None = None
     router_scraper_argv: list[str] = field(default_factory=list)  # router_metrics.csv over the run
     placement: Placement | None = None
+    power: SamplerSpec | None = None  # the power sampler's targets (None: the runner samples no power)
+    power_argv: list[str] = field(default_factory=list)  # power.csv over the run
 
     @property
     def mode(self) -> Literal["dp", "pd"]:
@@ -127,7 +132,11 @@ class CellPlan:
         if self.router is None:
             return self._describe_engine()
         secrets = record.secret_values()
-        tail = [f"replay:  {shlex.join(self.replay_argv)}", f"results: {self.result_dir}"]
+        tail = [
+            *self._describe_power(),
+            f"replay:  {shlex.join(self.replay_argv)}",
+            f"results: {self.result_dir}",
+        ]
         return [record.mask_text(line, secrets) for line in [*self._describe_routed(), *tail]]
 
     def _describe_engine(self) -> list[str]:
@@ -137,9 +146,15 @@ class CellPlan:
             f"engine:  {_command(one.engine, secrets)}",
             f"health:  {one.url}{one.engine.health_path}",
             f"scraper: {shlex.join(record.mask_argv(one.scraper_argv, secrets))}",
+            *self._describe_power(),
             f"replay:  {shlex.join(record.mask_argv(self.replay_argv, secrets))}",
             f"results: {record.mask_text(str(self.result_dir), secrets)}",
         ]
+
+    def _describe_power(self) -> list[str]:
+        if not self.power_argv:
+            return [f"power:   none (runner {self.cell.runner} has power_source none)"]
+        return [f"power:   {shlex.join(self.power_argv)}"]
 
     def _describe_routed(self) -> list[str]:
         assert self.router is not None
@@ -348,7 +363,46 @@ def plan_cell(
     replay = client(cell.client).command(
         cell, engine=engine_recipe, endpoint=base_url, output_dir=result_dir, python=python
     )
-    return CellPlan(cell, result_dir, port, instances, replay, base_url, router, router_scraper, placement)
+    power = sampler_spec(
+        cell,
+        [
+            (inst.name, inst.node, tp, inst.url + inst.engine.metrics_path)
+            for inst, (_r, _i, tp) in zip(instances, shapes, strict=True)
+        ],
+        slices,
+        placement,
+        environ,
+        simulated=engine_recipe.simulated,
+        local_node=placement_mod.local_node(environ),
+    )
+    power_argv = power_sampler_argv(python, power, result_dir / POWER_CSV) if power is not None else []
+    return CellPlan(
+        cell,
+        result_dir,
+        port,
+        instances,
+        replay,
+        base_url,
+        router,
+        router_scraper,
+        placement,
+        power,
+        power_argv,
+    )
+
+
+def power_sampler_argv(python: str, spec: SamplerSpec, output: Path) -> list[str]:
+    """The power sampler of a cell: ``spec`` (one JSON value) into ``output`` (power.csv)."""
+    return [
+        python,
+        "-m",
+        "agentsweep.cli",
+        "power-sampler",
+        "--spec",
+        spec.to_json(),
+        "--output",
+        str(output),
+    ]
 
 
 def scraper_argv(python: str, endpoint: str, output: Path, interval_s: float) -> list[str]:

@@ -21,6 +21,7 @@ from agentsweep.collect import columns
 from agentsweep.collect.columns import ENGINE_CLOCK, THROUGHPUTS, Unit
 from agentsweep.collect.discover import FoundCell
 from agentsweep.collect.kv_cliff import cliff_columns, kv_pool_tokens
+from agentsweep.collect.power import power_columns
 from agentsweep.collect.routed import routed_figures
 from agentsweep.collect.stream import RequestStats, stream_requests
 from agentsweep.collect.window import NotNumbers, window_figures
@@ -219,6 +220,9 @@ def _fill(row: Row, path: Path) -> None:
         row.values.update(routed.figures)
         row.notes.extend(routed.notes)
         problems.extend(routed.problems)
+    power, notes = power_columns(path, cell)  # never changes the status: a withheld figure is a note
+    row.values.update(power)
+    row.notes.extend(notes)
     if problems:
         row.status = "INVALID"
         row.reason = "; ".join([*([row.reason] if row.reason else []), *(f"collect: {p}" for p in problems)])

@@ -24,7 +24,7 @@ from agentsweep.engine_sim import disagg
 from agentsweep.engine_sim.disagg import Disagg, DisaggConfig
 from agentsweep.engine_sim.faults import Faults
 from agentsweep.engine_sim.kv_cache import KVCache
-from agentsweep.engine_sim.metrics import DIALECTS
+from agentsweep.engine_sim.metrics import DIALECTS, add_simulated_gpus
 from agentsweep.engine_sim.profiles import GIB, HARDWARE, Deployment, deploy
 from agentsweep.engine_sim.scheduler import Engine, SimClock
 from agentsweep.engine_sim.server import ServerConfig, SimServer
@@ -285,7 +285,9 @@ def build_server(args: argparse.Namespace, setup: Setup) -> SimServer:
         default_max_tokens=args.default_max_tokens,
         faults=faults,
     )
-    return SimServer(config, engine, role)
+    server = SimServer(config, engine, role)
+    add_simulated_gpus(server.registry, dep, setup.gpu_blocks, args.block_size, engine)  # DCGM power metrics
+    return server
 
 
 def _log(line: str) -> None:

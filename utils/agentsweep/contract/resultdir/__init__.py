@@ -7,7 +7,8 @@
 - ``matrix``: the matrix JSON collect and the workflow read beside the result directories.
 
 requests.jsonl and summary.json are the replayer's (``kv_cache_tester.replay.results``); the
-server_metrics*.csv files are read beside their columns (``agentsweep.metrics.scrapes``).
+server_metrics*.csv files are read beside their columns (``agentsweep.metrics.scrapes``); power.csv
+beside its writer (``agentsweep.energy.powercsv``).
 
 Each ``read_*`` returns None when its file is absent and raises ``ResultFileError`` (``<file>: <field>:
 <what>``, exit status 2) when the file breaks its contract; none blocks on a FIFO or reads past the
@@ -19,6 +20,7 @@ from agentsweep.contract.resultdir.files import (
     CELL_JSON,
     CELL_JSON_MAX_BYTES,
     MATRIX_MAX_BYTES,
+    POWER_CSV,
     PREFILL_METRICS_CSV,
     REQUESTS_JSONL,
     RESULT_FILES,
@@ -51,6 +53,7 @@ __all__ = [
     "CELL_JSON",
     "CELL_JSON_MAX_BYTES",
     "MATRIX_MAX_BYTES",
+    "POWER_CSV",
     "PREFILL_METRICS_CSV",
     "REQUESTS_JSONL",
     "RESULT_FILES",

@@ -26,6 +26,7 @@ ROUTER_JSON = "router.json"
 ROUTER_METRICS_CSV = "router_metrics.csv"
 ROUTER_METRICS_TXT = "router_metrics.txt"
 SERVER_LOG = "server.log"
+POWER_CSV = "power.csv"
 
 # The most a reader takes of each file it reads whole: past it the file is not one (a link to an
 # endless device, say) and reads as broken. Streamed files (requests.jsonl, the CSVs) have no
@@ -143,6 +144,22 @@ RESULT_FILES: tuple[ResultFile, ...] = (
         "agentsweep.cell.replicas",
         ROUTER_METRICS_TXT_MAX_BYTES,
         when="routed cells",
+    ),
+    ResultFile(
+        POWER_CSV,
+        "one row per GPU per power sample of the cell's GPUs on every node (time, node, GPU, W, the "
+        "energy counter in J where the GPU has one, °C, utilisation %, memory MiB), or one row per "
+        "fault of the sampling source; read back only by the power summary",
+        "agentsweep.energy.powercsv",
+        None,
+        when="cells whose runner names a power source (power_source other than none)",
+    ),
+    ResultFile(
+        "power-sampler.log",
+        "the power sampler's output",
+        "agentsweep.cell.executor",
+        None,
+        when="cells with a power source",
     ),
     ResultFile(
         SERVER_LOG,
