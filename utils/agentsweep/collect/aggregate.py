@@ -22,6 +22,7 @@ from agentsweep.collect import columns
 from agentsweep.collect.columns import ENGINE_CLOCK, THROUGHPUTS, Unit
 from agentsweep.collect.discover import FoundCell
 from agentsweep.collect.kv_cliff import cliff_columns, kv_pool_tokens
+from agentsweep.collect.provenance import receipt_values
 from agentsweep.collect.routed import routed_figures
 from agentsweep.collect.stream import RequestStats, stream_requests
 from agentsweep.collect.window import NotNumbers, window_figures
@@ -173,6 +174,10 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
     row.values["agentsweep_version"] = _flat(record.versions.get("agentsweep"))
     row.values["start_utc"] = record.start_utc
     row.values["end_utc"] = record.end_utc
+    provenance, note = receipt_values(path)
+    row.values.update(provenance)
+    if note:
+        row.notes.append(note)
 
     status = read_status(path)
     if status is None:

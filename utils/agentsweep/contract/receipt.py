@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -167,23 +166,52 @@ def file_table(result_dir: Path) -> dict[str, FileEntry]:
 
 
 def project_commit() -> str | None:
-    """The git commit of this checkout: $GITHUB_SHA in a workflow, else ``git rev-parse HEAD`` of the
-    folder the package lives in; None when neither tells (an installed copy, no git)."""
+    """The git commit of this checkout: $GITHUB_SHA in a workflow, else the HEAD of the repository
+    the package lives in, read from its files (no git process: a cell refused in a unit test, or a
+    node without git, still gets its receipt); None when neither tells (an installed copy)."""
     sha = os.environ.get("GITHUB_SHA", "").strip().lower()
     if COMMIT.match(sha):
         return sha
-    here = Path(__file__).resolve().parent
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        out = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-        text = out.stdout.strip().lower()
-        if out.returncode == 0 and COMMIT.match(text):
-            return text
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        for folder in Path(__file__).resolve().parents:
+            dot_git = folder / ".git"
+            if dot_git.exists():
+                return _head_commit(dot_git)
+    return None
+
+
+def _head_commit(dot_git: Path) -> str | None:
+    """HEAD's commit from a ``.git`` folder, or the ``gitdir:`` file of a worktree."""
+    git_dir = dot_git
+    if dot_git.is_file():
+        text = dot_git.read_text(encoding="utf-8").strip()
+        if not text.startswith("gitdir:"):
+            return None
+        git_dir = (dot_git.parent / text.removeprefix("gitdir:").strip()).resolve()
+    common = git_dir
+    if (git_dir / "commondir").is_file():  # a worktree keeps its refs in the main repository
+        common = (git_dir / (git_dir / "commondir").read_text(encoding="utf-8").strip()).resolve()
+    head = (git_dir / "HEAD").read_text(encoding="utf-8").strip()
+    for _ in range(5):  # a symbolic ref to a symbolic ref ..., not forever
+        if not head.startswith("ref:"):
+            return head.lower() if COMMIT.match(head.lower()) else None
+        ref = head.removeprefix("ref:").strip()
+        for base in (git_dir, common):
+            if (base / ref).is_file():
+                head = (base / ref).read_text(encoding="utf-8").strip()
+                break
+        else:
+            return _packed_ref(common / "packed-refs", ref)
+    return None
+
+
+def _packed_ref(packed: Path, ref: str) -> str | None:
+    if not packed.is_file():
+        return None
+    for line in packed.read_text(encoding="utf-8").splitlines():
+        sha, _, name = line.partition(" ")
+        if name == ref and COMMIT.match(sha):
+            return sha
     return None
 
 

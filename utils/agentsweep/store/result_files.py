@@ -74,6 +74,7 @@ STABILITY_METRICS = {
     "intvty": ("interactivity_{p}_tok_per_s", -1),
 }
 STABILITY_STATS = ("p75", "p90")
+_NAN = math.nan
 
 
 @dataclass
@@ -94,28 +95,25 @@ class RequestTimeline:
 
     def add(self, rec: RequestRecord) -> None:
         """Take one record (as the owner's reader gives it: every value present has its type)."""
-        t = rec.get("t_dispatch")
+        get = cast(dict[str, Any], rec).get
+        t = get("t_dispatch")
         if t is None or t != t:  # absent, or NaN (a JSON reader without orjson takes the literal)
             return
-        nan = math.nan
-        done = rec.get("t_done")
-        warm = rec.get("phase") == "warmup"
+        done = get("t_done")
+        warm = get("phase") == "warmup"
         if warm and done is not None and done > self.warmup_end:
             self.warmup_end = done
-        summary = rec.get("itl_s")
-        itl = None
-        if summary is not None:  # the mean, or the median where a writer kept only that
-            itl = summary.get("mean")
-            if itl is None:
-                itl = summary.get("p50")
-        ttft = rec.get("ttft_s")
-        user = rec.get("user")
+        itl = get("itl_s")
+        if itl is not None:  # the mean, or the median where a writer kept only that
+            itl = itl.get("mean") if itl.get("mean") is not None else itl.get("p50")
+        ttft = get("ttft_s")
+        user = get("user")
         self.t.append(t)
-        self.done.append(nan if done is None else done)
-        self.ttft.append(nan if ttft is None else ttft)
-        self.itl.append(nan if itl is None else itl)
+        self.done.append(_NAN if done is None else done)
+        self.ttft.append(_NAN if ttft is None else ttft)
+        self.itl.append(_NAN if itl is None else itl)
         self.lane.append(-1 if user is None else user)
-        self.flags.append((1 if rec.get("status") == "ok" else 0) | (2 if warm else 0))
+        self.flags.append((1 if get("status") == "ok" else 0) | (2 if warm else 0))
 
     def __len__(self) -> int:
         return len(self.t)
