@@ -99,6 +99,7 @@ class LogHistogram:
         self.total += value
 
     def add_many(self, values: Sequence[float]) -> None:
+        """``add`` for each value (the bucket arithmetic inlined: collect feeds millions of values)."""
         counts = self.counts
         floor, log_growth, log = self.floor, self._log_growth, math.log
         for v in values:  # _bucket, inline: this runs for every token of every request

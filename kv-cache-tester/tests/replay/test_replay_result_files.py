@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kv_cache_tester.replay import (
     RECORD_LINE_MAX_BYTES,
     RecordReader,
@@ -122,6 +124,48 @@ def test_a_line_past_the_limit_is_skipped_without_holding_it(tmp_path: Path) -> 
     reader = RecordReader(path)
     assert [r["turn"] for r in reader] == [0, 2]
     assert reader.bad_lines == 1 and reader.first_bad == "line 2: longer than 1 MiB"
+
+
+def _reference_lines(data: bytes, limit: int) -> list[tuple[bytes | None, bool]]:
+    """What the reader's line splitter must give: every line, None for one past the limit."""
+    pieces = data.split(b"\n")
+    last = pieces.pop()
+    out: list[tuple[bytes | None, bool]] = [(p if len(p) <= limit else None, True) for p in pieces]
+    if last:
+        out.append((last if len(last) <= limit else None, len(last) > limit))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=30),
+    ended=st.booleans(),
+    chunk=st.integers(min_value=1, max_value=64),
+    limit=st.integers(min_value=0, max_value=30),
+)
+def test_lines_split_across_read_chunks_as_if_read_one_by_one(
+    lines: list[bytes], ended: bool, chunk: int, limit: int
+) -> None:
+    """Lines that straddle a read, over-long lines that span several reads, a last line cut short."""
+    import io
+
+    from kv_cache_tester.replay import results
+
+    data = b"\n".join(lines) + (b"\n" if ended and lines else b"")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(results, "READ_CHUNK_BYTES", chunk)
+        mp.setattr(results, "RECORD_LINE_MAX_BYTES", limit)
+        got = list(results._lines(io.BytesIO(data)))
+    assert got == _reference_lines(data, limit)
+
+
+def test_blank_lines_are_no_records_and_no_bad_lines(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "requests.jsonl", ["", json.dumps(_record()), "  ", "\r", json.dumps(_record(turn=1))]
+    )
+    reader = RecordReader(path)
+    assert [(n, r["turn"]) for n, r in reader.numbered()] == [(2, 0), (5, 1)]
+    assert reader.bad_lines == 0 and not reader.torn_tail
 
 
 def test_a_fifo_is_refused_not_read(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ IDENTITY_FIELDS = (
     ("model", "Model"),
     ("engine", "Engine"),
     ("engine_version", "Engine version"),
+    ("replayer_version", "Replayer version (from the receipts)"),
     ("runner", "Hardware / runner"),
     ("precision", "Precision"),
     ("duration", "Replay duration (s)"),
