@@ -1,18 +1,22 @@
-"""Agents per MW: the hook where a step's power figures come in.
+"""Agents per MW: a step's power from its own power.csv and summary (the energy part's power summary).
 
-The energy measurement (``power.csv`` of the cell's GPUs and its summary, declared in
-``agentsweep.contract.resultdir.files`` by that part) is not part of the result directory yet. Until
-it is, ``step_power_w`` finds no figure and every tier's ``agents_per_mw`` stays empty; once a step
-directory holds power figures, this function returns their mean over the step and the capacity line
-adds agents per MW (boundary users / (the cell's mean GPU power in MW)).
+Each step of a capacity cell samples the cell's GPUs into ``steps/<n>/power.csv`` (the plan of a step
+carries the cell's power sampler); the step's mean power over its measurement window, every GPU of the
+cell summed, turns the boundary into agents per MW (boundary users / mean power in MW). A step whose
+power figures are withheld (``power_valid`` false: no source, gaps, missing GPUs) gives none.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from agentsweep.contract.cell import Cell
+from agentsweep.energy.summary import cell_power_summary
 
-def step_power_w(step_dir: Path) -> float | None:
+
+def step_power_w(step_dir: Path, cell: Cell) -> float | None:
     """The mean power (W) of all the cell's GPUs over a step's measurement; None where not measured."""
-    del step_dir  # no result file holds power figures yet (see the module docstring)
-    return None
+    summary = cell_power_summary(step_dir, cell)
+    if not summary.power_valid or summary.avg_power_w is None:
+        return None
+    return summary.avg_power_w

@@ -28,7 +28,7 @@ from agentsweep.cell.allocation import StepBudget, step_budget
 from agentsweep.cell.engine_process import EngineFailed, copy_log_section, log_size
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.executor import EngineGroup, replay, show_tail
-from agentsweep.cell.lifecycle import CellInterrupted, check_outputs, judge, kv_cache_tester_version
+from agentsweep.cell.lifecycle import CellInterrupted, check_outputs, judge, kv_cache_tester_version, seal
 from agentsweep.cell.plan import CellOptions, CellPlan
 from agentsweep.cell.watchdog import Watchdog
 from agentsweep.contract.cell import Cell
@@ -234,7 +234,9 @@ class CapacityRun:
         return round((self.engine_stopped or time.monotonic()) - self.engine_started, 3)
 
     def _power_at(self, users: int) -> float | None:
-        watts = [step_power_w(self.plan.result_dir / s.dir) for s in self.steps if s.users == users]
+        watts = [
+            step_power_w(self.plan.result_dir / s.dir, self.plan.cell) for s in self.steps if s.users == users
+        ]
         measured = [w for w in watts if w is not None]
         return math.fsum(measured) / len(measured) if measured else None
 
@@ -255,7 +257,7 @@ def run_capacity_cell(
     plan: CellPlan, options: CellOptions, *, log: Callable[[str], None] | None = None
 ) -> tuple[str, str | None]:
     """Run the capacity cell ``plan``; returns (status, reason) after writing capacity.json, cell.json
-    and status.txt (on every exit path, as ``run_cell`` does for an ordinary cell)."""
+    status.txt and receipt.json (on every exit path, as ``run_cell`` does for an ordinary cell)."""
     cell = plan.cell
     assert cell.capacity is not None, "run_capacity_cell needs a capacity cell"
     shout = log or (lambda line: print(f"[cell {cell.exp_name}] {line}", flush=True))
@@ -320,5 +322,6 @@ def run_capacity_cell(
                 reasons=reasons,
                 extra={"scaleout": plan.scaleout_record()} if plan.router is not None else None,
             )
+            seal(plan.result_dir, cell, versions.get("engine"), say)
             say(status + (f": {'; '.join(reasons)}" if reasons else ""))
     return status, "; ".join(reasons) or None

@@ -4,7 +4,9 @@ Writes summary.csv, frontier.csv, capacity.csv (the capacity under SLO per tier:
 searches and the grid-derived capacity of ordinary series), the PNG plots, report.html and summary.md
 into OUT_DIR (and appends summary.md to $GITHUB_STEP_SUMMARY when that is set). Exit 0 when every cell
 succeeded, 1 when any cell is FAILED, MALFORMED or MISSING, 3 when the only problems are INVALID cells
-(a capacity cell's steps do not count: its own verdict does), 2 on bad arguments.
+(a capacity cell's steps do not count: its own verdict does), 2 on bad arguments, and on points
+measured differently (replayer versions, or one curve's recipes, from the receipts) unless
+--allow-mixed.
 """
 
 from __future__ import annotations
@@ -12,16 +14,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
-from agentsweep.collect.aggregate import build_rows, to_frame
+from agentsweep.collect.aggregate import CELL_COLUMNS, build_rows, to_frame
 from agentsweep.collect.capacity import CapacityResults, capacity_results
 from agentsweep.collect.capacity_plots import write_capacity_plots
 from agentsweep.collect.discover import find_cells
 from agentsweep.collect.pareto import frontier_table
 from agentsweep.collect.plots import write_plots
+from agentsweep.collect.provenance import mixed_in_sweep, refuse_mixed
 from agentsweep.collect.report import summary_markdown, write_report
 from agentsweep.config import overrides
 from agentsweep.contract.resultdir import read_matrix
@@ -38,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--matrix", type=Path, default=None, help="`agentsweep matrix --json` output: expected cells"
     )
     parser.add_argument("--no-plots", action="store_true", help="skip PNGs and report.html (tables only)")
+    parser.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="collect points of different replayer versions, or one curve's points of different recipes "
+        "(refused by default, naming what differs)",
+    )
     parser.add_argument(
         "--include-invalid",
         action="store_true",
@@ -85,9 +95,11 @@ def render_outputs(
     plots: bool = True,
     include_invalid: bool = False,
     capacity: CapacityResults | None = None,
+    mixed: Sequence[str] = (),
 ) -> pd.DataFrame:
     """frontier.csv, capacity.csv (when ``capacity`` is given), plots, report.html and summary.md from a
-    summary table; returns the frontier."""
+    summary table; returns the frontier. ``mixed``: how the points' provenance differs (allowed with
+    --allow-mixed), said in summary.md."""
     frontier = frontier_table(df, include_invalid)
     frontier.to_csv(out_dir / "frontier.csv", index=False)
     if capacity is not None:
@@ -97,7 +109,10 @@ def render_outputs(
         if capacity is not None:
             figures += write_capacity_plots(capacity.cells, out_dir)
         write_report(df, figures, out_dir, capacity)
-    (out_dir / "summary.md").write_text(summary_markdown(df, frontier, capacity), encoding="utf-8")
+    text = summary_markdown(df, frontier, capacity)
+    if mixed:
+        text += "\n### Points measured differently (--allow-mixed)\n\n" + "".join(f"- {m}\n" for m in mixed)
+    (out_dir / "summary.md").write_text(text, encoding="utf-8")
     return frontier
 
 
@@ -113,13 +128,23 @@ def run(args: argparse.Namespace) -> int:
         )
     rows = build_rows(found, matrix)
     df = to_frame(rows)
+    mixed = mixed_in_sweep(df, CELL_COLUMNS)
+    if not args.allow_mixed:
+        refuse_mixed(mixed, str(args.artifacts))
+    for line in mixed:
+        print(f"collect: allowed (--allow-mixed): {line}", file=sys.stderr)
     prepare_out_dir(args.out_dir)
     df.to_csv(args.out_dir / "summary.csv", index=False)
     capacity = capacity_results(df, overrides.slo_tiers(args.slo))
     for note in capacity.notes:
         print(f"collect: capacity: {note}", file=sys.stderr)
     render_outputs(
-        df, args.out_dir, plots=not args.no_plots, include_invalid=args.include_invalid, capacity=capacity
+        df,
+        args.out_dir,
+        plots=not args.no_plots,
+        include_invalid=args.include_invalid,
+        capacity=capacity,
+        mixed=mixed,
     )
     for line in capacity.lines:
         print(f"collect: {line}", file=sys.stderr)

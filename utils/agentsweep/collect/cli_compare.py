@@ -1,4 +1,8 @@
-"""`agentsweep compare A B`: two collected sweeps (aggregated folders) side by side, B / A per cell."""
+"""`agentsweep compare A B`: two collected sweeps (aggregated folders) side by side, B / A per cell.
+
+Refused (exit 2, naming what differs) when A and B ran different replayer versions or a matched cell's
+recipe differs (engine version, image, client version), unless --allow-mixed.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import Path
 from agentsweep.collect.cli_collect import prepare_out_dir
 from agentsweep.collect.cli_pareto import read_summary
 from agentsweep.collect.compare import DEFAULT_KEYS, compare, markdown
+from agentsweep.collect.provenance import mixed_between, refuse_mixed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,6 +21,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("b", type=Path, help="candidate: an aggregated folder or its summary.csv")
     parser.add_argument(
         "--out", type=Path, default=None, help="folder for compare.csv and compare.md (default: B's)"
+    )
+    parser.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="compare sweeps of different replayer versions, or matched cells of different recipes "
+        "(refused by default, naming what differs; allowed, compare.md says it)",
     )
     parser.add_argument(
         "--on",
@@ -28,9 +39,14 @@ def run(args: argparse.Namespace) -> int:
     a, b = read_summary(args.a), read_summary(args.b)
     keys = tuple(k.strip() for k in args.on.split(",") if k.strip())
     table = compare(a, b, keys, names=(f"A ({args.a})", f"B ({args.b})"))
+    mixed = mixed_between(a, b, keys, ("A", "B"))
+    if not args.allow_mixed:
+        refuse_mixed(mixed, f"{args.a} vs {args.b}")
     out = prepare_out_dir(args.out or (args.b if args.b.is_dir() else args.b.parent))
     table.to_csv(out / "compare.csv", index=False)
     text = markdown(table, str(args.a), str(args.b), keys)
+    if mixed:
+        text += "\n**Measured differently (--allow-mixed):**\n\n" + "".join(f"- {m}\n" for m in mixed)
     (out / "compare.md").write_text(text, encoding="utf-8")
     print(text)
     print(f"compare: wrote {out / 'compare.csv'} and {out / 'compare.md'}", file=sys.stderr)

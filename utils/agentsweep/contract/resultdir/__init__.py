@@ -8,7 +8,9 @@
 - ``matrix``: the matrix JSON collect and the workflow read beside the result directories.
 
 requests.jsonl and summary.json are the replayer's (``kv_cache_tester.replay.results``); the
-server_metrics*.csv files are read beside their columns (``agentsweep.metrics.scrapes``).
+server_metrics*.csv files are read beside their columns (``agentsweep.metrics.scrapes``); power.csv
+beside its writer (``agentsweep.energy.powercsv``); receipt.json, written last over every other file, is
+``agentsweep.contract.receipt``'s.
 
 Each ``read_*`` returns None when its file is absent and raises ``ResultFileError`` (``<file>: <field>:
 <what>``, exit status 2) when the file breaks its contract; none blocks on a FIFO or reads past the
@@ -32,7 +34,10 @@ from agentsweep.contract.resultdir.files import (
     CELL_JSON,
     CELL_JSON_MAX_BYTES,
     MATRIX_MAX_BYTES,
+    POWER_CSV,
     PREFILL_METRICS_CSV,
+    RECEIPT_JSON,
+    RECEIPT_JSON_MAX_BYTES,
     REQUESTS_JSONL,
     RESULT_FILES,
     ROUTER_JSON,
@@ -67,7 +72,10 @@ __all__ = [
     "CELL_JSON",
     "CELL_JSON_MAX_BYTES",
     "MATRIX_MAX_BYTES",
+    "POWER_CSV",
     "PREFILL_METRICS_CSV",
+    "RECEIPT_JSON",
+    "RECEIPT_JSON_MAX_BYTES",
     "REQUESTS_JSONL",
     "RESULT_FILES",
     "ROUTER_JSON",
