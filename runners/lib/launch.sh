@@ -208,6 +208,9 @@ as_launch() {
   as_salloc_args
 
   if [[ ${AGENTSWEEP_DRY_RUN:-0} == 1 ]]; then
+    if [[ -n ${AS_STEP_BUDGET:-} ]]; then
+      echo "# capacity search: $AS_STEP_BUDGET"
+    fi
     as_print_cmd salloc "${AS_SALLOC_ARGS[@]}"
     if [[ $AS_CONTAINER_RUNTIME == pyxis ]]; then
       echo "# once per image, on the node, under flock $AS_SQSH.lock:"

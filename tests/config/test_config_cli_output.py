@@ -24,7 +24,7 @@ def test_demo_table_has_every_cell_and_the_count(cli) -> None:
     assert {row.split()[0] for row in rows} == {c.exp_name for c in select_cells(None, ["demo"])}
 
 
-ROLES = ("prefill", "decode")
+ROLES = ("prefill", "decode", "capacity")  # nested values: role shapes and a capacity search
 
 
 def test_json_round_trips_into_the_github_matrix_shape(cli) -> None:
@@ -36,7 +36,7 @@ def test_json_round_trips_into_the_github_matrix_shape(cli) -> None:
     assert cells == select_cells(None, ["demo"])
     for item in data["include"]:
         assert tuple(item) == CELL_FIELDS
-        # Scalars, except a disaggregated cell's role shapes (null elsewhere).
+        # Scalars, except a disaggregated cell's role shapes and a capacity cell's search (null here).
         assert all(isinstance(v, str | int | float | bool) for k, v in item.items() if k not in ROLES)
         assert all(item[k] is None for k in ROLES)
     assert json.loads(json.dumps([c.to_dict() for c in cells])) == data["include"]
@@ -92,7 +92,9 @@ def test_filters_and_overrides(cli) -> None:
 
 def test_glob_keys_dedupe_and_keep_file_order() -> None:
     cells = select_cells(None, ["demo*", "demo"])
-    assert [c.config_key for c in cells] == ["demo"] * 18 + ["demo-mini"] * 3 + ["demo-scaleout"] * 3
+    assert [c.config_key for c in cells] == (
+        ["demo"] * 18 + ["demo-mini"] * 3 + ["demo-capacity"] + ["demo-scaleout"] * 3
+    )
 
 
 def test_offload_budget_scales_with_gpus() -> None:

@@ -23,7 +23,7 @@ CONTRACT_FIELDS = {
     "max_lane_idle_s": float, "max_dispatch_lag_p99_s": float, "max_client_cpu_share": float,
     "max_request_count_gap": float, "max_prompt_token_gap": float, "max_cached_token_gap": float,
     "max_throughput_drift": float, "preset": str, "replicas": int, "router": str, "router_program": str,
-    "router_args": str, "prefill": type(None), "decode": type(None), "nodes": int,
+    "router_args": str, "prefill": type(None), "decode": type(None), "nodes": int, "capacity": type(None),
     "hardware": str, "gres_type": str, "gpus_per_node": int, "intra_node_gbs": float, "inter_node_gbs": float,
     "power_source": str, "power_endpoint": str, "power_interval_s": float,
 }  # fmt: skip
@@ -72,12 +72,15 @@ def test_every_shipped_key_validates_and_expands(key: str) -> None:
         data = cell.to_dict()
         assert tuple(data) == CELL_FIELDS
         roles = {"prefill": dict, "decode": dict} if cell.disaggregated else {}
+        if cell.capacity is not None:
+            roles["capacity"] = dict
         assert {k: type(v) for k, v in data.items()} == {**CONTRACT_FIELDS, **roles}
         assert re.fullmatch(r"[A-Za-z0-9._-]+", cell.exp_name)
         routed = f"-r{cell.replicas}-{cell.router}" if cell.router else ""
         if cell.prefill is not None and cell.decode is not None:
             routed = f"-p{cell.prefill.label}-d{cell.decode.label}-{cell.router}"
-        assert cell.exp_name == f"{key}-tp{cell.tp}-ep{cell.ep}-u{cell.users}-{cell.offload}{routed}"
+        users = f"{cell.capacity.low}to{cell.capacity.high}" if cell.capacity is not None else cell.users
+        assert cell.exp_name == f"{key}-tp{cell.tp}-ep{cell.ep}-u{users}-{cell.offload}{routed}"
         assert cell.gpus == sum(cell.instance_tps)
         assert cell.gpus <= runners[cell.runner].gpus_per_node * cell.nodes
         assert (cell.cpu_dram_gb > 0) == (cell.offload == "on")

@@ -175,6 +175,35 @@ def test_sglang_flush_cache_and_health_generate(sim):
     assert asyncio.run(go()) == (48, 0)
 
 
+@pytest.mark.parametrize(
+    ("dialect", "path", "refused"),
+    [
+        ("vllm", "/reset_prefix_cache", 409),
+        ("sglang", "/flush_cache", 400),
+        ("sglang", "/reset_prefix_cache", 400),
+    ],
+)
+def test_a_prefix_cache_reset_is_refused_while_a_request_holds_blocks(sim, dialect, path, refused):
+    """As vLLM and SGLang: a reset then would leave the running request's blocks cached."""
+
+    async def go():
+        async with sim([*BASE, "--speed", "1", "--dialect", dialect]) as s:
+            body = {"prompt": " ".join(f"r{i}" for i in range(100)), "max_tokens": 40, "stream": True}
+            async with s.session.post(s.url + "/v1/completions", json=body) as resp:
+                await resp.content.readline()
+                async with s.session.post(s.url + path) as busy:
+                    during = busy.status
+                await resp.read()
+            for _ in range(100):
+                if s.server.engine.num_running == 0:
+                    break
+                await asyncio.sleep(0.05)
+            async with s.session.post(s.url + path) as idle:
+                return during, idle.status
+
+    assert asyncio.run(go()) == (refused, 200)
+
+
 def test_client_disconnect_frees_blocks(sim):
     async def go():
         async with sim([*BASE, "--speed", "1"]) as s:

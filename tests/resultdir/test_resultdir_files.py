@@ -12,7 +12,6 @@ import pytest
 from agentsweep.cell.record import write_result
 from agentsweep.contract.cell import Cell, RoleShape, shape_label
 from agentsweep.contract.resultdir import (
-    CAPACITY_JSON,
     CELL_JSON,
     RECEIPT_JSON,
     RESULT_FILES,
@@ -21,7 +20,6 @@ from agentsweep.contract.resultdir import (
     CellStatus,
     RouterRecord,
     matrix_json,
-    read_capacity,
     read_cell_record,
     read_matrix,
     read_router,
@@ -205,21 +203,6 @@ def test_the_receipt_is_declared_and_covers_every_other_file() -> None:
     declared = result_file(RECEIPT_JSON)
     assert declared.name == RECEIPT_FILE and declared.owner == "agentsweep.contract.receipt"
     assert declared.max_bytes is not None and "every other file" in declared.meaning
-
-
-def test_capacity_json_reads_as_one_bounded_object(tmp_path: Path) -> None:
-    assert read_capacity(tmp_path) is None
-    (tmp_path / CAPACITY_JSON).write_text(
-        json.dumps({"tiers": [{"slo": "p90_ttft_2s", "agents_per_gpu": 3}]})
-    )
-    assert read_capacity(tmp_path) == {"tiers": [{"slo": "p90_ttft_2s", "agents_per_gpu": 3}]}
-    (tmp_path / CAPACITY_JSON).write_text("[1, 2]")
-    with pytest.raises(ResultFileError, match=r"^capacity\.json: expected an object, got list"):
-        read_capacity(tmp_path)
-    (tmp_path / CAPACITY_JSON).unlink()
-    os.mkfifo(tmp_path / CAPACITY_JSON)
-    with pytest.raises(ResultFileError, match=r"^capacity\.json: not a regular file \(a FIFO\)"):
-        read_capacity(tmp_path)
 
 
 def test_the_owner_sits_in_the_contract_layer() -> None:

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from agentsweep.cell.allocation import time_limit_min
 from agentsweep.contract.cell import Cell
+from agentsweep.sweep.jobs import QUEUE_MARGIN_MIN
 
 pytestmark = pytest.mark.integration
 
@@ -148,6 +149,29 @@ def test_matrix_job_inputs_override_duration_offload_and_parallelism(
     assert gha.render(call["strategy"]["max-parallel"], {"inputs": auto, "needs": needs}) == int(
         result.outputs["max_parallel"]
     )
+
+
+def test_matrix_job_search_and_slo_make_capacity_cells_with_their_time_limit(
+    gha: SimpleNamespace, tmp_path: Path
+) -> None:
+    slo = "fast: ttft p90 <= 2 s, speed p25 >= 50 tok/s; strict: e2e p99 <= 60 s"
+    _, result, _ = _run_matrix_job(gha, tmp_path, config_key="demo-mini", search="2:8", slo=slo)
+    assert result.status == "success", [(s.name, s.output) for s in result.steps]
+    cells = [Cell.parse(c) for c in json.loads(result.outputs["matrix"])["include"]]
+    assert [c.exp_name for c in cells] == [f"demo-mini-tp1-ep1-u2to8-{o}" for o in ("on", "off", "noprefix")]
+    timeouts = json.loads(result.outputs["timeouts"])
+    for cell in cells:
+        assert cell.capacity is not None and (cell.capacity.low, cell.capacity.high) == (2, 8)
+        assert [t.text() for t in cell.capacity.tiers] == [
+            "fast: ttft p90 <= 2 s, output_speed p25 >= 50 tok/s",
+            "strict: e2e p99 <= 60 s",
+        ]
+        # The job waits for the capacity cell's whole time limit, not one replay's.
+        assert timeouts[cell.exp_name] == cell.capacity.time_limit_min + QUEUE_MARGIN_MIN
+        assert cell.capacity.time_limit_min > time_limit_min(cell.duration, cell.engine, {}, 60)
+    _, result, _ = _run_matrix_job(gha, tmp_path / "bad", config_key="demo-mini", search="8:2")
+    assert result.status == "failure"
+    assert any("--search '8:2': search range [8, 2]: low 8 > high 2" in s.output for s in result.steps)
 
 
 def test_matrix_job_fails_with_one_line_on_a_bad_key(gha: SimpleNamespace, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ once, for the launcher) and the runner's site settings from configs/runners.yaml
 $AGENTSWEEP_RUNNERS: partition, account, exclude, container runtime, HF cache, default time limit,
 max_nodes), and prints `AS_NAME=value` lines, shell-quoted, for runners/lib/launch.sh to `eval`: those
 settings, the cell's exp_name, image and GRES type, and the derived GPU count, time limit and memory.
+A capacity cell's time limit is its job time limit, and AS_STEP_BUDGET says how many steps it holds.
 A cell spanning several nodes (`cell.nodes`) also gets AS_NODES and AS_NODE_GPUS (the GPUs asked on
 every node: the fullest node of the instances packed onto the cell's `gpus_per_node`, as the matrix
 packs them); memory is then per node. AS_CELL_ON_HOST=1 says that the cell runs on the host side of its
@@ -20,6 +21,7 @@ import os
 import shlex
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from agentsweep.cell.engines import recipe
@@ -60,6 +62,53 @@ def time_limit_min(duration_s: int, engine: str, env: Mapping[str, str], default
     startup = _int(env, "AGENTSWEEP_STARTUP_MARGIN_S", minimum=0, default=recipe(engine).startup_margin_s)
     drain = _int(env, "AGENTSWEEP_DRAIN_MARGIN_S", minimum=0, default=DRAIN_MARGIN_S)
     return max(1, math.ceil((duration_s + startup + drain) / 60))
+
+
+def cell_time_limit_min(cell: Cell, env: Mapping[str, str], default_min: int) -> int:
+    """The allocation time limit of ``cell``: a capacity cell's is its job time limit (the steps are
+    budgeted to fit it); any other cell's follows its duration (``time_limit_min``)."""
+    if cell.capacity is not None:
+        return cell.capacity.time_limit_min
+    return time_limit_min(cell.duration, cell.engine, env, default_min)
+
+
+@dataclass(frozen=True)
+class StepBudget:
+    """How many measured steps a capacity cell's job time limit holds, as planned before it starts.
+
+    The start-up and drain margins (as for any cell's allocation) come off the time limit; each step is
+    reckoned at its replay duration plus the engine's step overhead. The cell also checks, before every
+    step, that the next one fits the time left by the longest step it has seen (``fits``).
+    """
+
+    time_limit_s: int
+    startup_s: int
+    drain_s: int
+    step_s: float
+    steps: int
+
+    def fits(self, elapsed_s: float, next_step_s: float) -> bool:
+        """Whether a step of ``next_step_s`` started ``elapsed_s`` after the cell began ends in time."""
+        return elapsed_s + max(next_step_s, self.step_s) <= self.time_limit_s - self.drain_s
+
+    def describe(self) -> str:
+        return (
+            f"step budget {self.steps} steps of about {self.step_s:.0f} s within the job's "
+            f"{self.time_limit_s / 60:g} min time limit (start-up {self.startup_s} s and drain "
+            f"{self.drain_s} s kept aside)"
+        )
+
+
+def step_budget(cell: Cell, env: Mapping[str, str] = os.environ) -> StepBudget:
+    """The step budget of a capacity cell (its ``capacity`` must be set)."""
+    assert cell.capacity is not None, "only a capacity cell has a step budget"
+    engine = recipe(cell.engine)
+    startup = _int(env, "AGENTSWEEP_STARTUP_MARGIN_S", minimum=0, default=engine.startup_margin_s)
+    drain = _int(env, "AGENTSWEEP_DRAIN_MARGIN_S", minimum=0, default=DRAIN_MARGIN_S)
+    limit = cell.capacity.time_limit_min * 60
+    step_s = cell.duration + engine.step_overhead_s
+    steps = max(0, math.floor((limit - startup - drain) / step_s))
+    return StepBudget(time_limit_s=limit, startup_s=startup, drain_s=drain, step_s=step_s, steps=steps)
 
 
 def mem_gb(cpu_dram_gb: float, env: Mapping[str, str]) -> int:
@@ -111,8 +160,10 @@ def runner_assignments(
         "AS_CONTAINER_RUNTIME": spec.container_runtime,
         "AS_CELL_ON_HOST": "1" if cell_on_host(cell, spec.container_runtime) else "0",
         "AS_HF_CACHE": spec.hf_cache or "",
-        "AS_TIME_LIMIT_MIN": str(time_limit_min(cell.duration, cell.engine, env, spec.time_limit_min)),
+        "AS_TIME_LIMIT_MIN": str(cell_time_limit_min(cell, env, spec.time_limit_min)),
         "AS_MEM_GB": str(mem_gb(dram_gb, env)),
+        # A capacity cell's steps within that time limit (shown by the launcher's dry run); "" otherwise.
+        "AS_STEP_BUDGET": step_budget(cell, env).describe() if cell.capacity is not None else "",
     }
 
 

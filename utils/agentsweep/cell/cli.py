@@ -1,5 +1,8 @@
 """`agentsweep cell`: run one matrix cell (``--cell JSON|@FILE``, else $AGENTSWEEP_CELL) into $RESULT_DIR.
 
+A capacity cell (one with ``capacity``) runs its search instead: one engine start, measured steps in
+``steps/<n>/``, capacity.json (``agentsweep.capacity.run``).
+
 Exit status: 0 SUCCESS, 1 INVALID or FAILED (status.txt says why), 2 bad input (one line naming the field).
 """
 
@@ -70,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
         raise
     if args.dry_run:
         print("\n".join(plan.describe()))
+        if cell.capacity is not None:
+            from agentsweep.capacity.run import describe
+
+            print("\n".join(describe(cell)))
         return 0
     options = CellOptions(
         health_timeout_s=args.health_timeout,
@@ -80,7 +87,12 @@ def run(args: argparse.Namespace) -> int:
     # Whoever started the cell (run_cell.sh, a launcher, a sweep) dying stops the cell cleanly too.
     set_parent_death_signal()
     try:
-        status, _reason = run_cell(plan, options)
+        if cell.capacity is not None:
+            from agentsweep.capacity.run import run_capacity_cell
+
+            status, _reason = run_capacity_cell(plan, options)
+        else:
+            status, _reason = run_cell(plan, options)
     finally:
         restore()
     return 0 if status == "SUCCESS" else 1

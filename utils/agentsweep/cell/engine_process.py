@@ -258,3 +258,39 @@ def trim_log(path: Path, max_bytes: int = LOG_MAX_BYTES, head_bytes: int = LOG_H
         out.write(tail)
     os.replace(tmp, path)
     return True
+
+
+def log_size(path: Path) -> int:
+    """The size of a log now (0 when absent): where a later ``copy_log_section`` starts."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def copy_log_section(
+    src: Path, dst: Path, start: int, max_bytes: int = LOG_MAX_BYTES, head_bytes: int = LOG_HEAD_BYTES
+) -> None:
+    """``dst``: the head of the log ``src`` (the engine's start-up, where its KV pool is stated), then
+    what it wrote from byte ``start`` on (the tail of that when longer than ``max_bytes``).
+
+    A capacity cell's engine runs for every step; each step's result directory keeps the part of its
+    log that step saw, behind the start-up lines, like the server.log of a cell of its own.
+    """
+    try:
+        with open(src, "rb") as fh:
+            head = fh.read(head_bytes)
+            size = fh.seek(0, os.SEEK_END)
+            start = min(max(start, len(head)), size)
+            fh.seek(max(start, size - (max_bytes - head_bytes)))
+            section = fh.read()
+    except FileNotFoundError:
+        return
+    head = head[: head.rfind(b"\n") + 1] or head
+    skipped = size - len(section) - len(head)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with open(dst, "wb") as out:
+        out.write(head)
+        if skipped > 0:
+            out.write(f"[... {skipped} bytes of the engine's log before this step omitted ...]\n".encode())
+        out.write(section)

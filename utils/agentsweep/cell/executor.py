@@ -84,125 +84,199 @@ def execute(
     ``versions`` gets the engine's (and the router's) version. Raises ``EngineFailed`` when an
     instance or the router never becomes healthy.
     """
+    group = EngineGroup(plan, options, versions, say, watchdog)
+    missing = group.missing_router()
+    if missing:  # before any engine loads its weights
+        return missing
+    with group:
+        reason = replay(plan, group, options, say, watchdog)
+    return reason
+
+
+class EngineGroup:
+    """A plan's engine instances and its router, started healthy on entry and stopped on exit.
+
+    A cell runs one replay against it (``execute``); a capacity cell runs one per search step, each
+    with a plan of its own result directory (``CellPlan.for_step``) against the same instances.
+    """
+
+    def __init__(
+        self,
+        plan: CellPlan,
+        options: CellOptions,
+        versions: dict[str, str | None],
+        say: Callable[[str], None],
+        watchdog: Watchdog | None = None,
+    ) -> None:
+        self.plan = plan
+        self.options = options
+        self.versions = versions
+        self.say = say
+        self.watchdog = watchdog
+        rd = plan.result_dir
+        grace = options.engine_grace(plan.cell.engine)
+        self.engines = [
+            InstanceProcess(
+                inst.label,
+                inst.engine.argv,
+                log_path=rd / inst.log_name,
+                base_url=inst.url,
+                health_path=inst.engine.health_path,
+                env={**os.environ, **inst.engine.env},
+                stop_grace_s=grace,
+                watchdog=watchdog,
+            )
+            for inst in plan.instances
+        ]
+        self.program = plan.router.program if plan.router is not None else ""
+        self.router: InstanceProcess | None = None
+        if plan.router is not None:
+            self.router = InstanceProcess(
+                f"router ({self.program})",
+                plan.router.argv,
+                log_path=rd / "router.log",
+                base_url=plan.base_url,
+                health_path=plan.router.ready_path,
+                env=dict(os.environ),
+                stop_grace_s=10.0,
+                watchdog=watchdog,
+            )
+        self._stack = contextlib.ExitStack()
+
+    def missing_router(self) -> str | None:
+        """Why the router program cannot start here (not installed), or None."""
+        if self.plan.router is None:
+            return None
+        return missing_router(router_recipe(self.program), self.plan.router.argv[0])
+
+    @property
+    def members(self) -> list[InstanceProcess]:
+        return [*self.engines, *([self.router] if self.router is not None else [])]
+
+    @property
+    def log_names(self) -> list[str]:
+        """The logs of the instances (and the router), in the cell's result directory."""
+        return [inst.log_name for inst in self.plan.instances] + (["router.log"] if self.router else [])
+
+    def died_reason(self) -> str | None:
+        return _Group(self.members).died_reason()
+
+    def __enter__(self) -> EngineGroup:
+        try:
+            self._start()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _start(self) -> None:
+        plan, say, stack = self.plan, self.say, self._stack
+        for eng in self.engines:
+            say(f"starting {eng.label}: {shlex.join(record.mask_argv(eng.argv))}")
+            stack.enter_context(eng)
+        timeout = self.options.health_timeout(plan.cell.engine)
+        start = time.monotonic()
+        for eng in self.engines:  # one timeout for them all
+            eng.wait_healthy(max(0.1, round(timeout - (time.monotonic() - start), 1)))
+        waited = time.monotonic() - start
+        if self.router is None:
+            say(f"engine healthy after {waited:.1f} s")
+        else:
+            what = "instances" if plan.mode == "pd" else "replicas"
+            say(f"{len(self.engines)} {what} healthy after {waited:.1f} s")
+        self.versions["engine"] = recipe(plan.cell.engine).version(plan.client.url)
+        if self.router is not None:
+            self.versions["router"] = f"{self.program} {router_version(self.program) or 'unknown'}"
+            say(f"starting router: {shlex.join(self.router.argv)}")
+            stack.enter_context(self.router)
+            say(f"router ready after {self.router.wait_healthy(timeout):.1f} s")
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._stack.close()
+        finally:
+            for name in self.log_names:
+                trim_log(self.plan.result_dir / name)
+
+
+def replay(
+    plan: CellPlan,
+    group: EngineGroup,
+    options: CellOptions,
+    say: Callable[[str], None],
+    watchdog: Watchdog | None = None,
+) -> str | None:
+    """One replay of ``plan`` against the running ``group``: metrics collectors around the replayer,
+    the router's figures, the instances' scrapes merged; returns why it failed, or None.
+
+    ``plan`` may be a step's plan (its files in the step's result directory).
+    """
     cell, rd = plan.cell, plan.result_dir
-    grace = options.engine_grace(cell.engine)
-    engines = [
-        InstanceProcess(
-            inst.label,
-            inst.engine.argv,
-            log_path=rd / inst.log_name,
-            base_url=inst.url,
-            health_path=inst.engine.health_path,
-            env={**os.environ, **inst.engine.env},
-            stop_grace_s=grace,
-            watchdog=watchdog,
-        )
-        for inst in plan.instances
-    ]
-    router = None
-    program = plan.router.program if plan.router is not None else ""
-    if plan.router is not None:
-        missing = missing_router(router_recipe(program), plan.router.argv[0])
-        if missing:  # before any engine loads its weights
-            return missing
-        router = InstanceProcess(
-            f"router ({program})",
-            plan.router.argv,
-            log_path=rd / "router.log",
-            base_url=plan.base_url,
-            health_path=plan.router.ready_path,
-            env=dict(os.environ),
-            stop_grace_s=10.0,
-            watchdog=watchdog,
-        )
+    rd.mkdir(parents=True, exist_ok=True)
     reason: str | None = None
-    try:
-        with contextlib.ExitStack() as stack:
-            for eng in engines:
-                say(f"starting {eng.label}: {shlex.join(record.mask_argv(eng.argv))}")
-                stack.enter_context(eng)
-            timeout = options.health_timeout(cell.engine)
-            start = time.monotonic()
-            for eng in engines:  # one timeout for them all
-                eng.wait_healthy(max(0.1, round(timeout - (time.monotonic() - start), 1)))
-            waited = time.monotonic() - start
-            if router is None:
-                say(f"engine healthy after {waited:.1f} s")
-            else:
-                what = "instances" if plan.mode == "pd" else "replicas"
-                say(f"{len(engines)} {what} healthy after {waited:.1f} s")
-            versions["engine"] = recipe(cell.engine).version(plan.client.url)
-            scrapers = [
+    with contextlib.ExitStack() as stack:
+        scrapers = [
+            ManagedProcess(
+                inst.scraper_argv,
+                log_path=rd / inst.collector_log_name,
+                name=inst.collector_name,
+                stop_grace_s=10.0,
+                watchdog=watchdog,
+            )
+            for inst in plan.instances
+        ]
+        if group.router is not None and plan.router_scraper_argv:
+            scrapers.append(
                 ManagedProcess(
-                    inst.scraper_argv,
-                    log_path=rd / inst.collector_log_name,
-                    name=inst.collector_name,
+                    plan.router_scraper_argv,
+                    log_path=rd / "router-metrics-collector.log",
+                    name="metrics collector of the router",
                     stop_grace_s=10.0,
                     watchdog=watchdog,
                 )
-                for inst in plan.instances
-            ]
-            if router is not None:
-                versions["router"] = f"{program} {router_version(program) or 'unknown'}"
-                say(f"starting router: {shlex.join(router.argv)}")
-                stack.enter_context(router)
-                say(f"router ready after {router.wait_healthy(timeout):.1f} s")
-                if plan.router_scraper_argv:
-                    scrapers.append(
-                        ManagedProcess(
-                            plan.router_scraper_argv,
-                            log_path=rd / "router-metrics-collector.log",
-                            name="metrics collector of the router",
-                            stop_grace_s=10.0,
-                            watchdog=watchdog,
-                        )
-                    )
-            for scraper in scrapers:
-                stack.enter_context(scraper)
-            sampler = None
-            if plan.power_argv:
-                sampler = ManagedProcess(
-                    plan.power_argv,
-                    log_path=rd / POWER_SAMPLER_LOG,
-                    name="power sampler",
-                    stop_grace_s=15.0,
-                    watchdog=watchdog,
-                )
-                stack.enter_context(sampler)
-            replayer = ManagedProcess(
-                plan.replay_argv,
-                log_path=rd / "replay.log",
-                name="replayer",
-                stop_grace_s=options.replay_stop_grace_s,
+            )
+        for scraper in scrapers:
+            stack.enter_context(scraper)
+        sampler = None
+        if plan.power_argv:
+            sampler = ManagedProcess(
+                plan.power_argv,
+                log_path=rd / POWER_SAMPLER_LOG,
+                name="power sampler",
+                stop_grace_s=15.0,
                 watchdog=watchdog,
             )
-            through = f" through {plan.base_url}" if router is not None else ""
-            say(f"replaying {cell.users} users for {cell.duration} s{through}")
-            members = [*engines, *([router] if router is not None else [])]
-            try:
-                reason = _watch_replay(_Group(members), replayer, options, cell.duration)
-            finally:
-                replayer.stop()  # no-op when it already exited; on an interrupt it flushes its files
-            for scraper in scrapers:
-                code = scraper.poll()
-                if reason is None and code is not None:
-                    reason = f"{scraper.name} exited early with status {code}{_hint(scraper)}"
-            samplers = [sampler] if sampler is not None else []
-            if sampler is not None and sampler.poll() is not None:
-                say(f"power sampler exited early with status {sampler.poll()}{_hint(sampler)}")
-            for scraper in [*scrapers, *samplers]:  # all take their last scrape at about the same moment
-                scraper.signal_group(signal.SIGTERM)
-            for scraper in [*scrapers, *samplers]:
-                scraper.stop()
-            if router is not None and router.poll() is None:
-                write_router_figures(plan, rd)
-            for eng in engines:
-                if eng.poll() is not None:  # died on its own during the replay
-                    show_tail(eng.log_path, say)
-    finally:
-        for name in [inst.log_name for inst in plan.instances] + (["router.log"] if router else []):
-            trim_log(rd / name)
-    if router is not None:
+            stack.enter_context(sampler)
+        replayer = ManagedProcess(
+            plan.replay_argv,
+            log_path=rd / "replay.log",
+            name="replayer",
+            stop_grace_s=options.replay_stop_grace_s,
+            watchdog=watchdog,
+        )
+        through = f" through {plan.base_url}" if group.router is not None else ""
+        say(f"replaying {cell.users} users for {cell.duration} s{through}")
+        try:
+            reason = _watch_replay(_Group(group.members), replayer, options, cell.duration)
+        finally:
+            replayer.stop()  # no-op when it already exited; on an interrupt it flushes its files
+        for scraper in scrapers:
+            code = scraper.poll()
+            if reason is None and code is not None:
+                reason = f"{scraper.name} exited early with status {code}{_hint(scraper)}"
+        samplers = [sampler] if sampler is not None else []
+        if sampler is not None and sampler.poll() is not None:
+            say(f"power sampler exited early with status {sampler.poll()}{_hint(sampler)}")
+        for scraper in [*scrapers, *samplers]:  # all take their last scrape at about the same moment
+            scraper.signal_group(signal.SIGTERM)
+        for scraper in [*scrapers, *samplers]:
+            scraper.stop()
+        if group.router is not None and group.router.poll() is None:
+            write_router_figures(plan, rd)
+        for eng in group.engines:
+            if eng.poll() is not None:  # died on its own during the replay
+                show_tail(eng.log_path, say)
+    if group.router is not None:
         merge_metrics([rd / r.metrics_name for r in plan.answering], rd / SERVER_METRICS_CSV)
         if plan.mode == "pd":
             merge_metrics([rd / r.metrics_name for r in plan.prefill], rd / PREFILL_METRICS_CSV)

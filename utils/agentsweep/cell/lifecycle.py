@@ -27,6 +27,7 @@ from agentsweep.cell.watchdog import Watchdog
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.receipt import write_receipt
 from agentsweep.contract.resultdir import (
+    CAPACITY_JSON,
     CELL_JSON,
     PREFILL_METRICS_CSV,
     RECEIPT_JSON,
@@ -41,7 +42,7 @@ from agentsweep.energy.summary import cell_power_summary
 from agentsweep.errors import InputError
 from agentsweep.validity import evaluate
 
-RESULT_FILES = (CELL_JSON, STATUS_TXT, REQUESTS_JSONL, SUMMARY_JSON, RECEIPT_JSON)
+RESULT_FILES = (CELL_JSON, STATUS_TXT, REQUESTS_JSONL, SUMMARY_JSON, CAPACITY_JSON, RECEIPT_JSON)
 
 
 class CellInterrupted(Exception):
@@ -97,7 +98,7 @@ def run_cell(
     start_utc = record.utc_now()
     versions: dict[str, str | None] = {
         "agentsweep": agentsweep.__version__,
-        "kv_cache_tester": _kv_cache_tester_version(),
+        "kv_cache_tester": kv_cache_tester_version(),
         "engine": None,
     }
     status: Verdict = "FAILED"
@@ -107,9 +108,9 @@ def run_cell(
     watchdog = Watchdog(plan.result_dir)
     try:
         watchdog.start()
-        reason = execute(plan, options, versions, say, watchdog) or _check_outputs(plan.result_dir)
+        reason = execute(plan, options, versions, say, watchdog) or check_outputs(plan.result_dir)
         if reason is None:
-            reasons = _judge(plan)
+            reasons = judge(plan)
             status = "INVALID" if reasons else "SUCCESS"
             if plan.power is not None:
                 say(_power_line(plan))
@@ -191,7 +192,7 @@ def cached_metrics_file(plan: CellPlan) -> str:
     return SERVER_METRICS_CSV
 
 
-def _judge(plan: CellPlan) -> list[str]:
+def judge(plan: CellPlan) -> list[str]:
     """Run the validity checks, record them in summary.json, and return the failed checks' reasons."""
     validity = evaluate(plan.result_dir, plan.cell, cached_metrics_file(plan))
     summary = load_summary(plan.result_dir, required=("counts",))
@@ -200,7 +201,8 @@ def _judge(plan: CellPlan) -> list[str]:
     return validity.reasons
 
 
-def _check_outputs(result_dir: Path) -> str | None:
+def check_outputs(result_dir: Path) -> str | None:
+    """Why the replayer's files cannot be judged (missing, broken, nothing sent), or None."""
     if not (result_dir / REQUESTS_JSONL).exists():
         return f"the replayer left no {REQUESTS_JSONL}"
     if not (result_dir / SUMMARY_JSON).exists():
@@ -221,7 +223,7 @@ def _check_outputs(result_dir: Path) -> str | None:
     return None
 
 
-def _kv_cache_tester_version() -> str | None:
+def kv_cache_tester_version() -> str | None:
     try:
         import kv_cache_tester
     except ImportError:

@@ -97,6 +97,50 @@ class CellPlan:
     placement: Placement | None = None
     power: SamplerSpec | None = None  # the power sampler's targets (None: the runner samples no power)
     power_argv: list[str] = field(default_factory=list)  # power.csv over the run
+    python: str = sys.executable  # the interpreter of the collectors and the replayer
+    scrape_interval_s: float = 1.0
+
+    def for_step(self, cell: Cell, result_dir: Path) -> CellPlan:
+        """The plan of one replay of ``cell`` against this plan's running instances, its files in
+        ``result_dir``: a capacity cell's step (same engines and router, its own collectors,
+        replayer and result directory)."""
+        instances = [
+            dataclasses.replace(
+                inst,
+                scraper_argv=scraper_argv(
+                    self.python,
+                    inst.url + inst.engine.metrics_path,
+                    result_dir / inst.metrics_name,
+                    self.scrape_interval_s,
+                ),
+            )
+            for inst in self.instances
+        ]
+        replay = client(cell.client).command(
+            cell,
+            engine=recipe(cell.engine),
+            endpoint=self.base_url,
+            output_dir=result_dir,
+            python=self.python,
+        )
+        router_scraper = (
+            router_scraper_argv(self.python, self.router, instances, result_dir, self.scrape_interval_s)
+            if self.router is not None and self.router_scraper_argv
+            else []
+        )
+        return dataclasses.replace(
+            self,
+            cell=cell,
+            result_dir=result_dir,
+            instances=instances,
+            replay_argv=replay,
+            router_scraper_argv=router_scraper,
+            power_argv=(
+                power_sampler_argv(self.python, self.power, result_dir / POWER_CSV)
+                if self.power is not None
+                else []
+            ),
+        )
 
     @property
     def mode(self) -> Literal["dp", "pd"]:
@@ -353,13 +397,7 @@ def plan_cell(
         router = build_router_launch(
             cell, workers, host=host, port=port, metrics_port=metrics_port, python=python
         )
-        router_scraper = [
-            python, "-m", "agentsweep.cli", "router-metrics-collector",
-            "--endpoint", router.metrics_url, "--program", router.program,
-            *(arg for r in instances for arg in ("--instance", f"{r.name}={r.url}")),
-            "--output", str(result_dir / ROUTER_METRICS_CSV),
-            "--interval", f"{scrape_interval_s:g}",
-        ]  # fmt: skip
+        router_scraper = router_scraper_argv(python, router, instances, result_dir, scrape_interval_s)
     replay = client(cell.client).command(
         cell, engine=engine_recipe, endpoint=base_url, output_dir=result_dir, python=python
     )
@@ -388,7 +426,22 @@ def plan_cell(
         placement,
         power,
         power_argv,
+        python,
+        scrape_interval_s,
     )
+
+
+def router_scraper_argv(
+    python: str, router: RouterLaunch, instances: list[Instance], result_dir: Path, interval_s: float
+) -> list[str]:
+    """The router's metrics collector: its /metrics into ``result_dir``'s router_metrics.csv."""
+    return [
+        python, "-m", "agentsweep.cli", "router-metrics-collector",
+        "--endpoint", router.metrics_url, "--program", router.program,
+        *(arg for r in instances for arg in ("--instance", f"{r.name}={r.url}")),
+        "--output", str(result_dir / ROUTER_METRICS_CSV),
+        "--interval", f"{interval_s:g}",
+    ]  # fmt: skip
 
 
 def power_sampler_argv(python: str, spec: SamplerSpec, output: Path) -> list[str]:

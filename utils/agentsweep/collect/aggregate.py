@@ -3,6 +3,9 @@
 A row always comes out: SUCCESS, FAILED (the cell says so), MALFORMED (the directory breaks the
 contract of ARCHITECTURE.md §3-6) or MISSING (the matrix names it, nothing was found). The
 ``reason`` column says why; ``notes`` carries warnings that do not change the status.
+
+A capacity cell's row carries its verdict and no metrics (its figures are in the capacity table);
+each of its steps is a row of its own, right after it, with ``step_of`` naming the capacity cell.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from agentsweep.contract.resultdir import (
     SERVER_METRICS_CSV,
     STATUS_TXT,
     SUMMARY_JSON,
+    read_capacity,
     read_cell_record,
     read_status,
 )
@@ -148,6 +152,7 @@ def load_cell(found: FoundCell, observe: Callable[[RequestRecord], None] | None 
     """
     row = Row(found.exp_name)
     row.values["result_dir"] = str(found.path)
+    row.values["step_of"] = found.step_of
     try:
         _fill(row, found.path, observe)
     except (Malformed, ResultFileError, ResultError) as err:
@@ -193,6 +198,12 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
         row.status = "INVALID"
         row.reason = "; ".join(status.reasons) or "no reason given"
     assert cell is not None  # only a FAILED record may hold a cell that does not parse
+    if cell.capacity is not None:
+        capacity = read_capacity(path)
+        if capacity is None:
+            raise Malformed("capacity.json missing")
+        row.notes.append(f"capacity cell: {len(capacity.steps)} steps, stopped: {capacity.stop_reason}")
+        return
     summary = load_summary(path)
     row.values.update(summary_columns(summary))
     row.values.update(derived_columns(row.values))
@@ -314,10 +325,30 @@ def build_rows(found: list[FoundCell], matrix: list[Cell] | None = None) -> list
             elif spec.exp_name not in {r.exp_name for r in ordered}:
                 ordered.append(missing_row(spec))
         for row in rows.values():
-            row.notes.append("not in the matrix")
+            if not row.values.get("step_of"):
+                row.notes.append("not in the matrix")
     ordered.extend(sorted(rows.values(), key=lambda r: natural_key(r.exp_name)))
     ordered.extend(extra)
-    return ordered
+    return _steps_after_their_cell(ordered)
+
+
+def _steps_after_their_cell(rows: list[Row]) -> list[Row]:
+    """A capacity cell's step rows right after its own row (in the order found: step order)."""
+    parents = {r.exp_name for r in rows if not r.values.get("step_of")}
+    steps: dict[str, list[Row]] = {}
+    for row in rows:
+        parent = str(row.values.get("step_of") or "")
+        if parent in parents:
+            steps.setdefault(parent, []).append(row)
+    out: list[Row] = []
+    for row in rows:
+        parent = str(row.values.get("step_of") or "")
+        if parent in parents:
+            continue  # placed after its capacity cell
+        out.append(row)
+        if not parent:
+            out.extend(steps.pop(row.exp_name, []))
+    return out
 
 
 METRIC_COLUMNS = tuple(column.name for column in columns.METRICS)

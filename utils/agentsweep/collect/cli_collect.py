@@ -1,10 +1,12 @@
 """`agentsweep collect ARTIFACTS_DIR OUT_DIR [--matrix MATRIX_JSON]`.
 
-Writes summary.csv, frontier.csv, the PNG plots, report.html and summary.md into OUT_DIR (and
-appends summary.md to $GITHUB_STEP_SUMMARY when that is set). Exit 0 when every cell succeeded,
-1 when any cell is FAILED, MALFORMED or MISSING, 3 when the only problems are INVALID cells, 2 on bad
-arguments, and on points measured differently (replayer versions, or one curve's recipes, from the
-receipts) unless --allow-mixed.
+Writes summary.csv, frontier.csv, capacity.csv (the capacity under SLO per tier: capacity cells'
+searches and the grid-derived capacity of ordinary series), the PNG plots, report.html and summary.md
+into OUT_DIR (and appends summary.md to $GITHUB_STEP_SUMMARY when that is set). Exit 0 when every cell
+succeeded, 1 when any cell is FAILED, MALFORMED or MISSING, 3 when the only problems are INVALID cells
+(a capacity cell's steps do not count: its own verdict does), 2 on bad arguments, and on points
+measured differently (replayer versions, or one curve's recipes, from the receipts) unless
+--allow-mixed.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from pathlib import Path
 import pandas as pd
 
 from agentsweep.collect.aggregate import CELL_COLUMNS, build_rows, to_frame
+from agentsweep.collect.capacity import CapacityResults, capacity_results
+from agentsweep.collect.capacity_plots import write_capacity_plots
 from agentsweep.collect.discover import find_cells
 from agentsweep.collect.pareto import frontier_table
 from agentsweep.collect.plots import write_plots
 from agentsweep.collect.provenance import mixed_in_sweep, refuse_mixed
 from agentsweep.collect.report import summary_markdown, write_report
+from agentsweep.config import overrides
 from agentsweep.contract.resultdir import read_matrix
 from agentsweep.contract.verdict import INVALID_EXIT
 from agentsweep.errors import InputError
@@ -47,6 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--include-invalid",
         action="store_true",
         help="let INVALID cells onto the frontiers and plots (they stay INVALID in the table)",
+    )
+    parser.add_argument(
+        "--slo",
+        action="append",
+        metavar="'NAME: C, C'",
+        help="an SLO tier to read the grid-derived capacity against, e.g. 'interactive: ttft p90 <= 10 s, "
+        "speed p25 >= 20 tok/s' (repeatable; default: the capacity cells' tiers, else the default tiers)",
     )
 
 
@@ -82,15 +94,22 @@ def render_outputs(
     out_dir: Path,
     plots: bool = True,
     include_invalid: bool = False,
+    capacity: CapacityResults | None = None,
     mixed: Sequence[str] = (),
 ) -> pd.DataFrame:
-    """frontier.csv, plots, report.html and summary.md from a summary table; returns the frontier.
-    ``mixed``: how the points' provenance differs (allowed with --allow-mixed), said in summary.md."""
+    """frontier.csv, capacity.csv (when ``capacity`` is given), plots, report.html and summary.md from a
+    summary table; returns the frontier. ``mixed``: how the points' provenance differs (allowed with
+    --allow-mixed), said in summary.md."""
     frontier = frontier_table(df, include_invalid)
     frontier.to_csv(out_dir / "frontier.csv", index=False)
+    if capacity is not None:
+        capacity.table.to_csv(out_dir / "capacity.csv", index=False)
     if plots:
-        write_report(df, write_plots(df, out_dir, include_invalid), out_dir)
-    text = summary_markdown(df, frontier)
+        figures = write_plots(df, out_dir, include_invalid)
+        if capacity is not None:
+            figures += write_capacity_plots(capacity.cells, out_dir)
+        write_report(df, figures, out_dir, capacity)
+    text = summary_markdown(df, frontier, capacity)
     if mixed:
         text += "\n### Points measured differently (--allow-mixed)\n\n" + "".join(f"- {m}\n" for m in mixed)
     (out_dir / "summary.md").write_text(text, encoding="utf-8")
@@ -116,14 +135,31 @@ def run(args: argparse.Namespace) -> int:
         print(f"collect: allowed (--allow-mixed): {line}", file=sys.stderr)
     prepare_out_dir(args.out_dir)
     df.to_csv(args.out_dir / "summary.csv", index=False)
+    capacity = capacity_results(df, overrides.slo_tiers(args.slo))
+    for note in capacity.notes:
+        print(f"collect: capacity: {note}", file=sys.stderr)
     render_outputs(
-        df, args.out_dir, plots=not args.no_plots, include_invalid=args.include_invalid, mixed=mixed
+        df,
+        args.out_dir,
+        plots=not args.no_plots,
+        include_invalid=args.include_invalid,
+        capacity=capacity,
+        mixed=mixed,
     )
+    for line in capacity.lines:
+        print(f"collect: {line}", file=sys.stderr)
 
     append_step_summary((args.out_dir / "summary.md").read_text(encoding="utf-8"))
 
-    bad = [r for r in rows if r.status != "SUCCESS"]
-    print(f"collect: {len(rows)} cells, {len(rows) - len(bad)} SUCCESS -> {args.out_dir}", file=sys.stderr)
+    # A capacity cell's steps are its measurements: one past the boundary is INVALID by design; the
+    # capacity cell itself stands for them.
+    bad = [r for r in rows if r.status != "SUCCESS" and not r.values.get("step_of")]
+    cells = [r for r in rows if not r.values.get("step_of")]
+    steps = f" (and {len(rows) - len(cells)} capacity steps)" if len(cells) < len(rows) else ""
+    print(
+        f"collect: {len(cells)} cells{steps}, {len(cells) - len(bad)} SUCCESS -> {args.out_dir}",
+        file=sys.stderr,
+    )
     for row in bad:
         print(f"collect: {row.exp_name}: {row.status}: {row.reason}", file=sys.stderr)
     if not bad:

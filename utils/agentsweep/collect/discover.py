@@ -3,20 +3,26 @@
 Layouts understood (ARCHITECTURE.md §3):
 - GitHub download-artifact: ARTIFACTS/agentic_<exp_name>/<files> (sometimes one level deeper);
 - local sweep: results/<config_key>/<exp_name>/<files> (``aggregated/`` folders are skipped).
+
+A capacity cell's steps (``steps/<n>/``, each an ordinary result directory) are found through its
+capacity.json and come right after it, marked with the capacity cell they belong to (``step_of``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from agentsweep.contract.resultdir import (
+    CAPACITY_JSON,
     CELL_JSON,
     REQUESTS_JSONL,
     SERVER_METRICS_CSV,
     STATUS_TXT,
     SUMMARY_JSON,
+    read_capacity,
     read_cell_record,
 )
 from agentsweep.errors import InputError
@@ -31,6 +37,7 @@ MAX_DEPTH = 5
 class FoundCell:
     path: Path
     exp_name: str  # from cell.json when readable, else from the directory name
+    step_of: str = ""  # a capacity cell's step: that cell's exp_name
 
 
 def _name_from_dir(path: Path) -> str:
@@ -68,8 +75,30 @@ def find_cells(root: Path, skipped: list[str] | None = None) -> list[FoundCell]:
                 if skipped is not None:
                     skipped.append(f"{here / name}: a link to {target}, outside {root}; not followed")
         if any(m in filenames for m in MARKERS):
-            found.append(FoundCell(here, _exp_name(here)))
-            dirnames[:] = []  # a cell's own sub-folders (debug dumps) are not cells
+            cell = FoundCell(here, _exp_name(here))
+            found.append(cell)
+            if CAPACITY_JSON in filenames:
+                found.extend(_steps(cell))
+            dirnames[:] = []  # a cell's own sub-folders (debug dumps, steps) are not walked
         elif len(here.parts) - base_depth >= MAX_DEPTH:
             dirnames[:] = []
-    return sorted(found, key=lambda c: str(c.path))
+    return sorted(found, key=lambda c: _natural(str(c.path)))
+
+
+def _natural(text: str) -> list[str | int]:
+    """Sort key that puts steps/2 before steps/10 (the parts alternate text, number, text...)."""
+    return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", text))]
+
+
+def _steps(cell: FoundCell) -> list[FoundCell]:
+    """The steps capacity.json lists (a broken capacity.json is the capacity cell's row's problem)."""
+    try:
+        record = read_capacity(cell.path)
+    except InputError:
+        return []
+    if record is None:
+        return []
+    return [
+        FoundCell(cell.path / step.dir, _exp_name(cell.path / step.dir), cell.exp_name)
+        for step in record.steps
+    ]

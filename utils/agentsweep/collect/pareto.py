@@ -140,6 +140,8 @@ def successful(df: pd.DataFrame, include_invalid: bool = False) -> pd.DataFrame:
         return df.iloc[0:0]
     usable = ("SUCCESS", "INVALID") if include_invalid else ("SUCCESS",)
     ok = df[df["status"].isin(usable)].copy()
+    if "capacity" in ok.columns:  # a capacity cell's row has no figures of its own (its steps do)
+        ok = ok[ok["capacity"].isna() | (ok["capacity"].astype(str) == "")]
     for column in ("engine", "offload"):
         if column not in ok.columns:
             ok[column] = "?"

@@ -13,6 +13,7 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from agentsweep import __version__
+from agentsweep.collect.capacity import CapacityResults
 from agentsweep.collect.pareto import routed
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -185,6 +186,8 @@ def problem_cells(df: pd.DataFrame) -> list[dict[str, str]]:
     if "status" not in df.columns:
         return []
     bad = df[df["status"] != "SUCCESS"]
+    if "step_of" in bad.columns:  # a capacity cell's steps are its measurements (the capacity section)
+        bad = bad[bad["step_of"].isna() | (bad["step_of"].astype(str) == "")]
     return [
         {"exp_name": str(r["exp_name"]), "status": str(r["status"]), "reason": str(r.get("reason") or "")}
         for r in bad.to_dict("records")
@@ -218,7 +221,35 @@ def _data_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
-def write_report(df: pd.DataFrame, plots: list[tuple[str, Path]], out_dir: Path) -> Path:
+# (column, header, format) of the capacity table in the report.
+CAPACITY_TABLE = (
+    ("source", "Source", "text"),
+    ("cell", "Cell / series", "text"),
+    ("tier", "Tier", "text"),
+    ("agents_per_gpu", "Agents/GPU", "num"),
+    ("boundary_users", "Users", "num"),
+    ("interval_low", "Interval low", "int"),
+    ("interval_high", "Interval high", "int"),
+    ("boundary_type", "Boundary", "text"),
+    ("binding", "Bound by", "text"),
+    ("output_tok_per_s_per_gpu", "Out tok/s/GPU", "num"),
+    ("total_tok_per_s_per_gpu", "Total tok/s/GPU", "num"),
+    ("agents_per_mw", "Agents/MW", "num"),
+    ("stop_reason", "Stop reason", "text"),
+)
+
+
+def capacity_rows(capacity: CapacityResults | None) -> list[list[str]]:
+    if capacity is None or capacity.table.empty:
+        return []
+    return [
+        [fmt(r.get(c), kind) for c, _h, kind in CAPACITY_TABLE] for r in capacity.table.to_dict("records")
+    ]
+
+
+def write_report(
+    df: pd.DataFrame, plots: list[tuple[str, Path]], out_dir: Path, capacity: CapacityResults | None = None
+) -> Path:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
     template = env.get_template("report.html.j2")
     html = template.render(
@@ -231,6 +262,9 @@ def write_report(df: pd.DataFrame, plots: list[tuple[str, Path]], out_dir: Path)
         hit_headers=["Cell", "Ideal", "GPU", "CPU/ext.", "Measured", "Measured / ideal", "Client-seen"],
         hit_rows=hit_rows(df),
         plots=[{"title": title, "file": path.name, "src": _data_uri(path)} for title, path in plots],
+        capacity_lines=capacity.lines if capacity is not None else [],
+        capacity_headers=[h for _c, h, _k in CAPACITY_TABLE],
+        capacity_rows=capacity_rows(capacity),
         version=__version__,
     )
     path = out_dir / "report.html"
@@ -243,7 +277,9 @@ def _md_escape(text: str) -> str:
     return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|").replace("`", "'")
 
 
-def summary_markdown(df: pd.DataFrame, frontier: pd.DataFrame) -> str:
+def summary_markdown(
+    df: pd.DataFrame, frontier: pd.DataFrame, capacity: CapacityResults | None = None
+) -> str:
     """A compact Markdown summary for $GITHUB_STEP_SUMMARY."""
     lines = [f"## agentsweep — {_md_escape(_distinct(df, 'config_key'))}", ""]
     lines += ["| | |", "|---|---|"] + [f"| {k} | {_md_escape(v)} |" for k, v in identity(df)] + [""]
@@ -273,5 +309,8 @@ def summary_markdown(df: pd.DataFrame, frontier: pd.DataFrame) -> str:
             lines.append(
                 f"- {series}: {best['y']:,.1f} tok/s/GPU at TTFT p50 {best['x']:.3f} s ({best['exp_name']})"
             )
+    if capacity is not None and capacity.lines:
+        lines += ["", "### Capacity under SLO", ""]
+        lines += [f"- {_md_escape(line)}" for line in capacity.lines]
     lines.append("")
     return "\n".join(lines)

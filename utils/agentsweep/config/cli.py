@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
-from agentsweep.config import render
+from agentsweep.config import overrides, render
 from agentsweep.config.loader import read_config_file
 from agentsweep.config.matrix import MAX_MATRIX_CELLS, select
 from agentsweep.contract.resultdir import matrix_json
@@ -35,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offload", metavar="MODE,MODE", help="keep only these modes: on, off, noprefix")
     parser.add_argument("--max-tp", metavar="N", help="drop cells with TP above N")
     parser.add_argument("--duration", metavar="S", help="override every cell's replay duration (seconds)")
+    overrides.add_arguments(parser)
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help='print {"include": [...]} (GitHub matrix shape)')
     out.add_argument(
@@ -89,7 +90,16 @@ def run(args: argparse.Namespace) -> int:
     duration = None if args.duration is None else _positive_int("--duration", args.duration)
 
     selection = select(
-        args.config, args.key, tp, users, offload, max_tp, duration, max_cells=MAX_MATRIX_CELLS
+        args.config,
+        args.key,
+        tp,
+        users,
+        offload,
+        max_tp,
+        duration,
+        max_cells=MAX_MATRIX_CELLS,
+        slo=overrides.slo_tiers(args.slo),
+        search=overrides.user_search(args.search),
     )
     cells = selection.cells
     if args.github_output:

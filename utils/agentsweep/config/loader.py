@@ -30,6 +30,7 @@ from agentsweep.config.schema import (
     normalize_search_space,
 )
 from agentsweep.contract.errors import CONTROL, brief, format_path, key_text, suggest, validation_message
+from agentsweep.contract.slo import SloError, check_unique, parse_tiers
 from agentsweep.errors import ConfigError
 
 DEFAULT_CONFIG = Path("configs") / "agentic.yaml"
@@ -312,6 +313,9 @@ def read_config_file(path: str | Path | None) -> ConfigFile:
     return ConfigFile(path=file, shown=shown, entries=entries)
 
 
+_POINT_SEARCH = re.compile(r"^(search_space(?:\.[^.\[]+|\[\d+\]))\.search(?=$|[.\[])")
+
+
 def parse_entry(shown: str, key: str, raw: Any) -> SweepSpec:
     """Validate one raw entry; errors name `<file>:<key>.<field path>`."""
     if not isinstance(raw, dict):
@@ -325,10 +329,18 @@ def parse_entry(shown: str, key: str, raw: Any) -> SweepSpec:
             raise ConfigError(f"{shown}:{key}.{where}: {err}") from None
         labels = [p.label if isinstance(p, SearchPoint) else p["label"] for p in points]
         raw = {**raw, "search_space": points}
+    if "slo" in raw:
+        try:
+            raw = {**raw, "slo": check_unique(parse_tiers(raw["slo"]))}
+        except SloError as err:
+            where = f"slo.{err.path}" if err.path else "slo"
+            raise ConfigError(f"{shown}:{key}.{where}: {err}") from None
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as err:
         where, what = validation_message(err, SweepSpec, labels)
+        # A point's search is written `users: {search: [LOW, HIGH], ...}`: name it so.
+        where = _POINT_SEARCH.sub(r"\1.users", where)
         raise ConfigError(f"{shown}:{key}.{where}: {what}" if where else f"{shown}:{key}: {what}") from None
     spec._key = key
     spec._source = shown

@@ -40,6 +40,8 @@ def _columns(cells: Sequence[Cell]) -> tuple[str, ...]:
 
 def _cell_text(cell: Cell, column: str) -> str:
     value = getattr(cell, column)
+    if column == "users" and cell.capacity is not None:  # a capacity cell searches its users
+        return f"{cell.capacity.low}..{cell.capacity.high}"
     if column == "cpu_dram_gb":
         return f"{value:g}" if value else "-"
     if column == "router":
@@ -61,6 +63,17 @@ def count_line(cells: Sequence[Cell]) -> str:
     return f"{len(cells)} {noun} ({keys}); replay time {total} in total"
 
 
+def capacity_lines(cells: Sequence[Cell]) -> list[str]:
+    """Per capacity cell: its search, tiers, step budget and the job's time limit (the dry run's)."""
+    from agentsweep.capacity.run import describe
+
+    lines = []
+    for cell in cells:
+        if cell.capacity is not None:
+            lines += [f"{cell.exp_name}:", *(f"  {line}" for line in describe(cell))]
+    return lines
+
+
 def table(cells: Sequence[Cell]) -> str:
     columns = _columns(cells)
     rows = [list(columns)] + [[_cell_text(c, col) for col in columns] for c in cells]
@@ -74,7 +87,8 @@ def table(cells: Sequence[Cell]) -> str:
         ]
         lines.append("  ".join(parts).rstrip())
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join([*lines, "", count_line(cells)])
+    searches = capacity_lines(cells)
+    return "\n".join([*lines, "", count_line(cells), *(["", *searches] if searches else [])])
 
 
 def markdown(cells: Sequence[Cell]) -> str:

@@ -49,6 +49,7 @@ from agentsweep.contract.cell import (
     printable,
 )
 from agentsweep.contract.errors import brief
+from agentsweep.contract.slo import SloTier, UserSearch
 
 ContainerRuntime = Literal["pyxis", "docker", "none"]
 
@@ -148,11 +149,16 @@ def _dedupe(values: list[Any]) -> tuple[Any, ...]:
 
 
 class SearchPoint(Frozen):
-    """One TP setting of the search space: its users and offload axes (deduped, in given order)."""
+    """One TP setting of the search space: its users and offload axes (deduped, in given order).
+
+    ``users`` is a list of counts (one cell each) or ``{search: [LOW, HIGH], ...}``: one capacity cell
+    per offload mode and router that searches the users (kept in ``search``; ``users`` is then empty).
+    """
 
     tp: Annotated[int, Field(gt=0, le=MAX_TP)]
     ep: PositiveInt = 1
-    users: Annotated[tuple[Annotated[int, Field(gt=0, le=MAX_USERS)], ...], Field(min_length=1)]
+    users: tuple[Annotated[int, Field(gt=0, le=MAX_USERS)], ...] = ()
+    search: UserSearch | None = None
     offload: Annotated[tuple[Offload, ...], Field(min_length=1)] = DEFAULT_OFFLOAD
     # Scale-out: engine instances of tp GPUs each, and the router policies to sweep in front of them.
     replicas: Annotated[int, Field(gt=0, le=MAX_REPLICAS)] = 1
@@ -163,10 +169,29 @@ class SearchPoint(Frozen):
     # Where the point came from in the file ("tp4" or "[0]"), for error messages.
     label: str = Field(default="", exclude=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _users_search(cls, data: Any) -> Any:
+        """``users: {search: [...]}`` goes to ``search``; ``search`` itself is not a config key."""
+        if not isinstance(data, dict):
+            return data
+        users = data.get("users")
+        if "search" in data and users != ():  # () and a search: a point as model_dump gives it back
+            raise ValueError("unknown field 'search' (a search is given as users: {search: [LOW, HIGH]})")
+        if isinstance(users, dict):
+            return {**data, "users": (), "search": users}
+        return data
+
     @field_validator("users", "offload", "router", mode="before")
     @classmethod
     def _listify(cls, value: Any) -> Any:
         return tuple(_as_list(value))
+
+    @model_validator(mode="after")
+    def _users_given(self) -> SearchPoint:
+        if not self.users and self.search is None:
+            raise ValueError("users: must not be empty (give user counts, or {search: [LOW, HIGH]})")
+        return self
 
     @field_validator("users", "offload", "router", mode="after")
     @classmethod
@@ -232,6 +257,8 @@ class SweepSpec(EngineSettings):
     replay: ReplayOptions = Field(default_factory=ReplayOptions)
     validity: ValidityLimits = Field(default_factory=ValidityLimits)
     max_parallel: Annotated[int, Field(gt=0, le=MAX_PARALLEL)] | None = None
+    # SLO tiers of the entry's capacity cells (the loader parses the block); None: DEFAULT_TIERS.
+    slo: tuple[SloTier, ...] | None = None
     search_space: tuple[SearchPoint, ...]
 
     _key: str = PrivateAttr(default="")
@@ -276,7 +303,7 @@ class SweepSpec(EngineSettings):
     @model_validator(mode="after")
     def _bounded_space(self) -> SweepSpec:
         # Checked before the matrix is built: an alias-repeated search space could ask for millions.
-        cells = sum(len(p.users) * len(p.offload) * len(p.routers) for p in self.search_space)
+        cells = sum(max(1, len(p.users)) * len(p.offload) * len(p.routers) for p in self.search_space)
         if cells > MAX_ENTRY_CELLS:
             raise ValueError(
                 f"search_space: {cells} cells (tp x users x offload) is over the {MAX_ENTRY_CELLS} "

@@ -36,6 +36,7 @@ from pydantic import (
 )
 
 from agentsweep.contract.errors import CONTROL, brief, validation_message
+from agentsweep.contract.slo import CapacitySpec
 from agentsweep.errors import InputError
 
 Engine = Literal["vllm", "sglang", "sim"]
@@ -373,6 +374,9 @@ class CellAxes(Frozen):
     decode: RoleShape | None = None
     # Nodes of one allocation the cell spans (instances packed in order, none split across nodes).
     nodes: Annotated[int, Field(gt=0, le=MAX_NODES)] = 1
+    # A capacity cell: the engine starts once and a search runs measured steps at user counts between
+    # capacity.low and capacity.high (users is then capacity.high); None: one run at `users`.
+    capacity: CapacitySpec | None = None
 
     @field_validator("exp_name")
     @classmethod
@@ -419,6 +423,15 @@ class CellAxes(Frozen):
             raise ValueError(
                 f"gpus {self.gpus} is fewer than prefill {self.prefill.label} + decode {self.decode.label} "
                 f"= {need}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _capacity_users(self) -> CellAxes:
+        if self.capacity is not None and self.users != self.capacity.high:
+            raise ValueError(
+                f"users {self.users}: a capacity cell's users is the top of its search range "
+                f"({self.capacity.high})"
             )
         return self
 

@@ -103,6 +103,8 @@ def _describe(error: Any, root: type[BaseModel], loc: tuple[str | int, ...]) -> 
         return f"must be > {ctx.get('gt')}, got {brief(value)}"
     if kind == "greater_than_equal":
         return f"must be >= {ctx.get('ge')}, got {brief(value)}"
+    if kind == "less_than":
+        return f"must be < {ctx.get('lt')}, got {brief(value)}"
     if kind == "less_than_equal":
         return f"must be <= {ctx.get('le')}, got {brief(value)}"
     if kind == "too_short":

@@ -199,8 +199,18 @@ class SimServer:
         )
 
     async def reset_prefix_cache(self, _request: web.Request) -> web.Response:
+        # As vLLM (409) and SGLang (400) do, refuse while requests hold blocks: a reset then would
+        # leave part of the cache in place.
+        busy = self.engine.num_running + self.engine.num_waiting
+        sglang = self.config.dialect == "sglang"
+        if busy:
+            print(f"WARNING prefix cache not reset: {busy} requests running or waiting", flush=True)
+            if sglang:
+                return web.Response(status=400, text="Cache not flushed because there are pending requests.")
+            return error_response("Prefix cache reset failed.", 409, "ConflictError")
         self.engine.reset_prefix_cache()
-        return web.Response(status=200, text="Cache flushed." if self.config.dialect == "sglang" else "")
+        print("INFO prefix cache reset", flush=True)
+        return web.Response(status=200, text="Cache flushed." if sglang else "")
 
     async def tokenize(self, request: web.Request) -> web.Response:
         try:

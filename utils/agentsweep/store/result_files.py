@@ -406,10 +406,11 @@ def _router_series(path: Path, t0: float, scale: float, notes: list[str]) -> dic
 
 def _capacity(path: Path, notes: list[str]) -> dict[str, Any] | None:
     try:
-        return read_capacity(path)
+        record = read_capacity(path)
     except ResultFileError as err:
         notes.append(f"drill-down: {err}")
         return None
+    return None if record is None else record.model_dump(mode="json")
 
 
 def payload_json(payload: dict[str, Any]) -> bytes:

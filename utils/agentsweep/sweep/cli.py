@@ -13,6 +13,7 @@ import fnmatch
 import time
 from pathlib import Path
 
+from agentsweep.config import overrides
 from agentsweep.contract.verdict import INVALID_EXIT
 from agentsweep.errors import InputError
 from agentsweep.sweep.local import (
@@ -45,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offload", help="only these offload modes (comma list of on, off, noprefix)")
     parser.add_argument("--max-tp", type=int, help="only cells with TP <= this")
     parser.add_argument("--duration", type=int, help="override every cell's replay duration (s)")
+    overrides.add_arguments(parser)
     parser.add_argument("--only", help="only cells whose exp_name matches one of these globs (comma list)")
     parser.add_argument(
         "--resume", action="store_true", help="rerun only cells whose status.txt is not SUCCESS"
@@ -60,13 +62,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agentsweep.config import select_cells
+    from agentsweep.config.matrix import select
 
     if args.resume and args.force:
         raise InputError("--resume and --force contradict each other: choose one")
     if args.duration is not None and args.duration <= 0:
         raise InputError(f"--duration {args.duration}: must be > 0")
-    cells = select_cells(
+    slo = overrides.slo_tiers(args.slo)
+    selection = select(
         args.config,
         args.key,
         tp=_ints("--tp", args.tp),
@@ -75,13 +78,17 @@ def run(args: argparse.Namespace) -> int:
         max_tp=args.max_tp,
         duration=args.duration,
         max_cells=None,
+        slo=slo,
+        search=overrides.user_search(args.search),
     )
+    cells = selection.cells
+    tiers = {spec.key: slo or spec.slo or () for spec in selection.specs}
     if args.only:
         globs = _words(args.only) or []
         cells = [c for c in cells if any(fnmatch.fnmatchcase(c.exp_name, g) for g in globs)]
         if not cells:
             raise InputError(f"--only {args.only}: matches no cell of the selection")
-    plans = plan_sweep(cells, args.results)
+    plans = plan_sweep(cells, args.results, tiers)
     if args.dry_run:
         print("\n".join(dry_run_lines(plans, args.launcher)))
         return 0
@@ -130,7 +137,7 @@ def _run_plans(plans: list[SweepPlan], launcher: Path, *, collect: bool) -> int:
     collect_ok, collect_invalid = True, False
     if collect:
         for plan in plans:
-            code, report = run_collect(plan.key_dir)
+            code, report = run_collect(plan.key_dir, plan.tiers)
             collect_ok &= code in (0, INVALID_EXIT)
             collect_invalid |= code == INVALID_EXIT
             if report.exists():

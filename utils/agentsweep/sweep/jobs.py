@@ -6,7 +6,8 @@ or $AGENTSWEEP_RUNNERS), and appends to $GITHUB_OUTPUT (stdout when it is not se
   runners=<{runner: {"runs_on": [labels], "launcher": "runners/launch_<runner>.sh"}}>  (runners used)
   timeouts=<{exp_name: minutes}>  each cell job's time limit: the launcher's allocation time limit
                                   (replay duration + start-up and drain margins, as the launcher
-                                  computes it) plus time to wait in the Slurm queue.
+                                  computes it; a capacity cell's job time limit) plus time to wait
+                                  in the Slurm queue.
 
 Everything a cell needs of its runner's nodes is already in the cell (the matrix resolved it); the
 runner's GitHub labels, launcher and default time limit are what is looked up here. Bad input is one
@@ -23,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentsweep.cell.allocation import time_limit_min
+from agentsweep.cell.allocation import cell_time_limit_min
 from agentsweep.config.schema import RunnerSpec
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.resultdir import read_matrix_entries
@@ -67,9 +68,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def job_timeout_min(duration_s: int, engine: str, default_min: int) -> int:
+def job_timeout_min(cell: Cell, default_min: int) -> int:
     """A cell job's time limit: the allocation's (as the launcher computes it) plus the queue margin."""
-    return time_limit_min(duration_s, engine, {}, default_min) + QUEUE_MARGIN_MIN
+    return cell_time_limit_min(cell, {}, default_min) + QUEUE_MARGIN_MIN
 
 
 def cell_jobs(cells: Sequence[Mapping[str, Any]], runners: Mapping[str, RunnerSpec]) -> dict[str, str]:
@@ -83,7 +84,7 @@ def cell_jobs(cells: Sequence[Mapping[str, Any]], runners: Mapping[str, RunnerSp
             raise ConfigError(f"cell {raw['exp_name']}: runner '{key}' is not in runners.yaml")
         cell = Cell.parse(dict(raw), where=f"include[{i}]")  # the whole cell, as its job will read it
         used[key] = {"runs_on": list(spec.runs_on), "launcher": spec.launcher}
-        timeouts[cell.exp_name] = job_timeout_min(cell.duration, cell.engine, spec.time_limit_min)
+        timeouts[cell.exp_name] = job_timeout_min(cell, spec.time_limit_min)
     return {"runners": _compact(used), "timeouts": _compact(timeouts)}
 
 

@@ -24,6 +24,7 @@ from agentsweep.cell.record import mask_cell, mask_text
 from agentsweep.cell.watchdog import die_with_parent
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.contract.resultdir import read_status
+from agentsweep.contract.slo import SloTier
 from agentsweep.errors import InputError
 
 # How long a cell may take to wind down after Ctrl-C (replayer flush + engine SIGTERM grace) before
@@ -51,18 +52,26 @@ class CellRun:
 class SweepPlan:
     key_dir: Path
     runs: list[CellRun] = field(default_factory=list)
+    # The entry's SLO tiers (its slo: block, or --slo): collect reads the grid-derived capacity
+    # against them; empty: collect's own choice (the capacity cells' tiers, else the defaults).
+    tiers: tuple[SloTier, ...] = ()
 
     @property
     def todo(self) -> list[CellRun]:
         return [r for r in self.runs if r.state == "pending"]
 
 
-def plan_sweep(cells: Sequence[Cell], results: Path) -> list[SweepPlan]:
-    """Group cells by config key and mark the ones whose result already says SUCCESS."""
+def plan_sweep(
+    cells: Sequence[Cell], results: Path, tiers: Mapping[str, Sequence[SloTier]] | None = None
+) -> list[SweepPlan]:
+    """Group cells by config key and mark the ones whose result already says SUCCESS; ``tiers``: each
+    key's SLO tiers, for its collect."""
     plans: dict[str, SweepPlan] = {}
     for cell in cells:
         key = cell.config_key
-        plan = plans.setdefault(key, SweepPlan(key_dir=results.resolve() / _safe(key)))
+        plan = plans.setdefault(
+            key, SweepPlan(key_dir=results.resolve() / _safe(key), tiers=tuple((tiers or {}).get(key, ())))
+        )
         result_dir = plan.key_dir / cell.exp_name
         status, _ = _verdict(result_dir)
         plan.runs.append(CellRun(cell, result_dir, state="done" if status == "SUCCESS" else "pending"))
@@ -123,13 +132,18 @@ def dry_run_lines(plans: Sequence[SweepPlan], launcher: Path) -> list[str]:
             )
             cplan = plan_cell(run.cell, run.result_dir, port="$PORT")
             lines += cplan.describe()
+            if run.cell.capacity is not None:
+                from agentsweep.capacity.run import describe
+
+                lines += describe(run.cell)
             lines.append(f"[END CELL {i}/{total}]")
-        lines.append(f"collect: {shlex.join(collect_command(plan.key_dir))}")
+        lines.append(f"collect: {shlex.join(collect_command(plan.key_dir, plan.tiers))}")
     return lines
 
 
-def collect_command(key_dir: Path, python: str = sys.executable) -> list[str]:
-    return [python, "-m", "agentsweep.cli", "collect", str(key_dir), str(key_dir / "aggregated")]
+def collect_command(key_dir: Path, tiers: Sequence[SloTier] = (), python: str = sys.executable) -> list[str]:
+    slo = [arg for tier in tiers for arg in ("--slo", tier.text())]
+    return [python, "-m", "agentsweep.cli", "collect", str(key_dir), str(key_dir / "aggregated"), *slo]
 
 
 class Interrupted(Exception):
@@ -229,9 +243,9 @@ def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
         os.killpg(proc.pid, sig)
 
 
-def run_collect(key_dir: Path) -> tuple[int, Path]:
+def run_collect(key_dir: Path, tiers: Sequence[SloTier] = ()) -> tuple[int, Path]:
     """Run `agentsweep collect` on the key's results; (exit status, report.html path)."""
-    cmd = collect_command(key_dir)
+    cmd = collect_command(key_dir, tiers)
     print(f"sweep: {shlex.join(cmd)}", flush=True)
     try:
         code = subprocess.run(cmd, check=False, preexec_fn=die_with_parent(signal.SIGTERM)).returncode

@@ -253,6 +253,13 @@ def evaluate(result_dir: Path, cell: Cell, cached_metrics: str = SERVER_METRICS_
             f"(limit {idle_limit:g} s)",
         )
         checks["throughput_drift"] = _drift_check(records, w_start, w_end, cell.max_throughput_drift)
+    else:  # the warm-up requests finished only when the run ended: nothing was measured
+        checks["window_coverage"] = Check(
+            0.0,
+            cell.min_window_coverage,
+            False,
+            "the profiling window is empty: the warm-up requests finished only when the replay ended",
+        )
 
     lag = audit.get("dispatch_lag_s", {}).get("p99")
     checks["dispatch_lag_p99"] = Check(

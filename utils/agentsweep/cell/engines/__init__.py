@@ -70,6 +70,11 @@ class EngineRecipe(Protocol):
     # and whether every instance needs a handshake port of its own on the host.
     pd_bootstrap: bool
     pd_side_channel: bool
+    # Capacity cells: where a POST resets the prefix cache between steps (vLLM /reset_prefix_cache,
+    # SGLang /flush_cache), and the seconds a step takes beyond its replay duration (warm-up requests,
+    # the replayer's grace, the engine settling, the reset) for the step budget.
+    cache_reset_path: str
+    step_overhead_s: float
 
     def launch(
         self,
@@ -100,6 +105,8 @@ class ServingEngine:
     simulated = False
     pd_bootstrap = False
     pd_side_channel = False
+    cache_reset_path = "/reset_prefix_cache"
+    step_overhead_s = 120.0
 
     def version(self, base_url: str) -> str | None:
         from agentsweep.cell.engines.http_version import fetch_version

@@ -26,6 +26,7 @@ TRANSFER_BACKEND = {"h200": "mooncake", "b200": "mooncake", "mi355x": "mori"}
 
 
 class SglangRecipe(ServingEngine):
+    cache_reset_path = "/flush_cache"
     pd_bootstrap = True
 
     def launch(

@@ -32,6 +32,8 @@ class SimRecipe:
     simulated = True
     pd_bootstrap = True
     pd_side_channel = False
+    cache_reset_path = "/reset_prefix_cache"  # it answers SGLang's /flush_cache too
+    step_overhead_s = 10.0
 
     def launch(
         self,

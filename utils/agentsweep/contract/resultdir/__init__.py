@@ -4,7 +4,7 @@
 - ``record``: cell.json (``CellRecord``), ``write_cell_result`` (cell.json then status.txt).
 - ``status``: status.txt (``CellStatus``).
 - ``router``: router.json (``RouterRecord``).
-- ``capacity``: capacity.json, read as a JSON object (its typed model comes with the capacity search).
+- ``capacity``: capacity.json (``CapacityRecord``) of a capacity cell, and its ``steps/<n>/``.
 - ``matrix``: the matrix JSON collect and the workflow read beside the result directories.
 
 requests.jsonl and summary.json are the replayer's (``kv_cache_tester.replay.results``); the
@@ -17,7 +17,16 @@ Each ``read_*`` returns None when its file is absent and raises ``ResultFileErro
 file's declared size.
 """
 
-from agentsweep.contract.resultdir.capacity import read_capacity
+from agentsweep.contract.resultdir.capacity import (
+    STOP_REASONS,
+    CapacityRecord,
+    CliffRecord,
+    StepRecord,
+    TierResult,
+    read_capacity,
+    step_dir,
+    write_capacity,
+)
 from agentsweep.contract.resultdir.fileio import write_atomic
 from agentsweep.contract.resultdir.files import (
     CAPACITY_JSON,
@@ -40,6 +49,7 @@ from agentsweep.contract.resultdir.files import (
     SERVER_METRICS_CSV,
     STATUS_TXT,
     STATUS_TXT_MAX_BYTES,
+    STEPS_DIR,
     SUMMARY_JSON,
     ResultFile,
     instance_log,
@@ -77,11 +87,17 @@ __all__ = [
     "SERVER_METRICS_CSV",
     "STATUS_TXT",
     "STATUS_TXT_MAX_BYTES",
+    "STEPS_DIR",
+    "STOP_REASONS",
     "SUMMARY_JSON",
+    "CapacityRecord",
     "CellRecord",
     "CellStatus",
+    "CliffRecord",
     "ResultFile",
     "RouterRecord",
+    "StepRecord",
+    "TierResult",
     "instance_log",
     "instance_metrics_csv",
     "matrix_json",
@@ -92,7 +108,9 @@ __all__ = [
     "read_router",
     "read_status",
     "result_file",
+    "step_dir",
     "write_atomic",
+    "write_capacity",
     "write_cell_record",
     "write_cell_result",
     "write_router",

@@ -28,6 +28,7 @@ ROUTER_METRICS_TXT = "router_metrics.txt"
 SERVER_LOG = "server.log"
 POWER_CSV = "power.csv"
 CAPACITY_JSON = "capacity.json"
+STEPS_DIR = "steps"
 RECEIPT_JSON = "receipt.json"
 
 # The most a reader takes of each file it reads whole: past it the file is not one (a link to an
@@ -128,6 +129,24 @@ RESULT_FILES: tuple[ResultFile, ...] = (
         "agentsweep.metrics.scraper",
         None,
         when="routed cells",
+    ),
+    ResultFile(
+        CAPACITY_JSON,
+        "per SLO tier the boundary users, agents per GPU, tok/s/GPU at the boundary, the binding "
+        "constraint and its value, the interval, the boundary type (cliffs with the KV working set "
+        "against the pool) and the stop reason; the step history and the step budget",
+        "agentsweep.contract.resultdir.capacity",
+        CAPACITY_JSON_MAX_BYTES,
+        when="capacity cells",
+    ),
+    ResultFile(
+        f"{STEPS_DIR}/",
+        "one complete result directory per search step (steps/<n>/: cell.json, status.txt, "
+        "requests.jsonl, summary.json, server_metrics.csv, logs), each an ordinary cell at one user "
+        "count; capacity.json lists them",
+        "agentsweep.capacity.run writes them; agentsweep.contract.resultdir.capacity names them (step_dir)",
+        None,
+        when="capacity cells",
     ),
     ResultFile(
         ROUTER_JSON,
@@ -231,20 +250,6 @@ RESULT_FILES: tuple[ResultFile, ...] = (
         "agentsweep.experimental.aiperf.cell",
         None,
         when="cells of the aiperf client",
-    ),
-    ResultFile(
-        CAPACITY_JSON,
-        "per SLO tier the capacity boundary, agents per GPU and the binding constraint",
-        "agentsweep.contract.resultdir.capacity",
-        CAPACITY_JSON_MAX_BYTES,
-        when="capacity cells",
-    ),
-    ResultFile(
-        "steps/",
-        "one complete result directory per step of a capacity search (steps/<n>/, each file as above)",
-        "the capacity search",
-        None,
-        when="capacity cells",
     ),
     ResultFile(
         RECEIPT_JSON,

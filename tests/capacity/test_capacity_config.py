@@ -1,0 +1,181 @@
+"""SLO tiers and user searches in a config and on the command line; capacity cells in the matrix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from agentsweep.cell.allocation import runner_assignments
+from agentsweep.config import load_runners, load_sweep
+from agentsweep.config.matrix import expand
+from agentsweep.contract.cell import Cell
+from agentsweep.contract.slo import DEFAULT_TIERS, parse_tier_text
+
+from tests.capacity.conftest import entry
+
+E = "config error: c.yaml:k."
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            entry(extra='slo:\n  fast: ["ttfb p90 <= 2 s"]\n'),
+            E + "slo.fast[0]: unknown metric 'ttfb' (did you mean 'ttft'?); use one of ttft, e2e, tpot, "
+            "output_speed, error_share",
+        ),
+        (
+            entry(extra='slo:\n  fast: ["ttft p100 <= 2 s"]\n'),
+            E + "slo.fast[0]: percentile 'p100' is outside p1..p99.9",
+        ),
+        (
+            entry(extra='slo:\n  fast: ["ttft q90 <= 2 s"]\n'),
+            E + "slo.fast[0]: unknown statistic 'q90'; use mean or a percentile p1..p99.9 (p25, p90, p99.9)",
+        ),
+        (
+            entry(extra="slo:\n  fast: []\n"),
+            E + "slo.fast: an empty tier: give at least one constraint, e.g. 'ttft p90 <= 10 s'",
+        ),
+        (
+            entry(extra="slo: {}\n"),
+            E + "slo: no tiers: give at least one, e.g. interactive: ['ttft p90 <= 10 s']",
+        ),
+        (
+            entry(extra='slo:\n  fast: ["speed p25 >= 20 s"]\n'),
+            E + "slo.fast[0]: unit 's' does not fit output_speed; use 'tok/s'",
+        ),
+        (
+            entry(users="{search: [16, 2]}"),
+            E + "search_space.tp1.users: search range [16, 2]: low 16 > high 2",
+        ),
+        (
+            entry(users="{search: [2, 16], repeat: 3}"),
+            E + "search_space.tp1.users.repeat: unknown field (did you mean 'repeats'?)",
+        ),
+        (entry(users="{search: [0, 16]}"), E + "search_space.tp1.users.search[0]: must be > 0, got 0"),
+    ],
+    ids=[
+        "unknown metric",
+        "unknown percentile",
+        "unknown statistic",
+        "empty tier",
+        "no tiers",
+        "wrong unit",
+        "low > high",
+        "misspelt option",
+        "zero low",
+    ],
+)
+def test_bad_capacity_config_is_one_line_exit_2(agentsweep, in_tmp: Path, text: str, expected: str) -> None:
+    (in_tmp / "c.yaml").write_text(text)
+    result = agentsweep("matrix", "--config", "c.yaml", "--key", "k", "--json")
+    assert (result.rc, result.out, result.err) == (2, "", expected + "\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--slo", "fast ttft p90 <= 2 s"], "input error: --slo 'fast ttft p90 <= 2 s': cannot read"),
+        (
+            ["--slo", "fast: ttft p0.5 <= 2 s"],
+            "input error: --slo 'fast: ttft p0.5 <= 2 s' (fast[0]): percentile",
+        ),
+        (["--slo", "fast:"], "input error: --slo 'fast:' (fast): an empty tier"),
+        (
+            ["--slo", "a: ttft p90 <= 1 s", "--slo", "a: e2e p90 <= 9 s"],
+            "input error: --slo: tier 'a' given twice",
+        ),
+        (["--search", "16:2"], "input error: --search '16:2': search range [16, 2]: low 16 > high 2"),
+        (["--search", "16"], "input error: --search '16': expected LOW:HIGH"),
+    ],
+    ids=["no name", "percentile below p1", "empty tier", "twice", "low > high", "no range"],
+)
+def test_bad_command_line_tiers_and_searches(
+    agentsweep, in_tmp: Path, argv: list[str], expected: str
+) -> None:
+    (in_tmp / "c.yaml").write_text(entry(users="[2, 4]"))
+    flags = [a for pair in zip(argv[::2], argv[1::2], strict=True) for a in pair]
+    result = agentsweep("matrix", "--config", "c.yaml", "--key", "k", *flags, "--json")
+    assert result.rc == 2 and result.out == ""
+    assert result.err.startswith(expected) and len(result.err.splitlines()) == 1, result.err
+
+
+def test_a_search_point_is_one_capacity_cell_per_offload_mode(in_tmp: Path) -> None:
+    (in_tmp / "c.yaml").write_text(
+        entry(users="{search: [2, 16], repeats: 2, resolution: 0.1}").replace(
+            "offload: [off]", "offload: [off, on]"
+        )
+    )
+    cells = expand(load_sweep("c.yaml", "k"), load_runners())
+    assert [c.exp_name for c in cells] == ["k-tp1-ep1-u2to16-off", "k-tp1-ep1-u2to16-on"]
+    capacity = cells[0].capacity
+    assert capacity is not None and cells[0].users == 16
+    assert (capacity.low, capacity.high, capacity.repeats, capacity.resolution) == (2, 16, 2, 0.1)
+    assert capacity.time_limit_min == load_runners()["local"].time_limit_min
+    assert capacity.tiers == DEFAULT_TIERS
+    # One JSON value across every process boundary, like any cell.
+    assert Cell.parse(cells[0].to_json()) == cells[0]
+    assert Cell.parse(json.loads(cells[0].to_json())) == cells[0]
+
+
+def test_a_config_slo_block_replaces_the_default_tiers_and_slo_flags_replace_it(
+    agentsweep, in_tmp: Path
+) -> None:
+    (in_tmp / "c.yaml").write_text(
+        entry(
+            extra='slo:\n  mine: ["e2e p99.9 <= 60 s", {metric: error_share, op: "<=", value: 1, unit: "%"}]\n'
+        )
+    )
+    cell = expand(load_sweep("c.yaml", "k"), load_runners())[0]
+    assert cell.capacity is not None
+    assert [t.describe() for t in cell.capacity.tiers] == ["mine (E2E p99.9 ≤ 60 s, errors ≤ 1 %)"]
+    assert cell.capacity.tiers[0].constraints[1].threshold == pytest.approx(0.01)
+    result = agentsweep("matrix", "--config", "c.yaml", "--key", "k", "--slo", "x: ttft p50 < 2 s", "--json")
+    tiers = json.loads(result.out)["include"][0]["capacity"]["tiers"]
+    assert [t["name"] for t in tiers] == ["x"]
+    assert parse_tier_text(" x : ttft p50 < 2s").text() == "x: ttft p50 < 2 s"
+
+
+def test_search_turns_every_point_into_a_capacity_cell(agentsweep, in_tmp: Path) -> None:
+    (in_tmp / "c.yaml").write_text(entry(users="[2, 4, 8]"))
+    result = agentsweep("matrix", "--config", "c.yaml", "--key", "k", "--search", "4:32", "--json")
+    cells = json.loads(result.out)["include"]
+    assert [c["exp_name"] for c in cells] == ["k-tp1-ep1-u4to32-off"]
+    assert (cells[0]["users"], cells[0]["capacity"]["low"], cells[0]["capacity"]["high"]) == (32, 4, 32)
+
+
+def test_users_filter_keeps_a_search_whose_range_holds_a_count(agentsweep, in_tmp: Path) -> None:
+    (in_tmp / "c.yaml").write_text(entry())
+    kept = agentsweep("matrix", "--config", "c.yaml", "--key", "k", "--users", "5", "--json")
+    assert len(json.loads(kept.out)["include"]) == 1
+    refused = agentsweep("matrix", "--config", "c.yaml", "--key", "k", "--users", "40")
+    assert refused.rc == 2 and "2..16 searched" in refused.err
+
+
+def test_the_dry_run_shows_the_search_its_tiers_the_step_budget_and_the_time_limit(
+    agentsweep, in_tmp: Path
+) -> None:
+    (in_tmp / "c.yaml").write_text(entry(users="{search: [2, 16], time_limit_min: 30}", duration=60))
+    table = agentsweep("matrix", "--config", "c.yaml", "--key", "k", "--table").out
+    assert "  2..16  " in table
+    assert "capacity: search users 2..16 (bracket, then bisect to whole users), 1 run(s) per count" in table
+    assert "tier interactive (TTFT p90 ≤ 10 s, speed p25 ≥ 20 tok/s)" in table
+    # 30 min - 120 s start-up - 300 s drain = 1380 s of steps of 60 s + 10 s: 19 steps.
+    assert "step budget 19 steps of about 70 s within the job's 30 min time limit" in table
+    dry = agentsweep("sweep", "--config", "c.yaml", "--key", "k", "--dry-run", "--results", "r").out
+    assert "step budget 19 steps" in dry and "POST /reset_prefix_cache" in dry
+
+
+def test_the_allocation_asks_for_the_capacity_cells_time_limit_and_states_its_budget(in_tmp: Path) -> None:
+    (in_tmp / "c.yaml").write_text(entry(users="{search: [2, 16], time_limit_min: 45}", duration=60))
+    (capacity,) = expand(load_sweep("c.yaml", "k"), load_runners())
+    ordinary = capacity.replace(capacity=None)
+    env = {"RESULT_DIR": str(in_tmp / "r")}
+    values = runner_assignments("local", capacity, env, None)
+    # 45 min - 120 s start-up - 300 s drain = 2280 s of steps of 60 s + 10 s: 32 steps.
+    assert values["AS_TIME_LIMIT_MIN"] == "45"
+    assert values["AS_STEP_BUDGET"].startswith("step budget 32 steps of about 70 s within the job's 45 min")
+    plain = runner_assignments("local", ordinary, env, None)
+    # 60 s + 120 s + 300 s, in whole minutes: an ordinary cell's limit follows its duration.
+    assert (plain["AS_TIME_LIMIT_MIN"], plain["AS_STEP_BUDGET"]) == ("8", "")

@@ -1,0 +1,255 @@
+"""A capacity cell on the simulated engine, end to end: one engine start, steps/<n>/ each a complete
+result directory, a cold prefix cache at every step, capacity.json and the tier lines; and its faults
+(a failing engine, SIGTERM, an engine that dies, a spent budget). Short runs: a few steps of seconds."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agentsweep.contract.cell import CELL_ENV_VAR
+from agentsweep.contract.resultdir import read_capacity, read_cell_record, result_file
+
+from tests.support import wait_until
+
+pytestmark = pytest.mark.slow
+
+STEP_FILES = ("cell.json", "status.txt", "requests.jsonl", "summary.json", "server_metrics.csv", "server.log",
+              "replay.log")  # fmt: skip
+
+
+def capacity_cell(
+    repo_root: Path, tiers: dict[str, list[Any]], low: int, high: int, **over: Any
+) -> dict[str, Any]:
+    cell: dict[str, Any] = {
+        "config_key": "cap",
+        "exp_name": f"cap-tp1-ep1-u{low}to{high}-off",
+        "runner": "local",
+        "engine": "sim",
+        "model": "meta-llama/Llama-3.3-70B-Instruct",
+        "precision": "fp8",
+        "tp": 1,
+        "users": high,
+        "offload": "off",
+        "duration": 5,
+        "speed": 50,
+        "traces": str(repo_root / "kv-cache-tester" / "sample_traces"),
+        "max_context": 65536,
+        "advance_max": 0.5,
+        "engine_args": "--num-gpu-blocks-override 16000",
+        # What these tests check is the search, not each run's steadiness on a busy machine.
+        "max_dispatch_lag_p99_s": 2.0,
+        "max_throughput_drift": 5.0,
+        "capacity": {
+            "low": low,
+            "high": high,
+            "time_limit_min": 30,
+            "tiers": [{"name": n, "constraints": c} for n, c in tiers.items()],
+        },
+    }
+    return {**cell, **over}
+
+
+def start(repo_root: Path, rd: Path, cell: dict[str, Any], **env: str) -> subprocess.Popen[str]:
+    base = {k: v for k, v in os.environ.items() if k not in (CELL_ENV_VAR, "RESULT_DIR", "PORT")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentsweep.cli", "cell", "--health-timeout", "60"],
+        env={**base, CELL_ENV_VAR: json.dumps(cell), "RESULT_DIR": str(rd), **env},
+        cwd=repo_root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def run(repo_root: Path, rd: Path, cell: dict[str, Any], timeout: float = 300, **env: str) -> tuple[int, str]:
+    proc = start(repo_root, rd, cell, **env)
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+def constraint(text: str) -> dict[str, Any]:
+    metric, stat, op, value, unit = text.split()
+    return {"metric": metric, "stat": stat, "op": op, "value": float(value), "unit": unit}
+
+
+def test_a_capacity_cell_runs_its_steps_in_one_engine_start(repo_root: Path, tmp_path: Path) -> None:
+    rd = tmp_path / "cap"
+    tiers = {"roomy": [constraint("ttft p90 <= 1000 s")], "impossible": [constraint("ttft p90 <= 0.001 s")]}
+    code, out = run(repo_root, rd, capacity_cell(repo_root, tiers, 1, 4))
+    assert code == 0, out
+    assert out.count("starting engine:") == 1
+    assert "tier roomy (TTFT p90 ≤ 1,000 s): ≥ 4 agents per GPU" in out
+    assert "tier impossible (TTFT p90 ≤ 0.001 s): 0 agents per GPU: even 1 users miss it (TTFT p90 " in out
+    assert (rd / "status.txt").read_text() == "SUCCESS\n"
+    record = read_capacity(rd)
+    assert record is not None and record.stop_reason == "converged"
+    assert [s.users for s in record.steps] == [1, 2, 4]
+    assert record.engine_s > 0 and record.step_budget > 3
+    resets = (rd / "server.log").read_text().count("prefix cache reset")
+    assert resets == len(record.steps)
+    for step in record.steps:
+        sdir = rd / step.dir
+        for name in STEP_FILES:
+            assert (sdir / name).stat().st_size > 0, (step.dir, name)
+        for path in sdir.iterdir():
+            result_file(path.name)
+        cell_record = read_cell_record(sdir)
+        assert cell_record is not None and cell_record.parse_cell().users == step.users
+        assert cell_record.status == step.status == "SUCCESS"
+        assert "GPU KV cache size: 256,000 tokens" in (sdir / "server.log").read_text()
+        # A cold cache at every step: each lane's first request (a warm-up) hits nothing, although the
+        # same lanes replayed the same traces in the step before.
+        warmups = [json.loads(line) for line in (sdir / "requests.jsonl").read_text().splitlines()]
+        warmups = [r for r in warmups if r.get("phase") == "warmup"]
+        assert warmups and all(r["cached_tokens"] == 0 for r in warmups), step.dir
+    for path in rd.iterdir():
+        result_file(path.name)
+
+    out_dir = tmp_path / "agg"
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentsweep.cli", "collect", str(rd), str(out_dir)],
+        capture_output=True, text=True, timeout=120, cwd=repo_root,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "collect: 1 cells (and 3 capacity steps), 1 SUCCESS" in proc.stderr
+    with open(out_dir / "capacity.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["source"], r["tier"], r["boundary_type"]) for r in rows] == [
+        ("search", "roomy", "at_least"),
+        ("search", "impossible", "none"),
+    ]
+    with open(out_dir / "summary.csv", newline="") as fh:
+        summary = list(csv.DictReader(fh))
+    assert [r["step_of"] for r in summary] == ["", *[record.exp_name] * 3]
+    assert (out_dir / f"capacity_{record.exp_name}.png").stat().st_size > 10_000
+    report = (out_dir / "report.html").read_text()
+    assert "Capacity under SLO" in report and "≥ 4 agents per GPU" in report
+
+
+def test_a_failing_engine_never_meets_a_tier(repo_root: Path, tmp_path: Path) -> None:
+    rd = tmp_path / "cap"
+    tiers = {"roomy": [constraint("ttft p90 <= 1000 s")]}
+    cell = capacity_cell(
+        repo_root, tiers, 1, 4, engine_args="--num-gpu-blocks-override 16000 --fail-rate 0.3"
+    )
+    code, out = run(repo_root, rd, cell)
+    assert code == 0, out
+    record = read_capacity(rd)
+    assert record is not None
+    assert {s.status for s in record.steps} == {"INVALID"}
+    tier = record.tiers[0]
+    assert (tier.boundary_users, tier.boundary_type, tier.binding) == (0, "none", "validity")
+    assert "failed_share" in tier.line and tier.stop_reason == "lowest count fails"
+
+
+def test_sigterm_keeps_the_finished_steps_and_says_interrupted(
+    repo_root: Path, tmp_path: Path, process_tree
+) -> None:
+    rd = tmp_path / "cap"
+    cell = capacity_cell(repo_root, {"roomy": [constraint("ttft p90 <= 1000 s")]}, 1, 16, duration=20)
+    proc = start(repo_root, rd, cell, **process_tree.env)
+    try:
+        wait_until(
+            lambda: (found := read_capacity(rd)) is not None and len(found.steps) >= 1,
+            timeout=120,
+            what="the first finished step",
+            process=proc,
+        )
+        # Then SIGTERM in the middle of the second step's replay.
+        wait_until(lambda: (rd / "steps" / "1" / "requests.jsonl").exists(), timeout=60, what="step 1's replay",
+                   process=proc)  # fmt: skip
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out
+    status = (rd / "status.txt").read_text().splitlines()
+    assert status == ["FAILED", "interrupted by SIGTERM"]
+    record = read_capacity(rd)
+    assert record is not None and record.stop_reason == "interrupted"
+    assert [(s.users, s.status) for s in record.steps] == [(1, "SUCCESS"), (2, "FAILED")]
+    for name in STEP_FILES:
+        assert (rd / "steps" / "0" / name).stat().st_size > 0, name
+    interrupted = rd / "steps" / "1"
+    assert (interrupted / "status.txt").read_text().splitlines() == ["FAILED", "interrupted by SIGTERM"]
+    assert (interrupted / "requests.jsonl").exists() and (interrupted / "summary.json").exists()
+    assert record.tiers[0].stop_reason == "interrupted"
+    assert process_tree.wait_until_gone(30.0) == {}
+
+
+def test_an_engine_that_dies_fails_the_cell_and_keeps_the_steps_so_far(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    rd = tmp_path / "cap"
+    tiers = {"roomy": [constraint("ttft p90 <= 1000 s")]}
+    cell = capacity_cell(
+        repo_root, tiers, 1, 16, engine_args="--num-gpu-blocks-override 16000 --crash-after 40"
+    )
+    code, out = run(repo_root, rd, cell)
+    assert code == 1, out
+    status = (rd / "status.txt").read_text().splitlines()
+    assert status[0] == "FAILED" and "engine exited with status 1" in status[1]
+    record = read_capacity(rd)
+    assert record is not None and record.stop_reason == "engine failed"
+    assert record.steps[0].status == "SUCCESS" and record.steps[-1].status == "FAILED"
+    assert record.tiers[0].stop_reason == "engine failed" and record.tiers[0].boundary_type == "unresolved"
+
+
+def test_a_spent_budget_stops_the_search_with_that_reason(repo_root: Path, tmp_path: Path) -> None:
+    rd = tmp_path / "cap"
+    cell = capacity_cell(repo_root, {"roomy": [constraint("ttft p90 <= 1000 s")]}, 1, 16)
+    cell["capacity"]["time_limit_min"] = 1
+    # 60 s of job, none for start-up, 38 s to drain: 22 s of steps, each reckoned at 5 + 10 s.
+    code, out = run(repo_root, rd, cell, AGENTSWEEP_STARTUP_MARGIN_S="0", AGENTSWEEP_DRAIN_MARGIN_S="38")
+    assert code == 0, out
+    assert "step budget 1 steps of about 15 s within the job's 1 min time limit" in out
+    record = read_capacity(rd)
+    assert record is not None and record.stop_reason == "budget spent"
+    assert len(record.steps) == 1 and record.step_budget == 1
+    assert record.tiers[0].line.endswith("not bracketed (budget spent)")
+
+
+def test_the_demo_ends_a_tier_at_its_kv_cliff_and_the_client_is_never_the_limit(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    """demo-capacity around its cliff (4..6 users: three steps): the interactive tier ends at the KV
+    cliff between 5 and 6 users, where the sessions' live context outgrows the 256k-token pool."""
+    results = tmp_path / "results"
+    base = {k: v for k, v in os.environ.items() if k not in (CELL_ENV_VAR, "RESULT_DIR", "PORT")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentsweep.cli", "sweep", "--config", str(repo_root / "configs" / "agentic.yaml"),
+         "--key", "demo-capacity", "--search", "4:6", "--results", str(results)],
+        capture_output=True, text=True, timeout=600, cwd=repo_root, env=base,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rd = results / "demo-capacity" / "demo-capacity-tp1-ep1-u4to6-off"
+    record = read_capacity(rd)
+    assert record is not None and record.stop_reason == "converged"
+    assert [(s.users, s.status) for s in record.steps] == [(4, "SUCCESS"), (6, "SUCCESS"), (5, "SUCCESS")]
+    tiers = {t.tier: t for t in record.tiers}
+    interactive = tiers["interactive"]
+    assert (interactive.boundary_users, interactive.boundary_type) == (5, "cliff")
+    assert interactive.binding == "TTFT p90"
+    cliff = interactive.cliff
+    assert cliff is not None and (cliff.below_users, cliff.above_users) == (5, 6)
+    assert cliff.factor is not None and cliff.factor > record.cliff_factor
+    assert cliff.kv_pool_above == 256_000
+    assert cliff.kv_working_set_above is not None and cliff.kv_working_set_above > cliff.kv_pool_above
+    assert "a cliff: TTFT p90" in interactive.line and interactive.line in proc.stdout
+    # The fast tier misses already at 4 users: capacity 0 below this range, not a cliff.
+    assert tiers["fast"].boundary_type == "none"
+    # The client is never the limit, at the largest step least of all.
+    largest = max(record.steps, key=lambda s: s.users)
+    validity = json.loads((rd / largest.dir / "summary.json").read_text())["validity"]["checks"]
+    for check in ("client_cpu_share", "dispatch_lag_p99"):
+        assert validity[check]["ok"] is True, (check, validity[check])
+    assert (results / "demo-capacity" / "aggregated" / "capacity.csv").stat().st_size > 0

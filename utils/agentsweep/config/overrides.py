@@ -1,0 +1,66 @@
+"""Command-line forms of a capacity search for one-off runs: ``--slo`` tiers and ``--search LOW:HIGH``.
+
+``--slo "NAME: CONSTRAINT, CONSTRAINT"`` (repeatable, one tier each) replaces the selected entries'
+tiers; ``--search LOW:HIGH`` turns every selected point into a capacity search over that range. Both
+go through the same models as a config's ``slo:`` block and ``users: {search: [LOW, HIGH]}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+from agentsweep.contract.errors import validation_message
+from agentsweep.contract.slo import SloError, SloTier, UserSearch, check_unique, parse_tier_text
+from agentsweep.errors import InputError
+
+_RANGE = re.compile(r"^\s*(\d+)\s*(?::|\.\.)\s*(\d+)\s*$")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--slo",
+        action="append",
+        metavar="'NAME: C, C'",
+        help="an SLO tier for capacity cells, e.g. 'fast: ttft p90 <= 2 s, speed p25 >= 50 tok/s' "
+        "(repeatable; replaces the config's tiers)",
+    )
+    parser.add_argument(
+        "--search",
+        metavar="LOW:HIGH",
+        help="search the users of every selected point between LOW and HIGH (capacity cells)",
+    )
+
+
+def slo_tiers(texts: Sequence[str] | None) -> tuple[SloTier, ...] | None:
+    """The tiers of ``--slo`` values, None when none was given."""
+    if not texts:
+        return None
+    tiers = []
+    for text in texts:
+        try:
+            tiers.append(parse_tier_text(text))
+        except SloError as err:
+            where = f" ({err.path})" if err.path else ""
+            raise InputError(f"--slo {text!r}{where}: {err}") from None
+    try:
+        return check_unique(tuple(tiers))
+    except SloError as err:
+        raise InputError(f"--slo: tier {err.path!r} given twice") from None
+
+
+def user_search(text: str | None) -> UserSearch | None:
+    """``--search LOW:HIGH`` as a search (None when not given)."""
+    if text is None:
+        return None
+    match = _RANGE.match(text)
+    if not match:
+        raise InputError(f"--search {text!r}: expected LOW:HIGH, two user counts like 8:64")
+    try:
+        return UserSearch(search=(int(match.group(1)), int(match.group(2))))
+    except ValidationError as err:
+        _field, what = validation_message(err, UserSearch)
+        raise InputError(f"--search {text!r}: {what}") from None
