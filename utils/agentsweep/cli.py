@@ -72,6 +72,11 @@ def _report(err: BaseException, debug: bool) -> None:
     if debug:
         traceback.print_exception(err)
     line = err.render() if isinstance(err, AgentsweepError) else f"error: {err}"
+    # A refused input may hold a secret (a token in engine_args, the environment's HF_TOKEN in a URL):
+    # the line goes to logs before any mask is registered, so it is masked here.
+    from agentsweep.cell.record import mask_text
+
+    line = mask_text(line)
     if os.environ.get("GITHUB_ACTIONS") == "true":
         print(f"::error::{line}", file=sys.stderr)
     else:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agentsweep.cell import record
+from agentsweep.cell.effective import Stated, stated_settings
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.plan import CellOptions, CellPlan
@@ -73,11 +74,13 @@ def execute(
     versions: dict[str, str | None],
     say: Callable[[str], None],
     watchdog: Watchdog | None = None,
+    stated: dict[str, Stated | None] | None = None,
 ) -> str | None:
     """Run ``plan`` and stop everything it started; returns why the run failed, or None.
 
-    ``versions`` gets the engine's (and the router's) version. Raises ``EngineFailed`` when an
-    instance or the router never becomes healthy.
+    ``versions`` gets the engine's (and the router's) version, ``stated`` what each instance's
+    start-up log says it runs with (by instance name, "engine" for a cell's one engine). Raises
+    ``EngineFailed`` when an instance or the router never becomes healthy.
     """
     cell, rd = plan.cell, plan.result_dir
     grace = options.engine_grace(cell.engine)
@@ -127,6 +130,9 @@ def execute(
                 what = "instances" if plan.mode == "pd" else "replicas"
                 say(f"{len(engines)} {what} healthy after {waited:.1f} s")
             versions["engine"] = recipe(cell.engine).version(plan.client.url)
+            if stated is not None:
+                for inst in plan.instances:
+                    stated[inst.name or "engine"] = stated_settings(cell.engine, rd / inst.log_name)
             scrapers = [
                 ManagedProcess(
                     inst.scraper_argv,

@@ -16,9 +16,10 @@ from kv_cache_tester.replay import ResultError, load_summary, write_summary
 
 import agentsweep
 from agentsweep.cell import record
+from agentsweep.cell.effective import Stated, expected_settings, mismatches
 from agentsweep.cell.engine_process import EngineFailed
 from agentsweep.cell.executor import execute, show_tail
-from agentsweep.cell.plan import CellOptions, CellPlan
+from agentsweep.cell.plan import CellOptions, CellPlan, instance_shapes
 from agentsweep.cell.routers import router_recipe
 from agentsweep.cell.watchdog import Watchdog
 from agentsweep.contract.resultdir import (
@@ -30,7 +31,7 @@ from agentsweep.contract.resultdir import (
     STATUS_TXT,
     SUMMARY_JSON,
 )
-from agentsweep.contract.verdict import Verdict
+from agentsweep.contract.verdict import Check, Verdict
 from agentsweep.errors import InputError
 from agentsweep.validity import evaluate
 
@@ -98,11 +99,12 @@ def run_cell(
     reasons: list[str] = []
     # Should this process die outright, the watchdog stops the children before anyone writes a verdict.
     watchdog = Watchdog(plan.result_dir)
+    stated: dict[str, Stated | None] = {}
     try:
         watchdog.start()
-        reason = execute(plan, options, versions, say, watchdog) or _check_outputs(plan.result_dir)
+        reason = execute(plan, options, versions, say, watchdog, stated) or _check_outputs(plan.result_dir)
         if reason is None:
-            reasons = _judge(plan)
+            reasons = _judge(plan, stated)
             status = "INVALID" if reasons else "SUCCESS"
         else:
             reasons = [reason]
@@ -118,6 +120,11 @@ def run_cell(
         watchdog.dismiss()  # every child is stopped: nothing writes into result_dir after the verdict
         if status == "FAILED":
             reasons = [reason or "unknown failure"]
+        extra: dict[str, object] = {}
+        if plan.router is not None:
+            extra["scaleout"] = plan.scaleout_record()
+        if stated:
+            extra["engine_settings"] = {k: v.to_record() if v else None for k, v in stated.items()}
         record.write_result(
             plan.result_dir,
             cell=plan.cell.model_dump(mode="json"),
@@ -128,7 +135,7 @@ def run_cell(
             start_utc=start_utc,
             status=status,
             reasons=reasons,
-            extra={"scaleout": plan.scaleout_record()} if plan.router is not None else None,
+            extra=extra or None,
         )
         say(status + (f": {'; '.join(reasons)}" if reasons else ""))
     return status, "; ".join(reasons) or None
@@ -145,9 +152,29 @@ def cached_metrics_file(plan: CellPlan) -> str:
     return SERVER_METRICS_CSV
 
 
-def _judge(plan: CellPlan) -> list[str]:
+def settings_check(plan: CellPlan, stated: dict[str, Stated | None]) -> Check:
+    """``engine_settings``: every instance runs with the settings the cell's label says, as far as its
+    start-up log states them (not judged where it states none)."""
+    problems: list[str] = []
+    checked = 0
+    for inst, (_role, _i, tp) in zip(plan.instances, instance_shapes(plan.cell), strict=False):
+        found = stated.get(inst.name or "engine")
+        if found is None:
+            continue
+        checked += 1
+        who = inst.label if not inst.name else f"{inst.label} ({inst.name})"
+        problems += mismatches(expected_settings(plan.cell, tp, inst.port), found, who)
+    if problems:
+        return Check(float(len(problems)), 0.0, False, "; ".join(problems))
+    if not checked:
+        return Check(None, 0.0, True, "not judged: no engine instance stated its settings")
+    return Check(0.0, 0.0, True)
+
+
+def _judge(plan: CellPlan, stated: dict[str, Stated | None] | None = None) -> list[str]:
     """Run the validity checks, record them in summary.json, and return the failed checks' reasons."""
     validity = evaluate(plan.result_dir, plan.cell, cached_metrics_file(plan))
+    validity.checks["engine_settings"] = settings_check(plan, stated or {})
     summary = load_summary(plan.result_dir, required=("counts",))
     summary["validity"] = validity.to_dict()
     write_summary(plan.result_dir, summary)

@@ -35,7 +35,9 @@ from pydantic import (
     model_validator,
 )
 
+from agentsweep.contract.engine_args import engine_args_conflict, unsupported_shape
 from agentsweep.contract.errors import CONTROL, brief, validation_message
+from agentsweep.contract.secrets import is_secret_flag, is_secret_name
 from agentsweep.errors import InputError
 
 Engine = Literal["vllm", "sglang", "sim"]
@@ -114,6 +116,20 @@ def printable(value: Any) -> Any:
             if bad:
                 raise ValueError(f"control character {bad.group()!r} in {brief(item)}")
     return value
+
+
+def _printable_args(words: list[str]) -> list[str]:
+    """``printable`` for command-line words; the value of a secret flag (``--api-key X``,
+    ``--hf-token=X``) is never repeated in the error."""
+    for i, word in enumerate(words):
+        bad = CONTROL.search(word)
+        if not bad:
+            continue
+        flag = word.split("=", 1)[0] if word.startswith("-") and "=" in word else (words[i - 1] if i else "")
+        if flag.startswith("-") and is_secret_flag(flag):
+            raise ValueError(f"control character {bad.group()!r} in the value of {flag}")
+        raise ValueError(f"control character {bad.group()!r} in {brief(word)}")
+    return words
 
 
 class Frozen(BaseModel):
@@ -231,11 +247,11 @@ class EngineSettings(Frozen):
         if isinstance(value, list | tuple):
             if not all(isinstance(v, str) for v in value):
                 raise ValueError("list items must be strings (quote numbers)")
-            return shlex.join(printable(list(value)))
+            return shlex.join(_printable_args(list(value)))
         if not isinstance(value, str):
             raise ValueError(f"expected a string or a list of strings, got {brief(value)}")
         try:
-            return shlex.join(printable(shlex.split(value)))
+            return shlex.join(_printable_args(shlex.split(value)))
         except ValueError as err:
             if "control character" in str(err):
                 raise
@@ -257,10 +273,13 @@ class EngineSettings(Frozen):
             if not isinstance(name, str) or not ENV_NAME.match(name):
                 raise ValueError(f"{brief(name)} is not a valid environment variable name")
             if isinstance(val, bool) or not isinstance(val, str | int | float):
-                raise ValueError(f"{name}: value must be a string or a number (quote it), got {brief(val)}")
+                shown = "" if is_secret_name(name) else f", got {brief(val)}"
+                raise ValueError(f"{name}: value must be a string or a number (quote it){shown}")
             try:
                 printable(val)
             except ValueError as err:
+                if is_secret_name(name):  # never repeat a secret, even a refused one
+                    raise ValueError(f"{name}: its value holds a control character") from None
                 raise ValueError(f"{name}: {err}") from None
             out[name] = str(val)
         return json.dumps(out, sort_keys=True, separators=(",", ":"))
@@ -491,6 +510,17 @@ class Cell(ValidityLimits, ReplayOptions, RunnerFacts, EngineSettings, CellAxes)
     @model_validator(mode="after")
     def _preset_duration(self) -> Cell:
         problem = preset_duration_error(self.preset, self.duration)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _true_label(self) -> Cell:
+        """The engine runs with the settings the cell's fields say: engine_args and engine_env may add
+        settings, never contradict a field (agentsweep.contract.engine_args)."""
+        problem = unsupported_shape(self.engine, self.offload, self.disaggregated) or engine_args_conflict(
+            self
+        )
         if problem:
             raise ValueError(problem)
         return self

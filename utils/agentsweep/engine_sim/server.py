@@ -222,7 +222,11 @@ class SimServer:
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
         model = body.get("model")
-        if model is not None and model not in self.config.served_names and model != self.config.model:
+        if model is not None and not isinstance(model, str):
+            raise BadRequest("'model' must be a string")
+        # As vLLM: the served names only (the model path too when no name was given); none or "" is
+        # the first served name.
+        if model and model not in self.config.served_names:
             raise BadRequest(f"The model `{model}` does not exist.", 404, "NotFoundError")
         return body
 
