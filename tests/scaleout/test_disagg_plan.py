@@ -264,6 +264,7 @@ def test_too_few_visible_gpus_is_refused_in_one_line(
 
 
 def test_vllm_offload_in_a_disaggregated_cell_is_refused(tmp_path: Path) -> None:
-    cell = Cell.parse({**BASE, "runner": "h200", "engine": "vllm", "offload": "on", "cpu_dram_gb": 400.0})
+    # Refused as the cell is read now, before any plan (the matrix refuses the point the same way).
     with pytest.raises(InputError, match=r"offload on is not supported in a disaggregated vLLM cell"):
+        cell = Cell.parse({**BASE, "runner": "h200", "engine": "vllm", "offload": "on", "cpu_dram_gb": 400.0})
         plan_cell(cell, tmp_path, port="$PORT", python="py", environ={})

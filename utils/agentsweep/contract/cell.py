@@ -326,6 +326,16 @@ def instance_tps(tp: int, replicas: int, prefill: RoleShape | None, decode: Role
     return [tp] * replicas
 
 
+def instance_names(
+    replicas: int, router: str, prefill: RoleShape | None, decode: RoleShape | None
+) -> list[str]:
+    """The names of the engine instances behind a router, in start order: ``p<i>`` then ``d<i>`` for a
+    disaggregated cell, ``r<i>`` for replicas; none for a cell whose one engine answers the client."""
+    if prefill is not None and decode is not None:
+        return [f"p{i}" for i in range(prefill.replicas)] + [f"d{i}" for i in range(decode.replicas)]
+    return [f"r{i}" for i in range(replicas)] if router else []
+
+
 def nodes_needed(instance_tps: Sequence[int], gpus_per_node: int) -> int:
     """Nodes the instances take when packed in order, a new node whenever one does not fit the rest."""
     nodes, free = 0, 0
@@ -453,6 +463,11 @@ class CellAxes(Frozen):
     def instance_tps(self) -> list[int]:
         """The TP of every engine instance, in start order (prefill instances first)."""
         return instance_tps(self.tp, self.replicas, self.prefill, self.decode)
+
+    @property
+    def instance_names(self) -> list[str]:
+        """The names of its engine instances behind a router (see ``instance_names``)."""
+        return instance_names(self.replicas, self.router, self.prefill, self.decode)
 
     @property
     def shape_label(self) -> str:

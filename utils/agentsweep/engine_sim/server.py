@@ -94,6 +94,9 @@ class SimServer:
         self._name_json = _dumps(self.name)
         self.started = time.monotonic()
         self.retracted_seen = 0
+        # Responses held open by the stall fault: frozen requests, still running as the engine reports
+        # them (no token comes for them), as a hung engine's requests would be.
+        self.stalled = 0
         # Prompts that extend a session's earlier one are tokenized and hashed by their new part only.
         self.prompt_memo = PromptMemo(engine.block_size, hashing=engine.kv.prefix_caching)
         self.registry = build_registry(config.dialect, self.name, engine.stats, self.snapshot)
@@ -137,7 +140,7 @@ class SimServer:
         retracted = e.stats.preemptions - self.retracted_seen
         self.retracted_seen = e.stats.preemptions
         return Snapshot(
-            running=e.num_running,
+            running=e.num_running + self.stalled,
             waiting=e.num_waiting,
             gpu_usage=kv.usage,
             gpu_blocks=kv.total,
@@ -346,6 +349,16 @@ class SimServer:
             f'"completion_tokens":{req.generated},"prompt_tokens_details":{{"cached_tokens":{max(0, req.cached_tokens)}}}}}'
         )
 
+    async def _hold_stalled(self, req: SimRequest, request: web.Request) -> None:
+        """The stall fault: the request stops where it is (nothing more is computed for it) and stays
+        running in the engine's figures until the client goes away."""
+        self.engine.abort(req)
+        self.stalled += 1
+        try:
+            await self._wait_disconnect(request)
+        finally:
+            self.stalled -= 1
+
     async def _wait_disconnect(self, request: web.Request) -> None:
         while request.transport is not None and not request.transport.is_closing():
             await asyncio.sleep(0.05)
@@ -400,7 +413,7 @@ class SimServer:
                 if sent >= limit:
                     break
             if stall_at is not None:
-                await self._wait_disconnect(request)
+                await self._hold_stalled(req, request)
                 return resp
             await resp.write_eof()
         except (ConnectionError, asyncio.CancelledError):
@@ -417,8 +430,7 @@ class SimServer:
         plan: Plan | None = None,
     ) -> web.Response:
         if stall_at is not None:
-            await self._wait_disconnect(request)
-            self.engine.abort(req)
+            await self._hold_stalled(req, request)
             return web.Response(status=500)
         while req.status != FINISHED:
             req.event.clear()

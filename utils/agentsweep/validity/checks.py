@@ -24,6 +24,7 @@ from agentsweep.contract.resultdir import REQUESTS_JSONL, SERVER_METRICS_CSV
 from agentsweep.contract.verdict import Check, Validity
 from agentsweep.errors import ResultFileError
 from agentsweep.metrics.scrapes import ScrapeReader
+from agentsweep.validity.instances import instance_checks
 
 # Engine-neutral server columns a cell must have scraped (at least one value each).
 REQUIRED_SERVER_COLUMNS = (
@@ -274,6 +275,19 @@ def evaluate(result_dir: Path, cell: Cell, cached_metrics: str = SERVER_METRICS_
         else "",
     )
     _server_checks(checks, server, records, cell, cached_server, cached_metrics)
+    if cell.routed and "start_unix" in window and "end_unix" in window:
+        # Each instance behind the router on its own (a frozen replica hidden by a healthy one).
+        failures = counts.get("sent", 0) + counts.get("warmup", 0) - records.ok_requests
+        checks.update(
+            instance_checks(
+                result_dir,
+                cell,
+                window["start_unix"],
+                window["end_unix"],
+                max(failures, 0),
+                cell.max_lane_idle_s or cell.max_delay + LANE_IDLE_SLACK_S,
+            )
+        )
     if records.bad_lines:
         checks["records_readable"] = Check(
             float(records.bad_lines),
