@@ -80,7 +80,7 @@ def test_two_healthy_replicas_pass(tmp_path):
 
 
 def test_a_frozen_replica_is_named(tmp_path):
-    _checks_, failed = _checks(
+    _, failed = _checks(
         tmp_path, _scrapes(), _scrapes(frozen_from=15.0), sent={"r0": 64, "r1": 35}, failures=3
     )
     assert failed["instance_coverage"] == (
@@ -90,19 +90,19 @@ def test_a_frozen_replica_is_named(tmp_path):
         "r1: requests in flight and no progress for 15.0 s (engine clock; limit 11 s)"
     )
     # A shorter freeze than the stall limit is still uncovered time.
-    _checks_, failed = _checks(
+    _, failed = _checks(
         tmp_path, _scrapes(), _scrapes(frozen_from=25.0), sent={"r0": 64, "r1": 55}, failures=3
     )
     assert set(failed) == {"instance_coverage"}
 
 
 def test_an_idle_replica_is_the_routers_choice_not_a_stall(tmp_path):
-    _checks_, failed = _checks(tmp_path, _scrapes(), _scrapes(idle=True), sent={"r0": 64, "r1": 0})
+    _, failed = _checks(tmp_path, _scrapes(), _scrapes(idle=True), sent={"r0": 64, "r1": 0})
     assert failed == {}
 
 
 def test_a_replica_that_stops_answering_its_metrics_is_named(tmp_path):
-    _checks_, failed = _checks(tmp_path, _scrapes(), _scrapes(skip=range(5, 20)))
+    _, failed = _checks(tmp_path, _scrapes(), _scrapes(skip=range(5, 20)))
     assert set(failed) == {"instance_scrape_gaps"}
     assert failed["instance_scrape_gaps"] == (
         "r1: no scrape answered for 16.0 s of the window (wall clock; limit 11.0 s): the instance did not "
@@ -124,16 +124,16 @@ def test_a_replica_that_stops_answering_its_metrics_is_named(tmp_path):
     ],
 )
 def test_the_routers_counts_against_each_replicas(tmp_path, sent, failures, reason):
-    _checks_, failed = _checks(tmp_path, _scrapes(), _scrapes(), sent=sent, failures=failures)
+    _, failed = _checks(tmp_path, _scrapes(), _scrapes(), sent=sent, failures=failures)
     assert failed.get("instance_request_counts") == reason
 
 
 def test_a_missing_or_broken_instance_file_is_named(tmp_path):
-    _checks_, failed = _checks(tmp_path, _scrapes(), None)
+    _, failed = _checks(tmp_path, _scrapes(), None)
     assert failed["instance_metrics"] == "r1: server_metrics.r1.csv missing (not judged on its own)"
     rows = _scrapes()
     rows[5]["generation_tokens_total"] = 1.0
-    _checks_, failed = _checks(tmp_path, _scrapes(), rows)
+    _, failed = _checks(tmp_path, _scrapes(), rows)
     assert failed["instance_metrics"].startswith(
         "r1: server_metrics.r1.csv: generation_tokens_total goes down"
     )
