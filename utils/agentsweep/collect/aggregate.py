@@ -22,6 +22,7 @@ from agentsweep.collect.columns import ENGINE_CLOCK, THROUGHPUTS, Unit
 from agentsweep.collect.discover import FoundCell
 from agentsweep.collect.kv_cliff import cliff_columns, kv_pool_tokens
 from agentsweep.collect.routed import routed_figures
+from agentsweep.collect.routed_checks import routed_artifact_problems
 from agentsweep.collect.stream import RequestStats, stream_requests
 from agentsweep.collect.window import NotNumbers, window_figures
 from agentsweep.contract.cell import CELL_FIELDS, Cell
@@ -219,6 +220,8 @@ def _fill(row: Row, path: Path) -> None:
         row.values.update(routed.figures)
         row.notes.extend(routed.notes)
         problems.extend(routed.problems)
+    # The instance files are the ones the cell planned, whole, and merged as they say.
+    problems.extend(routed_artifact_problems(path, cell, problems))
     if problems:
         row.status = "INVALID"
         row.reason = "; ".join([*([row.reason] if row.reason else []), *(f"collect: {p}" for p in problems)])
