@@ -8,14 +8,15 @@ success, failure, a bug, SIGTERM/SIGINT.
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from kv_cache_tester.replay import ResultError, load_summary, write_summary
 
 import agentsweep
-from agentsweep.cell import record
+from agentsweep.cell import record, space
 from agentsweep.cell.effective import Stated, expected_settings, mismatches
 from agentsweep.cell.engine_process import EngineFailed
 from agentsweep.cell.executor import execute, show_tail
@@ -101,6 +102,7 @@ def run_cell(
     watchdog = Watchdog(plan.result_dir)
     stated: dict[str, Stated | None] = {}
     try:
+        space.reserve(plan.result_dir)  # room for the verdict should the run fill the disk
         watchdog.start()
         reason = execute(plan, options, versions, say, watchdog, stated) or _check_outputs(plan.result_dir)
         if reason is None:
@@ -113,18 +115,43 @@ def run_cell(
     except EngineFailed as err:
         reason = str(err)
         show_tail(plan.result_dir / SERVER_LOG, say)
+    except OSError as err:
+        status = "FAILED"
+        if not space.is_no_space(err):  # a bug or an unexpected OS error: still leave a verdict
+            reason = f"{type(err).__name__}: {err}"
+            raise
+        reason = space.no_space_reason(plan.result_dir, err)
     except Exception as err:  # a bug or an unexpected OS error: still leave a verdict
         reason = f"{type(err).__name__}: {err}"
         raise
     finally:
         watchdog.dismiss()  # every child is stopped: nothing writes into result_dir after the verdict
         if status == "FAILED":
+            if reason and not reason.startswith("no space left") and space.short_of_space(plan.result_dir):
+                reason = space.no_space_reason(plan.result_dir, after=reason)  # what the run died of
             reasons = [reason or "unknown failure"]
         extra: dict[str, object] = {}
         if plan.router is not None:
             extra["scaleout"] = plan.scaleout_record()
         if stated:
             extra["engine_settings"] = {k: v.to_record() if v else None for k, v in stated.items()}
+        status, reasons = _write_verdict(plan, versions, start_utc, status, reasons, extra)
+        say(status + (f": {'; '.join(reasons)}" if reasons else ""))
+    return status, "; ".join(reasons) or None
+
+
+def _write_verdict(
+    plan: CellPlan,
+    versions: Mapping[str, str | None],
+    start_utc: str,
+    status: Verdict,
+    reasons: list[str],
+    extra: Mapping[str, Any],
+) -> tuple[Verdict, list[str]]:
+    """cell.json and status.txt; on a full disk the reserve and temporary files go first, and the
+    verdict is FAILED with the reason. Returns what was written."""
+
+    def write(status: Verdict, reasons: list[str]) -> None:
         record.write_result(
             plan.result_dir,
             cell=plan.cell.model_dump(mode="json"),
@@ -137,8 +164,21 @@ def run_cell(
             reasons=reasons,
             extra=extra or None,
         )
-        say(status + (f": {'; '.join(reasons)}" if reasons else ""))
-    return status, "; ".join(reasons) or None
+
+    try:
+        write(status, reasons)
+    except OSError as err:
+        if not space.is_no_space(err):
+            raise
+        space.release(plan.result_dir)
+        if not (status == "FAILED" and reasons and reasons[0].startswith("no space left")):
+            said = "; ".join(reasons) if status == "FAILED" else None  # what the run died of, if it did
+            reasons = [space.no_space_reason(plan.result_dir, err, after=said)]
+        status = "FAILED"
+        write(status, reasons)
+    finally:
+        space.release(plan.result_dir)
+    return status, reasons
 
 
 def cached_metrics_file(plan: CellPlan) -> str:
@@ -177,7 +217,10 @@ def _judge(plan: CellPlan, stated: dict[str, Stated | None] | None = None) -> li
     validity.checks["engine_settings"] = settings_check(plan, stated or {})
     summary = load_summary(plan.result_dir, required=("counts",))
     summary["validity"] = validity.to_dict()
-    write_summary(plan.result_dir, summary)
+    try:
+        write_summary(plan.result_dir, summary)
+    except OSError as err:  # name the file (a failed write() names none)
+        raise OSError(err.errno, err.strerror, str(plan.result_dir / SUMMARY_JSON)) from err
     return validity.reasons
 
 

@@ -17,12 +17,16 @@ import pandas as pd
 
 from agentsweep.collect.aggregate import build_rows, to_frame
 from agentsweep.collect.discover import find_cells
+from agentsweep.collect.output import one_set, write_csv, write_text
 from agentsweep.collect.pareto import frontier_table
-from agentsweep.collect.plots import write_plots
+from agentsweep.collect.plots import PLOT_FILES, write_plots
 from agentsweep.collect.report import summary_markdown, write_report
 from agentsweep.contract.resultdir import read_matrix
 from agentsweep.contract.verdict import INVALID_EXIT
 from agentsweep.errors import InputError
+
+OUTPUTS = ("summary.csv", "frontier.csv", "summary.md", "report.html", *PLOT_FILES)
+"""Collect's outputs, one set: a disk that fills while they are written leaves none of them."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,10 +77,10 @@ def render_outputs(
 ) -> pd.DataFrame:
     """frontier.csv, plots, report.html and summary.md from a summary table; returns the frontier."""
     frontier = frontier_table(df, include_invalid)
-    frontier.to_csv(out_dir / "frontier.csv", index=False)
+    write_csv(frontier, out_dir / "frontier.csv")
     if plots:
         write_report(df, write_plots(df, out_dir, include_invalid), out_dir)
-    (out_dir / "summary.md").write_text(summary_markdown(df, frontier), encoding="utf-8")
+    write_text(out_dir / "summary.md", summary_markdown(df, frontier))
     return frontier
 
 
@@ -93,8 +97,9 @@ def run(args: argparse.Namespace) -> int:
     rows = build_rows(found, matrix)
     df = to_frame(rows)
     prepare_out_dir(args.out_dir)
-    df.to_csv(args.out_dir / "summary.csv", index=False)
-    render_outputs(df, args.out_dir, plots=not args.no_plots, include_invalid=args.include_invalid)
+    with one_set(args.out_dir, OUTPUTS):
+        write_csv(df, args.out_dir / "summary.csv")
+        render_outputs(df, args.out_dir, plots=not args.no_plots, include_invalid=args.include_invalid)
 
     append_step_summary((args.out_dir / "summary.md").read_text(encoding="utf-8"))
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from agentsweep.collect.cli_collect import prepare_out_dir
 from agentsweep.collect.cli_pareto import read_summary
 from agentsweep.collect.compare import DEFAULT_KEYS, compare, markdown
+from agentsweep.collect.output import one_set, write_csv, write_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,9 +30,10 @@ def run(args: argparse.Namespace) -> int:
     keys = tuple(k.strip() for k in args.on.split(",") if k.strip())
     table = compare(a, b, keys, names=(f"A ({args.a})", f"B ({args.b})"))
     out = prepare_out_dir(args.out or (args.b if args.b.is_dir() else args.b.parent))
-    table.to_csv(out / "compare.csv", index=False)
     text = markdown(table, str(args.a), str(args.b), keys)
-    (out / "compare.md").write_text(text, encoding="utf-8")
+    with one_set(out, ("compare.csv", "compare.md")):
+        write_csv(table, out / "compare.csv")
+        write_text(out / "compare.md", text)
     print(text)
     print(f"compare: wrote {out / 'compare.csv'} and {out / 'compare.md'}", file=sys.stderr)
     return 0

@@ -12,6 +12,7 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from agentsweep import __version__
+from agentsweep.collect.output import write_text
 from agentsweep.collect.pareto import routed
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -207,9 +208,7 @@ def write_report(df: pd.DataFrame, plots: list[tuple[str, Path]], out_dir: Path)
         plots=[{"title": title, "file": path.name, "src": _data_uri(path)} for title, path in plots],
         version=__version__,
     )
-    path = out_dir / "report.html"
-    path.write_text(html, encoding="utf-8")
-    return path
+    return write_text(out_dir / "report.html", html)
 
 
 def _md_escape(text: str) -> str:

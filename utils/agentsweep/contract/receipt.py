@@ -237,8 +237,12 @@ def write_receipt(
         commit=commit,
     )
     tmp = result_dir / f".{RECEIPT_FILE}.tmp"
-    tmp.write_text(receipt.to_json(), encoding="utf-8")
-    os.replace(tmp, result_dir / RECEIPT_FILE)
+    try:
+        tmp.write_text(receipt.to_json(), encoding="utf-8")
+        os.replace(tmp, result_dir / RECEIPT_FILE)
+    except OSError as err:  # a full disk: no temporary file stays; the error names the file
+        tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, err.strerror, str(result_dir / RECEIPT_FILE)) from err
     return receipt
 
 

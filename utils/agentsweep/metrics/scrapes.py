@@ -153,9 +153,9 @@ def merge_metrics(inputs: Sequence[Path], output: Path) -> int:
             writer.writerow(COLUMNS)
             writer.writerows(out_rows)
         tmp.replace(output)
-    except OSError:
+    except OSError as err:  # a full disk: no temporary file stays behind; the error names the file
         tmp.unlink(missing_ok=True)
-        raise
+        raise OSError(err.errno, err.strerror, str(output)) from err
     return len(out_rows)
 
 
