@@ -181,3 +181,35 @@ def test_invalid_cells_are_named_and_exit_3_failed_ones_win_with_1(setup, monkey
     assert "1 INVALID, 3 SUCCESS" in out
     monkeypatch.setenv("FAIL_CELLS", "mini-tp1-ep1-u1-on")
     assert main([*base, "--force"]) == 1
+
+
+@pytest.mark.integration
+def test_a_second_sweep_into_the_same_results_is_refused_naming_the_holder(setup, tmp_path):
+    """Even with --force: the running sweep's cell is neither deleted nor joined by another engine."""
+    base, log, key_dir = setup
+    env = {**os.environ, "SLEEP_S": "30"}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "agentsweep.cli", *base],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        poll_until(log.exists, timeout=20)
+        second = subprocess.run(
+            [sys.executable, "-m", "agentsweep.cli", *base, "--force"],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert second.returncode == 2, second.stdout + second.stderr
+        (line,) = second.stderr.strip().splitlines()
+        assert line.startswith(
+            f"input error: --results {tmp_path / 'results'}: another sweep is running into it"
+        )
+        assert f"(pid {first.pid} on " in line and "sweep --key mini" in line
+        assert _launched(log) == ["mini-tp1-ep1-u1-on"]  # the second one launched nothing
+        assert (key_dir / "mini-tp1-ep1-u1-on").is_dir()  # nor deleted the running cell
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    # The lock went with the first sweep: a third one runs.
+    assert main([*base, "--force"]) == 0
