@@ -123,6 +123,18 @@ def visible_devices(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     return {k: environ[k] for k in VISIBLE_DEVICE_VARS if k in environ}
 
 
+# Terminal escape sequences a reason may carry from a process's log (a router's coloured output):
+# CSI (colours, cursor), OSC (titles, links, up to BEL or ST) and any other ESC + one character.
+ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?")
+CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
+
+
+def plain_line(text: str) -> str:
+    """``text`` as one plain line: escape sequences removed, whitespace runs one space, any other
+    control character ``?`` (a status reason is read in terminals, job summaries and reports)."""
+    return CONTROLS.sub("?", " ".join(ESCAPES.sub("", text).split()))
+
+
 def write_result(
     result_dir: Path,
     *,
@@ -146,7 +158,7 @@ def write_result(
     if (status == "SUCCESS") != (not reasons):
         raise ValueError(f"{status} needs {'no' if status == 'SUCCESS' else 'at least one'} reason")
     secrets = secret_values() | secret_values(engine_env)
-    lines = tuple(line for r in reasons if (line := mask_text(" ".join(r.split()), secrets)))
+    lines = tuple(line for r in reasons if (line := mask_text(plain_line(r), secrets)))
     if status != "SUCCESS":
         lines = lines or ("no reason given",)
     record = CellRecord(
