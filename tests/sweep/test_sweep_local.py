@@ -42,6 +42,7 @@ LAUNCHER = textwrap.dedent(
     echo "$EXP_NAME $OFFLOAD $USERS $RESULT_DIR" >> "$LAUNCH_LOG"
     mkdir -p "$RESULT_DIR"
     trap 'printf "FAILED\\ninterrupted by SIGTERM\\n" > "$RESULT_DIR/status.txt"; exit 1' TERM
+    trap 'printf "FAILED\\ninterrupted by SIGINT\\n" > "$RESULT_DIR/status.txt"; exit 1' INT
     sleep "${SLEEP_S:-0}" & wait $!
     case " ${FAIL_CELLS:-} " in
       *" $EXP_NAME "*) printf 'FAILED\\nengine exited with status 1\\n' > "$RESULT_DIR/status.txt"; exit 1 ;;
@@ -165,7 +166,9 @@ def test_ctrl_c_stops_the_current_cell_cleanly_and_still_collects(setup, tmp_pat
             proc.kill()
     assert proc.returncode == 130, out
     assert _launched(log) == ["mini-tp1-ep1-u1-on"]  # nothing after the interrupted cell
-    assert (key_dir / "mini-tp1-ep1-u1-on" / "status.txt").read_text() == "FAILED\ninterrupted by SIGTERM\n"
+    # The cell gets the signal the sweep got, and its verdict says so.
+    assert (key_dir / "mini-tp1-ep1-u1-on" / "status.txt").read_text() == "FAILED\ninterrupted by SIGINT\n"
+    assert "sweep: SIGINT: stopping mini-tp1-ep1-u1-on (SIGINT, up to" in out
     assert "sweep: interrupted by SIGINT; 4 cell(s) left: rerun the same command with --resume" in out
     assert f"agentsweep.cli collect {key_dir} {key_dir}/aggregated" in out
     assert (key_dir / "aggregated" / "summary.csv").exists()  # what finished (here: nothing) is collected
