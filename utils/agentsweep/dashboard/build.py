@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agentsweep.dashboard import data
-from agentsweep.errors import InputError
+from agentsweep.errors import InputError, WriteError
 from agentsweep.store.db import Store
 
 MARKER = ".agentsweep-dashboard"
@@ -86,6 +86,9 @@ def build(store: Store, out: Path) -> dict[str, int]:
         if out.exists():
             shutil.rmtree(out)
         work.rename(out)
+    except OSError as err:  # a full disk: nothing half-written stays, one line naming the file
+        shutil.rmtree(work, ignore_errors=True)
+        raise WriteError(err.filename or out, err) from None
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
