@@ -3,7 +3,7 @@
 Writes summary.csv, frontier.csv, the PNG plots, report.html and summary.md into OUT_DIR (and
 appends summary.md to $GITHUB_STEP_SUMMARY when that is set). Exit 0 when every cell succeeded,
 1 when any cell is FAILED, MALFORMED or MISSING, 3 when the only problems are INVALID cells, 2 on bad
-arguments.
+arguments or an output that cannot be written (then none of the outputs is left).
 """
 
 from __future__ import annotations
