@@ -195,6 +195,8 @@ class ValidityLimits(Frozen):
     max_failed_share: Fraction = 0.02  # failed + abandoned (stalls and timeouts included)
     max_context_error_share: Fraction = 0.01
     min_window_coverage: Fraction = 0.95  # share of the window's seconds holding a token arrival
+    # Requests that must finish ok in the window: fewer make its percentiles and rates noise.
+    min_window_requests: Annotated[int, Field(ge=0)] = 10
     # A lane idle (nothing in flight, no think time pending) longer than this, in the engine's
     # clock, is stuck; 0 means the entry's max_delay plus 10 s.
     max_lane_idle_s: Annotated[float, Field(ge=0)] = 0.0

@@ -222,6 +222,15 @@ def evaluate(result_dir: Path, cell: Cell, cached_metrics: str = SERVER_METRICS_
             context, attempted, cell.max_context_error_share, "exceeded the model's context length"
         )
 
+    ok = counts.get("ok", 0)
+    checks["window_requests"] = Check(
+        float(ok),
+        float(cell.min_window_requests),
+        ok >= cell.min_window_requests,
+        f"only {ok} requests finished ok in the profiling window (limit {cell.min_window_requests}): too few "
+        "for its percentiles and rates; give the cell a longer duration or more users",
+    )
+
     # The profiling window in record time.
     w_start = max(records.warmup_done, default=0.0)
     duration = window.get("duration_s", 0.0)
