@@ -199,7 +199,16 @@ def main() -> int:
             row = asyncio.run(drive(port, args, proc.pid))
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        rest, _ = proc.communicate(timeout=10)
+    # The server's shutdown line: how many steps were already due when computed (its CPU was the limit)
+    late = re.search(
+        r"Simulated clock: ([\d.]+)% of (\d+) engine steps.*?([\d.]+) ms \(wall\) late", rest or ""
+    )
+    if late:
+        row["server_steps"] = int(late.group(2))
+        row["server_steps_late_pct"] = float(late.group(1))
+        row["server_late_mean_ms"] = float(late.group(3))
+        row["server_steps_per_request"] = row["server_steps"] / row["requests"] if row["requests"] else 0.0
     width = max(len(k) for k in row)
     print(
         f"engine-sim benchmark ({args.model}, tp={args.tp}, {args.hardware}, {os.cpu_count()} CPUs visible)"

@@ -8,21 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.support import MarkedTree, running_engine_sim
-from tests.support.tiers import guarded, tier_of
+from tests.support.tiers import guarded
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_TRACES = REPO_ROOT / "kv-cache-tester" / "sample_traces"
-
-
-# The replayer's own tests move from tests/replay and tests/traces into kv-cache-tester/tests, where they
-# get markers of their own; until then every unmarked test there counts as the integration tier.
-_NOT_YET_TIERED = (REPO_ROOT / "tests" / "replay", REPO_ROOT / "tests" / "traces")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.path.parent in _NOT_YET_TIERED and tier_of(item) is None:
-            item.add_marker(pytest.mark.integration)
 
 
 @pytest.hookimpl(wrapper=True)

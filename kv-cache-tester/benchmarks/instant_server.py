@@ -4,8 +4,8 @@
 Every chat/completions request gets ``max_tokens`` (or --force-output-tokens) SSE chunks of one
 token, written one by one (--itl-ms apart), a usage chunk when asked for, then [DONE]. On SIGTERM
 it writes one JSON line per request to --record: X-Request-ID, server-side TTFT (whole body read ->
-first token chunk written) and total time, so client TTFT minus server TTFT is the client's own
-overhead. Prints ``PORT <n>`` once listening (--port 0 picks a free port).
+first token chunk written), total time and the body's size, so client TTFT minus server TTFT is the
+client's own overhead. Prints ``PORT <n>`` once listening (--port 0 picks a free port).
 
     python instant_server.py --port 0 [--itl-ms 0] [--force-output-tokens 64] [--record FILE]
 """
@@ -35,7 +35,7 @@ DONE = b"data: [DONE]\n\n"
 class Instant:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.records: list[tuple[str, float, float]] = []
+        self.records: list[tuple[str, float, float, int]] = []
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         t0 = time.perf_counter()
@@ -65,7 +65,8 @@ class Instant:
         await resp.write(DONE)
         await resp.write_eof()
         if self.args.record:
-            self.records.append((request.headers.get("X-Request-ID", ""), ttft, time.perf_counter() - t0))
+            rid = request.headers.get("X-Request-ID", "")
+            self.records.append((rid, ttft, time.perf_counter() - t0, len(raw)))
         return resp
 
     async def models(self, request: web.Request) -> web.Response:
@@ -74,8 +75,9 @@ class Instant:
     def dump(self) -> None:
         if self.args.record:
             with open(self.args.record, "w") as fh:
-                for rid, ttft, total in self.records:
-                    fh.write(json.dumps({"request_id": rid, "ttft_s": ttft, "total_s": total}) + "\n")
+                for rid, ttft, total, size in self.records:
+                    line = {"request_id": rid, "ttft_s": ttft, "total_s": total, "body_bytes": size}
+                    fh.write(json.dumps(line) + "\n")
 
 
 async def serve(args: argparse.Namespace) -> None:

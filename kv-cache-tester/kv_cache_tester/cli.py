@@ -9,6 +9,7 @@ import argparse
 import importlib
 import sys
 import traceback
+from typing import NoReturn
 
 from kv_cache_tester import __version__
 from kv_cache_tester.errors import KVTesterError
@@ -17,7 +18,7 @@ from kv_cache_tester.errors import KVTesterError
 class OneLineParser(argparse.ArgumentParser):
     """Reports a bad command line as one line (and exit 2) instead of the usage block."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"usage error: {self.prog}: {message} (see --help)\n")
 
 

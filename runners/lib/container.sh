@@ -99,23 +99,50 @@ as_container_name() {
   printf '%s' "${name//[^A-Za-z0-9_.-]/_}"
 }
 
-# as_docker_args NAME ENV_NAMES...: fill AS_DOCKER_ARGS (docker run options, image and command apart).
-# Env values go by name only (-e NAME), so secrets never appear on the command line.
-as_docker_args() {
-  local name=$1 path env_name
-  shift
-  AS_DOCKER_ARGS=(
-    --rm --name "$name" --network host --ipc host --shm-size "${AGENTSWEEP_SHM_SIZE:-64g}"
-    --device /dev/kfd --device /dev/dri --group-add video
+# as_docker_opts: fill AS_DOCKER_OPTS with the `docker run` options every container of a cell gets
+# (host network and IPC, the GPU devices, the mounts, the workdir); name, env and image apart.
+# AGENTSWEEP_DOCKER_DEVICES lists the devices (default: ROCm's /dev/kfd /dev/dri); an empty
+# AGENTSWEEP_SHM_SIZE leaves --shm-size out (with --ipc host the host's /dev/shm is used anyway, and
+# podman refuses the pair).
+as_docker_opts() {
+  local path device
+  local -a devices
+  read -r -a devices <<<"${AGENTSWEEP_DOCKER_DEVICES-/dev/kfd /dev/dri}"
+  AS_DOCKER_OPTS=(--network host --ipc host)
+  [[ -n ${AGENTSWEEP_SHM_SIZE-64g} ]] && AS_DOCKER_OPTS+=(--shm-size "${AGENTSWEEP_SHM_SIZE-64g}")
+  for device in "${devices[@]}"; do
+    AS_DOCKER_OPTS+=(--device "$device")
+  done
+  AS_DOCKER_OPTS+=(
+    --group-add video
     --cap-add SYS_PTRACE --security-opt seccomp=unconfined
     --workdir "$AS_REPO"
   )
   as_mount_paths
   for path in "${AS_MOUNT_PATHS[@]}"; do
     as_check_mount_path "$path"
-    AS_DOCKER_ARGS+=(--volume "$path:$path")
+    AS_DOCKER_OPTS+=(--volume "$path:$path")
   done
+}
+
+# as_docker_args NAME ENV_NAMES...: fill AS_DOCKER_ARGS (docker run options, image and command apart).
+# Env values go by name only (-e NAME), so secrets never appear on the command line.
+as_docker_args() {
+  local name=$1 env_name
+  shift
+  as_docker_opts
+  AS_DOCKER_ARGS=(--rm --name "$name" "${AS_DOCKER_OPTS[@]}")
   for env_name in "$@"; do
     AS_DOCKER_ARGS+=(--env "$env_name")
   done
+}
+
+# as_remove_job_containers JOB: remove every container this node runs for JOB's engine instances
+# (a cell on the host side labels them agentsweep.job=JOB; see agentsweep.cell.placement).
+as_remove_job_containers() {
+  local ids
+  ids=$(docker ps -aq --filter "label=agentsweep.job=$1" 2>/dev/null) || return 0
+  [[ -n $ids ]] || return 0
+  # shellcheck disable=SC2086 # one id per word
+  docker rm --force $ids >/dev/null 2>&1 || true
 }

@@ -105,7 +105,7 @@ as_import_image() {
 as_run_step() {
   local status=0
   srun --jobid="$AS_JOB_ID" --nodes=1 --ntasks=1 --export="$(as_export_list)" \
-    "${AS_CONTAINER_ARGS[@]}" bash "$AS_LIB/step.sh" &
+    "${AS_CELL_CONTAINER_ARGS[@]}" bash "$AS_LIB/step.sh" &
   AS_STEP_PID=$!
   wait "$AS_STEP_PID" || status=$?
   AS_STEP_PID=""
@@ -128,8 +128,15 @@ as_stop_step() {
   done
   kill -TERM "$AS_STEP_PID" 2>/dev/null && wait "$AS_STEP_PID" 2>/dev/null
   if [[ $AS_CONTAINER_RUNTIME == docker && -n $AS_JOB_ID ]]; then
-    timeout 120 srun --jobid="$AS_JOB_ID" --overlap --nodes=1 --ntasks=1 --export="$(as_export_list)" \
-      docker rm --force "$(as_container_name)" >/dev/null 2>&1 || true
+    if [[ $AS_CELL_ON_HOST == 1 ]]; then # the engine instances' containers, on every node
+      # shellcheck disable=SC2016 # expanded by the inner bash
+      timeout 120 srun --jobid="$AS_JOB_ID" --overlap --nodes="$AS_NODES" --ntasks-per-node=1 \
+        --export="$(as_export_list)" bash -c 'source "$1/common.sh" && source "$1/container.sh" &&
+          as_remove_job_containers "$2"' cleanup "$AS_LIB" "$AS_JOB_ID" >/dev/null 2>&1 || true
+    else
+      timeout 120 srun --jobid="$AS_JOB_ID" --overlap --nodes=1 --ntasks=1 --export="$(as_export_list)" \
+        docker rm --force "$(as_container_name)" >/dev/null 2>&1 || true
+    fi
   fi
 }
 
@@ -156,7 +163,7 @@ as_launch() {
   AS_REPO=$(cd "$AS_LIB/../.." && pwd)
   export AS_REPO AS_RUNNER=$runner AS_VENDOR=$vendor
   as_load_runner "$runner"
-  export AS_CONTAINER_RUNTIME AS_HF_CACHE AS_EXP_NAME AS_IMAGE AS_TRACES AS_NODES
+  export AS_CONTAINER_RUNTIME AS_HF_CACHE AS_EXP_NAME AS_IMAGE AS_TRACES AS_NODES AS_CELL_ON_HOST
 
   mkdir -p "$RESULT_DIR" || as_die 2 "cannot create RESULT_DIR=$RESULT_DIR"
   RESULT_DIR=$(cd "$RESULT_DIR" && pwd)
@@ -184,10 +191,20 @@ as_launch() {
     AS_SQSH=$(as_squash_path "$AS_IMAGE")
     as_pyxis_args "$AS_SQSH"
   fi
-  if ((AS_NODES > 1 && ${#AS_CONTAINER_ARGS[@]} > 0)); then
-    # The cell (step 0, node 0) starts each engine instance as its own step, in the same container.
-    printf -v AS_STEP_CONTAINER_ARGS '%q ' "${AS_CONTAINER_ARGS[@]}"
-    export AS_STEP_CONTAINER_ARGS
+  # The cell's own step: in the container, unless it runs on the host side of node 0 (a routed or
+  # multi-node cell: its router and the Slurm client are on the host), starting each engine instance
+  # as a step of its own in the container: pyxis with these flags, docker with these run options.
+  AS_CELL_CONTAINER_ARGS=("${AS_CONTAINER_ARGS[@]}")
+  if [[ $AS_CELL_ON_HOST == 1 ]]; then
+    AS_CELL_CONTAINER_ARGS=()
+    if [[ $AS_CONTAINER_RUNTIME == pyxis ]]; then
+      printf -v AS_STEP_CONTAINER_ARGS '%q ' "${AS_CONTAINER_ARGS[@]}"
+      export AS_STEP_CONTAINER_ARGS
+    else
+      as_docker_opts
+      printf -v AS_DOCKER_RUN_ARGS '%q ' "${AS_DOCKER_OPTS[@]}"
+      export AS_DOCKER_RUN_ARGS
+    fi
   fi
   as_salloc_args
 
@@ -198,13 +215,26 @@ as_launch() {
       as_print_cmd enroot import --output "$AS_SQSH" "$(as_enroot_uri "$AS_IMAGE")"
     fi
     as_print_cmd srun --jobid=JOBID --nodes=1 --ntasks=1 "--export=$(as_export_list)" \
-      "${AS_CONTAINER_ARGS[@]}" bash "$AS_LIB/step.sh"
-    if ((AS_NODES > 1)); then
+      "${AS_CELL_CONTAINER_ARGS[@]}" bash "$AS_LIB/step.sh"
+    if [[ $AS_CELL_ON_HOST == 1 ]]; then
+      echo "# the cell runs on the host side of node 0 (its router, scrapers and replayer with $(as_python));"
+      echo "# each engine instance is a step of its own on its node, in the $AS_CONTAINER_RUNTIME container:"
+      local -a step_words=(srun --jobid=JOBID --nodes=1 --ntasks=1 --nodelist=NODE --overlap --kill-on-bad-exit=1
+        ${AS_GRES_TYPE:+"--gres=gpu:$AS_GRES_TYPE:$AS_NODE_GPUS"})
+      if [[ $AS_CONTAINER_RUNTIME == pyxis ]]; then
+        as_print_cmd "${step_words[@]}" "${AS_CONTAINER_ARGS[@]}" --export=ALL ENGINE...
+      else
+        as_print_cmd "${step_words[@]}" "--task-epilog=$AS_LIB/docker_epilog.sh" \
+          "--export=ALL,AS_DOCKER_CONTAINER=agentsweep-$AS_EXP_NAME-JOBID-K" docker run --rm \
+          --name "agentsweep-$AS_EXP_NAME-JOBID-K" --label agentsweep.job=JOBID "${AS_DOCKER_OPTS[@]}" \
+          --env NAME... "$AS_IMAGE" ENGINE...
+      fi
+    elif ((AS_NODES > 1)); then
       echo "# the cell runs on node 0 and starts each engine instance as a step on its node:"
       as_print_cmd srun --jobid=JOBID --nodes=1 --ntasks=1 --nodelist=NODE --overlap --kill-on-bad-exit=1 \
-        ${AS_GRES_TYPE:+"--gres=gpu:$AS_GRES_TYPE:$AS_NODE_GPUS"} "${AS_CONTAINER_ARGS[@]}" --export=ALL ENGINE...
+        ${AS_GRES_TYPE:+"--gres=gpu:$AS_GRES_TYPE:$AS_NODE_GPUS"} --export=ALL ENGINE...
     fi
-    if [[ $AS_CONTAINER_RUNTIME == docker ]]; then
+    if [[ $AS_CONTAINER_RUNTIME == docker && $AS_CELL_ON_HOST != 1 ]]; then
       echo "# on the node, step.sh runs:"
       AS_JOB_ID=JOBID as_docker_args "$(AS_JOB_ID=JOBID as_container_name)" CELL_ENV_NAMES
       as_print_cmd docker run "${AS_DOCKER_ARGS[@]}" "$AS_IMAGE" bash "$AS_CELL_SCRIPT"

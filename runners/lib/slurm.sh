@@ -61,7 +61,8 @@ as_pending_job_id() {
   sed -nE 's/.*Pending job allocation ([0-9]+)[[:space:]]*$/\1/p' "$1" | tail -n 1
 }
 
-# Host interpreter settings that would break the image's Python inside a container.
+# Host interpreter settings that would break the image's Python inside a container (kept when the cell
+# runs on the host side of its node: the engine steps leave them out themselves).
 AS_HOST_ONLY_NAMES=(VIRTUAL_ENV PYTHONPATH AGENTSWEEP_PYTHON)
 
 # as_export_list: the comma-separated names for `srun --export=`: never ALL, only names that are set.
@@ -71,7 +72,8 @@ as_export_list() {
   mapfile -t own < <(compgen -e | grep -E '^(AS|AGENTSWEEP)_' || true)
   for name in "${AS_PASS_NAMES[@]}" "${own[@]}"; do
     as_is_name "$name" || continue
-    if [[ ${AS_CONTAINER_RUNTIME:-none} != none && " ${AS_HOST_ONLY_NAMES[*]} " == *" $name "* ]]; then
+    if [[ ${AS_CONTAINER_RUNTIME:-none} != none && ${AS_CELL_ON_HOST:-0} != 1 &&
+      " ${AS_HOST_ONLY_NAMES[*]} " == *" $name "* ]]; then
       continue
     fi
     [[ -n ${!name+set} ]] || continue

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The Slurm job step of a cell: runs on the allocated node (inside the container under pyxis), puts the
 # job's GPUs into the env the vendor's runtime reads, then runs the cell script directly (runtime none,
-# pyxis) or in a docker container named for this cell (docker). Its exit status is the cell's.
+# pyxis) or in a docker container named for this cell (docker). A cell that runs on the host side of its
+# node (AS_CELL_ON_HOST=1: routed or multi-node, its engine instances in containers of their own) runs
+# directly too; under docker this step then removes whatever container of the job's instances is left
+# on the job's nodes when the cell ends. Its exit status is the cell's.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=runners/lib/common.sh
@@ -38,11 +41,38 @@ run_cell_here() {
   exec bash "$AS_CELL_SCRIPT"
 }
 
+# The cell on the host under docker: its instances' containers go when it ends, on every node.
+run_cell_on_host_docker() {
+  local status=0 job=${SLURM_JOB_ID:-}
+  # shellcheck disable=SC2329 # called from the traps below
+  forward() { [[ -n ${cell_pid:-} ]] && kill -s "$1" "$cell_pid" 2>/dev/null; }
+  trap 'forward TERM' TERM
+  trap 'forward INT' INT
+  bash "$AS_CELL_SCRIPT" &
+  cell_pid=$!
+  while kill -0 "$cell_pid" 2>/dev/null; do
+    wait "$cell_pid" || true
+  done
+  wait "$cell_pid" || status=$?
+  trap - TERM INT
+  if [[ -n $job ]]; then
+    as_log "removing the job's engine containers left on its nodes"
+    # shellcheck disable=SC2016 # expanded by the inner bash
+    timeout 120 srun --jobid="$job" --overlap --nodes="${AS_NODES:-1}" --ntasks-per-node=1 --export=ALL \
+      bash -c 'source "$1/common.sh" && source "$1/container.sh" && as_remove_job_containers "$2"' \
+      cleanup "$here" "$job" >/dev/null 2>&1 || as_remove_job_containers "$job"
+  fi
+  exit "$status"
+}
+
 case ${AS_CONTAINER_RUNTIME:-none} in
 none | pyxis)
   run_cell_here
   ;;
 docker)
+  if [[ ${AS_CELL_ON_HOST:-0} == 1 ]]; then
+    run_cell_on_host_docker
+  fi
   : "${AS_IMAGE:?cell IMAGE is empty}"
   name=$(as_container_name)
   # The container gets the cell's env by name, without the host's PATH/HOME/venv.

@@ -14,7 +14,9 @@ with the engine's prefix that this version does not define.
 - vLLM: the ``vllm serve`` subcommand's parser (the one ``vllm serve`` builds), then the engine
   arguments made from it. vLLM infers its platform while building the parser; this machine has no
   GPU, so it is told to take the CPU platform (``VLLM_TARGET_DEVICE=cpu``): the flags and values
-  the parser accepts do not depend on it.
+  the parser accepts do not depend on it. A ``MultiConnector`` KV transfer config is checked one
+  level further, as vLLM reads it when the engine starts: every child must be a valid
+  ``KVTransferConfig`` naming a connector vLLM's connector factory knows.
 - SGLang: ``ServerArgs.add_cli_args`` on a fresh parser and ``parse_args`` (what
   ``sglang.launch_server`` does through ``prepare_server_args``).
 """
@@ -75,15 +77,37 @@ def _vllm() -> tuple[Callable[[dict[str, Any]], str | None], str]:
             return error
         try:
             with contextlib.redirect_stdout(io.StringIO()):
-                EngineArgs.from_cli_args(ns)
+                args = EngineArgs.from_cli_args(ns)
         except Exception as exc:  # the engine's own refusal, whatever its class
             return f"EngineArgs.from_cli_args: {type(exc).__name__}: {exc}"
+        error = _vllm_connectors(args.kv_transfer_config)
+        if error:
+            return error
         unknown = sorted(n for n in line.get("env", {}) if n.startswith("VLLM_") and n not in known_env)
         if unknown:
             return f"unknown environment variable(s): {', '.join(unknown)} (not in vllm.envs)"
         return None
 
     return check, importlib.metadata.version("vllm")
+
+
+def _vllm_connectors(config: Any) -> str | None:
+    """Why a MultiConnector config's children would not load (None when they would, or no such config)."""
+    if config is None or config.kv_connector != "MultiConnector":
+        return None
+    from vllm.config.kv_transfer import KVTransferConfig
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    children = config.kv_connector_extra_config.get("connectors")
+    if not children:
+        return "MultiConnector: kv_connector_extra_config.connectors is empty"
+    for i, child in enumerate(children):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                KVConnectorFactory.get_connector_class(KVTransferConfig(**child))
+        except Exception as exc:  # the engine's own refusal, whatever its class
+            return f"MultiConnector connectors[{i}]: {type(exc).__name__}: {exc}"
+    return None
 
 
 def _sglang() -> tuple[Callable[[dict[str, Any]], str | None], str]:

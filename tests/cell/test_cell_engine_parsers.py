@@ -26,6 +26,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from agentsweep.cell.engines.vllm import offload_with_nixl
 from agentsweep.cell.plan import plan_cell
 from agentsweep.config import load_runners, select_cells
 from agentsweep.config.loader import read_config_file
@@ -172,7 +173,12 @@ def probes(engine: str, tmp: Path) -> list[Line]:
     )
     variable = f"{engine.upper()}_NO_SUCH_VARIABLE"
     env = {**plan.engine.env, variable: "1"}
-    return [flag, Line(f"probe: {variable}", engine, numbered(plan.engine.argv), env)]
+    lines = [flag, Line(f"probe: {variable}", engine, numbered(plan.engine.argv), env)]
+    if engine == "vllm":  # a composed KV connector whose second child vLLM does not know
+        config = offload_with_nixl("NoSuchOffloadConnector", 2**30)
+        argv = [*numbered(plan.engine.argv), "--kv-transfer-config", json.dumps(config)]
+        lines.append(Line("probe: unknown MultiConnector child", engine, argv, dict(plan.engine.env)))
+    return lines
 
 
 @dataclass
@@ -229,15 +235,23 @@ def test_every_recipe_command_line_parses_with_the_pinned_engine(
     print("\n" + "\n".join(report), file=sys.stderr)
     assert not failures, "\n".join(failures)
     assert all(c.groups for c in engines.values())
-    # The one shape a recipe refuses today: vLLM prefill/decode with CPU offload.
-    assert refused
-    assert all(r.startswith("vllm recipe") and "offload on, pd" in r for r in refused), refused
+    # No shape is refused: vLLM prefill/decode with CPU offload composes the offloading connector with
+    # NIXL, and those lines were among the ones parsed.
+    assert not refused, refused
+    composed = [g[0] for g in engines["vllm"].groups if "offload on, pd" in g[0].ident]
+    assert composed and all("MultiConnector" in " ".join(ln.argv) for ln in composed)
 
 
-def test_an_unknown_flag_or_variable_is_named(checked: tuple[dict[str, Checked], list[str]]) -> None:
+def test_an_unknown_flag_variable_or_connector_is_named(
+    checked: tuple[dict[str, Checked], list[str]],
+) -> None:
     engines, _ = checked
     for engine, c in engines.items():
-        flag, variable = c.probes
+        flag, variable, *rest = c.probes
         assert not flag["ok"] and "--no-such-flag-anywhere" in flag["error"], (engine, flag)
         name = f"{engine.upper()}_NO_SUCH_VARIABLE"
         assert not variable["ok"] and name in variable["error"], (engine, variable)
+        if engine == "vllm":
+            (child,) = rest
+            assert not child["ok"] and "connectors[1]" in child["error"], child
+            assert "NoSuchOffloadConnector" in child["error"], child

@@ -8,6 +8,7 @@ import pytest
 from agentsweep.cell.record import mask_argv, mask_cell, mask_env
 from agentsweep.cli import main
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
+from agentsweep.contract.receipt import read_receipt, recipe_fingerprint, replayer_version, verify
 
 GOOD = {
     "exp_name": "demo-tp1-ep1-u2-on",
@@ -79,6 +80,10 @@ def test_bad_cell_is_one_line_exit_2(tmp_path, clean_env, capsys, change, messag
     # The refusal still leaves a verdict for the artifact, with the cell as it was given.
     assert (tmp_path / "r" / "status.txt").read_text().splitlines()[0] == "FAILED"
     assert json.loads((tmp_path / "r" / "cell.json").read_text())["cell"] == cell
+    # ... and its receipt, last, whose recipe covers the cell as given.
+    receipt = read_receipt(tmp_path / "r")
+    assert sorted(receipt.files) == ["cell.json", "status.txt"] and verify(tmp_path / "r") == []
+    assert receipt.recipe_fingerprint == recipe_fingerprint(cell, engine_version=None, client_version=None)
 
 
 def test_cell_flag_takes_json_or_a_file(tmp_path, clean_env, capsys):
@@ -104,6 +109,11 @@ def test_result_dir_and_port_checked(tmp_path, clean_env, capsys):
     assert main(["cell"]) == 2
     assert "PORT='99999': expected a TCP port number" in capsys.readouterr().err
     assert (tmp_path / "status.txt").read_text().startswith("FAILED\ninput error: environment variable PORT=")
+    # A valid cell refused for its port: its receipt's recipe is the typed cell's.
+    typed = Cell.parse(GOOD)
+    assert read_receipt(tmp_path).recipe_fingerprint == recipe_fingerprint(
+        mask_cell(typed.model_dump(mode="json")), engine_version=None, client_version=replayer_version()
+    )
     done = tmp_path / "done"
     done.mkdir()
     (done / "status.txt").write_text("SUCCESS\n")

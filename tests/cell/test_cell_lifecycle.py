@@ -18,6 +18,7 @@ from agentsweep.cell.lifecycle import run_cell
 from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellOptions, CellPlan, plan_cell
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.receipt import read_receipt, verify
 
 from tests.support import pid_running, wait_for_file
 
@@ -71,6 +72,19 @@ def test_success_writes_cell_json_and_status(standins, tmp_path):
     # One engine, no router: its files carry no instance name, and no merged scrape is written.
     assert (rd / "server_metrics.csv").stat().st_size > 0 and (rd / "metrics-collector.log").exists()
     assert "scaleout" not in record and not list(rd.glob("server_metrics.*.csv"))
+    _assert_sealed_last(rd, engine_version="0.1.0")
+
+
+def _assert_sealed_last(rd: Path, engine_version: str | None) -> None:
+    """receipt.json is there, written after every other file, and covers all of them."""
+    receipt = read_receipt(rd)
+    others = [p for p in rd.rglob("*") if p.is_file() and p.name != "receipt.json"]
+    assert sorted(receipt.files) == sorted(p.relative_to(rd).as_posix() for p in others)
+    newest = max(p.stat().st_mtime_ns for p in others)
+    assert (rd / "receipt.json").stat().st_mtime_ns >= newest
+    assert verify(rd) == []
+    assert receipt.recipe.engine_version == engine_version and receipt.replayer_version
+    assert receipt.recipe.client == "replay" and receipt.recipe.client_version == receipt.replayer_version
 
 
 def test_never_healthy_engine_fails_the_cell_with_the_reason(standins, tmp_path):
@@ -88,6 +102,7 @@ def test_never_healthy_engine_fails_the_cell_with_the_reason(standins, tmp_path)
     assert lines[1].startswith("engine not healthy after 1.5 s (http://127.0.0.1:")
     assert record["reason"] == lines[1]
     assert not (rd / "requests.jsonl").exists()  # the replayer never started
+    _assert_sealed_last(rd, engine_version=None)  # a FAILED cell is sealed too
 
 
 def test_engine_dying_mid_replay_fails_the_cell(standins, tmp_path):
@@ -164,6 +179,7 @@ def test_sigterm_mid_replay_stops_everything_and_still_writes_the_verdict(standi
     assert json.loads((rd / "summary.json").read_text())["counts"]["ok"] == len(records)
     child = int((tmp_path / "child.pid").read_text())
     assert not pid_running(child), f"the engine's worker outlived the cell\n{out}"
+    _assert_sealed_last(rd, engine_version="0.1.0")
 
 
 def test_run_cell_sh_writes_a_verdict_when_the_cell_process_dies(repo_root, tmp_path):

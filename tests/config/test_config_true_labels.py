@@ -168,27 +168,6 @@ def test_a_tp_flag_contradicts_one_role_of_a_disaggregated_cell(tmp_path, capsys
     assert code == 2 and "tp of its instances (1, 2)" in err[0], err
 
 
-def test_a_disaggregated_vllm_cell_with_offload_on_is_refused_at_the_matrix(tmp_path, capsys):
-    point = "- {prefill: {tp: 1}, decode: {tp: 1}, users: [1], offload: [off, on], router: [round_robin]}"
-    config = _config(tmp_path, "vllm", point="", runner="h200")
-    config.write_text(config.read_text().replace("    \n", f"    {point}\n"))
-    code, err = _matrix(config, capsys)
-    assert code == 2 and len(err) == 1, err
-    assert err[0].startswith(f"config error: {config}:k.search_space[0].offload: offload on is not supported")
-    cell = {"exp_name": "x", "engine": "vllm", "model": "m", "tp": 1, "users": 1, "offload": "on"}
-    cell |= {
-        "duration": 60,
-        "traces": "t",
-        "router": "round_robin",
-        "prefill": {"tp": 1},
-        "decode": {"tp": 1},
-    }
-    with pytest.raises(InputError, match=r"^cell: offload on is not supported in a disaggregated vLLM cell"):
-        Cell.parse({**cell, "cpu_dram_gb": 10.0})
-    Cell.parse({**cell, "offload": "off"})  # the same shape without offload is fine
-    Cell.parse({**cell, "engine": "sglang", "cpu_dram_gb": 10.0})  # and SGLang composes them
-
-
 def test_a_refused_secret_never_reaches_the_error_line(tmp_path, capsys):
     token = "hf_" + "Zz9" * 12
     code, err = _matrix(_config(tmp_path, "sim", args=f"--served-model-name {token}"), capsys)

@@ -152,3 +152,34 @@ def test_a_large_cell_draws_its_requests_as_images(tmp_path):
             assert len(images) == 1 and images[0]["source"].startswith("data:image/png;base64,"), div
         assert "6000 requests; request charts drawn as images" in page.inner_text("#drill-meta")
         assert errors == [] and network == []
+
+
+def test_the_pareto_chart_is_on_screen_before_plotly_js(site):
+    """The first paint draws every Pareto point as SVG while plotly.js is still loading; a click on
+    one opens its drill-down as soon as Plotly is there; then Plotly draws the same points."""
+    _, out = site
+    by_id = {p["id"]: p for p in _index(out)["points"]}
+    held = []
+    with offline_page() as (page, errors, network):
+        page.context.route("**/plotly.min.js", lambda route: held.append(route))
+        page.goto((out / "index.html").as_uri(), wait_until="domcontentloaded")  # "load" waits for it
+        page.wait_for_function("window.agentsweep.timings.first_paint !== undefined", timeout=TIMEOUT_MS)
+        assert page.evaluate("typeof window.Plotly") == "undefined" and held
+        circles = page.locator("#pareto svg.preview circle")
+        preview = page.evaluate("window.agentsweep.preview")
+        assert circles.count() == preview["points"] > 0
+        first = circles.first
+        point_id = int(first.get_attribute("data-point"))
+        assert by_id[point_id]["exp_name"] in first.locator("title").text_content()
+        first.click()
+        assert page.inner_text("#drill-title") == "loading…"
+        held[0].continue_()
+        page.wait_for_selector("body[data-ready='1']", timeout=TIMEOUT_MS)
+        page.wait_for_selector(f"#drilldown[data-drawn='1'][data-point='{point_id}']", timeout=TIMEOUT_MS)
+        assert page.locator("#pareto svg.preview").count() == 0
+        plotted = [i for t in _traces(page, "pareto") if t["mode"] == "markers" for i in t["ids"]]
+        assert len(plotted) == preview["points"]
+        assert preview["series"] == [t["name"] for t in _traces(page, "pareto") if t["mode"] == "markers"]
+        timings = page.evaluate("window.agentsweep.timings")
+        assert timings["first_paint"] < timings["plotly_loaded"] <= timings["first_draw"]
+        assert errors == [] and network == []

@@ -156,6 +156,22 @@ async def test_chat_over_the_sglang_protocol(sim):
         assert dec[1]["usage"]["prompt_tokens_details"]["cached_tokens"] == dec[1]["usage"]["prompt_tokens"]
 
 
+@synchronous
+async def test_decode_timeline_counts_the_prefill_and_the_transfer(sim):
+    async with sim(prefill_flags()) as p, sim(decode_flags()) as d:
+        status, out, first = await vllm_handoff(p, d, {"prompt": PROMPT, "max_tokens": 6})
+        assert status == 200
+        pre, dec = first["sim_timeline"], out["sim_timeline"]
+        assert pre["prefill_s"] == 0.0 and pre["output_tokens"] == 1 and pre["ttft_s"] > 0
+        # the decode's request waited for the prefill's time for the prompt, then for the transfer
+        assert dec["prefill_s"] == pre["ttft_s"]
+        assert dec["transfer_s"] == d.server.engine.stats.kv_transfer_time.sum > 0
+        assert dec["first_token_s"] - dec["arrival_s"] >= dec["transfer_s"]
+        assert dec["ttft_s"] == pytest.approx(dec["prefill_s"] + dec["first_token_s"] - dec["arrival_s"])
+        assert dec["e2e_s"] == pytest.approx(dec["prefill_s"] + dec["finish_s"] - dec["arrival_s"])
+        assert dec["output_tokens"] == 6 and dec["itl_s"]["n"] == 5
+
+
 async def transfer_seconds(sim, gbs: str) -> float:
     async with sim(prefill_flags()) as p, sim(decode_flags("--kv-transfer-gbs", gbs)) as d:
         status, _, _ = await vllm_handoff(p, d, {"prompt": PROMPT * 4, "max_tokens": 2})

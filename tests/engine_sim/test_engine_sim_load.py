@@ -7,7 +7,11 @@ import statistics
 import time
 
 import pytest
+from agentsweep.engine_sim import tokenizer
+from agentsweep.engine_sim.sse import WRITE_BUFFER_LIMIT
 from prometheus_client.parser import text_string_to_metric_families
+
+from .conftest import stream_text
 
 pytestmark = pytest.mark.integration
 
@@ -106,3 +110,32 @@ def test_many_streams_each_get_every_token(sim):
     for i, (text, usage, _chunks) in enumerate(asyncio.run(go())):
         assert len(text.split()) == 50 + i
         assert usage["completion_tokens"] == 50 + i
+
+
+def test_a_stream_that_is_not_read_gets_every_token_later(sim):
+    """A client that stops reading holds up only its own stream, whose unsent bytes stay bounded; once
+    it reads again every token arrives, in order, merged into fewer chunks."""
+
+    async def go():
+        async with sim([MODEL, "--tensor-parallel-size", "2", "--speed", "1000"]) as s:
+            body = {"prompt": "a b c", "max_tokens": 120000, "stream": True}  # 2 s of wall time at least
+            async with s.session.post(s.url + "/v1/completions", json=body) as resp:
+                unsent = []
+                for _ in range(200):  # not reading: the socket buffers fill up
+                    await asyncio.sleep(0.01)
+                    running = s.server.engine.running
+                    if running and running[0].sink is not None:
+                        stream = running[0].sink.__self__  # the SseStream pushing its chunks
+                        unsent.append(stream.transport.get_write_buffer_size())
+                status, _ = await s.post("/v1/completions", {"prompt": "x y z", "max_tokens": 3})
+                assert status == 200  # the server went on serving others
+                raw = (await resp.read()).decode()
+        events = [e[len("data: ") :] for e in raw.split("\n\n")[:-1]]
+        return unsent, stream_text(events)
+
+    unsent, (text, _, chunks) = asyncio.run(go())
+    # once the connection held WRITE_BUFFER_LIMIT bytes it could not send (the kernel's buffers full:
+    # most runs get there), the stream wrote no more
+    assert unsent and max(unsent) <= 2 * WRITE_BUFFER_LIMIT
+    assert text == tokenizer.output_text(0, 120000)
+    assert len(chunks) < 120000 / 2

@@ -21,14 +21,14 @@ def engine_sim(engine_sim_factory) -> Iterator[str]:
 
 
 @pytest.mark.slow
-def test_replay_sample_traces_against_engine_sim(tmp_path, engine_sim, sample_traces, kit):
+def test_replay_sample_traces_against_engine_sim(tmp_path, engine_sim, sample_traces, repo_root):
     traces = tmp_path / "traces"
     traces.mkdir()
     for name in ("trace_0504.json", "trace_0021.json", "trace_0058.json"):
         shutil.copy(sample_traces / name, traces / name)
     out = tmp_path / "out"
     cmd = [
-        sys.executable, str(kit.entry),
+        sys.executable, str(repo_root / "kv-cache-tester" / "trace_replay_tester.py"),
         "--api-endpoint", engine_sim, "--trace-directory", str(traces), "--output-dir", str(out),
         "--max-users", "3", "--time-scale", "0.001", "--max-context", "40000", "--no-color",
     ]  # fmt: skip

@@ -12,13 +12,16 @@ import pytest
 from agentsweep.cell.record import write_result
 from agentsweep.contract.cell import Cell, RoleShape, shape_label
 from agentsweep.contract.resultdir import (
+    CAPACITY_JSON,
     CELL_JSON,
+    RECEIPT_JSON,
     RESULT_FILES,
     ROUTER_JSON,
     STATUS_TXT,
     CellStatus,
     RouterRecord,
     matrix_json,
+    read_capacity,
     read_cell_record,
     read_matrix,
     read_router,
@@ -188,8 +191,35 @@ def test_every_declared_file_resolves_and_an_undeclared_one_is_refused() -> None
         assert result_file(declared.name) is declared
     assert result_file("server_metrics.d1.csv").name == "server_metrics.<instance>.csv"
     assert result_file("server.p0.log").name == "server.<instance>.log"
-    with pytest.raises(KeyError, match=r"power\.csv: not a declared result file"):
-        result_file("power.csv")
+    with pytest.raises(KeyError, match=r"gpu_power\.txt: not a declared result file"):
+        result_file("gpu_power.txt")
+    assert result_file("aiperf/profile_export.jsonl").name == "aiperf/"
+    assert result_file("steps/0/summary.json").name == "steps/"
+    with pytest.raises(KeyError):
+        result_file("elsewhere/summary.json")
+
+
+def test_the_receipt_is_declared_and_covers_every_other_file() -> None:
+    from agentsweep.contract.receipt import RECEIPT_FILE
+
+    declared = result_file(RECEIPT_JSON)
+    assert declared.name == RECEIPT_FILE and declared.owner == "agentsweep.contract.receipt"
+    assert declared.max_bytes is not None and "every other file" in declared.meaning
+
+
+def test_capacity_json_reads_as_one_bounded_object(tmp_path: Path) -> None:
+    assert read_capacity(tmp_path) is None
+    (tmp_path / CAPACITY_JSON).write_text(
+        json.dumps({"tiers": [{"slo": "p90_ttft_2s", "agents_per_gpu": 3}]})
+    )
+    assert read_capacity(tmp_path) == {"tiers": [{"slo": "p90_ttft_2s", "agents_per_gpu": 3}]}
+    (tmp_path / CAPACITY_JSON).write_text("[1, 2]")
+    with pytest.raises(ResultFileError, match=r"^capacity\.json: expected an object, got list"):
+        read_capacity(tmp_path)
+    (tmp_path / CAPACITY_JSON).unlink()
+    os.mkfifo(tmp_path / CAPACITY_JSON)
+    with pytest.raises(ResultFileError, match=r"^capacity\.json: not a regular file \(a FIFO\)"):
+        read_capacity(tmp_path)
 
 
 def test_the_owner_sits_in_the_contract_layer() -> None:

@@ -12,7 +12,6 @@ from agentsweep.cell.plan import plan_cell
 from agentsweep.cli import main
 from agentsweep.config import load_runners
 from agentsweep.contract.cell import Cell
-from agentsweep.errors import InputError
 
 NIXL = """'{"kv_connector":"NixlConnector","kv_role":"kv_both"}'"""
 BASE = {
@@ -263,8 +262,74 @@ def test_too_few_visible_gpus_is_refused_in_one_line(
     ]
 
 
-def test_vllm_offload_in_a_disaggregated_cell_is_refused(tmp_path: Path) -> None:
-    # Refused as the cell is read now, before any plan (the matrix refuses the point the same way).
-    with pytest.raises(InputError, match=r"offload on is not supported in a disaggregated vLLM cell"):
-        cell = Cell.parse({**BASE, "runner": "h200", "engine": "vllm", "offload": "on", "cpu_dram_gb": 400.0})
-        plan_cell(cell, tmp_path, port="$PORT", python="py", environ={})
+def _transfer_config(argv: list[str]) -> dict[str, object]:
+    assert argv.count("--kv-transfer-config") == 1, argv
+    config: dict[str, object] = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    return config
+
+
+@pytest.mark.parametrize(
+    ("hardware", "connector_field", "child"),
+    [
+        ("h200", "native", "OffloadingConnector"),
+        ("b200", "simple", "SimpleCPUOffloadConnector"),
+        ("mi355x", "simple", "OffloadingConnector"),  # MI355X never gets the simple connector
+    ],
+)
+def test_vllm_offload_in_a_disaggregated_cell_is_composed_with_nixl(
+    hardware: str,
+    connector_field: str,
+    child: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """Each instance gets one --kv-transfer-config: MultiConnector, NIXL first (the decode loads the
+    prefill's blocks through it), then the offloading connector with the instance's share of the DRAM
+    budget in bytes; no --kv-offloading-size, which would replace NIXL. The dry run says so."""
+    cell = Cell.parse(
+        {**BASE, "runner": hardware, "hardware": hardware, "engine": "vllm", "offload": "on",
+         "cpu_dram_gb": 400.0, "offload_connector": connector_field,
+         "exp_name": "k-tp2-ep1-u4-on-p1x2-d1x2-round_robin"}
+    )  # fmt: skip
+    plan = plan_cell(cell, tmp_path, port="$PORT", python="py", environ={})
+    for inst in plan.instances:  # prefill 1x2 + decode 1x2: each half of the 400 GiB
+        argv = inst.engine.argv
+        assert "--kv-offloading-size" not in argv and "--kv-offloading-backend" not in argv
+        assert "VLLM_USE_SIMPLE_KV_OFFLOAD" not in inst.engine.env
+        assert inst.engine.env["VLLM_NIXL_SIDE_CHANNEL_PORT"].endswith("_NIXL_PORT")
+        assert _transfer_config(argv) == {
+            "kv_connector": "MultiConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {
+                "connectors": [
+                    {"kv_connector": "NixlConnector", "kv_role": "kv_both"},
+                    {
+                        "kv_connector": child,
+                        "kv_role": "kv_both",
+                        "kv_connector_extra_config": {"cpu_bytes_to_use": 200 * 2**30},
+                    },
+                ]
+            },
+        }
+        assert ("--disable-hybrid-kv-cache-manager" in argv) == (hardware == "mi355x")
+    rc, lines = _dry_run(cell.to_dict(), monkeypatch, capsys, tmp_path)
+    assert rc == 0, lines
+    notes = [line for line in lines if line.startswith("  note:")]
+    assert (
+        notes
+        == [f"  note:    CPU offload composed with NIXL: MultiConnector [NixlConnector, {child} 200 GiB]"] * 2
+    )
+
+
+def test_vllm_offload_outside_a_disaggregated_cell_keeps_the_offloading_flags(tmp_path: Path) -> None:
+    cell = Cell.parse(
+        {**BASE, "runner": "h200", "hardware": "h200", "engine": "vllm", "offload": "on",
+         "cpu_dram_gb": 400.0, "prefill": None, "decode": None, "replicas": 2,
+         "exp_name": "k-tp2-ep1-u4-on-r2-round_robin"}
+    )  # fmt: skip
+    plan = plan_cell(cell, tmp_path, port="$PORT", python="py", environ={})
+    for inst in plan.instances:
+        argv = inst.engine.argv
+        assert argv[argv.index("--kv-offloading-size") + 1] == "200" and "--kv-transfer-config" not in argv
+        assert not inst.engine.notes

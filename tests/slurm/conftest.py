@@ -3,7 +3,8 @@
 munged, slurmctld and one slurmd per node run by hand (no systemd) from a temporary directory, on
 free ports, with the config templates kept beside this file; they are stopped by pid when the session
 ends. `slurm_cluster` has one node; `slurm_cluster2` two (two slurmds on this host, `slurmd -N NAME`,
-each with its own port, spool and log; both NodeAddr 127.0.0.1), for cells spanning nodes.
+each with its own port, spool, log and loopback address: NodeAddr 127.0.0.2 and 127.0.0.3), for cells
+spanning nodes.
 When Slurm is not installed or cannot start here, every test that needs it skips with one line.
 Set AGENTSWEEP_REQUIRE_SLURM=1 to turn that skip into a failure (CI on a machine that has Slurm).
 """
@@ -82,6 +83,13 @@ NODE_SPEC = (
 )
 
 
+def node_address(nodes: tuple[str, ...], index: int) -> str:
+    """The NodeAddr of node ``index``: 127.0.0.1 alone; in a cluster of several, each node its own
+    loopback address (127.0.0.2, 127.0.0.3, ...: Linux answers all of 127/8 on lo), so that what
+    binds or dials a node's address is told apart from what uses another's."""
+    return "127.0.0.1" if len(nodes) == 1 else f"127.0.0.{2 + index}"
+
+
 def _write_configs(root: Path, munge_socket: Path, nodes: tuple[str, ...]) -> Path:
     for sub in ("state", "spool", "run", "log", "dev"):
         (root / sub).mkdir(parents=True, exist_ok=True)
@@ -93,8 +101,8 @@ def _write_configs(root: Path, munge_socket: Path, nodes: tuple[str, ...]) -> Pa
     fields = {
         "host": host,
         "node_lines": "\n".join(
-            f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} {NODE_SPEC}"
-            for n, port in zip(nodes, ports, strict=True)
+            f"NodeName={n} NodeHostname={host} NodeAddr={node_address(nodes, i)} Port={port} {NODE_SPEC}"
+            for i, (n, port) in enumerate(zip(nodes, ports, strict=True))
         ),
         "nodes": ",".join(nodes),
         "ctld_port": free_port(),

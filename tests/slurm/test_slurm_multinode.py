@@ -10,19 +10,21 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from agentsweep.cell.allocation import runner_assignments
-from agentsweep.cell.placement import Placement, Slot, node_gpus, pack, plan_placement
+from agentsweep.cell.placement import Placement, Slot, bind_ports, node_gpus, pack, plan_placement
 from agentsweep.cell.plan import plan_cell
 from agentsweep.config import load_runners, select_cells
 from agentsweep.config.matrix import nodes_needed
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
-from agentsweep.errors import InputError
+from agentsweep.errors import InputError, RunError
 
 from tests.support import poll_until
 
@@ -234,7 +236,7 @@ def test_placement_puts_node_zero_first_and_refuses_a_short_allocation(slurm2, t
         placement = plan_placement(cell, gpus_per_node=2, gres_type="h200", vendor="nvidia", environ=env)
         assert placement is not None
         assert placement.nodes == ["gpunode2", "gpunode1"]  # the cell's node first: it runs the router
-        assert placement.addresses == {"gpunode1": "127.0.0.1", "gpunode2": "127.0.0.1"}
+        assert placement.addresses == {"gpunode1": "127.0.0.2", "gpunode2": "127.0.0.3"}  # NodeAddr
         assert [(s.node, s.gpu_offset) for s in placement.slots] == [
             ("gpunode2", 0),
             ("gpunode2", 1),
@@ -331,13 +333,37 @@ def watch_steps(slurm, stop_when, timeout: float) -> set[tuple[str, str]]:
 
 
 def _assert_steps_on_both_nodes(job: str, seen: set[tuple[str, str]]) -> None:
-    """Step 0 is the cell on node 0; the two instances are steps 1 and 2, one on each node (their step
-    numbers follow the order their sruns reach slurmctld, which the parallel start does not fix; which
-    instance is on which node is checked in cell.json)."""
+    """Step 0 is the cell on node 0; step 1 binds node 1's ports there (it may end before squeue shows
+    it); the two instances are steps 2 and 3, one on each node (their step numbers follow the order
+    their sruns reach slurmctld, which the parallel start does not fix; which instance is on which
+    node is checked in cell.json)."""
     assert (f"{job}.0", "gpunode1") in seen, seen
-    instances = {(step, node) for step, node in seen if step in (f"{job}.1", f"{job}.2")}
-    assert {step for step, _ in instances} == {f"{job}.1", f"{job}.2"}, seen
+    assert {node for step, node in seen if step == f"{job}.1"} <= {"gpunode2"}, seen
+    instances = {(step, node) for step, node in seen if step in (f"{job}.2", f"{job}.3")}
+    assert {step for step, _ in instances} == {f"{job}.2", f"{job}.3"}, seen
     assert {node for _, node in instances} == {"gpunode1", "gpunode2"}, seen
+
+
+def _assert_ports_bound_on_their_nodes(job: str, record: dict) -> None:  # type: ignore[type-arg]
+    """Every instance listens at its node's own address, on a port that a process on that node bound
+    there before the engines started: node 0's the cell itself (step 0), node 1's a step of its own."""
+    nodes = {n["name"]: n for n in record["scaleout"]["placement"]["nodes"]}
+    assert {name: n["address"] for name, n in nodes.items()} == {
+        "gpunode1": "127.0.0.2",
+        "gpunode2": "127.0.0.3",
+    }
+    assert nodes["gpunode1"]["bound_by_step"] == f"{job}.0"
+    assert nodes["gpunode2"]["bound_by_step"] == f"{job}.1"
+    for name, node in nodes.items():
+        assert node["bound_on"] == name, node
+    for inst in record["scaleout"]["replicas"]:
+        url = urlsplit(inst["url"])
+        node = nodes[inst["node"]]
+        assert url.hostname == node["address"] and url.port in node["ports"], (inst, node)
+        extra = [v for k, v in inst["env"].items() if k.endswith("_PORT")]  # KV handshake ports
+        for port in [inst.get("bootstrap_port"), *extra]:
+            if port is not None:
+                assert int(port) in node["ports"], (inst, node)
 
 
 def _launch_on_two_nodes(slurm2, cell, runners, result: Path) -> tuple[str, set[tuple[str, str]]]:  # type: ignore[no-untyped-def]
@@ -384,6 +410,7 @@ def test_two_node_cell_through_the_launcher(slurm2, tmp_path):
         "--ntasks=1",
         "--nodelist=gpunode2",
     ]
+    _assert_ports_bound_on_their_nodes(job, record)
     summary = json.loads((result / "summary.json").read_text())
     assert summary["counts"]["ok"] > 0
     assert slurm2.jobs() == []
@@ -419,7 +446,7 @@ def test_the_cell_itself_ends_its_instance_steps(slurm2, tmp_path):
         seen = watch_steps(slurm2, lambda: proc.poll() is not None, 150)
         out, _ = proc.communicate(timeout=30)
         assert proc.returncode == 0, out[-3000:]
-        assert {n for s, n in seen if s in (f"{job}.1", f"{job}.2")} == {"gpunode1", "gpunode2"}, seen
+        assert {n for s, n in seen if s in (f"{job}.2", f"{job}.3")} == {"gpunode1", "gpunode2"}, seen
         assert any("RUNNING" in j for j in slurm2.jobs())  # the allocation outlives the cell ...
         assert steps(slurm2, job) == []  # ... but no instance step does
     finally:
@@ -477,6 +504,7 @@ def test_prefill_decode_cell_on_two_nodes_through_the_launcher(slurm2, tmp_path,
     ]
     assert so["placement"]["router_node"] == "gpunode1"
     assert [n["name"] for n in so["placement"]["nodes"]] == ["gpunode1", "gpunode2"]
+    _assert_ports_bound_on_their_nodes(job, record)
     decode = so["replicas"][1]["command"]
     assert decode[:5] == ["srun", f"--jobid={job}", "--nodes=1", "--ntasks=1", "--nodelist=gpunode2"]
     assert decode[decode.index("--kv-transfer-gbs") + 1] == f"{INTER_NODE_GBS:g}"
@@ -502,3 +530,56 @@ def test_prefill_decode_cell_on_two_nodes_through_the_launcher(slurm2, tmp_path,
     assert processes_naming(str(result)) == []
     for r in so["replicas"]:
         assert processes_naming(f"--port {r['url'].rsplit(':', 1)[1]}( |$)") == []
+
+
+# --- ports chosen where they are bound ------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_the_port_step_binds_distinct_ports_on_the_address_and_says_where(monkeypatch):
+    monkeypatch.setenv("SLURMD_NODENAME", "gpunode7")
+    monkeypatch.setenv("SLURM_JOB_ID", "41")
+    monkeypatch.setenv("SLURM_STEP_ID", "3")
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentsweep.cell.ports", "127.0.0.3", "5"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["node"] == "gpunode7" and report["step"] == "41.3" and report["address"] == "127.0.0.3"
+    assert len(set(report["ports"])) == 5
+    for port in report["ports"]:  # each was free on that address, and is again
+        with socket.create_server(("127.0.0.3", port)):
+            pass
+    bad = subprocess.run(
+        [sys.executable, "-m", "agentsweep.cell.ports", "192.0.2.1", "1"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert bad.stderr.startswith("cannot bind a port on 192.0.2.1 on node gpunode7:"), bad.stderr
+
+
+def test_a_port_step_that_reports_nothing_is_a_clear_error():
+    placement = Placement(
+        job_id="7", nodes=["gpunode1", "gpunode2"],
+        addresses={"gpunode1": "127.0.0.2", "gpunode2": "127.0.0.3"},
+        slots=[Slot(0, "gpunode1", "127.0.0.2", 0, 1), Slot(1, "gpunode2", "127.0.0.3", 0, 1)],
+        gres_type="h200", node_gpus=1, container_args=[], vendor="none",
+    )  # fmt: skip
+    calls: list[list[str]] = []
+
+    def run(argv):  # type: ignore[no-untyped-def]
+        calls.append(list(argv))
+        return "srun: warning: something\n"
+
+    with pytest.raises(RunError, match=r"the port step on gpunode2 did not report its ports"):
+        bind_ports(placement, {"gpunode2": 2}, python="PY", environ={}, taken=set(), run=run)
+    (argv,) = calls
+    assert argv[:6] == ["srun", "--jobid=7", "--nodes=1", "--ntasks=1", "--nodelist=gpunode2", "--overlap"]
+    assert argv[-5:] == ["PY", "-m", "agentsweep.cell.ports", "127.0.0.3", "2"]
+
+    def wrong(argv):  # type: ignore[no-untyped-def]
+        return json.dumps({"node": "gpunode2", "step": "7.1", "address": "127.0.0.3", "ports": [1]})
+
+    with pytest.raises(RunError, match=r"not 2 ports on 127.0.0.3"):
+        bind_ports(placement, {"gpunode2": 2}, python="PY", environ={}, taken=set(), run=wrong)

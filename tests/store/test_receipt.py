@@ -142,3 +142,43 @@ def test_verify_command(cell_dir, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0].endswith("no receipt (the cell did not finish writing its result)")
     assert main(["verify", str(cell_dir / "nowhere")]) == 2
+
+
+def test_the_commit_is_read_from_the_repositorys_files(tmp_path, monkeypatch):
+    """HEAD through a symbolic ref, a worktree's gitdir file, packed refs: no git process."""
+    from agentsweep.contract import receipt as module
+
+    main_git = tmp_path / "main" / ".git"
+    (main_git / "refs" / "heads").mkdir(parents=True)
+    (main_git / "HEAD").write_text("ref: refs/heads/main\n")
+    (main_git / "refs" / "heads" / "main").write_text("a" * 40 + "\n")
+    assert module._head_commit(main_git) == "a" * 40
+    # A worktree: .git is a file naming its folder, whose refs live in the main repository.
+    wt_git = main_git / "worktrees" / "wt"
+    wt_git.mkdir(parents=True)
+    (wt_git / "HEAD").write_text("ref: refs/heads/topic\n")
+    (wt_git / "commondir").write_text("../..\n")
+    (main_git / "packed-refs").write_text(f"# pack-refs with: peeled\n{'b' * 40} refs/heads/topic\n")
+    checkout = tmp_path / "wt"
+    checkout.mkdir()
+    (checkout / ".git").write_text(f"gitdir: {wt_git}\n")
+    assert module._head_commit(checkout / ".git") == "b" * 40
+    (wt_git / "HEAD").write_text("C" * 40 + "\n")  # a detached HEAD
+    assert module._head_commit(checkout / ".git") == "c" * 40
+    (wt_git / "HEAD").write_text("ref: refs/heads/gone\n")
+    assert module._head_commit(checkout / ".git") is None
+    monkeypatch.setenv("GITHUB_SHA", "d" * 40)
+    assert module.project_commit() == "d" * 40
+
+
+@pytest.mark.integration
+def test_the_commit_is_gits_own(repo_root, monkeypatch):
+    import subprocess
+
+    from agentsweep.contract.receipt import project_commit
+
+    monkeypatch.delenv("GITHUB_SHA", raising=False)
+    head = subprocess.run(["git", "-C", str(repo_root), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    assert project_commit() == head.stdout.strip()

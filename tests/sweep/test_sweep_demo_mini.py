@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+from agentsweep.contract.receipt import read_receipt
+from agentsweep.contract.resultdir import result_file
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +43,40 @@ def test_demo_mini_sweep_end_to_end(repo_root, tmp_path):
     with open(key_dir / "aggregated" / "summary.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 3 and {r["status"] for r in rows} == {"SUCCESS"}
+    # Every cell sealed its directory last: `agentsweep verify` passes, and the receipt covers every
+    # file the cell left, each one declared by the result directory's owner.
+    verified = subprocess.run(
+        [sys.executable, "-m", "agentsweep.cli", "verify", str(key_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert verified.returncode == 0 and "3 result directories match their receipts" in verified.stderr
+    for name, d in cells.items():
+        receipt = read_receipt(d)
+        left = sorted(
+            p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file() and p.name != "receipt.json"
+        )
+        assert sorted(receipt.files) == left, name
+        for file in receipt.files:
+            result_file(file)
+        assert {r["recipe_fingerprint"] for r in rows if r["exp_name"] == name} == {
+            receipt.recipe_fingerprint
+        }
+    # A flipped byte is caught.
+    first = cells["demo-mini-tp1-ep1-u2-on"] / "requests.jsonl"
+    data = bytearray(first.read_bytes())
+    data[0] ^= 0x01
+    first.write_bytes(bytes(data))
+    verified = subprocess.run(
+        [sys.executable, "-m", "agentsweep.cli", "verify", str(key_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert verified.returncode == 2 and f"{first}: changed: sha256 differs" in verified.stderr
+    data[0] ^= 0x01
+    first.write_bytes(bytes(data))
 
     # Everything finished: --resume has nothing to do, and a plain rerun is refused.
     again = subprocess.run(

@@ -43,6 +43,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "agentsweep.cell.routers.scrape",
         "scrape a router's /metrics into router_metrics.csv (requests per instance)",
     ),
+    "power-sampler": (
+        "agentsweep.energy.cli_sampler",
+        "sample the cell's GPU power (DCGM exporter, nvidia-smi, amd-smi) into power.csv",
+    ),
+    "power-summary": (
+        "agentsweep.energy.cli_summary",
+        "a cell's energy, joules per token and power validity from its result directory",
+    ),
     "collect": ("agentsweep.collect.cli_collect", "turn cell result dirs into summary, frontiers, report"),
     "pareto": ("agentsweep.collect.cli_pareto", "Pareto frontiers and plots from a summary.csv"),
     "compare": ("agentsweep.collect.cli_compare", "compare two collected sweeps cell by cell"),

@@ -20,8 +20,8 @@ from kv_cache_tester.replay.loop import Replayer
 from kv_cache_tester.replay.pool import TracePool
 from kv_cache_tester.replay.process import make_builder, run_loop
 from kv_cache_tester.replay.progress import Progress
-from kv_cache_tester.replay.recorder import DEBUG_FILE, REQUESTS_FILE, Recorder
-from kv_cache_tester.replay.results import SUMMARY_FILE
+from kv_cache_tester.replay.recorder import DEBUG_FILE, Recorder
+from kv_cache_tester.replay.results import REQUESTS_FILE, SUMMARY_FILE
 from kv_cache_tester.replay.summary import RunMeta, build_summary, write_summary
 from kv_cache_tester.replay.workers import run_workers
 from kv_cache_tester.traces.loaders import load_traces

@@ -1,29 +1,28 @@
 """Streaming OpenAI-compatible client: send one request, time its stream, classify its failure.
 
-The hot path is kept lean on purpose: the request body arrives pre-encoded, SSE events are split
-with C-level byte operations (linear in the bytes received), and each event is parsed once by the
-fastest JSON parser available. The protocol is checked strictly: a 200 that is not an event
-stream, an event that is not a JSON object, data after ``[DONE]`` or an event longer than the bound
-end the request as a ``protocol`` error; usage figures that cannot be true (negative counts, cached
-tokens above prompt tokens) make it a ``bad_usage`` error, with the figures kept. TTFT is taken at
-the first event carrying a non-empty content, reasoning or text delta; E2E at the last such event,
-so a trailing usage chunk or ``[DONE]`` never lengthens it. Times are those at which the bytes
-reached the client's connection (``arrival``), when the session's connector stamps them.
+The hot path is kept lean on purpose: the request body arrives pre-encoded and leaves with its head in
+one write; the response is decoded by the connection as the socket is read (``replay/http.py``),
+and each read's bytes reach ``StreamTimer.feed`` with the clock reading taken when they arrived; SSE
+events are split with C-level byte operations (linear in the bytes received) and each is parsed once
+by the fastest JSON parser available. The protocol is checked strictly: a 200 that is not an event
+stream, an event that is not a JSON object, data after ``[DONE]``, an event longer than the bound or
+bytes that are not HTTP end the request as a ``protocol`` error; usage figures that cannot be true
+(negative counts, cached tokens above prompt tokens) make it a ``bad_usage`` error, with the figures
+kept. TTFT is taken at the first event carrying a non-empty content, reasoning or text delta; E2E at
+the last such event, so a trailing usage chunk or ``[DONE]`` never lengthens it. Every event is timed
+by the read that completed it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
-from kv_cache_tester.replay.arrival import arrival_of
+from kv_cache_tester.replay.http import BadResponse, ConnectError, Disconnected, Endpoint, HttpError
 from kv_cache_tester.replay.jsonfast import loads
 
 Clock = Callable[[], float]
@@ -40,7 +39,7 @@ MAX_EVENT_BYTES = 4 << 20  # default bound on one SSE event (--max-event-bytes)
 
 # Only these count towards the circuit breaker: a server that answers, however badly, is up.
 CONNECTION_CLASSES = frozenset({"connect", "stream_cut"})
-_NO_AIOHTTP_TIMEOUT = aiohttp.ClientTimeout()  # send() enforces the request timeout itself
+HTTP_ERROR_BODY_LIMIT = 64 << 10  # of an error response's body, kept to classify it
 
 
 @dataclass(slots=True)
@@ -71,40 +70,6 @@ class Outcome:
         if self.ttft is None or self.e2e is None or n < 2:
             return None
         return (self.e2e - self.ttft) / (n - 1)
-
-
-class _ReuseProbe:
-    """Per-request trace context: whether aiohttp took the connection from its keep-alive pool."""
-
-    __slots__ = ("reused",)
-
-    def __init__(self) -> None:
-        self.reused = False
-
-
-async def _on_reuse(_session: object, ctx: Any, _params: object) -> None:
-    probe = ctx.trace_request_ctx
-    if isinstance(probe, _ReuseProbe):
-        probe.reused = True
-
-
-def reuse_tracing() -> aiohttp.TraceConfig:
-    """A trace config for the replay session: notes, per request, whether its connection was reused
-    (what the stale-connection retry of ``send`` needs to know)."""
-    config = aiohttp.TraceConfig()
-    config.on_connection_reuseconn.append(_on_reuse)
-    return config
-
-
-_STALE_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
-
-
-def _stale(exc: BaseException) -> bool:
-    """A failure that a keep-alive connection closed by the server produces before any response:
-    the server went away (EOF) or the write or read found the socket reset."""
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return True
-    return isinstance(exc, aiohttp.ClientOSError) and exc.errno in _STALE_ERRNOS
 
 
 def classify_http(status: int, body: str) -> str:
@@ -146,6 +111,7 @@ class StreamTimer:
         "expired",
         "on_accept",
         "out",
+        "responded",
         "usage_problem",
     )
 
@@ -160,6 +126,7 @@ class StreamTimer:
         self._debug = debug
         self._max_event = max_event
         self.done = False  # [DONE] seen
+        self.responded = False  # the response's headers came: the request is never sent again
         self.broken = False  # a protocol error: stop reading
         self.cm: asyncio.Timeout | None = None  # the request's deadline, while the request is in flight
         self.expired: tuple[str, str] | None = None  # (class, message) when ended from outside
@@ -206,12 +173,32 @@ class StreamTimer:
         out.error_class = "protocol"
         out.error_message = message[:ERROR_BODY_LIMIT]
 
-    def feed(self, data: bytes, now: float) -> None:
+    def feed(self, data: bytes, now: float) -> bool:
+        """Take the bytes of one read; False once a protocol error says to read no further."""
         self._tfeed = now
         if self._debug is not None:
             self._debug.append((now - self._t0, data))
         if self.broken:
-            return
+            return False
+        if (
+            not self._pending
+            and not self._cr
+            and data.endswith(b"\n\n")
+            and len(data) <= self._max_event
+            and b"\r" not in data
+        ):  # whole events, the usual read: no buffer, no line-end rewriting
+            if data.find(b"\n\n") == len(data) - 2:
+                self._events((data,), now)
+            else:
+                events = data.split(b"\n\n")
+                events.pop()
+                self._events(events, now)
+            return not self.broken
+        self._feed_any(data, now)
+        return not self.broken
+
+    def _feed_any(self, data: bytes, now: float) -> None:
+        """``feed`` in full: events split anywhere, CRLF line ends, an event over the bound."""
         if self._cr:
             data = b"\r" + data
             self._cr = False
@@ -235,14 +222,13 @@ class StreamTimer:
             if len(first) > self._max_event:
                 self._too_long(len(first))
                 return
-            self._event(first, now)
+            self._events((first,), now)
         events = data.split(b"\n\n")
         tail = events.pop()
         if len(data) > self._max_event and any(len(ev) > self._max_event for ev in events):
             self._too_long(max(len(ev) for ev in events))
             return
-        for ev in events:
-            self._event(ev, now)
+        self._events(events, now)
         if tail and not self.broken:
             if len(tail) > self._max_event:
                 self._too_long(len(tail))
@@ -253,70 +239,80 @@ class StreamTimer:
         self._pending = bytearray()
         self._protocol(f"an SSE event longer than {self._max_event} bytes ({size} bytes without its end)")
 
-    def _event(self, ev: bytes, now: float) -> None:
-        # The order of the checks is the hot path's: a token event passes the fewest of them
-        # (byte scans of the payload cost more than dict look-ups after the parse).
-        if self.broken:
-            return
-        idx = ev.find(b"data:")
-        if idx < 0:
-            return  # comment / keep-alive / event-name-only lines
-        payload = ev[idx + 5 :]
-        if self.done:
-            if _data_of(ev).strip():
-                self._protocol(f"data after [DONE]: {_excerpt(_data_of(ev).strip())}")
-            return
-        try:
-            obj = loads(payload)
-        except ValueError:
-            obj = None
-            if b"\n" in payload:  # more lines after the first data line: the SSE rules, in full
-                payload = _data_of(ev)
-                try:
-                    obj = loads(payload)
-                except ValueError:
-                    obj = None
-            if obj is None:
-                payload = payload.strip()
-                if payload == b"[DONE]":
-                    self.done = True
-                elif payload:
-                    self._protocol(f"an SSE event that is not JSON: {_excerpt(payload)}")
+    def _events(self, events: Iterable[bytes], now: float) -> None:
+        """The whole events of one read, in order (each without its blank line, or with it)."""
+        # The hot path: one pass per event, with what every event needs held in locals; the order
+        # of the checks is a token event's (byte scans of the payload cost more than dict look-ups).
+        out = self.out
+        t = now - self._t0
+        for ev in events:
+            if self.broken:
                 return
-        if obj.__class__ is not dict:
-            self._protocol(f"an SSE event that is not a JSON object: {_excerpt(payload.strip())}")
-            return
-        choices = obj.get("choices")
-        if choices:
+            if ev.startswith(b"data:"):
+                payload = ev[5:]
+            else:
+                idx = ev.find(b"data:")
+                if idx < 0:
+                    continue  # comment / keep-alive / event-name-only lines
+                payload = ev[idx + 5 :]
+            if self.done:
+                if _data_of(ev).strip():
+                    self._protocol(f"data after [DONE]: {_excerpt(_data_of(ev).strip())}")
+                continue
             try:
-                choice = choices[0]
-                delta = choice.get("delta")
-                if delta is None:
-                    token = choice.get("text")
-                else:
-                    token = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-            except (AttributeError, KeyError, IndexError, TypeError):
-                token = None  # not the shape of a token event
-            if token:
-                out = self.out
-                t = now - self._t0
-                if out.ttft is None:
-                    out.ttft = t
-                    self.accept()
-                else:
-                    out.itls.append(t - self._last)
-                self._last = t
-                out.token_events += 1
-        usage = obj.get("usage")
-        if usage is not None:
-            self._usage(usage)
-        if "error" in obj or obj.get("object") == "error":
-            if obj.get("error") is None and obj.get("object") != "error":
+                obj = loads(payload)
+            except ValueError:
+                obj = self._not_json(ev, payload)
+                if obj is None:
+                    continue
+            if obj.__class__ is not dict:
+                self._protocol(f"an SSE event that is not a JSON object: {_excerpt(payload.strip())}")
                 return
-            out = self.out
-            msg = _error_message(obj)
-            out.error_class = "context_length" if _CONTEXT_RE.search(msg) else "stream_error"
-            out.error_message = msg[:ERROR_BODY_LIMIT]
+            choices = obj.get("choices")
+            if choices:
+                try:
+                    choice = choices[0]
+                    delta = choice.get("delta")
+                    if delta is None:
+                        token = choice.get("text")
+                    else:
+                        token = (
+                            delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                        )
+                except (AttributeError, KeyError, IndexError, TypeError):
+                    token = None  # not the shape of a token event
+                if token:
+                    if out.ttft is None:
+                        out.ttft = t
+                        self.accept()
+                    else:
+                        out.itls.append(t - self._last)
+                    self._last = t
+                    out.token_events += 1
+            usage = obj.get("usage")
+            if usage is not None:
+                self._usage(usage)
+            if "error" in obj or obj.get("object") == "error":
+                if obj.get("error") is None and obj.get("object") != "error":
+                    continue
+                msg = _error_message(obj)
+                out.error_class = "context_length" if _CONTEXT_RE.search(msg) else "stream_error"
+                out.error_message = msg[:ERROR_BODY_LIMIT]
+
+    def _not_json(self, ev: bytes, payload: bytes) -> Any:
+        """An event whose first data line is not JSON: its data lines together (the SSE rules in
+        full), else ``[DONE]`` or a protocol error (then None)."""
+        if b"\n" in payload.rstrip(b"\n"):  # more lines after the first data line
+            try:
+                return loads(_data_of(ev))
+            except ValueError:
+                payload = _data_of(ev)
+        payload = payload.strip()
+        if payload == b"[DONE]":
+            self.done = True
+        elif payload:
+            self._protocol(f"an SSE event that is not JSON: {_excerpt(payload)}")
+        return None
 
     def _usage(self, usage: object) -> None:
         """Keep the usage figures; note (once) any that cannot be true."""
@@ -360,7 +356,7 @@ class StreamTimer:
         """Close the response: decide ok/error from what was seen."""
         if self._pending.strip() and not self.broken:
             ev, self._pending = bytes(self._pending), bytearray()
-            self._event(ev, self._tfeed)
+            self._events((ev,), self._tfeed)
         out = self.out
         if out.ttft is not None:
             out.e2e = self._last
@@ -402,130 +398,151 @@ def _short(value: object) -> str:
 
 
 async def send(
-    session: aiohttp.ClientSession,
-    url: str,
+    endpoint: Endpoint,
     body: bytes,
-    headers: dict[str, str],
-    timeout: aiohttp.ClientTimeout,
+    headers: Mapping[str, str],
+    timeout: float | None,
     clock: Clock = time.perf_counter,
     debug: list[tuple[float, bytes]] | None = None,
     watch: set[StreamTimer] | None = None,
     max_event: int = MAX_EVENT_BYTES,
-    fresh: Callable[[], aiohttp.ClientSession] | None = None,
     on_accept: Callable[[], None] | None = None,
+    retry_stale: bool = True,
 ) -> Outcome:
-    """POST one streaming request and time it. Never raises for server or network trouble.
+    """POST one streaming request to ``endpoint`` and time it. Never raises for server or network
+    trouble.
 
-    ``timeout.total`` bounds the whole request. It is enforced with one ``asyncio.timeout`` rather
-    than by aiohttp, whose timer is entered and left around every read of the stream. While the
-    request is in flight its timer is in ``watch``, where the run can end it (``StreamTimer.expire``).
+    ``timeout`` (seconds, None: none) bounds the whole request, with one ``asyncio.timeout``. While
+    the request is in flight its timer is in ``watch``, where the run can end it
+    (``StreamTimer.expire``). ``clock`` starts the request's times; the endpoint's clock, which
+    stamps the reads, must be the same.
 
-    The stale-connection retry: when ``session`` traces connection reuse (``reuse_tracing``) and
-    ``fresh`` gives a session that opens a new connection for every request, a request whose reused
-    keep-alive connection was closed by the server before any byte of the response came back
-    (``ServerDisconnectedError``, or a reset or broken pipe) is sent once more, on a fresh connection;
+    The stale-connection retry (``retry_stale``): a request whose reused keep-alive connection was
+    closed by the server before any byte of the response came back (the end of the stream, or a
+    reset or broken pipe) is sent once more, on a new connection that is closed after it;
     ``Outcome.retries`` counts it. A request sent on a new connection, or one that got any byte of a
     response, is never sent again. ``on_accept`` is called once, when the engine has shown that it took
     the request: a 200 event-stream response (or, from a looser server, a token or a prompt count).
     """
-    t0 = clock()
-    timer = StreamTimer(t0, debug, max_event)
+    timer = StreamTimer(clock(), debug, max_event)
     timer.on_accept = on_accept
-    got_headers = False
-    retries = 0
     try:
-        async with asyncio.timeout(timeout.total) as cm:
+        async with asyncio.timeout(timeout) as cm:
             if watch is not None:
                 timer.cm = cm
                 watch.add(timer)
             try:
-                while True:
-                    use = session if retries == 0 or fresh is None else fresh()
-                    probe = _ReuseProbe()
-                    try:
-                        async with use.post(
-                            url,
-                            data=body,
-                            headers=headers,
-                            timeout=_NO_AIOHTTP_TIMEOUT,
-                            trace_request_ctx=probe,
-                        ) as resp:
-                            got_headers = True
-                            if resp.status != 200:
-                                raw = await resp.content.read(64 * 1024)
-                                text = raw.decode("utf-8", "replace")
-                                out = timer.out
-                                out.error_class = classify_http(resp.status, text)
-                                try:
-                                    msg = _error_message(loads(raw))
-                                except ValueError:
-                                    msg = text
-                                out.error_message = f"HTTP {resp.status}: {msg}"[:ERROR_BODY_LIMIT]
-                                return out
-                            ctype = resp.headers.get("Content-Type", "")
-                            if not ctype.lower().startswith("text/event-stream"):
-                                raw = await resp.content.read(ERROR_BODY_LIMIT)
-                                resp.close()
-                                out = timer.out
-                                out.error_class = "protocol"
-                                out.error_message = (
-                                    f"HTTP 200 with Content-Type {ctype!r}, not an event stream: {_excerpt(raw)}"
-                                )[:ERROR_BODY_LIMIT]
-                                return out
-                            timer.accept()  # a 200 event stream: the engine took the request
-                            content = resp.content
-                            stamped = arrival_of(resp) if clock is time.perf_counter else None
-                            end = 0
-                            while True:
-                                data = await content.readany()
-                                if not data:
-                                    break
-                                if stamped is None:
-                                    timer.feed(data, clock())
-                                else:
-                                    end += len(data)
-                                    if timer.out.ttft is None:  # exact arrival for the first token
-                                        for piece, t in stamped.split(content, data, end):
-                                            timer.feed(piece, t)
-                                    else:  # later events read together share the newest arrival
-                                        stamped.marks.clear()
-                                        timer.feed(data, stamped.arrived)
-                                if timer.broken:  # a protocol error: read no further
-                                    resp.close()
-                                    break
-                            if stamped is not None:
-                                stamped.marks.clear()  # the response is read: hold no reference to it
-                        break
-                    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                        if got_headers or retries or fresh is None or not probe.reused or not _stale(exc):
-                            raise
-                        retries += 1  # a stale keep-alive connection: once more, on a new one
-                        timer.out.retries = retries
+                response = await _exchange(endpoint, endpoint.request(body, headers), timer, retry_stale)
             finally:
                 if watch is not None:
                     watch.discard(timer)
-        return timer.finish()
-    except TimeoutError:
-        out = timer.out
+    except (TimeoutError, HttpError) as exc:
+        return _failed(timer, exc, timeout)
+    response.judge()
+    return timer.finish()
+
+
+async def _exchange(
+    endpoint: Endpoint, request: list[bytes], timer: StreamTimer, retry_stale: bool
+) -> _Response:
+    """Send the request and read its response into ``timer``; once more on a new connection when a
+    stale keep-alive connection lost it (``send`` says when)."""
+    retries = 0
+    while True:
+        conn = await endpoint.connection(fresh=retries > 0)
+        response = _Response(timer)
+        try:
+            await conn.exchange(request, response)
+        except Disconnected as exc:
+            endpoint.release(conn)
+            if (
+                timer.responded
+                or exc.responded
+                or retries
+                or not retry_stale
+                or not conn.reused
+                or not exc.stale
+            ):
+                raise
+            retries += 1  # a stale keep-alive connection: once more, on a new one
+            timer.out.retries = retries
+            continue
+        except BaseException:
+            endpoint.release(conn)
+            raise
+        endpoint.release(conn)
+        return response
+
+
+class _Response:
+    """One response, as its connection reads it: an event stream goes to the timer as it arrives;
+    of anything else the start is kept, to say what it was."""
+
+    __slots__ = ("_ctype", "_kept", "_limit", "_status", "_timer")
+
+    def __init__(self, timer: StreamTimer) -> None:
+        self._timer = timer
+        self._status = 0
+        self._ctype = ""
+        self._kept = bytearray()
+        self._limit = 0  # bytes of a non-stream body to keep; 0 while the body is an event stream
+
+    def head(self, status: int, headers: Mapping[str, str]) -> Callable[[bytes, float], bool]:
+        timer = self._timer
+        timer.responded = True
+        self._status = status
+        self._ctype = headers.get("content-type", "")
+        if status != 200:
+            self._limit = HTTP_ERROR_BODY_LIMIT
+        elif not self._ctype.lower().startswith("text/event-stream"):
+            self._limit = ERROR_BODY_LIMIT
+        else:
+            timer.accept()  # a 200 event stream: the engine took the request
+            return timer.feed  # its bytes go straight to the SSE reader
+        return self._keep
+
+    def _keep(self, data: bytes, now: float) -> bool:
+        kept = self._kept
+        kept += data[: self._limit - len(kept)]
+        return self._status != 200 or len(kept) < self._limit  # an error's body: read it to its end
+
+    def judge(self) -> None:
+        """After the response: the failure of one that was not an event stream."""
+        out = self._timer.out
+        raw = bytes(self._kept)
+        if self._status != 200:
+            text = raw.decode("utf-8", "replace")
+            out.error_class = classify_http(self._status, text)
+            try:
+                msg = _error_message(loads(raw))
+            except ValueError:
+                msg = text
+            out.error_message = f"HTTP {self._status}: {msg}"[:ERROR_BODY_LIMIT]
+        elif self._limit:
+            out.error_class = "protocol"
+            out.error_message = (
+                f"HTTP 200 with Content-Type {self._ctype!r}, not an event stream: {_excerpt(raw)}"
+            )[:ERROR_BODY_LIMIT]
+
+
+def _failed(timer: StreamTimer, exc: BaseException, total: float | None) -> Outcome:
+    """The outcome of a request that ``exc`` ended: its class and message, the times seen so far."""
+    out = timer.out
+    if isinstance(exc, TimeoutError):
         if timer.expired is not None:
             out.error_class, out.error_message = timer.expired
         else:
             out.error_class = "timeout"
-            out.error_message = f"no complete response within {timeout.total} s"
-    except aiohttp.ClientConnectorError as exc:
-        out = timer.out
+            out.error_message = f"no complete response within {total} s"
+    elif isinstance(exc, ConnectError):
         out.error_class = "connect"
         out.error_message = str(exc)
-    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-        out = timer.out
-        out.error_class = "stream_cut" if got_headers else "connect"
+    elif isinstance(exc, BadResponse):
+        out.error_class = "protocol"
+        out.error_message = f"not an HTTP/1.1 response: {exc}"
+    else:
+        out.error_class = "stream_cut" if timer.responded else "connect"
         out.error_message = f"{type(exc).__name__}: {exc}"
-    except aiohttp.ClientError as exc:
-        out = timer.out
-        out.error_class = "client_error"
-        out.error_message = f"{type(exc).__name__}: {exc}"
-    except asyncio.CancelledError:
-        raise
     out.ok = False
     if out.ttft is not None:
         out.e2e = timer._last

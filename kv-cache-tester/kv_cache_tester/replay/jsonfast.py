@@ -1,4 +1,7 @@
-"""JSON helpers: orjson when importable (faster), the standard library otherwise."""
+"""JSON helpers: orjson when importable (faster), the standard library otherwise.
+
+Both read strict JSON: the standard library's NaN and Infinity are refused, as orjson refuses them.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +21,12 @@ try:  # optional speed-up
         return orjson.dumps(obj)
 
 except ImportError:  # pragma: no cover - exercised only without the optional extra
-    loads = json.loads
+
+    def _no_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not valid JSON")
+
+    def loads(data: bytes | str) -> Any:
+        return json.loads(data, parse_constant=_no_constant)
 
     def dumps(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()

@@ -21,35 +21,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
-from kv_cache_tester.replay.arrival import ArrivalConnector
 from kv_cache_tester.replay.breaker import CircuitBreaker
-from kv_cache_tester.replay.client import Outcome, StreamTimer, reuse_tracing, send
+from kv_cache_tester.replay.client import Outcome, StreamTimer, send
 from kv_cache_tester.replay.config import ReplayConfig
-from kv_cache_tester.replay.eager import eager_body_writes
+from kv_cache_tester.replay.http import Endpoint
 from kv_cache_tester.replay.pool import TracePool
 from kv_cache_tester.replay.prompts import Built, PayloadBuilder, Scope
+from kv_cache_tester.replay.record import Sent, request_record
 from kv_cache_tester.replay.recorder import Recorder
-from kv_cache_tester.replay.results import RequestRecord, itl_summary
+from kv_cache_tester.replay.results import Phase
 from kv_cache_tester.replay.summary import RunMeta
 from kv_cache_tester.replay.timing import scaled_delay
 from kv_cache_tester.traces.model import Request, SubAgent, SubAgentGroup, Trace
 
 clock = time.perf_counter
-
-
-def _make_session(
-    connector: aiohttp.BaseConnector, trace_configs: list[aiohttp.TraceConfig] | None = None
-) -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(
-        connector=connector,
-        headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
-        auto_decompress=False,
-        read_bufsize=1 << 18,
-        skip_auto_headers=("User-Agent",),
-        trace_configs=trace_configs,
-    )
 
 
 class _Stopped(Exception):
@@ -106,9 +91,7 @@ class Replayer:
         self._sem = asyncio.Semaphore(cfg.max_concurrent_requests) if cfg.max_concurrent_requests else None
         host, port = cfg.host_port
         self.breaker = CircuitBreaker(host, port, on_trip=lambda msg: self.stop("breaker"))
-        self._timeout = aiohttp.ClientTimeout(total=cfg.request_timeout)
-        self._session: aiohttp.ClientSession | None = None
-        self._retry_session: aiohttp.ClientSession | None = None
+        self._endpoint: Endpoint | None = None
 
     # -- control ---------------------------------------------------------------------------------
     def stop(self, reason: str) -> None:
@@ -225,7 +208,7 @@ class Replayer:
                 lane.started = True
                 self._mark_ready()
 
-    def _phase(self, lane: _Lane) -> str:
+    def _phase(self, lane: _Lane) -> Phase:
         if lane.warm_left > 0:
             lane.warm_left -= 1
             return "warmup"
@@ -256,7 +239,7 @@ class Replayer:
                 req = step
                 if req.index < start:
                     continue
-                built = self.builder.build(scope, None, req)
+                built = await self._build(scope, None, req)
                 if prev is None:
                     await self._begin(lane)
                     target = clock()
@@ -297,7 +280,7 @@ class Replayer:
         prev_end = clock()  # the spawn
         try:
             for req in agent.requests:
-                built = self.builder.build(scope, agent, req)
+                built = await self._build(scope, agent, req)
                 target = prev_end + self._delay(req, prev)
                 await self._sleep_until(target)
                 if self.stopping:
@@ -310,11 +293,13 @@ class Replayer:
             self._fail(f"lane {lane.index} sub-agent {agent.agent_id}", exc)
 
     # -- one request -----------------------------------------------------------------------------
-    def _fresh_session(self) -> aiohttp.ClientSession:
-        """The session for a stale-connection retry: a new connection for every request."""
-        if self._retry_session is None:
-            self._retry_session = _make_session(ArrivalConnector(force_close=True, limit=0))
-        return self._retry_session
+    async def _build(self, scope: Scope, agent: SubAgent | None, req: Request) -> Built:
+        """The request's body. The blocks it needs first are made a batch at a time, letting the
+        streams in flight be read in between: a new play's first prompt (hundreds of blocks, a few
+        milliseconds) would otherwise hold up every arrival behind it and show in their TTFT."""
+        for _ in scope.play.warm(req):
+            await asyncio.sleep(0)
+        return self.builder.build(scope, agent, req)
 
     async def _dispatch(
         self,
@@ -327,7 +312,7 @@ class Replayer:
         built: Built,
         target: float,
     ) -> Outcome:
-        assert self._session is not None
+        assert self._endpoint is not None
         phase = self._phase(lane)
         header_sid = f"{session_id}/{scope.salt}" if scope.salt else session_id
         request_id = f"{header_sid}#{req.index}"
@@ -349,16 +334,14 @@ class Replayer:
         try:
             self._first_dispatch.setdefault(lane.index, t_send - self.t0)
             out = await send(
-                self._session,
-                self.cfg.url,
+                self._endpoint,
                 built.body,
                 headers,
-                self._timeout,
+                self.cfg.request_timeout,
                 clock,
                 debug,
                 self._watch,
                 self.cfg.max_event_bytes,
-                fresh=self._fresh_session,
                 on_accept=lambda: self.builder.delivered(scope, req, ticket),
             )
             t_done = clock()
@@ -368,41 +351,23 @@ class Replayer:
                 self._sem.release()
         lane.sent += 1
         self.sent += 1
-        hit_blocks = self.builder.hits(scope, req, ticket)
         self.breaker.observe(None if out.ok else out.error_class)
-        rec: RequestRecord = {
-            "trace_id": trace.trace_id,
-            "session_id": session_id,
-            "user": lane.index,
-            "turn": req.index,
-            "phase": phase,
-            "play": play,
-            "salt": scope.salt,
-            "request_id": request_id,
-            "t_dispatch": t_send - self.t0,
-            "t_done": t_done - self.t0,
-            "dispatch_lag_s": max(0.0, t_send - target),
-            "ttft_s": out.ttft,
-            "e2e_s": out.e2e,
-            "itl_s": itl_summary(out.itls),
-            "tpot_s": out.tpot,
-            "prompt_tokens": out.prompt_tokens
-            if out.prompt_tokens is not None
-            else built.expected_prompt_tokens,
-            "prompt_tokens_source": "server" if out.prompt_tokens is not None else "synthesized",
-            "cached_tokens": out.cached_tokens,
-            "expected_prompt_tokens": built.expected_prompt_tokens,
-            "output_tokens": out.output_tokens,
-            "expected_output_tokens": req.out_tokens,
-            "theoretical_hit_blocks": hit_blocks,
-            "total_blocks": built.total_blocks,
-            "accepted": out.accepted,
-            "retries": out.retries,
-            "status": "ok" if out.ok else "error",
-            "error": None if out.ok else {"class": out.error_class, "message": out.error_message},
-        }
-        if out.error_class == "bad_usage":
-            rec["error"]["usage"] = out.usage  # the figures as the server reported them
+        sent = Sent(
+            trace_id=trace.trace_id,
+            session_id=session_id,
+            user=lane.index,
+            turn=req.index,
+            phase=phase,
+            play=play,
+            salt=scope.salt,
+            request_id=request_id,
+            t_dispatch=t_send - self.t0,
+            dispatch_lag_s=max(0.0, t_send - target),
+            expected_prompt_tokens=built.expected_prompt_tokens,
+            expected_output_tokens=req.out_tokens,
+            total_blocks=built.total_blocks,
+        )
+        rec = request_record(sent, out, t_done - self.t0, self.builder.hits(scope, req, ticket))
         self.recorder.write(rec, out.itls)
         if debug:
             self.recorder.write_debug(request_id, debug)
@@ -439,14 +404,13 @@ class Replayer:
         finally:
             force_wait.cancel()
 
-    async def run(self, connector_limit: int | None = None) -> RunMeta:
+    async def run(self) -> RunMeta:
         # The traces and everything built so far live for the whole run: keep them out of the
         # cyclic collector's scans, so its pauses (which stall every stream) stay short.
         gc.collect()
         gc.freeze()
         try:
-            with eager_body_writes(asyncio.get_running_loop()):
-                return await self._run(connector_limit)
+            return await self._run()
         finally:
             gc.unfreeze()
 
@@ -506,18 +470,11 @@ class Replayer:
             task.cancel()
         await asyncio.gather(*lane_tasks, *list(self._children), return_exceptions=True)
 
-    async def _run(self, connector_limit: int | None) -> RunMeta:
+    async def _run(self) -> RunMeta:
         cfg = self.cfg
         loop = asyncio.get_running_loop()
         cpu0 = time.process_time()
-        connector = ArrivalConnector(
-            limit=connector_limit or 2 * len(self.lanes) + 16,  # sub-agents add to the users
-            limit_per_host=0,
-            ttl_dns_cache=None,
-            use_dns_cache=True,
-        )
-        session = _make_session(connector, trace_configs=[reuse_tracing()])
-        self._session = session
+        self._endpoint = endpoint = Endpoint(cfg.url, clock=clock)
         lane_tasks = [loop.create_task(self._lane(i)) for i in self.lanes]
         poller = loop.create_task(self._busy_poll()) if cfg.busy_poll else None
         if not self.lanes:
@@ -539,7 +496,8 @@ class Replayer:
                 )
             lanes_done = asyncio.gather(*lane_tasks, return_exceptions=True)
             stop_wait = loop.create_task(self._stop_event.wait())
-            await asyncio.wait({lanes_done, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            first: set[asyncio.Future[Any]] = {lanes_done, stop_wait}
+            await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
             self.stop("exhausted")  # no-op when already stopped for another reason
             stop_wait.cancel()
             if not lanes_done.done():
@@ -556,9 +514,7 @@ class Replayer:
             if poller is not None:
                 poller.cancel()
             self.breaker.close()
-            await session.close()
-            if self._retry_session is not None:
-                await self._retry_session.close()
+            endpoint.close()
         end = clock()
         assert self.t_stop is not None
         return RunMeta(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kv_cache_tester.replay.recorder import REQUESTS_FILE
+from kv_cache_tester.replay.results import REQUESTS_FILE
 from kv_cache_tester.replay.summary import read_records
 
 PLOT_FILE = "ttft_throughput.png"

@@ -10,13 +10,21 @@ reported (``ids_for_vocab``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import repeat, takewhile
 from typing import Any
 
 from kv_cache_tester.errors import UsageError
 from kv_cache_tester.replay.jsonfast import dumps
 from kv_cache_tester.traces.model import Request, SubAgent, Trace
-from kv_cache_tester.traces.synth import IDS_BASE, IDS_RANGE, PlaySynth, PromptSynthesizer, _Vocab
+from kv_cache_tester.traces.synth import (
+    IDS_BASE,
+    IDS_RANGE,
+    PlaySynth,
+    PromptSynthesizer,
+    _Vocab,
+    common_prefix,
+)
 
 MIN_ID_CHOICES = 256  # fewer distinct ids and unrelated blocks would too often share content
 
@@ -47,6 +55,10 @@ class Scope:
     cache_scope: str
     local: bool
     closed: bool = False
+    # Per owner (the parent "", or a sub-agent's id): its whole blocks' text (or ids) as last seen,
+    # and their JSON encoding without its closing quote (or bracket). The blocks are most of every
+    # prompt and change only when a request adds to them: they are encoded once.
+    stems: dict[str, tuple[Any, bytes]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -76,29 +88,55 @@ class DeliveredBlocks:
 
     def __init__(self) -> None:
         self._first: dict[str, dict[int, int]] = {}
+        # Per scope, the blocks and tickets of the last two requests added: each such block is held
+        # with that ticket or an earlier one (a block's ticket only ever goes down). A request that
+        # shares their prefix (the usual next turn) skips it in both passes below. Two: a request's
+        # hits are counted after its own blocks were added, against the request before it.
+        self._last: dict[str, list[tuple[Sequence[int], int]]] = {}
         self._next = 0
 
     def ticket(self) -> int:
         self._next += 1
         return self._next
 
+    # Both run once per request over its blocks (hundreds): past the prefix they skip, they are
+    # chains of C-level iterators, with no Python step per block.
     def add(self, hash_ids: Sequence[int], scope: str, ticket: int) -> None:
+        """Each block keeps the earlier of its ticket and ``ticket``."""
         first = self._first.setdefault(scope, {})
-        for hid in hash_ids:
-            if first.get(hid, ticket + 1) > ticket:
-                first[hid] = ticket
+        skip = self._known(hash_ids, scope, ticket + 1)
+        rest = hash_ids[skip:]
+        # The leading blocks already held with an earlier ticket (usually all but the new ones) stay.
+        held = len(list(takewhile(ticket.__ge__, map(first.get, rest, repeat(ticket + 1)))))
+        if held < len(rest):
+            rest = rest[held:]
+            first.update(
+                zip(rest, map(min, map(first.get, rest, repeat(ticket)), repeat(ticket)), strict=True)
+            )
+        recent = self._last.setdefault(scope, [])
+        recent.insert(0, (hash_ids, ticket))
+        del recent[2:]
 
     def hits(self, hash_ids: Sequence[int], scope: str, ticket: int) -> int:
-        first = self._first.get(scope, {})
-        n = 0
-        for hid in hash_ids:
-            if first.get(hid, ticket) >= ticket:
-                break
-            n += 1
-        return n
+        """The leading blocks held with a ticket below ``ticket``."""
+        first = self._first.get(scope)
+        if not first:
+            return 0
+        skip = self._known(hash_ids, scope, ticket)
+        rest = hash_ids[skip:] if skip else hash_ids
+        return skip + len(list(takewhile(ticket.__gt__, map(first.get, rest, repeat(ticket)))))
+
+    def _known(self, hash_ids: Sequence[int], scope: str, below: int) -> int:
+        """Leading blocks surely held with a ticket below ``below``: those shared with the latest
+        of the last two requests added whose ticket is below it."""
+        for ids, ticket in self._last.get(scope, ()):
+            if ticket < below:
+                return common_prefix(ids, hash_ids)
+        return 0
 
     def forget(self, scope: str) -> None:
         self._first.pop(scope, None)
+        self._last.pop(scope, None)
 
 
 class PayloadBuilder:
@@ -157,16 +195,23 @@ class PayloadBuilder:
         return self.reference.hits(req.hash_ids, scope.cache_scope, ticket)
 
     def build(self, scope: Scope, agent: SubAgent | None, req: Request) -> Built:
-        p = scope.play.prompt(req, agent)
+        stem, rest = scope.play.parts(req, agent)
+        owner = "" if agent is None else agent.agent_id
+        kept = scope.stems.get(owner)
+        if kept is None or kept[0] is not stem:
+            kept = scope.stems[owner] = (stem, dumps(stem)[:-1])
+        # The prompt's JSON: the stem's without its end, then the rest's without its start (JSON
+        # escapes each character alone, so the two join into the encoding of the whole).
+        encoded = [kept[1], dumps(rest)[1:]]
+        if self.mode == "ids" and stem and rest:
+            encoded.insert(1, b",")
         if self.api == "chat":
-            parts = [self._head, b',"messages":[{"role":"user","content":', dumps(p.prompt_text), b"}]"]
-        elif p.token_ids is not None:
-            parts = [self._head, b',"prompt":', dumps(p.token_ids)]
+            parts = [self._head, b',"messages":[{"role":"user","content":', *encoded, b"}]"]
         else:
-            parts = [self._head, b',"prompt":', dumps(p.prompt_text)]
+            parts = [self._head, b',"prompt":', *encoded]
         parts.append(self._tail_fixed)
         if self._send_max_tokens:
             parts.append(b',"max_tokens":%d' % max(1, req.out_tokens))
         parts.append(b"}")
         body = b"".join(parts)  # one copy of the (often 100+ KB) prompt, not one per concatenation
-        return Built(body, p.expected_prompt_tokens, len(req.hash_ids))
+        return Built(body, req.in_tokens, len(req.hash_ids))

@@ -19,8 +19,15 @@ from typing import Any
 
 from kv_cache_tester.replay.results import (
     SCHEMA_VERSION,
+    Cache,
+    Counts,
+    Latency,
     RequestRecord,
+    SelfAudit,
+    Slo,
     Summary,
+    Throughput,
+    Window,
     accepted,
     read_records,
     write_summary,
@@ -65,40 +72,122 @@ def build_summary(
     records = (
         read_records(records_path, required=RequestRecord.__required_keys__) if records_path.exists() else []
     )
-    t0_unix = min(m.t0_unix for m in metas)
-    stop_rel = max(m.stop_rel for m in metas)
     warm = [r for r in records if r.get("phase") == "warmup"]
     prof = [r for r in records if r.get("phase") != "warmup"]
-    w_start = max((r["t_done"] for r in warm), default=0.0)
-    w_start = min(w_start, stop_rel)
-    duration = stop_rel - w_start
-
+    window = _Window.of(warm, metas)
     ok = [r for r in prof if r["status"] == "ok"]
-    failed = [r for r in prof if r["status"] != "ok"]
-    by_class: dict[str, int] = {}
-    for r in failed:
-        error = r.get("error")
-        cls = (error.get("class") if error else None) or "unknown"
-        by_class[cls] = by_class.get(cls, 0) + 1
+    in_win = [r for r in ok if window.holds(r)]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "counts": _counts(prof, len(ok), len(warm)),
+        "window": window.typed(),
+        "throughput": _throughput(in_win, window.duration),
+        "latency": _latency(ok, metas),
+        "slo": _slo(prof, in_win, window, slo_ttft, slo_tpot),
+        "cache": _cache(prof, ok),
+        "self_audit": _self_audit(records, metas),
+        "users": users,
+        "options": options,
+    }
 
-    in_win = [r for r in ok if w_start <= r["t_done"] <= stop_rel]
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """The profiling window, in seconds after the run start (definition at the top)."""
+
+    t0_unix: float
+    start: float
+    stop: float
+
+    @classmethod
+    def of(cls, warm: list[RequestRecord], metas: list[RunMeta]) -> _Window:
+        stop = max(m.stop_rel for m in metas)
+        start = min(max((r["t_done"] for r in warm), default=0.0), stop)
+        return cls(min(m.t0_unix for m in metas), start, stop)
+
+    @property
+    def duration(self) -> float:
+        return self.stop - self.start
+
+    def holds(self, r: RequestRecord) -> bool:
+        """Whether the request finished inside the window."""
+        return self.start <= r["t_done"] <= self.stop
+
+    def typed(self) -> Window:
+        return {
+            "start_unix": self.t0_unix + self.start,
+            "end_unix": self.t0_unix + self.stop,
+            "duration_s": self.duration,
+        }
+
+
+def _counts(prof: list[RequestRecord], ok: int, warmup: int) -> Counts:
+    by_class: dict[str, int] = {}
+    for r in prof:
+        if r["status"] != "ok":
+            error = r.get("error")
+            cls = (error.get("class") if error else None) or "unknown"
+            by_class[cls] = by_class.get(cls, 0) + 1
+    return {
+        "sent": len(prof),
+        "ok": ok,
+        "failed": len(prof) - ok,
+        "failed_by_class": dict(sorted(by_class.items())),
+        "warmup": warmup,
+    }
+
+
+def _throughput(in_win: list[RequestRecord], duration: float) -> Throughput:
     in_tok = sum(r["prompt_tokens"] or 0 for r in in_win)
     out_tok = sum(r["output_tokens"] or 0 for r in in_win)
+    return {
+        "requests_per_s": _rate(len(in_win), duration),
+        "input_tok_per_s": _rate(in_tok, duration),
+        "output_tok_per_s": _rate(out_tok, duration),
+        "total_tok_per_s": _rate(in_tok + out_tok, duration),
+    }
 
-    def meets(r: RequestRecord) -> bool:
-        if slo_ttft is not None and (r["ttft_s"] is None or r["ttft_s"] > slo_ttft):
-            return False
-        return not (slo_tpot is not None and r["tpot_s"] is not None and r["tpot_s"] > slo_tpot)
 
-    good = [r for r in in_win if meets(r)]
-    judged = [r for r in prof if w_start <= r["t_done"] <= stop_rel]
-
-    tpots = [r["tpot_s"] for r in ok if r["tpot_s"] is not None]
+def _latency(ok: list[RequestRecord], metas: list[RunMeta]) -> Latency:
+    tpots = [t for r in ok if (t := r["tpot_s"]) is not None]
     hist = LogHistogram()
     for m in metas:
         hist.merge(m.itl_hist)
+    return {
+        "ttft_s": distribution([t for r in ok if (t := r["ttft_s"]) is not None]),
+        "tpot_s": distribution(tpots),
+        "itl_s": hist.distribution(),
+        "e2e_s": distribution([t for r in ok if (t := r["e2e_s"]) is not None]),
+        "interactivity_tok_per_s": distribution([1.0 / t for t in tpots if t > 0]),
+    }
 
-    # The hit rates' definitions: docs/collect.md, "Hit rates".
+
+def _meets(r: RequestRecord, slo_ttft: float | None, slo_tpot: float | None) -> bool:
+    ttft, tpot = r["ttft_s"], r["tpot_s"]
+    if slo_ttft is not None and (ttft is None or ttft > slo_ttft):
+        return False
+    return not (slo_tpot is not None and tpot is not None and tpot > slo_tpot)
+
+
+def _slo(
+    prof: list[RequestRecord],
+    in_win: list[RequestRecord],
+    window: _Window,
+    slo_ttft: float | None,
+    slo_tpot: float | None,
+) -> Slo:
+    good = sum(1 for r in in_win if _meets(r, slo_ttft, slo_tpot))
+    judged = sum(1 for r in prof if window.holds(r))
+    return {
+        "ttft_s": slo_ttft,
+        "tpot_s": slo_tpot,
+        "goodput_requests_per_s": _rate(good, window.duration),
+        "attainment": (good / judged) if judged else None,
+    }
+
+
+def _cache(prof: list[RequestRecord], ok: list[RequestRecord]) -> Cache:
+    """The hit rates; their definitions: docs/collect.md, "Hit rates"."""
     delivered = [r for r in prof if accepted(r)]
     hit_blocks = sum(r["theoretical_hit_blocks"] or 0 for r in delivered)
     blocks = sum(r["total_blocks"] or 0 for r in delivered)
@@ -107,69 +196,33 @@ def build_summary(
     ]
     c_prompt = sum(r["prompt_tokens"] or 0 for r in reported)
     c_cached = sum(r["cached_tokens"] or 0 for r in reported)
+    return {
+        "theoretical_hit_rate": (hit_blocks / blocks) if blocks else None,
+        "client_hit_rate": (c_cached / c_prompt) if c_prompt else None,
+        "prompt_tokens": c_prompt,
+        "cached_tokens": c_cached,
+    }
 
-    lags = sorted(r["dispatch_lag_s"] for r in records if r.get("dispatch_lag_s") is not None)
+
+def _self_audit(records: list[RequestRecord], metas: list[RunMeta]) -> SelfAudit:
+    lags = sorted(lag for r in records if (lag := r.get("dispatch_lag_s")) is not None)
     firsts = [t for m in metas for t in m.first_dispatch]
     cpu = math.fsum(m.cpu_s for m in metas)
     wall = max(m.wall_s for m in metas)
     return {
-        "schema_version": SCHEMA_VERSION,
-        "counts": {
-            "sent": len(prof),
-            "ok": len(ok),
-            "failed": len(failed),
-            "failed_by_class": dict(sorted(by_class.items())),
-            "warmup": len(warm),
+        "dispatch_lag_s": {
+            "p50": percentile(lags, 50.0),
+            "p99": percentile(lags, 99.0),
+            "max": lags[-1] if lags else None,
         },
-        "window": {
-            "start_unix": t0_unix + w_start,
-            "end_unix": t0_unix + stop_rel,
-            "duration_s": duration,
-        },
-        "throughput": {
-            "requests_per_s": _rate(len(in_win), duration),
-            "input_tok_per_s": _rate(in_tok, duration),
-            "output_tok_per_s": _rate(out_tok, duration),
-            "total_tok_per_s": _rate(in_tok + out_tok, duration),
-        },
-        "latency": {
-            "ttft_s": distribution([r["ttft_s"] for r in ok if r["ttft_s"] is not None]),
-            "tpot_s": distribution(tpots),
-            "itl_s": hist.distribution(),
-            "e2e_s": distribution([r["e2e_s"] for r in ok if r["e2e_s"] is not None]),
-            "interactivity_tok_per_s": distribution([1.0 / t for t in tpots if t > 0]),
-        },
-        "slo": {
-            "ttft_s": slo_ttft,
-            "tpot_s": slo_tpot,
-            "goodput_requests_per_s": _rate(len(good), duration),
-            "attainment": (len(good) / len(judged)) if judged else None,
-        },
-        "cache": {
-            "theoretical_hit_rate": (hit_blocks / blocks) if blocks else None,
-            "client_hit_rate": (c_cached / c_prompt) if c_prompt else None,
-            "prompt_tokens": c_prompt,
-            "cached_tokens": c_cached,
-        },
-        "self_audit": {
-            "dispatch_lag_s": {
-                "p50": percentile(lags, 50.0),
-                "p99": percentile(lags, 99.0),
-                "max": lags[-1] if lags else None,
-            },
-            "first_dispatch_spread_s": (max(firsts) - min(firsts)) if firsts else None,
-            "client_cpu_s": cpu,
-            "client_cpu_share": (cpu / wall) if wall > 0 else None,
-            "workers": len(metas),
-            "stop_reason": metas[0].reason
-            if len(metas) == 1
-            else ",".join(sorted({m.reason for m in metas})),
-            "abandoned_in_flight": sum(m.abandoned for m in metas),
-            "idle_lanes": sum(m.idle_lanes for m in metas),
-            "unsent_requests": sum(m.planned - m.sent for m in metas),
-        },
-        "users": users,
-        "options": options,
+        "first_dispatch_spread_s": (max(firsts) - min(firsts)) if firsts else None,
+        "client_cpu_s": cpu,
+        "client_cpu_share": (cpu / wall) if wall > 0 else None,
+        "workers": len(metas),
+        "stop_reason": metas[0].reason if len(metas) == 1 else ",".join(sorted({m.reason for m in metas})),
+        "abandoned_in_flight": sum(m.abandoned for m in metas),
+        "idle_lanes": sum(m.idle_lanes for m in metas),
+        "unsent_requests": sum(m.planned - m.sent for m in metas),
     }
 
 

@@ -23,11 +23,12 @@ from typing import Any
 
 from kv_cache_tester.errors import RunAborted
 from kv_cache_tester.replay.config import ReplayConfig
-from kv_cache_tester.replay.loop import Replayer, RunMeta
+from kv_cache_tester.replay.loop import Replayer
 from kv_cache_tester.replay.pool import TracePool
 from kv_cache_tester.replay.process import make_builder, run_loop
 from kv_cache_tester.replay.progress import Progress
 from kv_cache_tester.replay.recorder import Recorder
+from kv_cache_tester.replay.summary import RunMeta
 from kv_cache_tester.traces.model import Trace
 
 START_SLACK_S = 0.05  # between "all ready" and the common start

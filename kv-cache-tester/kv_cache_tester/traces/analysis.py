@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from kv_cache_tester.stats import percentile
 from kv_cache_tester.traces.cache import LRUPrefixCache, PrefixTracker
@@ -34,7 +35,7 @@ class RequestHits:
     lru_hit_blocks: int | None = None  # first-tier hits of the finite cache
     lru_tier2_hit_blocks: int | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -67,7 +68,7 @@ def request_hits(
     return out
 
 
-def hit_summary(records: Sequence[RequestHits]) -> dict:
+def hit_summary(records: Sequence[RequestHits]) -> dict[str, Any]:
     """Block-weighted hit rates (hit blocks / total blocks) over all records."""
     total = sum(r.total_blocks for r in records)
 
@@ -86,7 +87,7 @@ def hit_summary(records: Sequence[RequestHits]) -> dict:
     }
 
 
-def histogram(values: Sequence[float], bins: int = 20) -> dict:
+def histogram(values: Sequence[float], bins: int = 20) -> dict[str, Any]:
     if not values:
         return {"edges": [], "counts": []}
     lo, hi = min(values), max(values)
@@ -99,9 +100,9 @@ def histogram(values: Sequence[float], bins: int = 20) -> dict:
     return {"edges": [lo + k * width for k in range(bins + 1)], "counts": counts}
 
 
-def distribution(values: Iterable[float], bins: int = 20) -> dict:
+def distribution(values: Iterable[float], bins: int = 20) -> dict[str, Any]:
     vals = sorted(values)
-    summary: dict = {
+    summary: dict[str, Any] = {
         "count": len(vals),
         "mean": (sum(vals) / len(vals)) if vals else None,
         "min": vals[0] if vals else None,
@@ -138,7 +139,7 @@ def corpus_samples(traces: Sequence[Trace]) -> dict[str, list[float]]:
     return samples
 
 
-def corpus_stats(traces: Sequence[Trace]) -> dict:
+def corpus_stats(traces: Sequence[Trace]) -> dict[str, Any]:
     samples = corpus_samples(traces)
     agents = sum(len(g.agents) for t in traces for g in t.groups)
     sub_requests = sum(len(a.requests) for t in traces for g in t.groups for a in g.agents)

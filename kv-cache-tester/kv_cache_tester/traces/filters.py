@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from kv_cache_tester.traces.model import SubAgentGroup, Trace
 
@@ -74,7 +74,7 @@ class FilterReport:
             )
         return out
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "traces_in": self.traces_in,
             "requests_in": self.requests_in,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from kv_cache_tester.errors import TraceError
 
@@ -43,7 +44,12 @@ def hf_dataset_dir(repo_id: str) -> Path:
             "(pip install 'kv-cache-tester[hf]')"
         ) from None
     cache = hub_cache_dir()
-    kwargs = {"repo_id": repo_id, "repo_type": "dataset", "cache_dir": str(cache), "allow_patterns": PATTERNS}
+    kwargs: dict[str, Any] = {
+        "repo_id": repo_id,
+        "repo_type": "dataset",
+        "cache_dir": str(cache),
+        "allow_patterns": PATTERNS,
+    }
     first_error: Exception | None = None
     if not offline():
         try:

@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, BinaryIO
 
 from kv_cache_tester.errors import TraceError
 from kv_cache_tester.inputfiles import InputFileProblem, describe_encoding, open_regular, size_text
@@ -48,7 +48,9 @@ try:  # optional speed-up (extra "fast")
 
     _loads: Any = orjson.loads
 except ImportError:  # pragma: no cover - depends on the environment
-    _loads = json.loads
+
+    def _loads(data: bytes | str) -> Any:  # as strict as orjson: NaN and Infinity are not JSON
+        return json.loads(data, parse_constant=_no_constant)
 
 
 @dataclass(slots=True)
@@ -66,7 +68,7 @@ class LoadResult:
         return sum(t.num_requests for t in self.traces)
 
 
-def _open(path: Path, shown: str) -> IO[bytes]:
+def _open(path: Path, shown: str) -> BinaryIO | gzip.GzipFile:
     """A regular file opened for binary reading (decompressed for .gz); never blocks on a FIFO."""
     gz = path.name.endswith(".gz")
     try:
@@ -136,7 +138,7 @@ def _read_problem(err: BaseException) -> str:
     return text or type(err).__name__
 
 
-def _lines(fh: IO[bytes], shown: str, compressed: bool) -> Iterator[bytes]:
+def _lines(fh: BinaryIO | gzip.GzipFile, shown: str, compressed: bool) -> Iterator[bytes]:
     """The lines of ``fh``, at most MAX_TRACE_BYTES in all; a read error part way (a truncated .gz)
     is a TraceError naming the line. The first line loses a UTF-8 byte order mark."""
     lineno = 0

@@ -56,9 +56,10 @@ import math
 import random
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
+from itertools import filterfalse
 from pathlib import Path
 from typing import Any, Literal
 
@@ -266,44 +267,24 @@ class PlaySynth:
     def _key(self, hash_id: int) -> bytes:
         return self._overrides.get(hash_id) or self._prefix + str(hash_id).encode()
 
-    def prompt(self, request: Request, agent: SubAgent | None = None) -> SynthPrompt:
-        bs = self.block_size
-        owner = self._owner(agent)
-        memo = self._memos.get(owner)
-        if memo is None:
-            memo = self._memos[owner] = _OwnerMemo()
-            if self.synth.mode == "ids":
-                memo.body = []
-        nfull = request.full_blocks(bs)
-        full_ids = request.hash_ids[:nfull]
-        common = _common_prefix(memo.ids, full_ids)
-        ids_mode = self.synth.mode == "ids"
-        sep = " " if self.synth.mode == "words" else ""
-        if common < len(memo.ids) or common < nfull:
-            base_len = memo.ends[common - 1] if common else 0
-            ends = memo.ends[:common]
-            if ids_mode:
-                body = memo.body[:base_len]
-                for hid in full_ids[common:]:
-                    body.extend(self.block(hid))
-                    ends.append(len(body))
-            else:
-                parts = [memo.body[:base_len]]
-                size = base_len
-                for hid in full_ids[common:]:
-                    text = self.block(hid)
-                    if size:
-                        parts.append(sep)
-                        size += len(sep)
-                    parts.append(text)
-                    size += len(text)
-                    ends.append(size)
-                body = "".join(parts)
-            memo.ids, memo.ends, memo.body = full_ids, ends, body
-        tail = self._tail(request, nfull) if request.in_tokens > nfull * bs else []
+    def warm(self, request: Request, batch: int = 32) -> Iterator[int]:
+        """Make the whole blocks ``request``'s prompt needs and are not cached yet, ``batch`` at a
+        time, yielding how many are done between batches: a caller on an event loop can let other
+        work run in between (a new play's first prompt is hundreds of blocks)."""
+        todo = list(
+            filterfalse(self._blocks.__contains__, request.hash_ids[: request.full_blocks(self.block_size)])
+        )
+        for start in range(0, len(todo), batch):
+            if start:
+                yield start
+            for hid in todo[start : start + batch]:
+                self.block(hid)
 
+    def prompt(self, request: Request, agent: SubAgent | None = None) -> SynthPrompt:
+        memo, tail, owner, nfull = self._grow(request, agent)
+        sep = " " if self.synth.mode == "words" else ""
         nsys = min(self._system_blocks.get(owner, 0), nfull) if self.synth.split_system else 0
-        if ids_mode:
+        if self.synth.mode == "ids":
             token_ids = memo.body + tail if tail else list(memo.body)
             return SynthPrompt(text=None, token_ids=token_ids, expected_prompt_tokens=request.in_tokens)
         body: str = memo.body
@@ -322,8 +303,63 @@ class PlaySynth:
             separator=sep,
         )
 
+    def parts(self, request: Request, agent: SubAgent | None = None) -> tuple[Any, Any]:
+        """The prompt in two parts, for a caller that encodes it and can keep the encoding of the
+        first: the owner's whole blocks (text, or a list of ids in ids mode), the same object for as
+        long as they do not change, and the rest (the tail, with its separator). Joined, they are
+        ``prompt(request, agent).prompt_text`` (or its ``token_ids``)."""
+        memo, tail, _, _ = self._grow(request, agent)
+        if self.synth.mode == "ids":
+            return memo.body, tail
+        if not tail:
+            return memo.body, ""
+        sep = " " if self.synth.mode == "words" else ""
+        tail_text = sep.join(tail)
+        return memo.body, (sep + tail_text if memo.body else tail_text)
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+    def _grow(self, request: Request, agent: SubAgent | None) -> tuple[_OwnerMemo, list[Any], str, int]:
+        """The owner's memo brought to ``request``'s whole blocks, the tokens after them, the owner
+        and the number of whole blocks."""
+        bs = self.block_size
+        owner = self._owner(agent)
+        memo = self._memos.get(owner)
+        if memo is None:
+            memo = self._memos[owner] = _OwnerMemo()
+            if self.synth.mode == "ids":
+                memo.body = []
+        nfull = request.full_blocks(bs)
+        full_ids = request.hash_ids[:nfull]
+        common = common_prefix(memo.ids, full_ids)
+        ids_mode = self.synth.mode == "ids"
+        sep = " " if self.synth.mode == "words" else ""
+        if common < len(memo.ids) or common < nfull:
+            base_len = memo.ends[common - 1] if common else 0
+            ends = memo.ends[:common]
+            grown: Any
+            if ids_mode:
+                grown = memo.body[:base_len]
+                for hid in full_ids[common:]:
+                    grown.extend(self.block(hid))
+                    ends.append(len(grown))
+            else:
+                parts = [memo.body[:base_len]]
+                size = base_len
+                for hid in full_ids[common:]:
+                    text = self.block(hid)
+                    if size:
+                        parts.append(sep)
+                        size += len(sep)
+                    parts.append(text)
+                    size += len(text)
+                    ends.append(size)
+                grown = "".join(parts)
+            memo.ids, memo.ends, memo.body = full_ids, ends, grown
+        tail = self._tail(request, nfull) if request.in_tokens > nfull * bs else []
+        return memo, tail, owner, nfull
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading items ``a`` and ``b`` share (list comparisons: no Python step per item)."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
         return n

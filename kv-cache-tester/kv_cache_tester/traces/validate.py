@@ -38,7 +38,7 @@ class _RequestParser:
     def fail(self, label: str, fld: str, what: str) -> TraceError:
         return TraceError(f"{self.source}: request {label}: {fld}: {what}")
 
-    def int_field(self, raw: dict, label: str, fld: str, *, minimum: int) -> int:
+    def int_field(self, raw: dict[str, Any], label: str, fld: str, *, minimum: int) -> int:
         if fld not in raw:
             raise self.fail(label, fld, "missing")
         value = raw[fld]
@@ -54,7 +54,7 @@ class _RequestParser:
             raise self.fail(label, fld, f"must be at most {MAX_TOKENS} tokens, got {_describe(value)}")
         return value
 
-    def float_field(self, raw: dict, label: str, fld: str, *, required: bool) -> float | None:
+    def float_field(self, raw: dict[str, Any], label: str, fld: str, *, required: bool) -> float | None:
         if fld not in raw or raw[fld] is None:
             if required:
                 raise self.fail(label, fld, "missing")
@@ -69,7 +69,7 @@ class _RequestParser:
             raise self.fail(label, fld, f"must be at most {limit:g}, got {_describe(value)}")
         return float(value)
 
-    def hash_ids(self, raw: dict, label: str, in_tokens: int) -> list[int]:
+    def hash_ids(self, raw: dict[str, Any], label: str, in_tokens: int) -> list[int]:
         if "hash_ids" not in raw:
             raise self.fail(label, "hash_ids", "missing")
         ids = raw["hash_ids"]
@@ -131,7 +131,7 @@ class _RequestParser:
         )
 
 
-def _trace_int(obj: dict, source: str, fld: str, default: int, minimum: int) -> int:
+def _trace_int(obj: dict[str, Any], source: str, fld: str, default: int, minimum: int) -> int:
     value = obj.get(fld, default)
     if value is None:
         value = default
@@ -196,7 +196,7 @@ def parse_trace(obj: Any, source: str, *, default_id: str, dataset: str = "") ->
     )
 
 
-def _parse_agent(raw: dict, source: str, i: int, block_size: int) -> SubAgent:
+def _parse_agent(raw: dict[str, Any], source: str, i: int, block_size: int) -> SubAgent:
     label = str(i)
     inner = raw.get("requests")
     if not isinstance(inner, list):

@@ -20,9 +20,15 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from agentsweep.calibrate.points import DEFAULT_POINTS, MODEL_NAME, Point, read_points
 from agentsweep.errors import InputError
+
+if TYPE_CHECKING:
+    from agentsweep.calibrate.fit import FitResult
+
+Pair = tuple[Point, Sequence[float]]  # a point and its predicted (tput/GPU, interactivity, TTFT)
 
 MEASURES = (("tput_per_gpu", "tput/GPU"), ("median_intvty", "intvty"), ("median_ttft_s", "TTFT"))
 
@@ -248,7 +254,13 @@ def _fit(args: argparse.Namespace, points: list[Point]) -> int:
     return 0
 
 
-def calibration_document(source: Path, points, res, pairs, loo_pairs) -> dict:
+def calibration_document(
+    source: Path,
+    points: Sequence[Point],
+    res: FitResult,
+    pairs: Sequence[Pair],
+    loo_pairs: Sequence[Pair],
+) -> dict[str, Any]:
     by_group: dict[str, list[int]] = {}
     for i, p in enumerate(points):
         by_group.setdefault(p.group, []).append(i)
@@ -259,7 +271,7 @@ def calibration_document(source: Path, points, res, pairs, loo_pairs) -> dict:
         pts = []
         for i in idx:
             p = points[i]
-            entry = {k: p.row.get(k, "") for k in keep if k in p.row}
+            entry: dict[str, Any] = {k: p.row.get(k, "") for k in keep if k in p.row}
             entry["fit_pred"] = [round(v, 6) for v in pairs[i][1]]
             if loo_pairs:
                 entry["loo_pred"] = [round(v, 6) for v in loo_pairs[i][1]]

@@ -118,7 +118,8 @@ def nelder_mead(
                 best = simplex[0]
                 simplex = [best] + [best + 0.5 * (x - best) for x in simplex[1:]]
                 values = [values[0]] + [f(x) for x in simplex[1:]]
-    return simplex[int(np.argmin(values))]
+    found: np.ndarray = simplex[int(np.argmin(values))]
+    return found
 
 
 def _loss(points: Sequence[Point], eff_of: Callable[[Point], Efficiency], shared: Shared) -> float:

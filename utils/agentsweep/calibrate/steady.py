@@ -98,10 +98,7 @@ def closed_loop(
         if not prefill and not waiting and len(sched) == len(running):
             # identical decode steps until the next request finishes (no arrival can come before)
             k = min(r.osl - r.generated for r, _ in sched)
-        if k > 1:
-            total = k * (dt - cost.d * kv) + cost.d * (k * kv + decode * k * (k - 1) // 2)
-        else:
-            total = dt
+        total = cost.decode_run(k, dt, decode, kv) if k > 1 else dt
         t += total
         finished = []
         for r, n in sched:

@@ -7,7 +7,9 @@ max_nodes), and prints `AS_NAME=value` lines, shell-quoted, for runners/lib/laun
 settings, the cell's exp_name, image and GRES type, and the derived GPU count, time limit and memory.
 A cell spanning several nodes (`cell.nodes`) also gets AS_NODES and AS_NODE_GPUS (the GPUs asked on
 every node: the fullest node of the instances packed onto the cell's `gpus_per_node`, as the matrix
-packs them); memory is then per node. Bad input is one line on stderr and exit status 2.
+packs them); memory is then per node. AS_CELL_ON_HOST=1 says that the cell runs on the host side of its
+node and only its engine instances in the container (a routed or multi-node cell under pyxis or
+docker: `agentsweep.cell.placement.cell_on_host`). Bad input is one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agentsweep.cell.engines import recipe
-from agentsweep.cell.placement import node_gpus
+from agentsweep.cell.placement import cell_on_host, node_gpus
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import AgentsweepError, ConfigError, InputError
 
@@ -107,6 +109,7 @@ def runner_assignments(
         "AS_ACCOUNT": spec.account or "",
         "AS_EXCLUDE": ",".join(spec.exclude),
         "AS_CONTAINER_RUNTIME": spec.container_runtime,
+        "AS_CELL_ON_HOST": "1" if cell_on_host(cell, spec.container_runtime) else "0",
         "AS_HF_CACHE": spec.hf_cache or "",
         "AS_TIME_LIMIT_MIN": str(time_limit_min(cell.duration, cell.engine, env, spec.time_limit_min)),
         "AS_MEM_GB": str(mem_gb(dram_gb, env)),

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from agentsweep.cell import record
-from agentsweep.cell.lifecycle import check_result_dir, install_signal_handlers, run_cell
+from agentsweep.cell.lifecycle import check_result_dir, install_signal_handlers, run_cell, seal
 from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellOptions, plan_cell
 from agentsweep.cell.watchdog import set_parent_death_signal
@@ -112,12 +112,14 @@ def _port(env: os._Environ[str], dry_run: bool) -> int | str:
 
 
 def _record_refusal(result_dir: Path, args: argparse.Namespace, err: AgentsweepError) -> None:
-    """A cell refused for bad input still leaves a FAILED verdict when its result dir is usable."""
+    """A cell refused for bad input still leaves a FAILED verdict, and its receipt, when its result dir
+    is usable."""
     try:
         check_result_dir(result_dir)
+        raw = _raw_cell(args.cell or os.environ.get(CELL_ENV_VAR, ""))
         record.write_result(
             result_dir,
-            cell=_raw_cell(args.cell or os.environ.get(CELL_ENV_VAR, "")),
+            cell=raw,
             engine_command=[],
             engine_env={},
             replay_command=[],
@@ -126,8 +128,17 @@ def _record_refusal(result_dir: Path, args: argparse.Namespace, err: AgentsweepE
             status="FAILED",
             reasons=[err.render()],
         )
+        seal(result_dir, _typed_or_raw(raw), None, lambda line: None)
     except (AgentsweepError, OSError):
         pass
+
+
+def _typed_or_raw(raw: dict[str, object]) -> Cell | dict[str, object]:
+    """The cell typed when it is a valid one (refused later, for its port say), else as given."""
+    try:
+        return Cell.parse(raw)
+    except AgentsweepError:
+        return raw
 
 
 def _raw_cell(text: str) -> dict[str, object]:

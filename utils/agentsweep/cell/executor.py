@@ -1,11 +1,14 @@
 """Run a cell's plan: its engine instances, the router in front of them (if any), a metrics collector
-per instance (and the router's), then the replayer; stop everything, whatever happens.
+per instance (and the router's), the power sampler, then the replayer; stop everything, whatever
+happens.
 
 One path for every cell: a cell without a router is a plan of one instance. Instances start in plan
 order (prefill first) and must all be healthy within the engine's health timeout; then the router
 starts and must say it is ready. After the replay, the collectors take their last scrape together,
 the router's figures go to router.json while it still runs, and the scrapes of the instances behind
-a router are merged into server_metrics.csv (and server_metrics.prefill.csv).
+a router are merged into server_metrics.csv (and server_metrics.prefill.csv). The power sampler starts
+and stops with the collectors; unlike theirs, its failure never fails the cell (its faults are in
+power.csv, and the power summary withholds the cell's power figures).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from agentsweep.cell.routers import missing_router, router_recipe, router_versio
 from agentsweep.cell.watchdog import Watchdog
 from agentsweep.contract.resultdir import PREFILL_METRICS_CSV, SERVER_LOG, SERVER_METRICS_CSV
 from agentsweep.metrics.scrapes import merge_metrics
+
+POWER_SAMPLER_LOG = "power-sampler.log"
 
 
 class InstanceProcess(EngineProcess):
@@ -160,6 +165,16 @@ def execute(
                     )
             for scraper in scrapers:
                 stack.enter_context(scraper)
+            sampler = None
+            if plan.power_argv:
+                sampler = ManagedProcess(
+                    plan.power_argv,
+                    log_path=rd / POWER_SAMPLER_LOG,
+                    name="power sampler",
+                    stop_grace_s=15.0,
+                    watchdog=watchdog,
+                )
+                stack.enter_context(sampler)
             replayer = ManagedProcess(
                 plan.replay_argv,
                 log_path=rd / "replay.log",
@@ -178,9 +193,12 @@ def execute(
                 code = scraper.poll()
                 if reason is None and code is not None:
                     reason = f"{scraper.name} exited early with status {code}{_hint(scraper)}"
-            for scraper in scrapers:  # all take their last scrape at about the same moment
+            samplers = [sampler] if sampler is not None else []
+            if sampler is not None and sampler.poll() is not None:
+                say(f"power sampler exited early with status {sampler.poll()}{_hint(sampler)}")
+            for scraper in [*scrapers, *samplers]:  # all take their last scrape at about the same moment
                 scraper.signal_group(signal.SIGTERM)
-            for scraper in scrapers:
+            for scraper in [*scrapers, *samplers]:
                 scraper.stop()
             if router is not None and router.poll() is None:
                 write_router_figures(plan, rd)

@@ -1,8 +1,9 @@
-"""One cell's lifecycle: run its plan, check what the client left, judge it -> cell.json + status.txt.
+"""One cell's lifecycle: run its plan, check what the client left, judge it -> cell.json + status.txt,
+then receipt.json over the whole directory.
 
 ``agentsweep.cell.plan.plan_cell`` resolves every command once (the dry run prints exactly this plan);
-``run_cell`` has ``agentsweep.cell.executor.execute`` run it and writes the verdict on every exit path:
-success, failure, a bug, SIGTERM/SIGINT.
+``run_cell`` has ``agentsweep.cell.executor.execute`` run it and writes the verdict and the receipt on
+every exit path: success, failure, a bug, SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
@@ -17,15 +18,19 @@ from kv_cache_tester.replay import ResultError, load_summary, write_summary
 
 import agentsweep
 from agentsweep.cell import record, space
+from agentsweep.cell.clients import client
 from agentsweep.cell.effective import Stated, expected_settings, mismatches
 from agentsweep.cell.engine_process import EngineFailed
 from agentsweep.cell.executor import execute, show_tail
 from agentsweep.cell.plan import CellOptions, CellPlan, instance_shapes
 from agentsweep.cell.routers import router_recipe
 from agentsweep.cell.watchdog import Watchdog
+from agentsweep.contract.cell import Cell
+from agentsweep.contract.receipt import write_receipt
 from agentsweep.contract.resultdir import (
     CELL_JSON,
     PREFILL_METRICS_CSV,
+    RECEIPT_JSON,
     REQUESTS_JSONL,
     SERVER_LOG,
     SERVER_METRICS_CSV,
@@ -33,10 +38,11 @@ from agentsweep.contract.resultdir import (
     SUMMARY_JSON,
 )
 from agentsweep.contract.verdict import Check, Verdict
+from agentsweep.energy.summary import cell_power_summary
 from agentsweep.errors import InputError
 from agentsweep.validity import evaluate
 
-RESULT_FILES = (CELL_JSON, STATUS_TXT, REQUESTS_JSONL, SUMMARY_JSON)
+RESULT_FILES = (CELL_JSON, STATUS_TXT, REQUESTS_JSONL, SUMMARY_JSON, RECEIPT_JSON)
 
 
 class CellInterrupted(Exception):
@@ -81,7 +87,7 @@ def install_signal_handlers() -> Callable[[], None]:
 def run_cell(
     plan: CellPlan, options: CellOptions, *, log: Callable[[str], None] | None = None
 ) -> tuple[str, str | None]:
-    """Run the plan; returns (status, reason) after writing cell.json and status.txt."""
+    """Run the plan; returns (status, reason) after writing cell.json, status.txt and receipt.json."""
     shout = log or (lambda line: print(f"[cell {plan.cell.exp_name}] {line}", flush=True))
     secrets = record.secret_values() | record.secret_values(plan.engine.env)
 
@@ -108,6 +114,8 @@ def run_cell(
         if reason is None:
             reasons = _judge(plan, stated)
             status = "INVALID" if reasons else "SUCCESS"
+            if plan.power is not None:
+                say(_power_line(plan))
         else:
             reasons = [reason]
     except CellInterrupted as err:
@@ -136,6 +144,7 @@ def run_cell(
         if stated:
             extra["engine_settings"] = {k: v.to_record() if v else None for k, v in stated.items()}
         status, reasons = _write_verdict(plan, versions, start_utc, status, reasons, extra)
+        seal(plan.result_dir, plan.cell, versions.get("engine"), say)
         say(status + (f": {'; '.join(reasons)}" if reasons else ""))
     return status, "; ".join(reasons) or None
 
@@ -179,6 +188,42 @@ def _write_verdict(
     finally:
         space.release(plan.result_dir)
     return status, reasons
+
+
+def _power_line(plan: CellPlan) -> str:
+    """One line on the cell's power: its energy and joules per output token, or why they are withheld
+    (the verdict does not depend on it)."""
+    try:
+        power = cell_power_summary(plan.result_dir, plan.cell)
+    except Exception as err:  # the power figures never decide a cell's fate, not even by a bug
+        return f"power summary failed: {type(err).__name__}: {err}"
+    if not power.power_valid:
+        return f"power figures withheld: {'; '.join(power.reasons)}"
+    per_token = power.joules_per_output_token
+    return (
+        f"power: {power.total_gpu_energy_j or 0:.0f} J over the window ({power.audit.energy_from}), "
+        f"{power.avg_power_w or 0:.0f} W average for {power.audit.observed_gpus} GPUs"
+        + (f", {per_token:.3g} J per output token" if per_token is not None else "")
+    )
+
+
+def seal(
+    result_dir: Path, cell: Cell | Mapping[str, Any], engine_version: str | None, say: Callable[[str], None]
+) -> None:
+    """Write receipt.json over the finished result directory: the last file a cell writes, after its
+    verdict, whatever the verdict. The recipe fingerprint covers the cell as cell.json records it
+    (secrets masked: two runs differing only in a token share a recipe). A receipt that cannot be
+    written (a full disk) is said, not raised: the verdict stands, and the directory reads as one
+    that never finished (no receipt)."""
+    if isinstance(cell, Cell):
+        fields = record.mask_cell(cell.model_dump(mode="json"))
+        client_version = client(cell.client).version()
+    else:
+        fields, client_version = record.mask_cell(cell), None
+    try:
+        write_receipt(result_dir, fields, engine_version=engine_version, client_version=client_version)
+    except OSError as err:
+        say(f"could not write {RECEIPT_JSON}: {err.strerror or err}")
 
 
 def cached_metrics_file(plan: CellPlan) -> str:

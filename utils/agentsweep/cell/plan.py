@@ -28,17 +28,20 @@ from typing import Any, Literal
 from agentsweep.cell import placement as placement_mod
 from agentsweep.cell import record
 from agentsweep.cell.clients import client
-from agentsweep.cell.engines import EngineLaunch, PdRole, build_engine_launch, recipe
+from agentsweep.cell.engines import EngineLaunch, EngineRecipe, PdRole, build_engine_launch, recipe
 from agentsweep.cell.placement import Placement
+from agentsweep.cell.power import sampler_spec
 from agentsweep.cell.routers import SESSION_HEADERS, PdWorkers, RouterLaunch, build_router_launch
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.resultdir import (
+    POWER_CSV,
     ROUTER_METRICS_CSV,
     SERVER_LOG,
     SERVER_METRICS_CSV,
     instance_log,
     instance_metrics_csv,
 )
+from agentsweep.energy.spec import SamplerSpec
 from agentsweep.errors import InputError
 
 # engine: a cell's one engine, serving the client itself; the others stand behind a router.
@@ -92,6 +95,8 @@ class CellPlan:
     router: RouterLaunch | None = None
     router_scraper_argv: list[str] = field(default_factory=list)  # router_metrics.csv over the run
     placement: Placement | None = None
+    power: SamplerSpec | None = None  # the power sampler's targets (None: the runner samples no power)
+    power_argv: list[str] = field(default_factory=list)  # power.csv over the run
 
     @property
     def mode(self) -> Literal["dp", "pd"]:
@@ -127,7 +132,11 @@ class CellPlan:
         if self.router is None:
             return self._describe_engine()
         secrets = record.secret_values()
-        tail = [f"replay:  {shlex.join(self.replay_argv)}", f"results: {self.result_dir}"]
+        tail = [
+            *self._describe_power(),
+            f"replay:  {shlex.join(self.replay_argv)}",
+            f"results: {self.result_dir}",
+        ]
         return [record.mask_text(line, secrets) for line in [*self._describe_routed(), *tail]]
 
     def _describe_engine(self) -> list[str]:
@@ -137,9 +146,15 @@ class CellPlan:
             f"engine:  {_command(one.engine, secrets)}",
             f"health:  {one.url}{one.engine.health_path}",
             f"scraper: {shlex.join(record.mask_argv(one.scraper_argv, secrets))}",
+            *self._describe_power(),
             f"replay:  {shlex.join(record.mask_argv(self.replay_argv, secrets))}",
             f"results: {record.mask_text(str(self.result_dir), secrets)}",
         ]
+
+    def _describe_power(self) -> list[str]:
+        if not self.power_argv:
+            return [f"power:   none (runner {self.cell.runner} has power_source none)"]
+        return [f"power:   {shlex.join(self.power_argv)}"]
 
     def _describe_routed(self) -> list[str]:
         assert self.router is not None
@@ -149,6 +164,8 @@ class CellPlan:
                 f"disaggregated: prefill {', '.join(r.name for r in self.prefill)}; "
                 f"decode {', '.join(r.name for r in self.decode)}"
             )
+        if self.placement is not None:
+            lines += _describe_placement(self.placement)
         for inst in self.instances:
             secrets = record.secret_values() | record.secret_values(inst.engine.env)
             lines.append(f"{inst.label}: {_command(inst.engine, secrets)}")
@@ -157,6 +174,7 @@ class CellPlan:
             lines.append(f"  health:  {inst.url}{inst.engine.health_path}")
             if inst.bootstrap_port is not None:
                 lines.append(f"  bootstrap port: {inst.bootstrap_port}")
+            lines += [f"  note:    {note}" for note in inst.engine.notes]
             lines.append(f"  scraper: {shlex.join(inst.scraper_argv)}")
             lines.append(f"  log:     {inst.log_name}")
         lines.append(f"router:  {shlex.join(self.router.argv)}")
@@ -191,6 +209,20 @@ class CellPlan:
         if self.placement is not None:
             out["placement"] = self.placement.to_record()
         return out
+
+
+def _describe_placement(placement: Placement) -> list[str]:
+    """Where the instances run: the job's nodes and addresses, the container, each node's ports."""
+    where = "in the host's environment" if placement.runtime == "none" else f"in {placement.runtime}"
+    nodes = ", ".join(f"{n} ({placement.addresses[n]})" for n in placement.nodes)
+    lines = [f"placement: job {placement.job_id}, nodes {nodes}; each engine a step on its node, {where}"]
+    if not placement.bound:
+        lines.append("  ports:   each node's bound on that node when the cell starts")
+    for node, bound in placement.bound.items():
+        step = f" (step {bound.step})" if bound.step else ""
+        ports = ", ".join(map(str, bound.ports))
+        lines.append(f"  ports on {node}: {ports}, bound on {bound.address} by {bound.bound_on}{step}")
+    return lines
 
 
 def _command(launch: EngineLaunch, secrets: set[str]) -> str:
@@ -254,6 +286,13 @@ def plan_cell(
     engine_recipe = recipe(cell.engine)
     shapes = instance_shapes(cell)
     slices = device_slices(cell, environ) if placement is None else [{} for _ in shapes]
+    node_ports: dict[str, list[int]] = {}
+    if placement is not None and real:  # each node's ports bound there, before anything starts
+        counts: dict[str, int] = {}
+        for slot, (role, _i, _tp) in zip(placement.slots, shapes, strict=True):
+            counts[slot.node] = counts.get(slot.node, 0) + ports_needed(role, engine_recipe)
+        placement = placement_mod.bind_ports(placement, counts, python=python, environ=environ, taken=taken)
+        node_ports = {node: list(b.ports) for node, b in placement.bound.items()}
     client_name = "d0" if cell.disaggregated else "r0"
     instances = []
     for k, ((role, i, tp), devices) in enumerate(zip(shapes, slices, strict=True)):
@@ -261,8 +300,12 @@ def plan_cell(
         where = placement.slots[k] if placement is not None else None
         ihost = where.address if where is not None else host
 
-        def new_port(what: str, tag: str = tag) -> int | str:
-            return placement_mod.free_port(host, taken) if real else f"${tag}_{what}"
+        def new_port(what: str, tag: str = tag, where: placement_mod.Slot | None = where) -> int | str:
+            if not real:
+                return f"${tag}_{what}"
+            if where is not None:  # bound on the instance's own node
+                return node_ports[where.node].pop(0)
+            return placement_mod.free_port(host, taken)
 
         name = f"{NAME_PREFIX[role]}{i}" if role != "engine" else ""
         iport = port if role == "engine" else new_port("PORT")
@@ -285,7 +328,7 @@ def plan_cell(
         if devices:
             launch = dataclasses.replace(launch, env={**launch.env, **devices})
         if placement is not None:  # its own step on its node; the step selects its GPUs there
-            launch = dataclasses.replace(launch, argv=placement.wrap(k, launch.argv))
+            launch = dataclasses.replace(launch, argv=placement.wrap(k, launch.argv, launch.env))
         url = f"http://{ihost}:{iport}"
         metrics_name = instance_metrics_csv(name) if name else SERVER_METRICS_CSV
         log_name = instance_log(name) if name and name != client_name else SERVER_LOG
@@ -320,7 +363,46 @@ def plan_cell(
     replay = client(cell.client).command(
         cell, engine=engine_recipe, endpoint=base_url, output_dir=result_dir, python=python
     )
-    return CellPlan(cell, result_dir, port, instances, replay, base_url, router, router_scraper, placement)
+    power = sampler_spec(
+        cell,
+        [
+            (inst.name, inst.node, tp, inst.url + inst.engine.metrics_path)
+            for inst, (_r, _i, tp) in zip(instances, shapes, strict=True)
+        ],
+        slices,
+        placement,
+        environ,
+        simulated=engine_recipe.simulated,
+        local_node=placement_mod.local_node(environ),
+    )
+    power_argv = power_sampler_argv(python, power, result_dir / POWER_CSV) if power is not None else []
+    return CellPlan(
+        cell,
+        result_dir,
+        port,
+        instances,
+        replay,
+        base_url,
+        router,
+        router_scraper,
+        placement,
+        power,
+        power_argv,
+    )
+
+
+def power_sampler_argv(python: str, spec: SamplerSpec, output: Path) -> list[str]:
+    """The power sampler of a cell: ``spec`` (one JSON value) into ``output`` (power.csv)."""
+    return [
+        python,
+        "-m",
+        "agentsweep.cli",
+        "power-sampler",
+        "--spec",
+        spec.to_json(),
+        "--output",
+        str(output),
+    ]
 
 
 def scraper_argv(python: str, endpoint: str, output: Path, interval_s: float) -> list[str]:
@@ -331,6 +413,16 @@ def scraper_argv(python: str, endpoint: str, output: Path, interval_s: float) ->
         "--output", str(output),
         "--interval", f"{interval_s:g}",
     ]  # fmt: skip
+
+
+def ports_needed(role: Role, engine_recipe: EngineRecipe) -> int:
+    """Ports an instance behind a router takes: its own, a prefill's bootstrap port where the engine
+    serves one, a disaggregated instance's KV handshake port where the engine needs one."""
+    if role == "engine":
+        return 0  # the cell's port
+    extra = int(role == "prefill" and engine_recipe.pd_bootstrap)
+    extra += int(role in ("prefill", "decode") and engine_recipe.pd_side_channel)
+    return 1 + extra
 
 
 def instance_shapes(cell: Cell) -> list[tuple[Role, int, int]]:

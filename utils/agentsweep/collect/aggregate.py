@@ -10,17 +10,20 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from kv_cache_tester.replay import ResultError, Summary, load_summary
+from kv_cache_tester.replay import RequestRecord, ResultError, Summary, load_summary
 
 from agentsweep.collect import columns
 from agentsweep.collect.columns import ENGINE_CLOCK, THROUGHPUTS, Unit
 from agentsweep.collect.discover import FoundCell
 from agentsweep.collect.kv_cliff import cliff_columns, kv_pool_tokens
+from agentsweep.collect.power import power_columns
+from agentsweep.collect.provenance import receipt_values
 from agentsweep.collect.routed import routed_figures
 from agentsweep.collect.routed_checks import routed_artifact_problems
 from agentsweep.collect.stream import RequestStats, stream_requests
@@ -138,12 +141,16 @@ def to_engine_clock(values: dict[str, Any]) -> None:
         values[column.name] = value * speed if power > 0 else value / speed
 
 
-def load_cell(found: FoundCell) -> Row:
-    """One row for one result directory; never raises for bad content."""
+def load_cell(found: FoundCell, observe: Callable[[RequestRecord], None] | None = None) -> Row:
+    """One row for one result directory; never raises for bad content.
+
+    ``observe`` is handed every record of requests.jsonl as collect recounts them (one pass for a
+    reader that needs the records too: the results store); it is not called for a FAILED cell.
+    """
     row = Row(found.exp_name)
     row.values["result_dir"] = str(found.path)
     try:
-        _fill(row, found.path)
+        _fill(row, found.path, observe)
     except (Malformed, ResultFileError, ResultError) as err:
         row.status, row.reason = "MALFORMED", str(err)
     except Exception as err:  # defensive: a collect run must list every cell, whatever it holds
@@ -151,7 +158,7 @@ def load_cell(found: FoundCell) -> Row:
     return row
 
 
-def _fill(row: Row, path: Path) -> None:
+def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None = None) -> None:
     record = read_cell_record(path)
     if record is None:
         raise Malformed(f"{CELL_JSON} missing")
@@ -169,6 +176,10 @@ def _fill(row: Row, path: Path) -> None:
     row.values["agentsweep_version"] = _flat(record.versions.get("agentsweep"))
     row.values["start_utc"] = record.start_utc
     row.values["end_utc"] = record.end_utc
+    provenance, note = receipt_values(path)
+    row.values.update(provenance)
+    if note:
+        row.notes.append(note)
 
     status = read_status(path)
     if status is None:
@@ -190,7 +201,7 @@ def _fill(row: Row, path: Path) -> None:
     requests = path / REQUESTS_JSONL
     if not requests.is_file():
         raise Malformed(f"{REQUESTS_JSONL} missing")
-    stats = stream_requests(requests)
+    stats = stream_requests(requests, observe)
     row.values.update(stats.as_columns())
     if stats.bad_lines:
         row.notes.append(
@@ -220,6 +231,9 @@ def _fill(row: Row, path: Path) -> None:
         row.values.update(routed.figures)
         row.notes.extend(routed.notes)
         problems.extend(routed.problems)
+    power, notes = power_columns(path, cell)  # never changes the status: a withheld figure is a note
+    row.values.update(power)
+    row.notes.extend(notes)
     # The instance files are the ones the cell planned, whole, and merged as they say.
     problems.extend(routed_artifact_problems(path, cell, problems))
     if problems:

@@ -3,7 +3,9 @@
 Writes summary.csv, frontier.csv, the PNG plots, report.html and summary.md into OUT_DIR (and
 appends summary.md to $GITHUB_STEP_SUMMARY when that is set). Exit 0 when every cell succeeded,
 1 when any cell is FAILED, MALFORMED or MISSING, 3 when the only problems are INVALID cells, 2 on bad
-arguments or an output that cannot be written (then none of the outputs is left).
+arguments, on points measured differently (replayer versions, or one curve's recipes, from the
+receipts) unless --allow-mixed, or on an output that cannot be written (then none of the outputs is
+left).
 """
 
 from __future__ import annotations
@@ -11,15 +13,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
-from agentsweep.collect.aggregate import build_rows, to_frame
+from agentsweep.collect.aggregate import CELL_COLUMNS, build_rows, to_frame
 from agentsweep.collect.discover import find_cells
 from agentsweep.collect.output import one_set, write_csv, write_text
 from agentsweep.collect.pareto import frontier_table
 from agentsweep.collect.plots import PLOT_FILES, write_plots
+from agentsweep.collect.provenance import mixed_in_sweep, refuse_mixed
 from agentsweep.collect.report import summary_markdown, write_report
 from agentsweep.contract.resultdir import read_matrix
 from agentsweep.contract.verdict import INVALID_EXIT
@@ -38,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--matrix", type=Path, default=None, help="`agentsweep matrix --json` output: expected cells"
     )
     parser.add_argument("--no-plots", action="store_true", help="skip PNGs and report.html (tables only)")
+    parser.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="collect points of different replayer versions, or one curve's points of different recipes "
+        "(refused by default, naming what differs)",
+    )
     parser.add_argument(
         "--include-invalid",
         action="store_true",
@@ -73,14 +83,22 @@ def append_step_summary(text: str) -> None:
 
 
 def render_outputs(
-    df: pd.DataFrame, out_dir: Path, plots: bool = True, include_invalid: bool = False
+    df: pd.DataFrame,
+    out_dir: Path,
+    plots: bool = True,
+    include_invalid: bool = False,
+    mixed: Sequence[str] = (),
 ) -> pd.DataFrame:
-    """frontier.csv, plots, report.html and summary.md from a summary table; returns the frontier."""
+    """frontier.csv, plots, report.html and summary.md from a summary table; returns the frontier.
+    ``mixed``: how the points' provenance differs (allowed with --allow-mixed), said in summary.md."""
     frontier = frontier_table(df, include_invalid)
     write_csv(frontier, out_dir / "frontier.csv")
     if plots:
         write_report(df, write_plots(df, out_dir, include_invalid), out_dir)
-    write_text(out_dir / "summary.md", summary_markdown(df, frontier))
+    text = summary_markdown(df, frontier)
+    if mixed:
+        text += "\n### Points measured differently (--allow-mixed)\n\n" + "".join(f"- {m}\n" for m in mixed)
+    write_text(out_dir / "summary.md", text)
     return frontier
 
 
@@ -96,10 +114,17 @@ def run(args: argparse.Namespace) -> int:
         )
     rows = build_rows(found, matrix)
     df = to_frame(rows)
+    mixed = mixed_in_sweep(df, CELL_COLUMNS)
+    if not args.allow_mixed:
+        refuse_mixed(mixed, str(args.artifacts))
+    for line in mixed:
+        print(f"collect: allowed (--allow-mixed): {line}", file=sys.stderr)
     prepare_out_dir(args.out_dir)
     with one_set(args.out_dir, OUTPUTS):
         write_csv(df, args.out_dir / "summary.csv")
-        render_outputs(df, args.out_dir, plots=not args.no_plots, include_invalid=args.include_invalid)
+        render_outputs(
+            df, args.out_dir, plots=not args.no_plots, include_invalid=args.include_invalid, mixed=mixed
+        )
 
     append_step_summary((args.out_dir / "summary.md").read_text(encoding="utf-8"))
 

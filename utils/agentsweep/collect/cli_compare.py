@@ -1,4 +1,8 @@
-"""`agentsweep compare A B`: two collected sweeps (aggregated folders) side by side, B / A per cell."""
+"""`agentsweep compare A B`: two collected sweeps (aggregated folders) side by side, B / A per cell.
+
+Refused (exit 2, naming what differs) when A and B ran different replayer versions or a matched cell's
+recipe differs (engine version, image, client version), unless --allow-mixed.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from agentsweep.collect.cli_collect import prepare_out_dir
 from agentsweep.collect.cli_pareto import read_summary
 from agentsweep.collect.compare import DEFAULT_KEYS, compare, markdown
 from agentsweep.collect.output import one_set, write_csv, write_text
+from agentsweep.collect.provenance import mixed_between, refuse_mixed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,6 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("b", type=Path, help="candidate: an aggregated folder or its summary.csv")
     parser.add_argument(
         "--out", type=Path, default=None, help="folder for compare.csv and compare.md (default: B's)"
+    )
+    parser.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="compare sweeps of different replayer versions, or matched cells of different recipes "
+        "(refused by default, naming what differs; allowed, compare.md says it)",
     )
     parser.add_argument(
         "--on",
@@ -29,8 +40,13 @@ def run(args: argparse.Namespace) -> int:
     a, b = read_summary(args.a), read_summary(args.b)
     keys = tuple(k.strip() for k in args.on.split(",") if k.strip())
     table = compare(a, b, keys, names=(f"A ({args.a})", f"B ({args.b})"))
+    mixed = mixed_between(a, b, keys, ("A", "B"))
+    if not args.allow_mixed:
+        refuse_mixed(mixed, f"{args.a} vs {args.b}")
     out = prepare_out_dir(args.out or (args.b if args.b.is_dir() else args.b.parent))
     text = markdown(table, str(args.a), str(args.b), keys)
+    if mixed:
+        text += "\n**Measured differently (--allow-mixed):**\n\n" + "".join(f"- {m}\n" for m in mixed)
     with one_set(out, ("compare.csv", "compare.md")):
         write_csv(table, out / "compare.csv")
         write_text(out / "compare.md", text)

@@ -29,6 +29,13 @@ class Unit(StrEnum):
     JSON = "json"  # a nested value, as compact JSON
     FLAG = "flag"  # true or false
     LABEL = "label"  # a short text (a router policy, a disaggregation shape)
+    # Power (energy.power_summary): already in the engine's clock, so never rescaled.
+    WATTS = "W"
+    JOULES = "J"
+    JOULES_PER_TOKEN = "J/tok"
+    JOULES_PER_REQUEST = "J/req"
+    CELSIUS = "°C"
+    PERCENT = "%"
 
 
 # How a value in each unit changes when the engine runs S times faster than the wall clock:
@@ -151,7 +158,27 @@ ROUTED: tuple[Column, ...] = (
     Column("prefill_gpu_hit_rate", Unit.FRACTION),
 )
 
+# GPU power over the profiling window (collect.power from energy.power_summary). Every figure is empty
+# when power_valid is false (power_reasons says why); the cell's status does not depend on them.
+POWER: tuple[Column, ...] = (
+    Column("power_valid", Unit.FLAG),
+    Column("avg_power_w", Unit.WATTS),  # the whole cell (all its GPUs)
+    Column("p90_power_w", Unit.WATTS),
+    Column("avg_power_per_gpu_w", Unit.WATTS),
+    Column("total_gpu_energy_j", Unit.JOULES),
+    Column("joules_per_output_token", Unit.JOULES_PER_TOKEN),
+    Column("joules_per_total_token", Unit.JOULES_PER_TOKEN),
+    Column("joules_per_successful_query", Unit.JOULES_PER_REQUEST),
+    Column("avg_temp_c", Unit.CELSIUS),
+    Column("peak_temp_c", Unit.CELSIUS),
+    Column("avg_util_pct", Unit.PERCENT),
+    Column("power_reasons", Unit.JSON),  # a list of one-line reasons
+    Column("power_audit", Unit.JSON),
+)
+
 CLOCK_SCALE = Column("clock_scale", Unit.FACTOR)
 
-METRICS: tuple[Column, ...] = (*SUMMARY, *DERIVED, *SERVER, *ROUTED, *REQUESTS, *KV_CLIFF, CLOCK_SCALE)
+METRICS: tuple[Column, ...] = (
+    *SUMMARY, *DERIVED, *SERVER, *ROUTED, *REQUESTS, *KV_CLIFF, *POWER, CLOCK_SCALE,
+)  # fmt: skip
 UNITS: dict[str, Unit] = {c.name: c.unit for c in METRICS}

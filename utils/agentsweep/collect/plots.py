@@ -1,5 +1,6 @@
-"""PNG plots of a collected sweep: Pareto panels per throughput metric, cache panels, hit rates, and for
-routed cells the router's requests per engine instance over the run.
+"""PNG plots of a collected sweep: Pareto panels per throughput metric, cache panels, hit rates, joules
+per output token against interactivity (cells with valid power), and for routed cells the router's
+requests per engine instance over the run.
 
 Uses matplotlib's object API (no pyplot state), so it is safe in tests and headless CI.
 """
@@ -460,10 +461,85 @@ def routing_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False) 
     return path
 
 
+ENERGY_X = tuple(
+    x
+    for x in X_METRICS
+    if x.column.startswith("interactivity_p") and not x.column.startswith("interactivity_p99")
+)
+ENERGY_Y = "joules_per_output_token"
+
+
+def energy_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False) -> Path | None:
+    """Joules per output token (lower is better) against interactivity (higher is better), one panel per
+    percentile; only cells whose power is valid. None when no cell has a power figure."""
+    ok = successful(df, include_invalid)
+    if ENERGY_Y not in ok or ok.empty:
+        return None
+    valid = ok[pd.to_numeric(ok[ENERGY_Y], errors="coerce").notna()]
+    withheld = len(ok) - len(valid)
+    if valid.empty:  # no cell has a power figure (no source, or every one withheld: the table says why)
+        return None
+    markers, styles = _styles(ok)
+    series = _series_styles(ok)
+    fig = Figure(figsize=(15, 6.2), dpi=DPI)
+    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.12, top=0.86, wspace=0.18)
+    axes = fig.subplots(1, len(ENERGY_X))
+    for ax, xm in zip(np.atleast_1d(axes), ENERGY_X, strict=True):
+        _energy_panel(ax, valid, xm, markers, styles, series)
+    if not valid.empty:
+        np.atleast_1d(axes)[-1].legend(
+            handles=_legend_handles(valid, markers, styles), loc="best", fontsize=8
+        )
+    note = f"; {withheld} cells with power withheld (power_valid false) left out" if withheld else ""
+    fig.suptitle(
+        f"GPU energy per output token vs interactivity — {_title(df)}{note}", fontsize=12, x=0.01, ha="left"
+    )
+    fig.savefig(path)
+    return path
+
+
+def _energy_panel(
+    ax: Axes,
+    valid: pd.DataFrame,
+    xm: XMetric,
+    markers: dict[str, str],
+    styles: dict[str, str],
+    series: dict[SeriesKey, tuple[str, str]],
+) -> None:
+    ax.set_title(xm.label.split(" (")[0], fontsize=11, loc="left", fontweight="bold")
+    ax.set_xlabel(xm.label + "  → better", fontsize=9)
+    ax.set_ylabel("GPU energy per output token (J)  ↓ better", fontsize=9)
+    ax.grid(True, which="major", color="#dddddd", linewidth=0.7)
+    ax.set_axisbelow(True)
+    xs = pd.to_numeric(valid.get(xm.column), errors="coerce") if xm.column in valid else None
+    if xs is None or valid.empty or not np.isfinite(xs.to_numpy(float)).any():
+        ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="#999999")
+        return
+    for (engine, *key), group in valid.groupby(["engine", "offload", *ROUTING], sort=True):
+        gx = pd.to_numeric(group[xm.column], errors="coerce").to_numpy(float)
+        gy = pd.to_numeric(group[ENERGY_Y], errors="coerce").to_numpy(float)
+        color = series[tuple(key)][0]
+        idx = frontier(list(zip(gx, -gy, strict=True)), minimize_x=False)  # least energy at each speed
+        if len(idx) > 1:
+            ax.plot(gx[idx], gy[idx], linestyle=styles[engine], color=color, linewidth=1.6, alpha=0.85)
+        for pos in range(len(group)):
+            row = group.iloc[pos]
+            ax.scatter(
+                gx[pos], gy[pos], marker=markers[_tp_text(row["tp"])], s=46 if pos in idx else 28, color=color,
+                edgecolors="black" if pos in idx else "white", linewidths=0.7, zorder=3,
+            )  # fmt: skip
+            ax.annotate(
+                _point_label(row), (gx[pos], gy[pos]), xytext=(4, 4), textcoords="offset points", fontsize=6.5,
+                color="#333333",
+            )  # fmt: skip
+    ax.set_ylim(bottom=0)
+
+
 PLOT_FILES = {
     **{f"pareto_{y}.png": Y_METRICS[y] for y in Y_METRICS},
     "cache.png": "KV cache hit rates vs throughput",
     "hit_rates.png": "Ideal vs measured hit rate per cell",
+    "energy.png": "GPU energy per output token vs interactivity",
     "routing.png": "Requests per engine instance over the run (routed cells)",
 }
 
@@ -480,6 +556,9 @@ def write_plots(df: pd.DataFrame, out_dir: Path, include_invalid: bool = False) 
             hit_rate_figure(df, out_dir / "hit_rates.png", include_invalid),
         )
     )
+    energy = energy_figure(df, out_dir / "energy.png", include_invalid)
+    if energy is not None:
+        out.append((PLOT_FILES["energy.png"], energy))
     routing = routing_figure(df, out_dir / "routing.png", include_invalid)
     if routing is not None:
         out.append((PLOT_FILES["routing.png"], routing))

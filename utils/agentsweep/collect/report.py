@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ IDENTITY_FIELDS = (
     ("model", "Model"),
     ("engine", "Engine"),
     ("engine_version", "Engine version"),
+    ("replayer_version", "Replayer version (from the receipts)"),
     ("runner", "Hardware / runner"),
     ("precision", "Precision"),
     ("duration", "Replay duration (s)"),
@@ -78,6 +80,12 @@ ROUTED_TABLE = (
 )
 # Shown only when some cell has a value: a sweep of one node and no disaggregation needs none of them.
 SPARSE = ("disagg", "nodes", "prefill_gpu_hit_rate")
+# Shown at the end when some cell has valid power figures (docs/energy.md).
+POWER_TABLE = (
+    ("joules_per_output_token", "J/out tok", "num3"),
+    ("avg_power_per_gpu_w", "W/GPU", "num"),
+    ("power_reasons", "Power withheld because", "reasons"),
+)
 
 
 def _has(df: pd.DataFrame, column: str) -> bool:
@@ -91,14 +99,24 @@ def _has(df: pd.DataFrame, column: str) -> bool:
     return any(v != "" for v in values)
 
 
+def _withheld(df: pd.DataFrame) -> bool:
+    """True when some cell's power figures are withheld (its power_reasons list is not empty)."""
+    if "power_reasons" not in df.columns:
+        return False
+    return any(isinstance(v, str) and v not in ("", "[]") for v in df["power_reasons"].tolist())
+
+
 def table_spec(df: pd.DataFrame) -> tuple[tuple[str, str, str], ...]:
     """The summary table's (column, header, format): TABLE, with the routed columns when some cell
     runs behind a router."""
+    power: tuple[tuple[str, str, str], ...] = POWER_TABLE[:2] if _has(df, "joules_per_output_token") else ()
+    if power and _withheld(df):
+        power += POWER_TABLE[2:]
     if not routed(df):
-        return TABLE
+        return TABLE + power
     extra = tuple(c for c in ROUTED_TABLE if c[0] not in SPARSE or _has(df, c[0]))
     at = next(i for i, c in enumerate(TABLE) if c[0] == "offload") + 1
-    return TABLE[:at] + extra + TABLE[at:]
+    return TABLE[:at] + extra + TABLE[at:] + power
 
 
 def fmt(value: Any, kind: str) -> str:
@@ -106,6 +124,12 @@ def fmt(value: Any, kind: str) -> str:
         return "–"
     if kind == "text":
         return str(value) if value != "" else "–"
+    if kind == "reasons":  # a JSON list of one-line reasons
+        try:
+            reasons = json.loads(value) if isinstance(value, str) else []
+        except ValueError:
+            return str(value)
+        return "; ".join(str(r) for r in reasons) if isinstance(reasons, list) and reasons else "–"
     if kind == "cliff":  # a flag: 1/0 once the table is numeric
         return "yes" if value in (True, 1, "True") else "no" if value in (False, 0, "False") else "–"
     try:
@@ -118,6 +142,8 @@ def fmt(value: Any, kind: str) -> str:
         return f"{number:.1%}"
     if kind == "sec":
         return f"{number:.3f}" if number < 10 else f"{number:.1f}"
+    if kind == "num3":  # small quantities such as joules per token
+        return f"{number:.3g}"
     return f"{number:,.1f}" if abs(number) < 1e5 else f"{number:,.0f}"
 
 

@@ -9,9 +9,10 @@ whole cell.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kv_cache_tester.replay import RecordReader, RequestRecord, accepted
 from kv_cache_tester.stats import LogHistogram
@@ -83,43 +84,82 @@ def _impossible(rec: RequestRecord) -> str:
     return ""
 
 
-def stream_requests(path: Path) -> RequestStats:
+# Latencies are handed to the histograms in batches of this many (a list each, bounded).
+BATCH = 1 << 16
+
+
+def stream_requests(path: Path, observe: Callable[[RequestRecord], None] | None = None) -> RequestStats:
     """Read requests.jsonl line by line. Undecodable lines are counted, never fatal (a file that
-    cannot be opened is kv_cache_tester's ResultError)."""
+    cannot be opened is kv_cache_tester's ResultError). ``observe`` sees every record read.
+
+    The loop keeps its counts in locals and hands latencies to the histograms in batches: it runs
+    once per record of files with millions of them.
+    """
     stats = RequestStats()
     reader = RecordReader(path, required=())
+    records = warmup = profile_ok = profile_errors = 0
+    prompt_sum = cached_sum = output_sum = hit_blocks = total_blocks = 0
+    lane_peak = stats.lane_peak
+    batches: tuple[list[float], list[float], list[float]] = ([], [], [])
+    ttfts, e2es, tpots = batches
     for lineno, rec in reader.numbered():
-        stats.records += 1
-        problem = _impossible(rec)
-        if problem:
+        if observe is not None:
+            observe(rec)
+        records += 1
+        get = cast(dict[str, Any], rec).get  # every value present has its declared type
+        prompt, cached, output = get("prompt_tokens"), get("cached_tokens"), get("output_tokens")
+        ttft, e2e, tpot = get("ttft_s"), get("e2e_s"), get("tpot_s")
+        if (
+            (prompt is not None and prompt < 0)
+            or (cached is not None and (cached < 0 or (prompt is not None and cached > prompt)))
+            or (output is not None and output < 0)
+            or (ttft is not None and ttft < 0)
+            or (e2e is not None and e2e < 0)
+            or (tpot is not None and tpot < 0)
+        ):
             stats.impossible += 1
-            stats.first_impossible = stats.first_impossible or f"line {lineno}: {problem}"
-        if rec.get("phase") == "warmup":
-            stats.warmup += 1
+            stats.first_impossible = stats.first_impossible or f"line {lineno}: {_impossible(rec)}"
+        if get("phase") == "warmup":
+            warmup += 1
             continue
         # Blocks count for every request the server accepted (its prefill happened), as in the
         # replayer's summary.
         if accepted(rec):
-            stats.theoretical_hit_blocks += _count(rec.get("theoretical_hit_blocks"))
-            stats.total_blocks += _count(rec.get("total_blocks"))
-        if rec.get("status") != "ok":
-            stats.profile_errors += 1
+            hit_blocks += _count(get("theoretical_hit_blocks"))
+            total_blocks += _count(get("total_blocks"))
+        if get("status") != "ok":
+            profile_errors += 1
             continue
-        stats.profile_ok += 1
-        prompt, output = _count(rec.get("prompt_tokens")), _count(rec.get("output_tokens"))
-        stats.prompt_tokens += prompt
-        stats.cached_tokens += _count(rec.get("cached_tokens"))
-        stats.output_tokens += output
-        user = rec.get("user")
+        profile_ok += 1
+        prompt = prompt if prompt is not None and prompt > 0 else 0
+        output = output if output is not None and output > 0 else 0
+        prompt_sum += prompt
+        cached_sum += cached if cached is not None and cached > 0 else 0
+        output_sum += output
+        user = get("user")
         if user is not None:
-            stats.lane_peak[user] = max(stats.lane_peak.get(user, 0), prompt + output)
-        for value, hist in (
-            (rec.get("ttft_s"), stats.ttft),
-            (rec.get("e2e_s"), stats.e2e),
-            (rec.get("tpot_s"), stats.tpot),
-        ):
-            if value is not None and value >= 0:
-                hist.add(value)
+            context = prompt + output
+            if context > lane_peak.get(user, -1):
+                lane_peak[user] = context
+        if ttft is not None and ttft >= 0:
+            ttfts.append(ttft)
+        if e2e is not None and e2e >= 0:
+            e2es.append(e2e)
+        if tpot is not None and tpot >= 0:
+            tpots.append(tpot)
+        if len(ttfts) >= BATCH or len(e2es) >= BATCH or len(tpots) >= BATCH:
+            _flush(batches, stats)
+    _flush(batches, stats)
+    stats.records, stats.warmup = records, warmup
+    stats.profile_ok, stats.profile_errors = profile_ok, profile_errors
+    stats.prompt_tokens, stats.cached_tokens, stats.output_tokens = prompt_sum, cached_sum, output_sum
+    stats.theoretical_hit_blocks, stats.total_blocks = hit_blocks, total_blocks
     stats.bad_lines = reader.bad_lines
     stats.first_bad_line = reader.first_bad_line
     return stats
+
+
+def _flush(batches: tuple[list[float], list[float], list[float]], stats: RequestStats) -> None:
+    for values, hist in zip(batches, (stats.ttft, stats.e2e, stats.tpot), strict=True):
+        hist.add_many(values)
+        values.clear()

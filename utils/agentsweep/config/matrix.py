@@ -18,7 +18,6 @@ from pydantic import ValidationError
 from agentsweep.config.loader import load_runners, parse_entry, read_config_file, suggest
 from agentsweep.config.schema import RunnerSpec, SearchPoint, SweepSpec
 from agentsweep.contract.cell import ENTRY_FIELDS, OFFLOAD_MODES, Cell, RoleShape, nodes_needed, shape_label
-from agentsweep.contract.engine_args import unsupported_shape
 from agentsweep.contract.errors import validation_message
 from agentsweep.errors import ConfigError, InputError
 
@@ -90,10 +89,6 @@ def _check_point(spec: SweepSpec, runner_key: str, runner: RunnerSpec, point: Se
             f"{where}.{field}: {described} need {gpus} GPUs on {nodes} nodes but runner '{runner_key}' has "
             f"{runner.gpus_per_node} per node and max_nodes {runner.max_nodes}"
         )
-    for mode in point.offload:
-        problem = unsupported_shape(spec.engine, mode, point.prefill is not None)
-        if problem:
-            raise ConfigError(f"{where}.offload: {problem}")
     if "on" in point.offload and offload_budget_gb(runner, gpus) <= 0:
         raise ConfigError(
             f"{where}.offload: offload 'on' needs a CPU DRAM budget but runner '{runner_key}' has "

@@ -35,6 +35,8 @@ from agentsweep.contract.cell import (
     NonEmptyStr,
     Offload,
     PositiveInt,
+    PowerInterval,
+    PowerSource,
     ReplayOptions,
     RoleShape,
     RouterPolicy,
@@ -42,6 +44,7 @@ from agentsweep.contract.cell import (
     ValidityLimits,
     disaggregation_problem,
     instance_tps,
+    power_endpoint_problem,
     preset_duration_error,
     printable,
 )
@@ -82,6 +85,11 @@ class RunnerSpec(Frozen):
     # between nodes (the scale-out network); the simulated engine models transfers with them.
     intra_node_gbs: LinkGbs = DEFAULT_INTRA_NODE_GBS
     inter_node_gbs: LinkGbs = DEFAULT_INTER_NODE_GBS
+    # GPU power beside every cell (docs/energy.md): where the samples come from, the DCGM endpoint,
+    # and the seconds between samples.
+    power_source: PowerSource = "none"
+    power_endpoint: str = ""
+    power_interval_s: PowerInterval = 0.5
 
     def facts(self) -> RunnerFacts:
         """What every cell of this runner carries (the matrix copies it into each one)."""
@@ -91,7 +99,23 @@ class RunnerSpec(Frozen):
             gpus_per_node=self.gpus_per_node,
             intra_node_gbs=self.intra_node_gbs,
             inter_node_gbs=self.inter_node_gbs,
+            power_source=self.power_source,
+            power_endpoint=self.power_endpoint,
+            power_interval_s=self.power_interval_s,
         )
+
+    @field_validator("power_endpoint")
+    @classmethod
+    def _power_endpoint_shape(cls, value: str) -> str:
+        return power_endpoint_problem(value)
+
+    @model_validator(mode="after")
+    def _power_endpoint_for_dcgm(self) -> RunnerSpec:
+        if self.power_endpoint and self.power_source != "dcgm":
+            raise ValueError(
+                f"power_endpoint is read only with power_source dcgm (power_source is {self.power_source})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _hardware_from_gres(self) -> RunnerSpec:

@@ -35,7 +35,7 @@ from pydantic import (
     model_validator,
 )
 
-from agentsweep.contract.engine_args import engine_args_conflict, unsupported_shape
+from agentsweep.contract.engine_args import engine_args_conflict
 from agentsweep.contract.errors import CONTROL, brief, validation_message
 from agentsweep.contract.secrets import is_secret_flag, is_secret_name
 from agentsweep.errors import InputError
@@ -54,6 +54,9 @@ Hardware = Literal["h200", "b200", "mi355x"]
 RouterPolicy = Literal["round_robin", "cache_aware", "consistent_hash", "power_of_two", "random"]
 # The router program in front of the replicas; auto = smg for sglang cells, vllm-router otherwise.
 RouterProgram = Literal["auto", "vllm-router", "smg"]
+# Where a runner's GPU power samples come from (docs/energy.md): a DCGM exporter's /metrics, nvidia-smi's
+# query loop, amd-smi's JSON, or nothing.
+PowerSource = Literal["dcgm", "nvidia-smi", "amd-smi", "none"]
 
 ENGINES: tuple[str, ...] = get_args(Engine)
 OFFLOAD_MODES: tuple[str, ...] = get_args(Offload)
@@ -64,6 +67,7 @@ CLIENTS: tuple[str, ...] = get_args(Client)
 HARDWARE: tuple[str, ...] = get_args(Hardware)
 ROUTER_POLICIES: tuple[str, ...] = get_args(RouterPolicy)
 ROUTER_PROGRAMS: tuple[str, ...] = get_args(RouterProgram)
+POWER_SOURCES: tuple[str, ...] = get_args(PowerSource)
 
 # The one engine that can run faster than real time (its clock is simulated).
 SIMULATED_ENGINE = "sim"
@@ -90,6 +94,8 @@ MAX_CPU_DRAM_GB = 1 << 20  # 1 PiB
 MAX_REPLICAS = 256
 MAX_NODES = 1024
 MAX_LINK_GBS = 1e5
+MIN_POWER_INTERVAL_S = 0.05
+MAX_POWER_INTERVAL_S = 60.0
 
 # What a runner without these figures in runners.yaml gets (GB/s per GPU, each direction): NVLink 4
 # inside a node, one 400 Gb/s NIC per GPU between nodes.
@@ -106,6 +112,12 @@ GresType = Annotated[str, Field(pattern=f"^{GRES_NAME}$")]
 NodeGpus = Annotated[int, Field(gt=0, le=MAX_TP)]
 # A KV transfer link's bandwidth, GB/s per GPU and direction.
 LinkGbs = Annotated[float, Field(gt=0, le=MAX_LINK_GBS)]
+# Seconds between two power samples.
+PowerInterval = Annotated[float, Field(ge=MIN_POWER_INTERVAL_S, le=MAX_POWER_INTERVAL_S)]
+# power_endpoint of a dcgm runner: "engine" (each engine instance's own /metrics: the simulated engine
+# serves DCGM metrics there), a URL with {address} (the node's address), or "" for the exporter's
+# default, http://{address}:9400/metrics.
+ENGINE_POWER_ENDPOINT = "engine"
 
 
 def printable(value: Any) -> Any:
@@ -498,6 +510,16 @@ class RunnerFacts(Frozen):
     # (NVLink, xGMI) and between nodes (the scale-out network).
     intra_node_gbs: LinkGbs = DEFAULT_INTRA_NODE_GBS
     inter_node_gbs: LinkGbs = DEFAULT_INTER_NODE_GBS
+    # Where the power sampler beside the engines reads the cell's GPUs (none: no power.csv). A simulated
+    # engine is its own GPU: any source other than none samples its DCGM metrics.
+    power_source: PowerSource = "none"
+    power_endpoint: str = ""
+    power_interval_s: PowerInterval = 0.5
+
+    @field_validator("power_endpoint")
+    @classmethod
+    def _power_endpoint_shape(cls, value: str) -> str:
+        return power_endpoint_problem(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -509,6 +531,23 @@ class RunnerFacts(Frozen):
         if runner not in HARDWARE:
             return data
         return {**data, "hardware": runner, "gres_type": data.get("gres_type", runner)}
+
+
+def power_endpoint_problem(value: str) -> str:
+    """``value`` when it is a valid power_endpoint (ValueError naming what is wrong otherwise)."""
+    if value in ("", ENGINE_POWER_ENDPOINT):
+        return value
+    printable(value)
+    if not re.match(r"^https?://\S+$", value):
+        raise ValueError(
+            f"must be {ENGINE_POWER_ENDPOINT!r} or an http(s) URL (with {{address}} for the node's "
+            f"address), got {brief(value)}"
+        )
+    try:
+        value.format(address="node")
+    except (KeyError, IndexError, ValueError) as err:
+        raise ValueError(f"only {{address}} may be filled in, got {brief(value)} ({err})") from None
+    return value
 
 
 def preset_duration_error(preset: str, duration: int) -> str | None:
@@ -535,9 +574,7 @@ class Cell(ValidityLimits, ReplayOptions, RunnerFacts, EngineSettings, CellAxes)
     def _true_label(self) -> Cell:
         """The engine runs with the settings the cell's fields say: engine_args and engine_env may add
         settings, never contradict a field (agentsweep.contract.engine_args)."""
-        problem = unsupported_shape(self.engine, self.offload, self.disaggregated) or engine_args_conflict(
-            self
-        )
+        problem = engine_args_conflict(self)
         if problem:
             raise ValueError(problem)
         return self

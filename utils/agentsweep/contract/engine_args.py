@@ -466,17 +466,6 @@ def engine_args_conflict(cell: CellView) -> str | None:
     return None
 
 
-def unsupported_shape(engine: str, offload: str, disaggregated: bool) -> str | None:
-    """Why an engine cannot run a cell of this shape, or None (refused at the matrix and the cell,
-    not only inside the engine's recipe)."""
-    if engine == "vllm" and disaggregated and offload == "on":
-        return (
-            "offload on is not supported in a disaggregated vLLM cell yet (vLLM's offloading connector "
-            "would have to be composed with NIXL); use offload off or noprefix there"
-        )
-    return None
-
-
 def guarded_spellings(engine: str) -> list[str]:
     """Every flag spelling guarded for ``engine`` (docs and tests)."""
     return [f.spelling for s in _settings(engine) for f in s.flags]

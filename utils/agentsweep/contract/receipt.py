@@ -1,8 +1,9 @@
 """receipt.json: what a result directory held when its cell ended, and what produced it.
 
-The cell writes it last (``write_receipt``): the sha256 and size of every other file of the result
-directory (sub-folders such as ``steps/<n>/`` included), the recipe fingerprint, the replayer's
-version and the project's git commit. ``verify`` recomputes the file table and names every file that
+The cell writes it last (``write_receipt``), after its verdict: the sha256 and size of every other
+file of the result directory (sub-folders such as ``steps/<n>/`` included; every one of them a file
+the result directory's owner declares, ``agentsweep.contract.resultdir.files``), the recipe
+fingerprint, the replayer's version and the project's git commit. ``verify`` recomputes the file table and names every file that
 changed, went missing or was added since, and every number in a JSON, JSON-lines or CSV file that is
 not finite (NaN, Infinity): such a number in a result file is a bug of its writer, never a measurement.
 
@@ -19,8 +20,7 @@ import hashlib
 import json
 import os
 import re
-import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,14 +30,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.errors import validation_message
-from agentsweep.errors import InputError
+from agentsweep.contract.resultdir.fileio import read_bytes, write_atomic
+from agentsweep.contract.resultdir.files import RECEIPT_JSON, RECEIPT_JSON_MAX_BYTES
+from agentsweep.errors import InputError, ResultFileError
 
 SCHEMA_VERSION = 1
-RECEIPT_FILE = "receipt.json"
+RECEIPT_FILE = RECEIPT_JSON
 # Cell fields left out of the recipe fingerprint: the load and the name that encodes it.
 FINGERPRINT_EXCLUDED = ("users", "exp_name")
-# A receipt lists thousands of files at most; past this it is not one.
-MAX_RECEIPT_BYTES = 64 << 20
+MAX_RECEIPT_BYTES = RECEIPT_JSON_MAX_BYTES
 HASH_CHUNK = 1 << 20
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
@@ -102,14 +103,27 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def recipe_fingerprint(cell: Cell, *, engine_version: str | None, client_version: str | None) -> str:
+def _recipe_fields(cell: Cell | Mapping[str, Any]) -> dict[str, Any]:
+    """The cell as the fingerprint sees it: typed and complete, or (a cell refused before it could be
+    typed) the mapping it was given."""
+    fields = cell.model_dump(mode="json") if isinstance(cell, Cell) else dict(cell)
+    return {k: v for k, v in fields.items() if k not in FINGERPRINT_EXCLUDED}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def recipe_fingerprint(
+    cell: Cell | Mapping[str, Any], *, engine_version: str | None, client_version: str | None
+) -> str:
     """sha256 of the canonical cell minus users and exp_name, with engine version, image and client
     version (the image is a cell field; it is named again so the fingerprint's inputs read plainly)."""
-    fields = {k: v for k, v in cell.model_dump(mode="json").items() if k not in FINGERPRINT_EXCLUDED}
+    fields = _recipe_fields(cell)
     body = {
         "cell": fields,
         "engine_version": engine_version,
-        "image": cell.image,
+        "image": _text(fields.get("image")),
         "client_version": client_version,
     }
     return hashlib.sha256(_canonical(body).encode()).hexdigest()
@@ -152,23 +166,52 @@ def file_table(result_dir: Path) -> dict[str, FileEntry]:
 
 
 def project_commit() -> str | None:
-    """The git commit of this checkout: $GITHUB_SHA in a workflow, else ``git rev-parse HEAD`` of the
-    folder the package lives in; None when neither tells (an installed copy, no git)."""
+    """The git commit of this checkout: $GITHUB_SHA in a workflow, else the HEAD of the repository
+    the package lives in, read from its files (no git process: a cell refused in a unit test, or a
+    node without git, still gets its receipt); None when neither tells (an installed copy)."""
     sha = os.environ.get("GITHUB_SHA", "").strip().lower()
     if COMMIT.match(sha):
         return sha
-    here = Path(__file__).resolve().parent
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        out = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-        text = out.stdout.strip().lower()
-        if out.returncode == 0 and COMMIT.match(text):
-            return text
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        for folder in Path(__file__).resolve().parents:
+            dot_git = folder / ".git"
+            if dot_git.exists():
+                return _head_commit(dot_git)
+    return None
+
+
+def _head_commit(dot_git: Path) -> str | None:
+    """HEAD's commit from a ``.git`` folder, or the ``gitdir:`` file of a worktree."""
+    git_dir = dot_git
+    if dot_git.is_file():
+        text = dot_git.read_text(encoding="utf-8").strip()
+        if not text.startswith("gitdir:"):
+            return None
+        git_dir = (dot_git.parent / text.removeprefix("gitdir:").strip()).resolve()
+    common = git_dir
+    if (git_dir / "commondir").is_file():  # a worktree keeps its refs in the main repository
+        common = (git_dir / (git_dir / "commondir").read_text(encoding="utf-8").strip()).resolve()
+    head = (git_dir / "HEAD").read_text(encoding="utf-8").strip()
+    for _ in range(5):  # a symbolic ref to a symbolic ref ..., not forever
+        if not head.startswith("ref:"):
+            return head.lower() if COMMIT.match(head.lower()) else None
+        ref = head.removeprefix("ref:").strip()
+        for base in (git_dir, common):
+            if (base / ref).is_file():
+                head = (base / ref).read_text(encoding="utf-8").strip()
+                break
+        else:
+            return _packed_ref(common / "packed-refs", ref)
+    return None
+
+
+def _packed_ref(packed: Path, ref: str) -> str | None:
+    if not packed.is_file():
+        return None
+    for line in packed.read_text(encoding="utf-8").splitlines():
+        sha, _, name = line.partition(" ")
+        if name == ref and COMMIT.match(sha):
+            return sha
     return None
 
 
@@ -188,7 +231,7 @@ def utc_now() -> str:
 
 def build_receipt(
     result_dir: Path,
-    cell: Cell,
+    cell: Cell | Mapping[str, Any],
     *,
     engine_version: str | None,
     client_version: str | None = None,
@@ -197,11 +240,15 @@ def build_receipt(
 ) -> Receipt:
     """The receipt of ``result_dir`` as it is now (nothing is written).
 
-    ``client_version`` defaults to the replayer's version for cells whose client is the replayer;
-    ``replayer`` to the installed replayer's; ``commit`` to ``project_commit()``.
+    ``cell`` is the typed cell, or the mapping a cell refused for bad input was given (its
+    fingerprint then covers what it was given). ``client_version`` defaults to the replayer's version
+    for cells whose client is the replayer; ``replayer`` to the installed replayer's; ``commit`` to
+    ``project_commit()``.
     """
     replayer = replayer if replayer is not None else replayer_version()
-    if client_version is None and cell.client == "replay":
+    fields = _recipe_fields(cell)
+    client = _text(fields.get("client")) or ("replay" if isinstance(cell, Cell) else "")
+    if client_version is None and client == "replay":
         client_version = replayer
     return Receipt(
         files=file_table(result_dir),
@@ -209,7 +256,10 @@ def build_receipt(
             cell, engine_version=engine_version, client_version=client_version
         ),
         recipe=Recipe(
-            engine_version=engine_version, image=cell.image, client=cell.client, client_version=client_version
+            engine_version=engine_version,
+            image=_text(fields.get("image")),
+            client=client,
+            client_version=client_version,
         ),
         replayer_version=replayer,
         commit=commit if commit is not None else project_commit(),
@@ -219,7 +269,7 @@ def build_receipt(
 
 def write_receipt(
     result_dir: Path,
-    cell: Cell,
+    cell: Cell | Mapping[str, Any],
     *,
     engine_version: str | None,
     client_version: str | None = None,
@@ -236,28 +286,22 @@ def write_receipt(
         replayer=replayer,
         commit=commit,
     )
-    tmp = result_dir / f".{RECEIPT_FILE}.tmp"
-    try:
-        tmp.write_text(receipt.to_json(), encoding="utf-8")
-        os.replace(tmp, result_dir / RECEIPT_FILE)
-    except OSError as err:  # a full disk: no temporary file stays; the error names the file
-        tmp.unlink(missing_ok=True)
-        raise OSError(err.errno, err.strerror, str(result_dir / RECEIPT_FILE)) from err
+    write_atomic(result_dir / RECEIPT_FILE, receipt.to_json())
     return receipt
 
 
 def read_receipt(result_dir: Path) -> Receipt:
     """``result_dir/receipt.json`` as a Receipt; ReceiptError naming the file and what is wrong."""
     path = result_dir / RECEIPT_FILE
-    if not path.is_file():
+    try:
+        raw = read_bytes(result_dir, RECEIPT_FILE)
+    except ResultFileError as err:
+        raise ReceiptError(f"{result_dir}/{err}") from None
+    if raw is None:
         raise ReceiptError(f"{path}: no receipt (the cell did not finish writing its result)")
     try:
-        if path.stat().st_size > MAX_RECEIPT_BYTES:
-            raise ReceiptError(f"{path}: larger than {MAX_RECEIPT_BYTES >> 20} MiB; not a receipt")
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except OSError as err:
-        raise ReceiptError(f"{path}: unreadable ({err.strerror or err})") from None
-    except (UnicodeDecodeError, ValueError) as err:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
         raise ReceiptError(f"{path}: not JSON ({err})") from None
     if isinstance(data, dict) and data.get("schema_version") != SCHEMA_VERSION:
         raise ReceiptError(

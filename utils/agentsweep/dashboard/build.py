@@ -22,6 +22,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kv_cache_tester.replay.jsonfast import loads
+
 from agentsweep.dashboard import data
 from agentsweep.errors import InputError, WriteError
 from agentsweep.store.db import Store
@@ -63,17 +65,16 @@ def build(store: Store, out: Path) -> dict[str, int]:
         with store.read() as conn:
             idx = data.index(conn)
             exp_names = {p["id"]: p["exp_name"] for p in idx["points"]}
-            for point_id, payload in data.drilldowns(conn):
-                text = f"agentsweepPoint({point_id},{_js(payload)});\n"
-                (work / "data" / "points" / f"{point_id}.js").write_text(text, encoding="utf-8")
+            for point_id, raw in data.drilldowns(conn):
+                # The payload as ingest wrote it (compact JSON is a JavaScript value): not decoded
+                # and encoded again, only read for its capacity results.
+                with (work / "data" / "points" / f"{point_id}.js").open("wb") as fh:
+                    fh.write(b"agentsweepPoint(%d," % point_id + raw + b");\n")
                 drilled += 1
-                if payload.get("capacity") is not None:
+                found = loads(raw).get("capacity")
+                if found is not None:
                     capacity.append(
-                        {
-                            "point": point_id,
-                            "exp_name": exp_names.get(point_id),
-                            "capacity": payload["capacity"],
-                        }
+                        {"point": point_id, "exp_name": exp_names.get(point_id), "capacity": found}
                     )
         idx["capacity"] = capacity
         (work / "data" / "index.js").write_text(f"window.AGENTSWEEP_INDEX={_js(idx)};\n", encoding="utf-8")

@@ -7,7 +7,6 @@ charts plot (the history's flags are judged here, by store.query, exactly as `re
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -121,8 +120,8 @@ def index(conn: Connection) -> dict[str, Any]:
     }
 
 
-def drilldowns(conn: Connection) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(point id, drill-down payload) for every point, one at a time."""
+def drilldowns(conn: Connection) -> Iterator[tuple[int, bytes]]:
+    """(point id, drill-down payload as the JSON ingest wrote) for every point, one at a time."""
     b = schema.blobs
     ids = conn.execute(select(b.c.point_id).where(b.c.name == "drilldown.json").order_by(b.c.point_id))
     point_ids: list[int] = [int(row.point_id) for row in ids]
@@ -130,5 +129,4 @@ def drilldowns(conn: Connection) -> Iterator[tuple[int, dict[str, Any]]]:
         parts = conn.execute(
             select(b.c.data).where(b.c.point_id == point_id, b.c.name == "drilldown.json").order_by(b.c.part)
         )
-        raw = b"".join(zlib.decompress(bytes(row.data)) for row in parts)
-        yield int(point_id), json.loads(raw)
+        yield int(point_id), b"".join(zlib.decompress(bytes(row.data)) for row in parts)

@@ -20,7 +20,8 @@ simulated seconds if no decode took them (vLLM's abort timeout, SGLang's waiting
 
 Transfer model (decode side, simulated time): the decode reuses its own GPU prefix-cache hits and
 receives the rest, taking ``missing tokens x KV bytes per token / (kv_transfer_gbs x TP) +
-kv_transfer_latency_ms``; the scheduler holds the request meanwhile (``Engine._admit_remote``).
+kv_transfer_latency_ms``; the scheduler holds the request meanwhile. ``KVTransfer`` is this module's
+part inside the engine (the engine's ``transfer``): a decode's admission, a prefill's pinned blocks.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from agentsweep.engine_sim.scheduler import Engine, SimRequest
+from agentsweep.engine_sim.kv_cache import Lookup
+from agentsweep.engine_sim.request import LOADING, SimRequest
+from agentsweep.engine_sim.scheduler import Engine
 from agentsweep.errors import InputError
 
 MODES = ("null", "prefill", "decode")
@@ -98,6 +101,78 @@ def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+class KVTransfer:
+    """A role's part inside the engine: a decode's prompt arrives over the fabric, a prefill's blocks
+    stay pinned for its decode. ``bandwidth`` in bytes/s for all ranks together, ``latency`` in
+    simulated seconds per handoff."""
+
+    def __init__(self, engine: Engine, bandwidth: float, latency: float) -> None:
+        self.engine = engine
+        self.bandwidth = bandwidth
+        self.latency = latency
+        self.pinned_blocks = 0  # blocks finished prefills hold for their decodes
+
+    def admit(self, r: SimRequest, hit: Lookup) -> int:
+        """A decode's prompt: its local GPU prefix hits are used, the rest arrives over the fabric.
+
+        The request takes blocks for the whole prompt now (as a decode preallocates them) and waits
+        ``bytes / bandwidth + latency`` of simulated time while others keep stepping. Then only the
+        last prompt token is computed (for its logits, as vLLM does), so every prompt token is
+        reported cached: local hits plus transferred tokens. The CPU tier is not consulted.
+        Returns the first chunk size (0), or -1 when the blocks do not fit now.
+        """
+        engine = self.engine
+        kv = engine.kv
+        bs = engine.block_size
+        g = hit.gpu_blocks
+        hit = Lookup(g, 0, hit.reclaim, hit.path)
+        need = engine.blocks_for(r.tokens_len) - g
+        if need > kv.available - hit.reclaim:
+            return -1
+        r.node = kv.acquire(hit)
+        kv.allocate(need)
+        r.depth = r.registered = g
+        r.held = g + need
+        r.computed = r.tokens_len - 1
+        local = g * bs
+        moved = r.tokens_len - local
+        r.remote_tokens = moved
+        st = engine.stats
+        if kv.prefix_caching:
+            st.prefix_queries += r.prefill_len
+            st.prefix_hits += local
+        st.external_queries += moved
+        st.external_hits += moved
+        nbytes = moved * kv.block_bytes // bs
+        seconds = nbytes / self.bandwidth + self.latency
+        st.kv_transfers += 1
+        st.kv_transfer_tokens += moved
+        st.kv_transfer_bytes += nbytes
+        st.kv_transfer_time.observe(seconds)
+        st.kv_transfer_size.observe(nbytes)
+        st.kv_transfer_last_gbs = nbytes / seconds / 1e9 if seconds > 0 else 0.0
+        r.cached_tokens = r.tokens_len
+        r.gpu_hit_tokens = local
+        r.transfer_s = seconds
+        r.status = LOADING
+        r.ready_at = engine.t + seconds
+        engine.loading.append(r)
+        return 0
+
+    def hold(self, r: SimRequest) -> None:
+        """A finished prefill keeps its blocks until its decode takes them (``release``)."""
+        r.pinned = True
+        self.pinned_blocks += r.held
+
+    def release(self, r: SimRequest) -> None:
+        """A finished prefill's blocks were taken (or the wait for them expired): let them go."""
+        if r.pinned:
+            r.pinned = False
+            self.pinned_blocks -= r.held
+            self.engine.free_blocks(r)
+            self.engine.wake()
+
+
 class Disagg:
     """The role of one engine instance and the handoffs it holds or makes."""
 
@@ -115,6 +190,11 @@ class Disagg:
         self._session: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         engine.stats.kv_role = self.mode
+        self.transfer = KVTransfer(
+            engine, config.kv_transfer_gbs * 1e9 * tp, config.kv_transfer_latency_ms / 1e3
+        )
+        if self.mode != "null":
+            engine.transfer = self.transfer
 
     # -- lifecycle -----------------------------------------------------------------------------
     def add_routes(self, router: web.UrlDispatcher) -> None:
@@ -195,12 +275,12 @@ class Disagg:
             "kv_transfer_params needs remote_host (a host name) and remote_port (a port) of the "
             "prefill instance, got remote_host={host!r} remote_port={port!r}",
         )
-        key = params.get("remote_request_id") or (f"vllm-{request_id}" if request_id else None)
-        if not isinstance(key, str):
+        handoff = params.get("remote_request_id") or (f"vllm-{request_id}" if request_id else None)
+        if not isinstance(handoff, str):
             raise ProtocolError(
                 "kv_transfer_params.remote_request_id (or an X-Request-ID header) is required"
             )
-        return Plan("decode", "vllm", key, peer)
+        return Plan("decode", "vllm", handoff, peer)
 
     def _plan_sglang(self, body: dict[str, Any], room: Any) -> Plan:
         if not _int(room) or room < 0:
@@ -270,7 +350,7 @@ class Disagg:
         """No decode took the blocks in time: free them (vLLM's abort timeout)."""
         self._forget(key, h)
         if h.req is not None and h.req.pinned:
-            self.engine.release_pinned(h.req)
+            self.transfer.release(h.req)
             self.engine.stats.kv_transfer_expired += 1
 
     async def _take(self, request: web.Request) -> web.Response:
@@ -300,12 +380,15 @@ class Disagg:
             return _error(f"{key} not ready after {wait:g} s", 503)
         if h.failed or h.req is None:
             return _error(f"{key}: {h.failed}", 410)
+        first = h.req.first_token_at
         return web.json_response(
             {
                 "engine_id": self.engine_id,
                 "prompt_tokens": h.req.tokens_len,
                 "block_size": self.engine.block_size,
                 "blocks": h.req.held,
+                # the prefill's own time for the prompt (simulated s): part of the request's TTFT
+                "prefill_s": first - h.req.arrival if first is not None else 0.0,
             }
         )
 
@@ -317,12 +400,15 @@ class Disagg:
         if h.timer is not None:
             h.timer.cancel()
         if h.req is not None:
-            self.engine.release_pinned(h.req)
+            self.transfer.release(h.req)
         return web.json_response({"released": key})
 
     # -- decode side ---------------------------------------------------------------------------
-    async def fetch(self, plan: Plan, prompt_tokens: int) -> None:
-        """Contact the prefill for this handoff (waiting, bounded, for its room); ProtocolError if not."""
+    async def fetch(self, plan: Plan, prompt_tokens: int) -> float:
+        """Contact the prefill for this handoff (waiting, bounded, for its room); ProtocolError if not.
+
+        Returns the simulated seconds the prefill took for the prompt (its arrival to its first token).
+        """
         assert self._session is not None
         where = "prefill" if plan.protocol == "vllm" else "bootstrap server"
         url = f"{plan.peer}{ROUTE.format(key=plan.key)}"
@@ -364,6 +450,8 @@ class Disagg:
                 502,
                 "KVTransferError",
             )
+        prefill_s = info.get("prefill_s", 0.0)
+        return float(prefill_s) if isinstance(prefill_s, (int, float)) and math.isfinite(prefill_s) else 0.0
 
     def release(self, plan: Plan) -> None:
         """The decode holds the blocks now: tell the prefill to let go of them (in the background)."""

@@ -4,12 +4,20 @@ Each server gets its own ``CollectorRegistry`` with one custom collector that re
 plain counters at scrape time, so the engine loop never touches a Prometheus object (cheap steps)
 and two servers in one process never share series. Counters are exposed with the ``_total``
 suffix by prometheus_client, as the real engines expose them.
+
+Beside the engine's dialect, the same /metrics serves its simulated GPUs' power, energy, temperature,
+utilisation and memory in the DCGM exporter's names (``DcgmCollector``), so a cell samples a
+simulated GPU as it would a real one behind dcgm-exporter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import math
+import os
+import socket
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -20,6 +28,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from agentsweep.engine_sim.profiles import ACTIVATION_RESERVE_BYTES, Deployment, weight_read_s
 from agentsweep.engine_sim.stats import EngineStats, Histogram
 
 DIALECTS = ("vllm", "sglang")
@@ -99,7 +108,7 @@ class _Base(Collector):
             s.pinned_blocks,
         )
 
-    def _by(self, name: str, doc: str, label: str, values: dict[str, float]) -> CounterMetricFamily:
+    def _by(self, name: str, doc: str, label: str, values: Mapping[str, float]) -> CounterMetricFamily:
         fam = CounterMetricFamily(name, doc, labels=[*self.labels, label])
         for key, value in values.items():
             fam.add_metric([*self.labels.values(), key], value)
@@ -345,3 +354,172 @@ def build_registry(
 
 def render(registry: CollectorRegistry) -> bytes:
     return generate_latest(registry)
+
+
+# -- the simulated GPUs: DCGM exporter metrics ------------------------------------------------------
+#
+# The simulated engine is a GPU too. Each of its tensor-parallel GPUs draws idle power plus a share of
+# the rest of its board power that follows the simulated load of the last interval, from the step model:
+#
+#     compute load = (b x prompt tokens computed + c x tokens generated) / elapsed   (tensor cores)
+#     memory load  = steps x (time to read the weights every token uses) / elapsed  (HBM)
+#     power        = idle + (board - idle) x min(1, COMPUTE_SHARE x compute + MEMORY_SHARE x memory)
+#
+# (each load capped at 1; b, c as in ``profiles.StepCost``; board and idle power in ``profiles.HARDWARE``).
+# A GPU running only prefill compute reaches its board power; decoding, bound by the weight reads, draws
+# about 60 % of the range above idle. These two shares are assumptions of the model, not measurements.
+# Energy is the integral of that power over the engine's own clock (the counter counts engine seconds, as
+# every other figure of a sped-up simulated engine does); utilisation is the busy share of the interval
+# (steps x a + the compute above); temperature approaches 33 + 32 x power / board power °C with a 20 s
+# time constant (recorded: an H100 36 °C idle, 63 °C after 15 s at its 700 W limit; an H200 41 °C and
+# 64 °C); memory used is the
+# weights, the activation reserve and the KV pool, allocated at start as a serving engine does.
+COMPUTE_SHARE = 1.0
+MEMORY_SHARE = 0.6
+TEMP_BASE_C = 33.0
+TEMP_RANGE_C = 32.0
+TEMP_TIME_CONSTANT_S = 20.0
+MIN_INTERVAL_S = 1e-3  # engine seconds: two scrapes closer than this read the same figures
+
+
+@dataclass(frozen=True, slots=True)
+class GpuWork:
+    """The engine's cumulative work at one moment of its clock."""
+
+    engine_s: float  # simulated seconds since start
+    prompt_tokens_computed: int
+    tokens_generated: int
+    steps: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    """Constants of one engine instance's simulated GPUs (see the comment above)."""
+
+    hardware: str
+    gpus: int  # the tensor-parallel group
+    board_power_w: float
+    idle_power_w: float
+    step_s: float  # a: fixed time of a step
+    prefill_token_s: float  # b
+    decode_token_s: float  # c
+    weight_read_s: float  # the memory-bound part of a
+    memory_used_mib: float
+
+
+class GpuMeter:
+    """Integrates the simulated GPUs' power over the engine's clock, one reading per scrape.
+
+    The GPUs of a tensor-parallel group share every step, so all of them read the same figures.
+    """
+
+    def __init__(self, model: GpuModel, work: Callable[[], GpuWork]) -> None:
+        self.model = model
+        self.work = work
+        first = work()
+        self._last = first
+        self.energy_j = 0.0  # per GPU, since the engine started
+        self.power_w = model.idle_power_w
+        self.util = 0.0
+        self.temp_c = TEMP_BASE_C + TEMP_RANGE_C * model.idle_power_w / model.board_power_w
+
+    def read(self) -> GpuMeter:
+        now = self.work()
+        dt = now.engine_s - self._last.engine_s
+        if dt < MIN_INTERVAL_S:
+            return self
+        m, last = self.model, self._last
+        prompt = now.prompt_tokens_computed - last.prompt_tokens_computed
+        generated = now.tokens_generated - last.tokens_generated
+        steps = now.steps - last.steps
+        compute_s = m.prefill_token_s * prompt + m.decode_token_s * generated
+        compute = min(1.0, compute_s / dt)
+        memory = min(1.0, steps * m.weight_read_s / dt)
+        load = min(1.0, COMPUTE_SHARE * compute + MEMORY_SHARE * memory)
+        self.power_w = m.idle_power_w + (m.board_power_w - m.idle_power_w) * load
+        self.energy_j += self.power_w * dt
+        self.util = min(1.0, (steps * m.step_s + compute_s) / dt)
+        target = TEMP_BASE_C + TEMP_RANGE_C * self.power_w / m.board_power_w
+        self.temp_c = target + (self.temp_c - target) * math.exp(-dt / TEMP_TIME_CONSTANT_S)
+        self._last = now
+        return self
+
+
+class DcgmCollector(Collector):
+    """The five DCGM exporter metrics of ``etc/default-counters.csv`` that power sampling reads, one
+    series per simulated GPU (labels as the exporter sets them: gpu, UUID, device, modelName, Hostname)."""
+
+    def __init__(self, meter: GpuMeter, uuid_prefix: str) -> None:
+        self.meter = meter
+        host = socket.gethostname().split(".")[0]
+        name = f"simulated {meter.model.hardware.upper()}"
+        self.labels = [
+            {
+                "gpu": str(i),
+                "UUID": f"{uuid_prefix}-{i}",
+                "device": f"gpu{i}",
+                "modelName": name,
+                "Hostname": host,
+            }
+            for i in range(meter.model.gpus)
+        ]
+
+    def _family(self, name: str, doc: str, kind: str, value: float) -> Metric:
+        fam = Metric(name, doc, kind)
+        for labels in self.labels:
+            fam.add_sample(name, labels, value)
+        return fam
+
+    def collect(self) -> Iterator[Metric]:
+        g = self.meter.read()
+        yield self._family("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", "gauge", round(g.power_w, 3))
+        yield self._family(
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+            "Total energy consumption since boot (in mJ).",
+            "counter",
+            float(round(g.energy_j * 1e3)),
+        )
+        yield self._family("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", "gauge", round(g.temp_c))
+        yield self._family("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "gauge", round(100 * g.util))
+        yield self._family(
+            "DCGM_FI_DEV_FB_USED",
+            "Framebuffer memory used (in MiB).",
+            "gauge",
+            round(g.model.memory_used_mib),
+        )
+
+
+class _EngineLike(Protocol):
+    """What the GPU meter reads of the engine: its clock, its counters and its step count."""
+
+    stats: EngineStats
+    steps: int
+
+    @property
+    def clock(self) -> Any: ...
+
+
+def add_simulated_gpus(
+    registry: CollectorRegistry, dep: Deployment, gpu_blocks: int, block_size: int, engine: _EngineLike
+) -> GpuMeter:
+    """Serve the DCGM metrics of ``engine``'s simulated GPUs (``dep.tp`` of them) on ``registry``."""
+    kv_bytes = gpu_blocks * block_size * dep.kv_bytes_per_token_gpu
+    model = GpuModel(
+        hardware=dep.hardware.name,
+        gpus=dep.tp,
+        board_power_w=dep.hardware.board_power_w,
+        idle_power_w=dep.hardware.idle_power_w,
+        step_s=dep.cost.a,
+        prefill_token_s=dep.cost.b,
+        decode_token_s=dep.cost.c,
+        weight_read_s=weight_read_s(dep),
+        memory_used_mib=(dep.weight_bytes_gpu + ACTIVATION_RESERVE_BYTES + kv_bytes) / 2**20,
+    )
+
+    def work() -> GpuWork:
+        st = engine.stats
+        return GpuWork(float(engine.clock.now()), st.prompt_local_compute, st.generation_tokens, engine.steps)
+
+    meter = GpuMeter(model, work)
+    registry.register(DcgmCollector(meter, f"GPU-sim-{os.getpid()}"))
+    return meter

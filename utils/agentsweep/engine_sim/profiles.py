@@ -65,16 +65,41 @@ class Hardware:
     hbm_bw: float  # bytes/s per GPU
     flops: dict[str, float]  # dense peak per GPU by compute precision (bf16, fp8, fp4)
     host_link_bw: float  # bytes/s per GPU, host <-> device (pinned copies)
+    # Board power (W): the vendor's maximum for the whole board, what a GPU drawing all it may reaches.
+    board_power_w: float = 700.0
+    # Idle power (W) of a GPU an engine holds (a context open, its memory allocated, no kernel running).
+    idle_power_w: float = 125.0
 
 
+# Board power, from the vendors' public specifications:
+# - NVIDIA H200 SXM: "Max Thermal Design Power (TDP): up to 700W (configurable)" (NVIDIA H200 Tensor
+#   Core GPU datasheet / product page, SXM form factor).
+# - NVIDIA B200 in HGX B200: up to 1,000 W per GPU (NVIDIA HGX B200 / Blackwell datasheet, "Max Thermal
+#   Design Power (TDP)" of the HGX B200 GPU).
+# - AMD Instinct MI355X: 1,400 W "Total Board Power (TBP)" (AMD Instinct MI355X product page and
+#   data sheet; the air-cooled MI350X is 1,000 W).
+# Idle power is not in any datasheet. Recorded with nvidia-smi (tests/energy/fixtures): an H100 (700 W
+# board) idles at 71 W bare and at 120-127 W once a process holds a CUDA context and memory, as a
+# serving engine does; an H200 idles at 80 W bare and draws about 691 W of its 700 W limit under a bf16
+# matmul loop. The H200 takes the held-context 125 W, and the B200 and MI355X the same 18 % of their
+# board power (an estimate until they are measured).
 HARDWARE: dict[str, Hardware] = {
     # NVIDIA H200 SXM datasheet (no FP4 units: FP4 weights compute at FP8 rate).
-    "h200": Hardware("h200", 141 * GB, 4.8e12, {"bf16": 989e12, "fp8": 1979e12, "fp4": 1979e12}, 50 * GB),
+    "h200": Hardware(
+        "h200", 141 * GB, 4.8e12, {"bf16": 989e12, "fp8": 1979e12, "fp4": 1979e12}, 50 * GB,
+        board_power_w=700.0, idle_power_w=125.0,
+    ),
     # NVIDIA HGX B200 (per GPU).
-    "b200": Hardware("b200", 180 * GB, 8.0e12, {"bf16": 2.25e15, "fp8": 4.5e15, "fp4": 9.0e15}, 50 * GB),
+    "b200": Hardware(
+        "b200", 180 * GB, 8.0e12, {"bf16": 2.25e15, "fp8": 4.5e15, "fp4": 9.0e15}, 50 * GB,
+        board_power_w=1000.0, idle_power_w=180.0,
+    ),
     # AMD Instinct MI355X datasheet.
-    "mi355x": Hardware("mi355x", 288 * GB, 8.0e12, {"bf16": 2.5e15, "fp8": 5.0e15, "fp4": 10.0e15}, 50 * GB),
-}
+    "mi355x": Hardware(
+        "mi355x", 288 * GB, 8.0e12, {"bf16": 2.5e15, "fp8": 5.0e15, "fp4": 10.0e15}, 50 * GB,
+        board_power_w=1400.0, idle_power_w=250.0,
+    ),
+}  # fmt: skip
 
 ALLREDUCE_S = 12e-6  # one small all-reduce over NVLink / Infinity Fabric (two per layer when TP > 1)
 ACTIVATION_RESERVE_BYTES = 4 * GB  # per GPU: activations, CUDA graphs, workspace
@@ -281,6 +306,11 @@ class StepCost:
             t += self.moe_s * (1.0 - self.miss ** (prefill_tokens + decode_batch))
         return t
 
+    def decode_run(self, k: int, step: float, batch: int, kv_tokens_read: int) -> float:
+        """Time of ``k`` pure-decode steps in a row, the first taking ``step``: each step reads
+        ``batch`` more KV tokens than the one before (every sequence grew by its token)."""
+        return k * (step - self.d * kv_tokens_read) + self.d * (k * kv_tokens_read + batch * k * (k - 1) // 2)
+
     def experts_touched(self, tokens: int) -> float:
         """Fraction of the routed experts a step of ``tokens`` tokens reads."""
         return 1.0 - self.miss**tokens if self.moe_s else 0.0
@@ -321,6 +351,14 @@ def weight_bytes(model: Model, precision: str) -> tuple[float, float]:
     expert = model.expert_params
     dense_per_param = min(per_param, 1.0) if expert and precision == "fp4" else per_param
     return (model.total_params - expert) * dense_per_param, expert * per_param
+
+
+def weight_read_s(dep: Deployment) -> float:
+    """Seconds one step spends reading the weights every token uses, per GPU (the memory-bound part of
+    the fixed step cost ``a``; the simulated GPU's power model counts it as memory load)."""
+    cal = dep.calibration or calibration_for(dep.hardware.name, dep.precision)
+    dense_bytes, _ = weight_bytes(dep.model, dep.precision)
+    return dense_bytes / dep.tp / (dep.hardware.hbm_bw * cal.efficiency.hbm_eff)
 
 
 def step_cost(

@@ -97,8 +97,9 @@ class PromptMemo:
         return block_hashes(tokens, self.block_size, parent[-1] if parent else 0)
 
     def blocks(
-        self, segments: Sequence[Segment], closing: Sequence[int] = (), key: str | None = None
+        self, segments: Sequence[Segment], closing: Sequence[int] = (), session: str | None = None
     ) -> PromptBlocks:
+        key: object = session
         if key is None:
             first = segments[0][1] if segments else ""
             key = first[: self.KEY_CHARS] if isinstance(first, str) else tuple(first[:64])

@@ -24,23 +24,23 @@ stepping; a request that hits blocks still on their way back waits for them too.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import IO
+from dataclasses import dataclass
+from typing import IO, Protocol
 
-from agentsweep.engine_sim.kv_cache import KVCache, Lookup, Node, block_hashes
+from agentsweep.engine_sim.kv_cache import KVCache, Lookup, block_hashes
 from agentsweep.engine_sim.profiles import StepCost
 from agentsweep.engine_sim.prompt_memo import PromptBlocks
+from agentsweep.engine_sim.request import FINISHED, LOADING, RUNNING, WAITING, SimRequest
 from agentsweep.engine_sim.stats import EngineStats
 
 log = logging.getLogger("agentsweep.engine_sim")
 
-WAITING, LOADING, RUNNING, FINISHED = "waiting", "loading", "running", "finished"
 MAX_BATCHED_STEPS = 100_000
 # When steps are already due (Python is behind the simulated clock), the loop runs them back to back
 # for up to this much wall time before letting the HTTP side run: streams then send the tokens of
@@ -49,12 +49,30 @@ MAX_BATCHED_STEPS = 100_000
 MAX_BURST_S = 0.002
 
 
+def _arrival(r: SimRequest) -> float:
+    return r.arrival
+
+
+@dataclass(slots=True)
+class _Step:
+    """The next engine step as scheduled: what it computes and what its time depends on."""
+
+    sched: list[tuple[SimRequest, int]]  # the requests it computes, and how many tokens each
+    changed: bool  # a request was admitted or preempted
+    prefill: int  # prefill tokens
+    decode: int  # decoding sequences
+    kv_read: int  # KV tokens read
+    pairs: float  # prefill attention pairs: each new token x the context before it
+    left: int  # the fewest tokens a decoding sequence still has to generate
+
+
 class SimClock:
     """Simulated seconds = wall seconds since start x speed."""
 
     def __init__(self, speed: float) -> None:
         self.speed = speed
         self._t0 = time.perf_counter()
+        self.start_unix = time.time()  # the wall-clock instant simulated time 0 stands for
 
     def now(self) -> float:
         return (time.perf_counter() - self._t0) * self.speed
@@ -64,44 +82,23 @@ class SimClock:
         await asyncio.sleep(delay if delay > 0 else 0)
 
 
-@dataclass(slots=True, eq=False)
-class SimRequest:
-    rid: str
-    tokens_len: int
-    hashes: list[int]  # chained hashes of the prompt's full blocks
-    max_tokens: int
-    arrival: float
-    status: str = WAITING
-    prefill_len: int = 0  # tokens to compute before decoding (prompt, or prompt + output after preemption)
-    computed: int = 0
-    generated: int = 0
-    held: int = 0  # GPU blocks held: the cached path below, then private blocks
-    node: Node | None = None  # the deepest cached run this request holds (the path ends there)
-    depth: int = 0  # cached blocks on that path
-    registered: int = 0  # prompt blocks already considered for caching
-    ready_at: float = 0.0
-    cached_tokens: int = -1  # prefix hits at first admission (usage.prompt_tokens_details)
-    gpu_hit_tokens: int = 0
-    cpu_hit_tokens: int = 0
-    first_token_at: float | None = None
-    last_token_at: float = 0.0
-    finished_at: float | None = None
-    counted_prompt: bool = False
-    preemptions: int = 0
-    aborted: bool = False
-    finish_reason: str = "length"
-    event: asyncio.Event = field(default_factory=asyncio.Event)
-    # Disaggregated serving (``disagg.py``). A decode's ``remote`` prompt arrives over the fabric instead
-    # of being computed: ``remote_tokens`` of it were transferred. A prefill's ``pin`` keeps its blocks
-    # held after it finishes, until the decode has taken them (``Engine.release_pinned``).
-    remote: bool = False
-    remote_tokens: int = 0
-    pin: bool = False
-    pinned: bool = False
-    on_loaded: Callable[[], None] | None = None  # called once its transferred blocks are resident
+class Transfer(Protocol):
+    """What a prefill or decode role does inside the engine (``disagg.KVTransfer``)."""
+
+    pinned_blocks: int
+
+    def admit(self, r: SimRequest, hit: Lookup) -> int:
+        """A decode's prompt: take its blocks and start its transfer; the first chunk size or -1."""
+        ...
+
+    def hold(self, r: SimRequest) -> None:
+        """A finished prefill: keep its blocks for its decode."""
+        ...
 
 
 class Engine:
+    """The scheduler and its clock. A prefill or decode role plugs in as ``transfer`` (``disagg.py``)."""
+
     def __init__(
         self,
         cache: KVCache,
@@ -113,8 +110,6 @@ class Engine:
         max_num_seqs: int = 1024,
         host_link_bw: float = 50e9,
         stats: EngineStats | None = None,
-        kv_transfer_bw: float = 450e9,
-        kv_transfer_latency: float = 0.0,
     ) -> None:
         self.kv = cache
         self.cost = cost
@@ -123,9 +118,7 @@ class Engine:
         self.max_batched = max_num_batched_tokens
         self.max_seqs = max_num_seqs
         self.host_link_bw = host_link_bw  # bytes/s for all ranks together
-        self.kv_transfer_bw = kv_transfer_bw  # prefill -> decode fabric, bytes/s for all ranks together
-        self.kv_transfer_latency = kv_transfer_latency  # simulated seconds of fixed cost per handoff
-        self.pinned_blocks = 0  # blocks finished prefills hold for their decode
+        self.transfer: Transfer | None = None  # the prefill or decode role's part, if the engine has one
         self.stats = stats or EngineStats()
         self.waiting: deque[SimRequest] = deque()
         self.loading: list[SimRequest] = []
@@ -140,6 +133,7 @@ class Engine:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._ids = itertools.count(1)
+        self._dirty: list[SimRequest] = []  # requests with a sink and tokens not pushed yet
         self._aborts = 0  # aborted requests not yet dropped
         # (position, block hash, resident at): the first block of each run still being copied back.
         # A prompt hits that run iff it hits past that position with that block there (chained hashes).
@@ -147,6 +141,8 @@ class Engine:
         # Optional per-request timeline in simulated seconds (--request-log): one JSON line per
         # finished request, for measurements that must not include the wall clock's HTTP overhead.
         self.request_log: IO[str] | None = None
+        # How a timeline's simulated seconds map to the wall clock (the same for every request).
+        self.clock_fields = f',"speed":{float(clock.speed)!r},"clock_start_unix":{clock.start_unix!r}'
 
     # -- requests ------------------------------------------------------------------------------
     def blocks_for(self, tokens: int) -> int:
@@ -157,12 +153,19 @@ class Engine:
         return self.blocks_for(tokens) <= self.kv.total
 
     def submit(
-        self, prompt: PromptBlocks | list[int], max_tokens: int, *, remote: bool = False, pin: bool = False
+        self,
+        prompt: PromptBlocks | list[int],
+        max_tokens: int,
+        *,
+        remote: bool = False,
+        pin: bool = False,
+        request_id: str | None = None,
     ) -> SimRequest:
         """Queue a prompt (token ids, or its length and block hashes when already known).
 
         ``remote``: the prompt's KV comes from a prefill instance (only the local prefix-cache miss is
         transferred). ``pin``: keep the blocks held once finished, for a decode to take.
+        ``request_id``: the client's, named in the request log.
         """
         if isinstance(prompt, list):
             hashes = block_hashes(prompt, self.block_size) if self.kv.prefix_caching else []
@@ -173,17 +176,10 @@ class Engine:
         req.prefill_len = req.tokens_len
         req.remote = remote
         req.pin = pin
+        req.request_id = request_id
         self.waiting.append(req)
         self._wake.set()
         return req
-
-    def release_pinned(self, req: SimRequest) -> None:
-        """A finished prefill's blocks were taken (or the wait for them expired): let them go."""
-        if req.pinned:
-            req.pinned = False
-            self.pinned_blocks -= req.held
-            self._free(req)
-            self._wake.set()
 
     def abort(self, req: SimRequest) -> None:
         """The client went away: drop the request at the next step boundary."""
@@ -191,6 +187,15 @@ class Engine:
             req.aborted = True
             self._aborts += 1
             self._wake.set()
+
+    def wake(self) -> None:
+        """Something changed outside the loop (blocks freed, a request aborted): look again."""
+        self._wake.set()
+
+    @property
+    def pinned_blocks(self) -> int:
+        """Blocks finished prefills hold for their decodes."""
+        return self.transfer.pinned_blocks if self.transfer is not None else 0
 
     @property
     def num_running(self) -> int:
@@ -216,6 +221,7 @@ class Engine:
         while True:
             self._drop_aborted()
             if not (self.running or self.waiting or self.loading):
+                self._flush_streams()
                 self._wake.clear()
                 await self._wake.wait()
                 burst_start = time.perf_counter()
@@ -223,10 +229,14 @@ class Engine:
             if not self.running and not self.loading:
                 self.t = max(self.t, self.waiting[0].arrival)
             self._promote_loaded()
-            sched, admitted_or_preempted = self._schedule()
+            step = self._schedule()
+            sched = step.sched
             if not sched:
                 nxt = [r.ready_at for r in self.loading]
-                nxt += [r.arrival for r in self.waiting if r.arrival > self.t][:1]
+                arrival = self._next_arrival()
+                if arrival is not None:
+                    nxt.append(arrival)
+                self._flush_streams()
                 if not nxt:
                     # Nothing can run until something finishes or arrives: wait for a wake-up.
                     self._wake.clear()
@@ -238,25 +248,11 @@ class Engine:
                 await self.clock.sleep_until(self.t)
                 burst_start = time.perf_counter()
                 continue
-            prefill = decode = kv_read = 0
-            pairs = 0.0  # prefill attention: each new token attends to the context before it
-            for r, n in sched:
-                if n == 1 and r.computed >= r.prefill_len:
-                    decode += 1
-                else:
-                    prefill += n
-                    pairs += n * (r.computed + (n + 1) / 2)
-                kv_read += r.computed + n
-            dt = self.cost.time(prefill, decode, kv_read, pairs)
+            dt = self.cost.time(step.prefill, step.decode, step.kv_read, step.pairs)
             k = 1
-            if not prefill and not admitted_or_preempted:
-                k = self._batch_steps(sched, dt, decode, kv_read)
-            if k > 1:
-                total = k * (dt - self.cost.d * kv_read) + self.cost.d * (
-                    k * kv_read + decode * k * (k - 1) // 2
-                )
-            else:
-                total = dt
+            if not step.prefill and not step.changed:
+                k = self._batch_steps(step, dt)
+            total = self.cost.decode_run(k, dt, step.decode, step.kv_read) if k > 1 else dt
             end = self.t + total
             behind = self.clock.now() - end
             late = behind >= 0
@@ -265,11 +261,21 @@ class Engine:
                 self.iterations_late += 1
                 self.lag_wall_s += behind / self.clock.speed
             if not late or time.perf_counter() - burst_start > MAX_BURST_S:
+                self._flush_streams()
                 await self.clock.sleep_until(end)
                 burst_start = time.perf_counter()
-            self.t = end
+            start, self.t = self.t, end
             self.steps += k
-            self._apply(sched, k, total / k)
+            self._apply(sched, k, total / k, start)
+
+    def _flush_streams(self) -> None:
+        """Before the loop yields: streams get the tokens produced since they were last written."""
+        if self._dirty:
+            dirty, self._dirty = self._dirty, []
+            for r in dirty:
+                r.dirty = False
+                if r.sink is not None:
+                    r.sink()
 
     def _drop_aborted(self) -> None:
         if not self._aborts:
@@ -279,7 +285,7 @@ class Engine:
             if any(r.aborted for r in queue):
                 for r in [r for r in queue if r.aborted]:
                     queue.remove(r)
-                    self._free(r)
+                    self.free_blocks(r)
                     self._finish(r, "abort")
                     self._loaded(r)
         if any(r.aborted for r in self.waiting):
@@ -304,29 +310,57 @@ class Engine:
             callback, r.on_loaded = r.on_loaded, None
             callback()
 
+    def _next_arrival(self) -> float | None:
+        """The first request still to arrive (simulated ``t`` is behind the wall clock it came at).
+
+        Only submitted requests can have arrived after ``t`` (a preempted one was admitted, and goes
+        back to the front), and they queue in arrival order: those still to come are a suffix,
+        found by bisection.
+        """
+        waiting = self.waiting
+        i = bisect.bisect_right(waiting, self.t, key=_arrival)
+        return waiting[i].arrival if i < len(waiting) else None
+
     # -- scheduling ----------------------------------------------------------------------------
-    def _schedule(self) -> tuple[list[tuple[SimRequest, int]], bool]:
+    def _schedule(self) -> _Step:
+        """The next step: running requests first, then waiting ones in arrival order."""
         budget = self.max_batched
         sched: list[tuple[SimRequest, int]] = []
         kv = self.kv
         bs = self.block_size
         preempted = False
+        prefill = decode = kv_read = 0
+        pairs = 0.0
+        left = MAX_BATCHED_STEPS
         i = 0
         running = self.running
-        while i < len(running) and budget > 0:
+        end = len(running)
+        while i < end and budget > 0:
             r = running[i]
-            n = 1 if r.computed >= r.prefill_len else min(r.prefill_len - r.computed, budget)
-            need = -(-(r.computed + n) // bs) - r.held
-            while need > kv.available:
-                victim = running.pop()
-                self._preempt(victim)
-                preempted = True
-                if victim is r:
+            computed = r.computed
+            decoding = computed >= r.prefill_len
+            n = 1 if decoding else min(r.prefill_len - computed, budget)
+            need = -(-(computed + n) // bs) - r.held
+            if need:  # a decode needs a new block once every block_size tokens
+                while need > kv.available:
+                    victim = running.pop()
+                    end -= 1
+                    self._preempt(victim)
+                    preempted = True
+                    if victim is r:
+                        break
+                if r.status != RUNNING:
                     break
-            if r.status != RUNNING:
-                break
-            kv.allocate(need)
-            r.held += need
+                kv.allocate(need)
+                r.held += need
+            if decoding:
+                decode += 1
+                if r.max_tokens - r.generated < left:
+                    left = r.max_tokens - r.generated
+            else:
+                prefill += n
+                pairs += n * (computed + (n + 1) / 2)
+            kv_read += computed + n
             sched.append((r, n))
             budget -= n
             i += 1
@@ -345,7 +379,10 @@ class Engine:
                     running.append(r)
                     sched.append((r, n))
                     budget -= n
-        return sched, preempted or admitted
+                    prefill += n  # an admitted prompt always has a token left to compute
+                    pairs += n * (r.computed + (n + 1) / 2)
+                    kv_read += r.computed + n
+        return _Step(sched, preempted or admitted, prefill, decode, kv_read, pairs, left)
 
     def _admit(self, r: SimRequest, budget: int) -> int:
         """Look the prompt up and take its blocks; returns the first chunk size, or -1 if no room."""
@@ -353,7 +390,8 @@ class Engine:
         bs = self.block_size
         hit = kv.lookup(r.hashes, (r.prefill_len - 1) // bs)
         if r.remote and not r.preemptions:
-            return self._admit_remote(r, hit)
+            assert self.transfer is not None, "a remote prompt needs a decode role"
+            return self.transfer.admit(r, hit)
         g, c = hit.gpu_blocks, hit.cpu_blocks
         reclaim = hit.reclaim  # evictable blocks the hit takes off the list
         computed = (g + c) * bs
@@ -407,59 +445,15 @@ class Engine:
             r.status = RUNNING
         return n
 
-    def _admit_remote(self, r: SimRequest, hit: Lookup) -> int:
-        """A decode's prompt: its local GPU prefix hits are used, the rest arrives over the fabric.
-
-        The request takes blocks for the whole prompt now (as a decode preallocates them) and waits
-        ``bytes / kv_transfer_bw + kv_transfer_latency`` of simulated time while others keep stepping.
-        Then only the last prompt token is computed (for its logits, as vLLM does), so every prompt
-        token is reported cached: local hits plus transferred tokens. The CPU tier is not consulted.
-        """
-        kv = self.kv
-        bs = self.block_size
-        g = hit.gpu_blocks
-        hit = Lookup(g, 0, hit.reclaim, hit.path)
-        need = self.blocks_for(r.tokens_len) - g
-        if need > kv.available - hit.reclaim:
-            return -1
-        r.node = kv.acquire(hit)
-        kv.allocate(need)
-        r.depth = r.registered = g
-        r.held = g + need
-        r.computed = r.tokens_len - 1
-        local = g * bs
-        moved = r.tokens_len - local
-        r.remote_tokens = moved
-        st = self.stats
-        if kv.prefix_caching:
-            st.prefix_queries += r.prefill_len
-            st.prefix_hits += local
-        st.external_queries += moved
-        st.external_hits += moved
-        nbytes = moved * kv.block_bytes // bs
-        seconds = nbytes / self.kv_transfer_bw + self.kv_transfer_latency
-        st.kv_transfers += 1
-        st.kv_transfer_tokens += moved
-        st.kv_transfer_bytes += nbytes
-        st.kv_transfer_time.observe(seconds)
-        st.kv_transfer_size.observe(nbytes)
-        st.kv_transfer_last_gbs = nbytes / seconds / 1e9 if seconds > 0 else 0.0
-        r.cached_tokens = r.tokens_len
-        r.gpu_hit_tokens = local
-        r.status = LOADING
-        r.ready_at = self.t + seconds
-        self.loading.append(r)
-        return 0
-
     def _preempt(self, r: SimRequest) -> None:
-        self._free(r)
+        self.free_blocks(r)
         r.status = WAITING
         r.prefill_len = r.tokens_len + r.generated
         r.preemptions += 1
         self.waiting.appendleft(r)
         self.stats.preemptions += 1
 
-    def _free(self, r: SimRequest) -> None:
+    def free_blocks(self, r: SimRequest) -> None:
         if r.node is not None:
             self.kv.release(r.node, r.held - r.depth)
         r.node = None
@@ -468,40 +462,35 @@ class Engine:
         r.computed = 0
         r.registered = 0
 
-    def _batch_steps(self, sched: list[tuple[SimRequest, int]], dt: float, batch: int, kv_read: int) -> int:
+    def _batch_steps(self, step: _Step, dt: float) -> int:
         """How many identical decode steps to apply at once (only steps already due by the clock)."""
         limit = self.clock.now()
-        for w in self.waiting:  # requests already due could not be admitted; the next arrival could
-            if w.arrival > self.t:
-                limit = min(limit, w.arrival)
-                break
+        arrival = self._next_arrival()  # requests already due could not be admitted; the next could
+        if arrival is not None:
+            limit = min(limit, arrival)
         if self.loading:
             limit = min(limit, min(r.ready_at for r in self.loading))
         if limit - self.t <= dt:
             return 1
-        k = min(MAX_BATCHED_STEPS, 1 + int((limit - self.t) / dt))
-        k = min(k, min(r.max_tokens - r.generated for r, _ in sched))
-        d = self.cost.d
-        base = dt - d * kv_read
+        k = min(MAX_BATCHED_STEPS, 1 + int((limit - self.t) / dt), step.left)
         # Drop steps that would start after the limit (step i reads i*batch more KV tokens).
-        while (
-            k > 1
-            and self.t + (k - 1) * base + d * ((k - 1) * kv_read + batch * (k - 1) * (k - 2) // 2) > limit
-        ):
+        while k > 1 and self.t + self.cost.decode_run(k - 1, dt, step.decode, step.kv_read) > limit:
             k = max(1, k // 2)
         if k <= 1:
             return 1
         bs = self.block_size
-        extra = sum(-(-(r.computed + k) // bs) - r.held for r, _ in sched)
+        extra = sum(-(-(r.computed + k) // bs) - r.held for r, _ in step.sched)
         return k if extra <= self.kv.available else 1
 
     # -- applying a step -----------------------------------------------------------------------
-    def _apply(self, sched: list[tuple[SimRequest, int]], k: int, dt: float) -> None:
+    def _apply(self, sched: list[tuple[SimRequest, int]], k: int, dt: float, start: float) -> None:
+        """The step that began at ``start`` ended at ``self.t`` (``k`` decode steps of ``dt`` each)."""
         st = self.stats
         kv = self.kv
         t = self.t
         bs = self.block_size
         itl = st.itl
+        dirty = self._dirty
         decoded = 0
         finished: list[SimRequest] = []
         if k > 1:
@@ -514,49 +503,68 @@ class Engine:
                 need = -(-r.computed // bs) - r.held
                 r.held += need
                 extra += need
+                r.itls += [dt] * k
                 r.last_token_at = t
-                r.event.set()
+                if r.sink is None:  # its reader wakes, or its stream takes the tokens at the next flush
+                    r.event.set()
+                elif not r.dirty:
+                    r.dirty = True
+                    dirty.append(r)
                 if r.generated >= r.max_tokens:
                     finished.append(r)
             kv.allocate(extra)
             decoded = k * len(sched)
             itl.observe(dt, decoded)
         else:
+            steady = 0  # decodes whose previous token came at this step's start: one ITL for all
+            step = t - start
             for r, n in sched:
                 if r.aborted:
                     continue
-                was_decoding = r.computed >= r.prefill_len
-                r.computed += n
-                if not was_decoding:
+                if r.computed >= r.prefill_len:  # decoding (its first token came when prefill ended)
+                    r.computed += n
+                    if r.last_token_at == start:
+                        steady += 1
+                        r.itls.append(step)
+                    else:
+                        gap = t - r.last_token_at
+                        itl.observe(gap)
+                        r.itls.append(gap)
+                else:
+                    r.computed += n
                     self._register_blocks(r)
                     if r.computed < r.prefill_len:
                         continue
+                    if r.first_token_at is None:
+                        r.first_token_at = t
+                        st.ttft.observe(t - r.arrival)
+                        self._count_prompt(r)
                 r.generated += 1
                 decoded += 1
-                if r.first_token_at is None:
-                    r.first_token_at = t
-                    st.ttft.observe(t - r.arrival)
-                    self._count_prompt(r)
-                elif was_decoding:
-                    itl.observe(t - r.last_token_at)
                 r.last_token_at = t
-                r.event.set()
+                if r.sink is None:
+                    r.event.set()
+                elif not r.dirty:
+                    r.dirty = True
+                    dirty.append(r)
                 if r.generated >= r.max_tokens:
                     finished.append(r)
+            if steady:
+                itl.observe(step, steady)
         st.generation_tokens += decoded
         for r in finished:
             self.running.remove(r)
-            if r.pin:
-                r.pinned = True  # held for the decode: ``release_pinned`` frees them
-                self.pinned_blocks += r.held
+            if r.pin and self.transfer is not None:
+                self.transfer.hold(r)  # its decode takes the blocks, or they expire
             else:
-                self._free(r)
+                self.free_blocks(r)
             self._finish(r, "length")
 
     def _register_blocks(self, r: SimRequest) -> None:
         full = min(r.computed, r.tokens_len) // self.block_size
         if full > r.registered:
             if self.kv.prefix_caching:
+                assert r.node is not None  # a request that computes holds a path
                 r.node, _ = self.kv.register(r.node, r.hashes[r.registered : full])
                 r.depth = full
             r.registered = full
@@ -580,12 +588,7 @@ class Engine:
         if reason != "abort":
             self.stats.e2e.observe(self.t - r.arrival)
             if self.request_log is not None:
-                first = r.first_token_at if r.first_token_at is not None else self.t
-                self.request_log.write(
-                    f'{{"arrival_s":{r.arrival!r},"first_token_s":{first!r},"finish_s":{self.t!r},'
-                    f'"prompt_tokens":{r.tokens_len},"output_tokens":{r.generated},'
-                    f'"cached_tokens":{max(r.cached_tokens, 0)},"preemptions":{r.preemptions}}}\n'
-                )
+                self.request_log.write(r.log_line(self.clock_fields))
         r.event.set()
 
     def reset_prefix_cache(self) -> None:

@@ -5,10 +5,9 @@ ids), GET /v1/models, GET /health (SGLang: also /health_generate), GET /metrics,
 POST /reset_prefix_cache (SGLang: /flush_cache), GET /version, GET /get_model_info, and in the SGLang
 dialect GET /server_info (also /get_server_info).
 
-Streaming follows vLLM: ``data: {json}\\n\\n`` events, the chat role delta with the first token, the
-finish reason on the last content chunk, a final usage chunk (``choices: []``) when
-``stream_options.include_usage`` is set, then ``data: [DONE]``. A chunk carries every token the
-engine produced since the previous chunk (one per step when the client keeps up).
+A streamed response (``sse.py``) follows vLLM: SSE chunks, each with every token the engine produced
+since the previous one (one per step when the client keeps up); every response ends with the
+request's own timeline in simulated time (``sim_timeline``, ``request.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +30,9 @@ from agentsweep.engine_sim.disagg import Disagg, DisaggConfig, Plan, ProtocolErr
 from agentsweep.engine_sim.faults import CRASH, FAIL, STALL, Faults
 from agentsweep.engine_sim.metrics import CONTENT_TYPE, Snapshot, build_registry, render
 from agentsweep.engine_sim.prompt_memo import PromptBlocks, PromptMemo, Segment
-from agentsweep.engine_sim.scheduler import FINISHED, Engine, SimRequest
+from agentsweep.engine_sim.request import FINISHED, SimRequest
+from agentsweep.engine_sim.scheduler import Engine
+from agentsweep.engine_sim.sse import SseStream, usage_json
 
 try:  # optional speed-up
     import orjson
@@ -52,7 +53,6 @@ except ImportError:  # pragma: no cover - orjson is installed with the fast extr
 
 
 DEFAULT_MAX_TOKENS = 256
-SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 
 
 class BadRequest(Exception):
@@ -240,9 +240,12 @@ class SimServer:
             if not isinstance(messages, list) or not messages:
                 raise BadRequest("'messages' must be a non-empty list")
             try:
-                return tokenizer.chat_segments(messages, bool(body.get("add_generation_prompt", True)))
+                texts, closing = tokenizer.chat_segments(
+                    messages, bool(body.get("add_generation_prompt", True))
+                )
             except ValueError as err:
                 raise BadRequest(str(err)) from None
+            return list[Segment](texts), closing
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one
@@ -311,19 +314,30 @@ class SimServer:
             self.config.crash()
         if fault == FAIL:
             return error_response("simulated engine failure", 500, "InternalServerError")
+        prefill_s = 0.0
         if plan.role == "decode":
             try:
-                await self.disagg.fetch(plan, prompt.length)
+                prefill_s = await self.disagg.fetch(plan, prompt.length)
             except ProtocolError as err:
                 return error_response(str(err), err.status, err.kind)
-        req = self.engine.submit(prompt, max_tokens, remote=plan.role == "decode", pin=plan.role == "prefill")
+        req = self.engine.submit(
+            prompt,
+            max_tokens,
+            remote=plan.role == "decode",
+            pin=plan.role == "prefill",
+            request_id=request.headers.get("X-Request-ID"),
+        )
         if plan.role == "decode":
+            req.prefill_s = prefill_s
             req.on_loaded = lambda: self.disagg.release(plan)
         stall_at = max(1, max_tokens // 2) if fault == STALL else None
         try:
             if body.get("stream"):
                 include_usage = bool((opts or {}).get("include_usage"))
-                return await self._stream(request, req, chat, include_usage, stall_at)
+                limit = max_tokens if stall_at is None else stall_at
+                stream = SseStream(self.engine, req, chat, self._name_json, include_usage, limit)
+                hold = (lambda: self._hold_stalled(req, request)) if stall_at is not None else None
+                return await stream.run(request, hold=hold)
             return await self._whole(request, req, chat, stall_at, plan)
         finally:
             if req.status != FINISHED:
@@ -343,12 +357,6 @@ class SimServer:
         port = sock[1] if sock else (request.url.port or 80)
         return host, port
 
-    def _usage(self, req: SimRequest) -> str:
-        return (
-            f'{{"prompt_tokens":{req.tokens_len},"total_tokens":{req.tokens_len + req.generated},'
-            f'"completion_tokens":{req.generated},"prompt_tokens_details":{{"cached_tokens":{max(0, req.cached_tokens)}}}}}'
-        )
-
     async def _hold_stalled(self, req: SimRequest, request: web.Request) -> None:
         """The stall fault: the request stops where it is (nothing more is computed for it) and stays
         running in the engine's figures until the client goes away."""
@@ -362,64 +370,6 @@ class SimServer:
     async def _wait_disconnect(self, request: web.Request) -> None:
         while request.transport is not None and not request.transport.is_closing():
             await asyncio.sleep(0.05)
-
-    async def _stream(
-        self, request: web.Request, req: SimRequest, chat: bool, include_usage: bool, stall_at: int | None
-    ) -> web.StreamResponse:
-        resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
-        await resp.prepare(request)
-        created = int(time.time())
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        head = (
-            f'data: {{"id":"{rid}","object":"{obj}","created":{created},"model":{self._name_json},"choices":'
-        )
-        if chat:
-            role = f'{head}[{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}}\n\n'
-            open_ = head + '[{"index":0,"delta":{"content":"'
-            mid = '"},"logprobs":null,"finish_reason":'
-            close = "}]}\n\n"
-        else:
-            role = ""
-            open_ = head + '[{"index":0,"text":"'
-            mid = '","logprobs":null,"finish_reason":'
-            close = ',"stop_reason":null}]}\n\n'
-        sent = 0
-        limit = req.max_tokens if stall_at is None else stall_at
-        try:
-            while True:
-                if req.generated == sent and req.status != FINISHED:
-                    req.event.clear()
-                    await req.event.wait()
-                    continue
-                n = min(req.generated, limit) - sent
-                if n <= 0 and req.status != FINISHED:
-                    break  # stalled
-                last = req.status == FINISHED and sent + n >= req.generated
-                parts = []
-                if sent == 0 and role:
-                    parts.append(role)
-                if n > 0 or last:
-                    reason = f'"{req.finish_reason}"' if last else "null"
-                    parts.append(f"{open_}{tokenizer.output_text(sent, n)}{mid}{reason}{close}")
-                sent += max(n, 0)
-                if last:
-                    if include_usage:
-                        parts.append(f'{head}[],"usage":{self._usage(req)}}}\n\n')
-                    parts.append("data: [DONE]\n\n")
-                await resp.write("".join(parts).encode())
-                if last:
-                    break
-                if sent >= limit:
-                    break
-            if stall_at is not None:
-                await self._hold_stalled(req, request)
-                return resp
-            await resp.write_eof()
-        except (ConnectionError, asyncio.CancelledError):
-            self.engine.abort(req)
-            raise
-        return resp
 
     async def _whole(
         self,
@@ -453,6 +403,7 @@ class SimServer:
             extra = f',"kv_transfer_params":{_dumps(params)}'
         body = (
             f'{{"id":"{rid}","object":"{obj}","created":{created},"model":{self._name_json},'
-            f'"choices":[{choice}],"usage":{self._usage(req)}{extra}}}'
+            f'"choices":[{choice}],"usage":{usage_json(req)}{extra},'
+            f'"sim_timeline":{req.timeline(self.engine.clock_fields)}}}'
         )
         return web.Response(body=body.encode(), content_type="application/json")

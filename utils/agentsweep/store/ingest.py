@@ -205,8 +205,9 @@ def prepare(path: Path, names: list[str]) -> Prepared:
     for name in result_files.kept_files(path, names):
         parts = result_files.read_parts(path / name, PART_BYTES)
         blobs.append((name, [(len(raw), zlib.compress(raw, ZLIB_LEVEL)) for raw in parts]))
-    payload = json.dumps(result_files.drilldown(facts), separators=(",", ":"), allow_nan=False).encode()
+    payload = result_files.payload_json(result_files.drilldown(facts))
     blobs.append(("drilldown.json", [(len(payload), zlib.compress(payload, ZLIB_LEVEL))]))
+    facts.requests = result_files.RequestTimeline()  # drawn into the payload; not sent back
     return Prepared(facts, blobs)
 
 

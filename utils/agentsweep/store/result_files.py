@@ -1,57 +1,68 @@
 """Every read of a cell result directory that the store and the dashboard make, in one module.
 
-ARCHITECTURE §3 gives the result directory one owner in the contract layer. Until its typed readers
-are there, this module reads through the readers that exist: collect's (``find_cells``,
-``read_cell_json``, ``load_cell`` for the figures of summary.csv, ``read_series`` for
-server_metrics.csv) and the replayer's (``read_summary``). Nothing else in ``agentsweep.store`` or
-``agentsweep.dashboard`` opens a result file by name, so moving to the owner changes this module only.
+Each file is read through its owner (ARCHITECTURE.md §3, ``agentsweep.contract.resultdir.files``):
+cell.json, router.json and capacity.json through ``agentsweep.contract.resultdir``; requests.jsonl
+and summary.json through ``kv_cache_tester.replay.results`` (``RecordReader``, ``load_summary``);
+server_metrics*.csv and router_metrics.csv through ``agentsweep.metrics.scrapes.ScrapeReader``. The
+point's figures are collect's (``load_cell``), so the store and summary.csv read the same numbers.
 
-Everything the dashboard draws is taken from the files here, at ingest, into one drill-down payload
-per point (``drilldown``); the store also keeps the files themselves (``KEPT_FILES``), compressed.
+requests.jsonl is read once per point: collect's recount passes every record on to the drill-down's
+timeline (``RequestTimeline``) as it goes. Everything the dashboard draws is taken from the files at
+ingest into one drill-down payload per point (``drilldown``); the store also keeps the files
+themselves (``KEPT``, compressed).
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import math
-import re
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from kv_cache_tester.replay import ResultError, read_summary
+import numpy as np
+from kv_cache_tester.replay import RecordReader, RequestRecord, ResultError, Summary, load_summary
+from kv_cache_tester.replay.jsonfast import dumps
 
 from agentsweep.collect import columns
 from agentsweep.collect.aggregate import load_cell
 from agentsweep.collect.discover import FoundCell, find_cells
-from agentsweep.collect.window import NotNumbers, read_series
 from agentsweep.contract.cell import RoleShape, shape_label
-from agentsweep.contract.resultdir import read_cell_record
-from agentsweep.errors import InputError, ResultFileError
-
-try:  # orjson is an optional speed-up (kv-cache-tester[fast]); json is the fallback
-    import orjson
-
-    _loads: Callable[[bytes], Any] = orjson.loads
-except ImportError:  # pragma: no cover - exercised only without the extra
-    _loads = json.loads
-
-# Files kept whole (compressed) in the store beside the figures: the records, the scrapes, the
-# router's counts, capacity results. Matched on the name relative to the result directory.
-KEPT_FILES = re.compile(
-    r"^(requests\.jsonl|server_metrics(\.[A-Za-z0-9_-]+)?\.csv|router_metrics\.csv|router\.json"
-    r"|capacity\.json|summary\.json|cell\.json)$"
+from agentsweep.contract.resultdir import (
+    CAPACITY_JSON,
+    CELL_JSON,
+    PREFILL_METRICS_CSV,
+    REQUESTS_JSONL,
+    ROUTER_JSON,
+    ROUTER_METRICS_CSV,
+    SERVER_METRICS_CSV,
+    SUMMARY_JSON,
+    instance_metrics_csv,
+    read_capacity,
+    read_cell_record,
+    read_router,
+    result_file,
 )
-REQUESTS_FILE = "requests.jsonl"
-SERVER_METRICS_FILE = "server_metrics.csv"
-ROUTER_METRICS_FILE = "router_metrics.csv"
-ROUTER_FILE = "router.json"
-CAPACITY_FILE = "capacity.json"
-SUMMARY_FILE = "summary.json"
-MAX_SMALL_JSON_BYTES = 64 << 20
+from agentsweep.errors import InputError, ResultFileError
+from agentsweep.metrics.scrapes import FIGURES, ScrapeReader
+
+# The declared files kept whole (compressed) in the store beside the figures: the records, the
+# scrapes, the router's counts, capacity results, the summary and the cell record.
+KEPT = frozenset(
+    result_file(name)
+    for name in (
+        REQUESTS_JSONL,
+        SERVER_METRICS_CSV,
+        PREFILL_METRICS_CSV,
+        instance_metrics_csv("<instance>"),
+        ROUTER_METRICS_CSV,
+        ROUTER_JSON,
+        CAPACITY_JSON,
+        SUMMARY_JSON,
+        CELL_JSON,
+    )
+)
 # A drill-down shows every request up to this many; past it, every k-th (and says so).
 DRILLDOWN_MAX_REQUESTS = 200_000
 DRILLDOWN_VERSION = 1
@@ -62,7 +73,50 @@ STABILITY_METRICS = {
     "e2el": ("e2e_{p}_s", 1),
     "intvty": ("interactivity_{p}_tok_per_s", -1),
 }
-STABILITY_KEY = re.compile(r"^observed_window_(p\d+)_(ttft|e2el|intvty)_(min|max)$")
+STABILITY_STATS = ("p75", "p90")
+_NAN = math.nan
+
+
+@dataclass
+class RequestTimeline:
+    """The drill-down's per-request columns, filled one record at a time (``add``), in file order.
+
+    A value absent from a record is NaN (the payload writes it as null); a record without a dispatch
+    time is left out. ``warmup_end`` is the last warmup request's finish (run-start seconds).
+    """
+
+    t: array[float] = field(default_factory=lambda: array("d"))
+    done: array[float] = field(default_factory=lambda: array("d"))
+    ttft: array[float] = field(default_factory=lambda: array("d"))
+    itl: array[float] = field(default_factory=lambda: array("d"))
+    lane: array[int] = field(default_factory=lambda: array("l"))
+    flags: array[int] = field(default_factory=lambda: array("b"))  # 1 ok, 2 warmup (bits)
+    warmup_end: float = 0.0
+
+    def add(self, rec: RequestRecord) -> None:
+        """Take one record (as the owner's reader gives it: every value present has its type)."""
+        get = cast(dict[str, Any], rec).get
+        t = get("t_dispatch")
+        if t is None or t != t:  # absent, or NaN (a JSON reader without orjson takes the literal)
+            return
+        done = get("t_done")
+        warm = get("phase") == "warmup"
+        if warm and done is not None and done > self.warmup_end:
+            self.warmup_end = done
+        itl = get("itl_s")
+        if itl is not None:  # the mean, or the median where a writer kept only that
+            itl = itl.get("mean") if itl.get("mean") is not None else itl.get("p50")
+        ttft = get("ttft_s")
+        user = get("user")
+        self.t.append(t)
+        self.done.append(_NAN if done is None else done)
+        self.ttft.append(_NAN if ttft is None else ttft)
+        self.itl.append(_NAN if itl is None else itl)
+        self.lane.append(-1 if user is None else user)
+        self.flags.append((1 if get("status") == "ok" else 0) | (2 if warm else 0))
+
+    def __len__(self) -> int:
+        return len(self.t)
 
 
 @dataclass
@@ -83,6 +137,7 @@ class PointFacts:
     validity: dict[str, Any]  # summary.json's validity (every check with value and limit); {} if none
     stability: dict[str, Any]  # summary.json's stability block; {} if none
     noise: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric -> (min, max)
+    requests: RequestTimeline = field(default_factory=RequestTimeline, repr=False)
 
     @property
     def clock_scale(self) -> float:
@@ -114,27 +169,21 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _read_json(path: Path) -> Any:
-    if not path.is_file() or path.stat().st_size > MAX_SMALL_JSON_BYTES:
-        return None
-    try:
-        return json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-
-
 def read_point(path: Path) -> PointFacts:
-    """The figures, verdict and provenance of one result directory; InputError naming the directory
-    when it breaks the result-directory contract."""
+    """The figures, verdict, provenance and request timeline of one result directory; InputError
+    naming the directory when it breaks the result-directory contract."""
     try:
         record = read_cell_record(path)
     except ResultFileError as err:
         raise InputError(f"{path}: not a readable result ({err})") from None
     if record is None:
-        raise InputError(f"{path}: not a readable result (cell.json missing)")
-    row = load_cell(FoundCell(path, record.exp_name or path.name))
+        raise InputError(f"{path}: not a readable result ({CELL_JSON} missing)")
+    timeline = RequestTimeline()
+    row = load_cell(FoundCell(path, record.exp_name or path.name), observe=timeline.add)
     if row.status == "MALFORMED":
         raise InputError(f"{path}: not a readable result ({row.reason})")
+    if "req_records" not in row.values:  # collect did not recount the records (a FAILED cell)
+        _read_records(path, timeline)
     metrics: dict[str, float] = {}
     labels: dict[str, str] = {}
     for column in columns.METRICS:
@@ -146,18 +195,14 @@ def read_point(path: Path) -> PointFacts:
             number = _number(value)
             if number is not None:
                 metrics[column.name] = number
-    validity: dict[str, Any] = {}
-    stability: dict[str, Any] = {}
-    summary = _read_json(path / SUMMARY_FILE) if row.status != "FAILED" else None
-    if summary is not None:
+    summary: Summary | None = None
+    if row.status != "FAILED":
         try:
-            checked = read_summary(summary, SUMMARY_FILE)
+            summary = load_summary(path)
         except ResultError as err:
             raise InputError(f"{path}: {err}") from None
-        validity = dict(checked.get("validity") or {})
-        block = summary.get("stability")
-        stability = dict(block) if isinstance(block, dict) else {}
-    facts = PointFacts(
+    block, noise = read_stability(summary, metrics.get("clock_scale", 1.0))
+    return PointFacts(
         path=path,
         exp_name=row.exp_name,
         status=row.status,
@@ -169,40 +214,65 @@ def read_point(path: Path) -> PointFacts:
         end_utc=record.end_utc,
         metrics=metrics,
         labels=labels,
-        validity=validity,
-        stability=stability,
+        validity=dict(summary.get("validity") or {}) if summary is not None else {},
+        stability=block,
+        noise=noise,
+        requests=timeline,
     )
-    facts.noise = noise_ranges(stability, facts.clock_scale)
-    return facts
 
 
-def noise_ranges(stability: dict[str, Any], clock_scale: float) -> dict[str, tuple[float, float]]:
-    """Per metric, the (min, max) of its sub-window values from a stability block, in the engine's
-    clock like the metrics themselves. Keys follow InferenceX (``observed_window_p90_ttft_min``)."""
-    bounds: dict[str, dict[str, float]] = {}
-    for key, value in stability.items():
-        m = STABILITY_KEY.match(str(key))
-        number = _number(value)
-        if not m or number is None:
-            continue
-        stat, metric, end = m.groups()
-        template, power = STABILITY_METRICS[metric]
-        scaled = number * clock_scale if power > 0 else number / clock_scale
-        bounds.setdefault(template.format(p=stat), {})[end] = scaled
-    return {
-        name: (min(b["min"], b["max"]), max(b["min"], b["max"]))
-        for name, b in bounds.items()
-        if "min" in b and "max" in b
-    }
+def _read_records(path: Path, timeline: RequestTimeline) -> None:
+    """Every record of requests.jsonl into ``timeline`` (none when the file is absent)."""
+    file = path / REQUESTS_JSONL
+    if not file.exists() and not file.is_symlink():
+        return
+    try:
+        for rec in RecordReader(file, required=()):
+            timeline.add(rec)
+    except ResultError as err:
+        raise InputError(f"{path}: {err}") from None
 
 
-def kept_files(path: Path, names: list[str]) -> list[str]:
+def read_stability(
+    summary: Summary | None, clock_scale: float
+) -> tuple[dict[str, Any], dict[str, tuple[float, float]]]:
+    """summary.json's stability block as written, and from it, per store metric, the (min, max) of
+    its sub-window values in the engine's clock like the metrics themselves.
+
+    The one reader of the block. Its keys are InferenceX's flat ones,
+    ``observed_window_{p75,p90}_{ttft,e2el,intvty}_{min,max}`` (latencies in s, interactivity in
+    tok/s per user); other keys are kept in the block and not read. A metric needs both ends.
+    """
+    raw = cast(dict[str, Any], summary).get("stability") if summary is not None else None
+    block: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
+    ranges: dict[str, tuple[float, float]] = {}
+    for key, (template, power) in STABILITY_METRICS.items():
+        for stat in STABILITY_STATS:
+            low = _number(block.get(f"observed_window_{stat}_{key}_min"))
+            high = _number(block.get(f"observed_window_{stat}_{key}_max"))
+            if low is None or high is None:
+                continue
+            scaled = [v * clock_scale if power > 0 else v / clock_scale for v in (low, high)]
+            ranges[template.format(p=stat)] = (min(scaled), max(scaled))
+    return block, ranges
+
+
+def kept_files(path: Path, names: Iterable[str]) -> list[str]:
     """Which of the directory's files (relative names, from its receipt) the store keeps whole."""
-    return [name for name in names if KEPT_FILES.match(name) and (path / name).is_file()]
+    out = []
+    for name in names:
+        try:
+            declared = result_file(name)
+        except KeyError:
+            continue
+        if declared in KEPT and "/" not in name and (path / name).is_file():
+            out.append(name)
+    return out
 
 
 def read_parts(path: Path, part_bytes: int) -> Iterator[bytes]:
-    """A file in pieces of about ``part_bytes``, each ending at a line end (a record is never split)."""
+    """A file's bytes in pieces of about ``part_bytes``, each ending at a line end (a record is never
+    split): the store copies a kept file as it is, whatever it holds, like the receipt hashes it."""
     with path.open("rb") as fh:
         carry = b""
         while True:
@@ -223,76 +293,54 @@ def read_parts(path: Path, part_bytes: int) -> Iterator[bytes]:
 # --- the drill-down payload -------------------------------------------------------------------
 
 
-@dataclass
-class _Requests:
-    t: array[float] = field(default_factory=lambda: array("d"))
-    done: array[float] = field(default_factory=lambda: array("d"))
-    ttft: array[float] = field(default_factory=lambda: array("d"))
-    itl: array[float] = field(default_factory=lambda: array("d"))
-    lane: array[int] = field(default_factory=lambda: array("l"))
-    flags: array[int] = field(default_factory=lambda: array("b"))  # 1 ok, 2 warmup (bits)
-    warmup_end: float = 0.0
-
-
-def _fast(value: Any) -> float:
-    """A finite number as float, anything else NaN (a record's value of the wrong type is absent).
-    Type checks by identity: this runs several times per record of million-record files."""
-    kind = type(value)
-    if kind is float:
-        return value if value - value == 0.0 else math.nan  # inf - inf and nan - nan are nan
-    if kind is int:
-        return float(value)
-    return math.nan
-
-
-def _read_requests(path: Path) -> _Requests:
-    out = _Requests()
-    file = path / REQUESTS_FILE
-    if not file.is_file():
-        return out
-    t_, done_, ttft_, itl_, lane_, flags_ = out.t, out.done, out.ttft, out.itl, out.lane, out.flags
-    warmup_end = 0.0
-    with file.open("rb") as fh:
-        for raw in fh:
-            try:
-                rec = _loads(raw)
-            except ValueError:
-                continue
-            if type(rec) is not dict:
-                continue
-            t = _fast(rec.get("t_dispatch"))
-            if t != t:
-                continue
-            done = _fast(rec.get("t_done"))
-            warm = rec.get("phase") == "warmup"
-            if warm and done == done and done > warmup_end:
-                warmup_end = done
-            itl = rec.get("itl_s")
-            if type(itl) is dict:  # the mean, or the median where a writer kept only that
-                mean = itl.get("mean")
-                itl = mean if mean is not None else itl.get("p50")
-            user = rec.get("user")
-            t_.append(t)
-            done_.append(done)
-            ttft_.append(_fast(rec.get("ttft_s")))
-            itl_.append(_fast(itl))
-            lane_.append(user if type(user) is int else -1)
-            flags_.append((1 if rec.get("status") == "ok" else 0) | (2 if warm else 0))
-    out.warmup_end = warmup_end
+def _rounded(
+    values: Iterable[float], scale: float, offset: float = 0.0, digits: int = 4
+) -> list[float | None]:
+    """``(v - offset) * scale`` rounded, non-finite values as None (a short series)."""
+    out: list[float | None] = []
+    for v in values:
+        x = (v - offset) * scale
+        out.append(round(x, digits) if math.isfinite(x) else None)
     return out
 
 
-def _rounded(values: Any, scale: float, offset: float = 0.0, digits: int = 4) -> list[float | None]:
-    return [None if math.isnan(v) else round((v - offset) * scale, digits) for v in values]
+def _column(values: array[float], scale: float, digits: int) -> list[float | None]:
+    """A request column (up to millions of values) ``v * scale`` rounded, non-finite values as None."""
+    data = np.round(np.frombuffer(values, dtype=np.float64) * scale, digits)
+    out: list[float | None] = data.tolist()
+    bad = np.flatnonzero(~np.isfinite(data))
+    for i in bad.tolist():
+        out[i] = None
+    return out
+
+
+def _scrape_columns(file: Path) -> dict[str, tuple[list[float], list[float]]] | None:
+    """(times, values) per engine-neutral column of one server_metrics CSV, time-sorted, empty cells
+    left out; None when the file is absent, cannot be read as scrapes, or holds text where numbers
+    belong (as collect judges it)."""
+    if not file.exists() and not file.is_symlink():
+        return None
+    reader = ScrapeReader(file, FIGURES)
+    try:
+        rows = sorted(reader, key=lambda scrape: scrape.time_s)
+    except ResultFileError:
+        return None
+    if any(row.not_number is not None for row in rows):
+        return None
+    out: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in reader.figures}
+    for row in rows:
+        for name, value in row.values.items():
+            if value is not None:
+                ts, vs = out[name]
+                ts.append(row.time_s)
+                vs.append(value)
+    return out
 
 
 def _server_series(file: Path, t0: float, scale: float) -> dict[str, Any] | None:
     """KV usage and hit rates over time from one server_metrics CSV (times from the run start)."""
-    if not file.is_file():
-        return None
-    try:
-        series, _, _ = read_series(file)
-    except (NotNumbers, OSError, UnicodeDecodeError):
+    series = _scrape_columns(file)
+    if series is None:
         return None
     out: dict[str, Any] = {}
     for key, name in (
@@ -301,65 +349,73 @@ def _server_series(file: Path, t0: float, scale: float) -> dict[str, Any] | None
         ("running", "requests_running"),
         ("waiting", "requests_waiting"),
     ):
-        s = series[name]
-        out[key] = {"t": _rounded(s.t, scale, t0, 3), "v": [round(v, 5) for v in s.v]}
-    queries = series["prefix_cache_queries_total"]
+        ts, vs = series[name]
+        out[key] = {"t": _rounded(ts, scale, t0, 3), "v": [round(v, 5) for v in vs]}
+    q_t, q_v = series["prefix_cache_queries_total"]
     for key, name in (("gpu_hit", "prefix_cache_hits_total"), ("cpu_hit", "cpu_cache_hits_total")):
-        hits = dict(zip(series[name].t, series[name].v, strict=True))
-        ts: list[float] = []
-        vs: list[float] = []
+        hits = dict(zip(*series[name], strict=True))
+        ts_out: list[float] = []
+        vs_out: list[float] = []
         prev: tuple[float, float, float] | None = None
-        for t, q in zip(queries.t, queries.v, strict=True):
+        for t, q in zip(q_t, q_v, strict=True):
             h = hits.get(t)
             if h is None:
                 continue
             if prev is not None and q > prev[1] and h >= prev[2]:
-                ts.append(t)
-                vs.append((h - prev[2]) / (q - prev[1]))
+                ts_out.append(t)
+                vs_out.append((h - prev[2]) / (q - prev[1]))
             prev = (t, q, h)
-        out[key] = {"t": _rounded(ts, scale, t0, 3), "v": [round(v, 5) for v in vs]}
+        out[key] = {"t": _rounded(ts_out, scale, t0, 3), "v": [round(v, 5) for v in vs_out]}
     return out
 
 
-def _router_series(path: Path, t0: float, scale: float) -> dict[str, Any] | None:
+def _router_series(path: Path, t0: float, scale: float, notes: list[str]) -> dict[str, Any] | None:
     """Requests the router sent each instance: over time (router_metrics.csv) and in total
-    (router.json's per-instance lists)."""
+    (router.json's per-instance lists). A router.json that breaks its contract leaves a note."""
     out: dict[str, Any] = {}
-    file = path / ROUTER_METRICS_FILE
-    if file.is_file():
-        with file.open(newline="", encoding="utf-8", errors="replace") as fh:
-            reader = csv.DictReader(fh)
-            names = [c for c in reader.fieldnames or [] if c.startswith("requests.")]
-            t: list[float] = []
-            counts: dict[str, list[float | None]] = {c[len("requests.") :]: [] for c in names}
-            for row in reader:
-                when = _number(_float(row.get("time_s")))
-                if when is None:
-                    continue
-                t.append(when)
-                for c in names:
-                    counts[c[len("requests.") :]].append(_number(_float(row.get(c))))
-        if t and counts:
-            out["over_time"] = {"t": _rounded(t, scale, t0, 3), "instances": counts}
-    doc = _read_json(path / ROUTER_FILE)
-    if isinstance(doc, dict):
+    file = path / ROUTER_METRICS_CSV
+    if file.exists() or file.is_symlink():
+        reader = ScrapeReader(file, None)  # every column: requests.<instance> per instance
+        try:
+            rows = list(reader)
+        except ResultFileError as err:
+            notes.append(f"drill-down: {err}")
+            rows = []
+        prefix = "requests."
+        names = [c for c in reader.figures if c.startswith(prefix)]
+        if rows and names:
+            out["over_time"] = {
+                "t": _rounded((row.time_s for row in rows), scale, t0, 3),
+                "instances": {c[len(prefix) :]: [row.values[c] for row in rows] for c in names},
+            }
+    try:
+        router = read_router(path)
+    except ResultFileError as err:
+        notes.append(f"drill-down: {err}")
+        router = None
+    if router is not None:
         totals = {
-            key: [_number(v) for v in doc[key]]
+            key: [float(v) for v in value]
             for key in ("requests_by_replica", "requests_by_prefill", "requests_by_decode")
-            if isinstance(doc.get(key), list)
+            if (value := getattr(router, key)) is not None
         }
         if totals:
             out["totals"] = totals
     return out or None
 
 
-def _float(text: str | None) -> float | None:
-    if not text:
-        return None
+def _capacity(path: Path, notes: list[str]) -> dict[str, Any] | None:
     try:
-        return float(text)
-    except ValueError:
+        return read_capacity(path)
+    except ResultFileError as err:
+        notes.append(f"drill-down: {err}")
         return None
+
+
+def payload_json(payload: dict[str, Any]) -> bytes:
+    """The drill-down payload as compact JSON (orjson where installed: it holds millions of numbers;
+    every number in it is finite, see ``_column``)."""
+    return dumps(payload)
 
 
 def drilldown(facts: PointFacts, max_requests: int = DRILLDOWN_MAX_REQUESTS) -> dict[str, Any]:
@@ -370,20 +426,23 @@ def drilldown(facts: PointFacts, max_requests: int = DRILLDOWN_MAX_REQUESTS) -> 
     server's scrapes) is the window start less the last warmup request's end, as the replayer
     defines its window.
     """
-    path, scale = facts.path, facts.clock_scale
-    req = _read_requests(path)
-    n = len(req.t)
+    path, scale, req = facts.path, facts.clock_scale, facts.requests
+    n = len(req)
     stride = max(1, math.ceil(n / max_requests)) if n else 1
-    pick = slice(None, None, stride)
     window_start = facts.metrics.get("window_start_unix")
     window_end = facts.metrics.get("window_end_unix")
     t0 = window_start - req.warmup_end if window_start is not None else None
+    notes = list(facts.notes)
+    picked = {
+        name: getattr(req, name)[::stride] if stride > 1 else getattr(req, name)
+        for name in ("t", "done", "ttft", "itl", "lane", "flags")
+    }
     payload: dict[str, Any] = {
         "v": DRILLDOWN_VERSION,
         "exp_name": facts.exp_name,
         "status": facts.status,
         "reason": facts.reason,
-        "notes": facts.notes,
+        "notes": notes,
         "clock_scale": scale,
         "window": (
             [round(req.warmup_end * scale, 3), round((window_end - t0) * scale, 3)]
@@ -393,15 +452,15 @@ def drilldown(facts: PointFacts, max_requests: int = DRILLDOWN_MAX_REQUESTS) -> 
         "requests": {
             "total": n,
             "stride": stride,
-            "t": _rounded(req.t[pick], scale),
-            "done": _rounded(req.done[pick], scale),
-            "ttft": _rounded(req.ttft[pick], scale, digits=5),
-            "itl": _rounded(req.itl[pick], scale, digits=6),
-            "lane": list(req.lane[pick]),
-            "flags": list(req.flags[pick]),
+            "t": _column(picked["t"], scale, 4),
+            "done": _column(picked["done"], scale, 4),
+            "ttft": _column(picked["ttft"], scale, 5),
+            "itl": _column(picked["itl"], scale, 6),
+            "lane": picked["lane"].tolist(),
+            "flags": picked["flags"].tolist(),
         },
-        "server": _server_series(path / SERVER_METRICS_FILE, t0, scale) if t0 is not None else None,
-        "router": _router_series(path, t0, scale) if t0 is not None else None,
+        "server": _server_series(path / SERVER_METRICS_CSV, t0, scale) if t0 is not None else None,
+        "router": _router_series(path, t0, scale, notes) if t0 is not None else None,
         "checks": [
             {
                 "name": name,
@@ -413,6 +472,6 @@ def drilldown(facts: PointFacts, max_requests: int = DRILLDOWN_MAX_REQUESTS) -> 
             for name, check in (facts.validity.get("checks") or {}).items()
             if isinstance(check, dict)
         ],
-        "capacity": _read_json(path / CAPACITY_FILE),
+        "capacity": _capacity(path, notes),
     }
     return payload

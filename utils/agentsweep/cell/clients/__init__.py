@@ -30,6 +30,10 @@ class LoadClient(Protocol):
         """argv of the client process for ``cell`` against ``endpoint`` (``http://HOST:PORT``)."""
         ...
 
+    def version(self) -> str | None:
+        """The client's version, for the cell's receipt (None when it cannot be told)."""
+        ...
+
 
 def client(name: str) -> LoadClient:
     """The registered client ``name`` (imported on first use)."""

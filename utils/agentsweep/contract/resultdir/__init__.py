@@ -4,22 +4,31 @@
 - ``record``: cell.json (``CellRecord``), ``write_cell_result`` (cell.json then status.txt).
 - ``status``: status.txt (``CellStatus``).
 - ``router``: router.json (``RouterRecord``).
+- ``capacity``: capacity.json, read as a JSON object (its typed model comes with the capacity search).
 - ``matrix``: the matrix JSON collect and the workflow read beside the result directories.
 
 requests.jsonl and summary.json are the replayer's (``kv_cache_tester.replay.results``); the
-server_metrics*.csv files are read beside their columns (``agentsweep.metrics.scrapes``).
+server_metrics*.csv files are read beside their columns (``agentsweep.metrics.scrapes``); power.csv
+beside its writer (``agentsweep.energy.powercsv``); receipt.json, written last over every other file, is
+``agentsweep.contract.receipt``'s.
 
 Each ``read_*`` returns None when its file is absent and raises ``ResultFileError`` (``<file>: <field>:
 <what>``, exit status 2) when the file breaks its contract; none blocks on a FIFO or reads past the
 file's declared size.
 """
 
+from agentsweep.contract.resultdir.capacity import read_capacity
 from agentsweep.contract.resultdir.fileio import write_atomic
 from agentsweep.contract.resultdir.files import (
+    CAPACITY_JSON,
+    CAPACITY_JSON_MAX_BYTES,
     CELL_JSON,
     CELL_JSON_MAX_BYTES,
     MATRIX_MAX_BYTES,
+    POWER_CSV,
     PREFILL_METRICS_CSV,
+    RECEIPT_JSON,
+    RECEIPT_JSON_MAX_BYTES,
     REQUESTS_JSONL,
     RESULT_FILES,
     ROUTER_JSON,
@@ -48,10 +57,15 @@ from agentsweep.contract.resultdir.router import RouterRecord, read_router, writ
 from agentsweep.contract.resultdir.status import CellStatus, read_status, write_status
 
 __all__ = [
+    "CAPACITY_JSON",
+    "CAPACITY_JSON_MAX_BYTES",
     "CELL_JSON",
     "CELL_JSON_MAX_BYTES",
     "MATRIX_MAX_BYTES",
+    "POWER_CSV",
     "PREFILL_METRICS_CSV",
+    "RECEIPT_JSON",
+    "RECEIPT_JSON_MAX_BYTES",
     "REQUESTS_JSONL",
     "RESULT_FILES",
     "ROUTER_JSON",
@@ -71,6 +85,7 @@ __all__ = [
     "instance_log",
     "instance_metrics_csv",
     "matrix_json",
+    "read_capacity",
     "read_cell_record",
     "read_matrix",
     "read_matrix_entries",

@@ -26,6 +26,9 @@ ROUTER_JSON = "router.json"
 ROUTER_METRICS_CSV = "router_metrics.csv"
 ROUTER_METRICS_TXT = "router_metrics.txt"
 SERVER_LOG = "server.log"
+POWER_CSV = "power.csv"
+CAPACITY_JSON = "capacity.json"
+RECEIPT_JSON = "receipt.json"
 
 # The most a reader takes of each file it reads whole: past it the file is not one (a link to an
 # endless device, say) and reads as broken. Streamed files (requests.jsonl, the CSVs) have no
@@ -34,6 +37,9 @@ CELL_JSON_MAX_BYTES = 16 << 20
 STATUS_TXT_MAX_BYTES = 1 << 20
 ROUTER_JSON_MAX_BYTES = 4 << 20
 ROUTER_METRICS_TXT_MAX_BYTES = 1 << 20
+CAPACITY_JSON_MAX_BYTES = 16 << 20
+# A receipt lists thousands of files at most; past this it is not one.
+RECEIPT_JSON_MAX_BYTES = 64 << 20
 # `agentsweep matrix --json` output: not in a result directory, but read beside them by collect.
 MATRIX_MAX_BYTES = 64 << 20
 
@@ -145,6 +151,22 @@ RESULT_FILES: tuple[ResultFile, ...] = (
         when="routed cells",
     ),
     ResultFile(
+        POWER_CSV,
+        "one row per GPU per power sample of the cell's GPUs on every node (time, node, GPU, W, the "
+        "energy counter in J where the GPU has one, °C, utilisation %, memory MiB), or one row per "
+        "fault of the sampling source; read back only by the power summary",
+        "agentsweep.energy.powercsv",
+        None,
+        when="cells whose runner names a power source (power_source other than none)",
+    ),
+    ResultFile(
+        "power-sampler.log",
+        "the power sampler's output",
+        "agentsweep.cell.executor",
+        None,
+        when="cells with a power source",
+    ),
+    ResultFile(
         SERVER_LOG,
         "the (client-facing) engine's output, its tail kept; the KV pool size is read from it",
         "agentsweep.cell.engine_process",
@@ -219,6 +241,29 @@ RESULT_FILES: tuple[ResultFile, ...] = (
         when="cells of the aiperf client",
     ),
     ResultFile(
+        CAPACITY_JSON,
+        "per SLO tier the capacity boundary, agents per GPU and the binding constraint",
+        "agentsweep.contract.resultdir.capacity",
+        CAPACITY_JSON_MAX_BYTES,
+        when="capacity cells",
+    ),
+    ResultFile(
+        "steps/",
+        "one complete result directory per step of a capacity search (steps/<n>/, each file as above)",
+        "the capacity search",
+        None,
+        when="capacity cells",
+    ),
+    ResultFile(
+        RECEIPT_JSON,
+        "written last, over the finished directory: sha256 and size of every other file in it (every "
+        "file declared here, sub-folders included), the recipe fingerprint, the replayer's version and "
+        "the project's commit",
+        "agentsweep.contract.receipt",
+        RECEIPT_JSON_MAX_BYTES,
+        when="every cell that reached its verdict",
+    ),
+    ResultFile(
         "flamegraphs/",
         "per-trace cache flamegraphs and their index.html, drawn from requests.jsonl on request",
         "agentsweep.experimental.flamegraphs",
@@ -230,10 +275,16 @@ RESULT_FILES: tuple[ResultFile, ...] = (
 
 def result_file(name: str) -> ResultFile:
     """The declaration of ``name`` (an instance's file matches its ``<instance>`` family; a folder is
-    named with or without its trailing ``/``)."""
+    named with or without its trailing ``/``, and a file inside a declared folder, ``aiperf/x.json``,
+    is that folder's)."""
     for declared in RESULT_FILES:
         if declared.name.rstrip("/") == name.rstrip("/"):
             return declared
+    folder, slash, rest = name.partition("/")
+    if slash and rest:
+        for declared in RESULT_FILES:
+            if declared.name == f"{folder}/":
+                return declared
     for declared in RESULT_FILES:
         head, sep, tail = declared.name.partition("<instance>")
         if sep and name.startswith(head) and name.endswith(tail) and len(name) > len(head) + len(tail):

@@ -2,6 +2,13 @@
 // Reads window.AGENTSWEEP_INDEX (data/index.js); each point's drill-down comes from
 // data/points/<id>.js through a <script> tag, which also works from file://.
 // window.agentsweep exposes what the page has drawn (for people poking at it and for tests).
+//
+// First paint: plotly.js is 4.8 MB and takes a browser seconds to start, so the page does not wait
+// for it. The Pareto chart is first drawn as plain SVG (every point, the frontiers, axes and legend;
+// a point's name on hover; a click opens its drill-down once Plotly is there), then plotly.js is
+// loaded and the same chart is drawn again by Plotly, interactive (zoom, hover, the other views).
+// timings.first_paint: the SVG chart on screen; timings.first_draw: the Plotly chart on screen
+// (body[data-ready='1']); both in ms since the page began to load.
 "use strict";
 (function () {
   const IDX = window.AGENTSWEEP_INDEX;
@@ -18,6 +25,21 @@
   };
   const hook = (window.agentsweep = { drawn: 0, drill: null, timings: {}, started: performance.now() });
   const drillCache = new Map();
+  let plotlyReady = null;
+  // plotly.js, loaded once, after the first paint (index.html names the bundle without running it).
+  function plotly() {
+    if (plotlyReady === null) {
+      plotlyReady = new Promise((done, fail) => {
+        if (window.Plotly) { done(); return; }
+        const s = document.createElement("script");
+        s.src = $("plotly-bundle").getAttribute("src");
+        s.onload = () => { hook.timings.plotly_loaded = performance.now(); done(); };
+        s.onerror = () => fail(new Error(`could not load ${s.src}`));
+        document.head.appendChild(s);
+      });
+    }
+    return plotlyReady;
+  }
 
   // --- helpers ------------------------------------------------------------------------------
   function option(select, value, label, selected) {
@@ -147,6 +169,9 @@
     const varying = varyingFields(points);
     const { traces, missing, plotted } = pointTraces(points, (p) => seriesLabel(p, varying), true);
     const gd = $("pareto");
+    await plotly();
+    const preview = gd.querySelector(".preview");
+    if (preview) preview.remove();
     await Plotly.react(gd, traces, axesLayout("Throughput per GPU against interactivity / latency"), CONFIG);
     if (!gd.dataset.bound) {
       gd.on("plotly_click", (ev) => { if (ev.points.length) openDrill(ev.points[0].customdata); });
@@ -162,6 +187,7 @@
   async function drawOverlay() {
     const points = IDX.points.filter((p) => state.overlay.has(p.run));
     const { traces, missing } = pointTraces(points, (p) => runLabel(p.run), false);
+    await plotly();
     await Plotly.react($("overlay"), traces, axesLayout("Runs overlaid on the same axes"), CONFIG);
     const gd = $("overlay");
     if (!gd.dataset.bound) {
@@ -197,6 +223,7 @@
     const group = IDX.history[state.historyScope];
     const gd = $("history");
     const table = $("history-table");
+    await plotly();
     if (!group) {
       await Plotly.react(gd, [], { title: { text: "No SUCCESS points in the store yet" } }, CONFIG);
       table.innerHTML = "";
@@ -252,7 +279,7 @@
   window.agentsweepOpen = (id) => openDrill(id);  // open a drill-down by point id (as a click does)
   window.agentsweepPoint = function (id, payload) {
     drillCache.set(id, payload);
-    renderDrill(id, payload);
+    plotly().then(() => renderDrill(id, payload));
   };
   function openDrill(id) {
     hook.drillRequested = performance.now();
@@ -261,7 +288,7 @@
     section.dataset.drawn = "";
     section.dataset.point = id;
     $("drill-title").textContent = "loading…";
-    if (drillCache.has(id)) { renderDrill(id, drillCache.get(id)); return; }
+    if (drillCache.has(id)) { plotly().then(() => renderDrill(id, drillCache.get(id))); return; }
     const s = document.createElement("script");
     s.src = `data/points/${id}.js`;
     s.onerror = () => { $("drill-title").textContent = `no drill-down for point ${id}`; };
@@ -476,9 +503,82 @@
     $("drill-close").addEventListener("click", () => { $("drilldown").hidden = true; });
   }
 
+  // --- first paint: the Pareto chart as SVG, before plotly.js -----------------------------------
+  // About n round tick values covering [lo, hi] (steps of 1, 2 or 5 times a power of ten).
+  function ticks(lo, hi, n) {
+    const raw = (hi - lo) / n || 1;
+    const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+    const step = [1, 2, 5, 10].map((f) => f * mag).find((v) => v >= raw);
+    const out = [];
+    for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(+v.toPrecision(12));
+    return out;
+  }
+  // The same traces drawPareto hands Plotly, as one SVG string (the HTML parser builds it at once).
+  function drawPreview() {
+    const points = paretoPoints();
+    const { traces } = pointTraces(points, (p) => seriesLabel(p, varyingFields(points)), true);
+    const gd = $("pareto");
+    const width = Math.max(400, gd.clientWidth), height = Math.max(300, gd.clientHeight);
+    const series = traces.filter((t) => t.mode === "markers");
+    const m = { l: 70, r: 10, t: 40, b: 60 + 18 * Math.ceil(series.length / 3) };
+    const w = width - m.l - m.r, h = height - m.t - m.b;
+    const xs = series.flatMap((t) => t.x), ys = series.flatMap((t) => t.y);
+    const out = [`<svg class="preview" width="${width}" height="${height}" font-size="11">`,
+      `<text x="${m.l}" y="24" font-size="14">Throughput per GPU against interactivity / latency</text>`];
+    if (xs.length) {
+      let x0 = Math.min(...xs), x1 = Math.max(...xs);
+      const pad = (x1 - x0) * 0.05 || Math.abs(x1) * 0.1 || 1;
+      x0 -= pad;
+      x1 += pad;
+      const y1 = Math.max(...ys) * 1.05 || 1;
+      const px = (x) => (m.l + ((x - x0) / (x1 - x0)) * w).toFixed(1);
+      const py = (y) => (m.t + h - (y / y1) * h).toFixed(1);
+      for (const t of ticks(x0, x1, 6)) {
+        out.push(`<line x1="${px(t)}" x2="${px(t)}" y1="${m.t}" y2="${m.t + h}" stroke="#eee"/>`,
+          `<text x="${px(t)}" y="${m.t + h + 14}" text-anchor="middle" fill="#444">${fmt(t)}</text>`);
+      }
+      for (const t of ticks(0, y1, 6)) {
+        out.push(`<line x1="${m.l}" x2="${m.l + w}" y1="${py(t)}" y2="${py(t)}" stroke="#eee"/>`,
+          `<text x="${m.l - 6}" y="${+py(t) + 4}" text-anchor="end" fill="#444">${fmt(t)}</text>`);
+      }
+      const layout = axesLayout("");
+      out.push(`<text x="${m.l + w / 2}" y="${m.t + h + 32}" text-anchor="middle" font-size="12">` +
+        `${escapeText(layout.xaxis.title.text)}</text>`,
+        `<text x="16" y="${m.t + h / 2}" text-anchor="middle" font-size="12" ` +
+        `transform="rotate(-90 16 ${m.t + h / 2})">${escapeText(layout.yaxis.title.text)}</text>`);
+      for (const t of traces) {
+        if (t.mode !== "lines") continue;
+        const line = t.x.map((x, i) => `${px(x)},${py(t.y[i])}`).join(" ");
+        out.push(`<polyline points="${line}" fill="none" stroke="${t.line.color}" stroke-width="1.5"/>`);
+      }
+      series.forEach((t, k) => {
+        out.push(`<g fill="${t.marker.color}" stroke="#333">`);
+        t.x.forEach((x, i) => {
+          const name = escapeText(t.text[i].replace(/<br>/g, " · "));
+          out.push(`<circle cx="${px(x)}" cy="${py(t.y[i])}" r="4.5" data-point="${t.customdata[i]}">` +
+            `<title>${name}</title></circle>`);
+        });
+        const lx = m.l + (k % 3) * (w / 3), ly = m.t + h + 48 + 18 * Math.floor(k / 3);
+        out.push(`</g><rect x="${lx}" y="${ly - 9}" width="10" height="10" fill="${t.marker.color}"/>`,
+          `<text x="${lx + 14}" y="${ly}">${escapeText(t.name)}</text>`);
+      });
+    }
+    out.push("</svg>");
+    gd.insertAdjacentHTML("beforeend", out.join(""));
+    hook.preview = { points: xs.length, series: series.map((t) => t.name) };
+    gd.querySelector(".preview").addEventListener("click", (ev) => {
+      const id = ev.target.dataset && ev.target.dataset.point;
+      if (id) openDrill(Number(id));
+    });
+  }
+
   setup();
-  drawPareto().then(painted).then(() => {
-    hook.timings.first_draw = performance.now();  // ms since the page began to load
+  drawPreview();
+  painted().then(() => {
+    hook.timings.first_paint = performance.now();  // ms since the page began to load
+    return drawPareto();
+  }).then(painted).then(() => {
+    hook.timings.first_draw = performance.now();
     document.body.dataset.ready = "1";
   });
 })();
