@@ -50,6 +50,8 @@ if ((had_status == 0)) && [[ ! -e "$RESULT_DIR/status.txt" && -d "$RESULT_DIR" ]
   flock -w "${AGENTSWEEP_WATCHDOG_WAIT_S:-300}" "$RESULT_DIR" true || true
 fi
 if ((had_status == 0)) && [[ ! -e "$RESULT_DIR/status.txt" ]] && mkdir -p "$RESULT_DIR" 2>/dev/null; then
+  # What the cell held for its verdict, and its writers' temporary files, make room on a full disk.
+  rm -f -- "$RESULT_DIR/.verdict.reserve" "$RESULT_DIR"/*.tmp "$RESULT_DIR"/.*.tmp
   printf 'FAILED\nthe cell process exited with status %s without writing its result\n' "$rc" >"$RESULT_DIR/status.txt"
   ((rc == 0)) && rc=1
 fi

@@ -43,3 +43,18 @@ def test_bad_flags_are_one_line_exit_2():
         assert proc.returncode == 2
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("usage error: "), proc.stderr
+
+
+@pytest.mark.integration
+def test_a_reader_that_stops_reading_is_no_traceback(repo_root):
+    """`agentsweep matrix ... --json | head`: the writer ends quietly, as one killed by SIGPIPE reads."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentsweep.cli", "matrix", "--config", str(repo_root / "configs" / "agentic.yaml"),
+         "--key", "*", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(10) == b'{"include"'
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == ""

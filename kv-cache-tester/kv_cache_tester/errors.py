@@ -5,6 +5,8 @@ Kept independent of agentsweep: the replayer installs and runs on its own.
 
 from __future__ import annotations
 
+import errno
+
 
 class KVTesterError(Exception):
     exit_code = 1
@@ -33,3 +35,15 @@ class RunAborted(KVTesterError):
 
     exit_code = 1
     prefix = "run aborted"
+
+
+class WriteFailed(KVTesterError):
+    """A result file could not be written (a full disk, say). Message: `<file>: cannot write: <why>`."""
+
+    exit_code = 2
+    prefix = "write error"
+
+    def __init__(self, path: object, err: OSError) -> None:
+        why = "no space left on device" if err.errno == errno.ENOSPC else (err.strerror or str(err)).lower()
+        super().__init__(f"{path}: cannot write: {why}")
+        self.errno = err.errno

@@ -43,25 +43,34 @@ as_import_squash() {
   ) 9>"$sqsh.lock"
 }
 
-# as_mount_paths: host paths the cell needs inside a container, one per line, each mounted at the same
-# path: the workspace, the result dir, the HF cache, the cell script's dir and a local trace path.
+# as_mount_paths: fill AS_MOUNT_PATHS with the host paths the cell needs inside a container, each
+# mounted at the same path: the workspace, the result dir, the HF cache, the cell script's dir and a
+# local trace path (an array, not lines: a path may hold a newline, which as_check_mount_path refuses).
 as_mount_paths() {
   local -a paths=("$AS_REPO" "$RESULT_DIR")
+  local path seen
   [[ -n ${AS_HF_CACHE:-} ]] && paths+=("$AS_HF_CACHE")
   [[ $AS_CELL_SCRIPT != "$AS_REPO"/* ]] && paths+=("$(dirname "$AS_CELL_SCRIPT")")
   if [[ ${AS_TRACES:-} == /* && ${AS_TRACES} != "$AS_REPO"/* && -e ${AS_TRACES} ]]; then
     if [[ -d $AS_TRACES ]]; then paths+=("$AS_TRACES"); else paths+=("$(dirname "$AS_TRACES")"); fi
   fi
-  printf '%s\n' "${paths[@]}" | awk '!seen[$0]++'
+  AS_MOUNT_PATHS=()
+  for path in "${paths[@]}"; do
+    for seen in "${AS_MOUNT_PATHS[@]}"; do [[ $seen == "$path" ]] && continue 2; done
+    AS_MOUNT_PATHS+=("$path")
+  done
 }
 
 # as_check_mount_path PATH: refuse (exit 2) a path that cannot be mounted as it is: pyxis splits
 # --container-mounts at commas and each mount at colons (docker --volume at colons), so such a path
-# would mount something else, or more.
+# would mount something else, or more; a newline or other control character has no place in a mount.
 as_check_mount_path() {
   case $1 in
   *,* | *:*)
     as_die 2 "cannot mount '$1' into the container: the path contains a comma or colon (rename it)"
+    ;;
+  *[[:cntrl:]]*)
+    as_die 2 "cannot mount '${1//[[:cntrl:]]/?}' into the container: the path contains a newline or another control character (rename it)"
     ;;
   esac
 }
@@ -70,10 +79,11 @@ as_check_mount_path() {
 as_pyxis_args() {
   local -a mounts=()
   local path
-  while IFS= read -r path; do
+  as_mount_paths
+  for path in "${AS_MOUNT_PATHS[@]}"; do
     as_check_mount_path "$path"
     mounts+=("$path:$path")
-  done < <(as_mount_paths)
+  done
   # shellcheck disable=SC2034 # read by launch.sh
   AS_CONTAINER_ARGS=(
     "--container-image=$1"
@@ -108,10 +118,11 @@ as_docker_opts() {
     --cap-add SYS_PTRACE --security-opt seccomp=unconfined
     --workdir "$AS_REPO"
   )
-  while IFS= read -r path; do
+  as_mount_paths
+  for path in "${AS_MOUNT_PATHS[@]}"; do
     as_check_mount_path "$path"
     AS_DOCKER_OPTS+=(--volume "$path:$path")
-  done < <(as_mount_paths)
+  done
 }
 
 # as_docker_args NAME ENV_NAMES...: fill AS_DOCKER_ARGS (docker run options, image and command apart).

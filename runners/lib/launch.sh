@@ -181,9 +181,10 @@ as_launch() {
   pyxis | docker)
     [[ -n ${AS_IMAGE:-} ]] || as_die 2 "cell IMAGE is empty but runner $runner runs cells in $AS_CONTAINER_RUNTIME"
     local path
-    while IFS= read -r path; do
+    as_mount_paths
+    for path in "${AS_MOUNT_PATHS[@]}"; do
       as_check_mount_path "$path" # before any allocation: one line, exit 2
-    done < <(as_mount_paths)
+    done
     ;;
   esac
   if [[ $AS_CONTAINER_RUNTIME == pyxis ]]; then

@@ -134,8 +134,11 @@ def test_expert_parallel_and_extra_args_come_last():
 
 
 def test_engine_env_overrides_recipe_env():
-    cell = BASE.replace(offload_connector="simple", engine_env='{"VLLM_USE_SIMPLE_KV_OFFLOAD": "0"}')
-    assert build_engine_launch(cell, hardware="h200", port=1).env == {"VLLM_USE_SIMPLE_KV_OFFLOAD": "0"}
+    cell = BASE.replace(offload_connector="simple", engine_env='{"VLLM_USE_SIMPLE_KV_OFFLOAD": "true"}')
+    assert build_engine_launch(cell, hardware="h200", port=1).env == {"VLLM_USE_SIMPLE_KV_OFFLOAD": "true"}
+    # ... but never against the cell's own fields: "0" would run the native connector under "simple".
+    with pytest.raises(InputError, match="VLLM_USE_SIMPLE_KV_OFFLOAD=0 turns the simple KV offload"):
+        BASE.replace(offload_connector="simple", engine_env='{"VLLM_USE_SIMPLE_KV_OFFLOAD": "0"}')
 
 
 def test_sim_recipe_mirrors_vllm_meanings():

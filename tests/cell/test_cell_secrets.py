@@ -34,7 +34,8 @@ CELL = {
     "speed": 50,
     # Token-shaped values under names that say nothing, and the environment's secret in a URL.
     "engine_env": {"EXTRA_HEADER": f"Bearer {HF}", "AWS_ID": AWS, "MIRROR": f"https://u:{ENV_SECRET}@h/x"},
-    "engine_args": f"--served-model-name {SK} --note {GHP}-{PAT}",
+    # (A served name other than the model's is refused: the token rides as a second, extra name.)
+    "engine_args": f"--served-model-name m {SK} --note {GHP}-{PAT}",
 }
 
 
@@ -76,7 +77,7 @@ def test_cell_dry_run_and_mask_lines(env, capsys, tmp_path):
     env.setenv("RESULT_DIR", str(tmp_path / "r"))
     assert main(["cell", "--cell", json.dumps(CELL), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "EXTRA_HEADER='Bearer ***'" in out and "--served-model-name '***'" in out
+    assert "EXTRA_HEADER='Bearer ***'" in out and "--served-model-name m '***'" in out
     assert _leaks(out) == []
     assert main(["cell", "--cell", json.dumps(CELL), "--add-mask"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -87,7 +88,7 @@ def test_sweep_dry_run_masks_the_cell(env, tmp_path, capsys):
     config = tmp_path / "sweep.yaml"
     config.write_text(
         "k:\n  runner: local\n  engine: sim\n  model: m\n  precision: fp8\n  duration: 5\n  traces: t\n"
-        f"  engine_args: '--served-model-name {SK}'\n"
+        f"  engine_args: '--served-model-name m {SK}'\n"
         f"  engine_env: {{EXTRA_HEADER: 'Bearer {HF}', MIRROR: 'https://u:{ENV_SECRET}@h'}}\n"
         "  search_space:\n    tp1: {users: [1], offload: [off]}\n"
     )

@@ -145,17 +145,24 @@ def test_a_broken_router_json_or_instance_csv_makes_the_row_invalid_in_one_line(
 
 
 @pytest.mark.parametrize(
-    ("missing", "empty", "note"),
+    ("missing", "empty", "note", "reason"),
     [
-        ("router.json", "router_busiest_share", "router.json missing: no router figures"),
-        ("server_metrics.r1.csv", "replica_gpu_hit_min", "server_metrics.r1.csv missing"),
+        (
+            "router.json", "router_busiest_share", "router.json missing: no router figures",
+            "collect: router.json missing: a routed cell writes it",
+        ),
+        (
+            "server_metrics.r1.csv", "replica_gpu_hit_min", "server_metrics.r1.csv missing",
+            "collect: server_metrics.r1.csv missing: planned engine instance r1 left no scrapes",
+        ),
     ],
-)
-def test_a_missing_routed_file_leaves_its_figures_empty_with_a_note(tmp_path, missing, empty, note):
+)  # fmt: skip
+def test_a_missing_routed_file_leaves_its_figures_empty_with_a_note(tmp_path, missing, empty, note, reason):
     path = routed_cell(tmp_path, Spec(tp=1, users=4, offload="off"))
     (path / missing).unlink()
     row = _row(tmp_path)
-    assert row["status"] == "SUCCESS"
+    # A file the cell's plan makes is missing: the row cannot be trusted (it was SUCCESS with blanks).
+    assert row["status"] == "INVALID" and row["reason"] == reason
     assert pd.isna(row[empty]) and note in row["notes"]
     assert not pd.isna(row["gpu_hit_rate"])  # the merged figures stay
 

@@ -111,3 +111,19 @@ def test_serve_serves_the_site_until_terminated(site, tmp_path):
         assert proc.wait(timeout=30) == 0
         if proc.stderr:
             proc.stderr.close()
+
+
+@pytest.mark.integration
+def test_a_full_disk_is_one_line_and_leaves_nothing(site, tmp_path, capsys):
+    """The dashboard onto a disk that fills up (a small tmpfs, filled): one line naming the file, exit 2,
+    no half-written folder, no temporary one."""
+    from tests.support import filled_tmpfs
+
+    db, _ = site
+    with filled_tmpfs(tmp_path / "small", 2048, 256) as mount:
+        out = mount / "dashboard"
+        assert main(["dashboard", "--db", str(db), "-o", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"write error: {mount}/"), err
+        assert err[0].endswith(": cannot write: no space left on device")
+        assert sorted(p.name for p in mount.iterdir()) == [".filler"]

@@ -238,3 +238,28 @@ def test_metrics_dialects_parse_and_carry_names(sim):
     by = {(s.name, s.labels.get("cache_source")): s.value for s in sgl}
     assert by[("sglang:cached_tokens_total", "device")] == 96
     assert by[("sglang:hicache_host_total_tokens", None)] > 0
+
+
+def test_model_names_are_answered_as_vllm_answers_them(sim):
+    """With --served-model-name, only those names are served (the model path is a 404, as vLLM answers);
+    no model or an empty one goes to the first name; a name that is not a string is a 400."""
+
+    async def go():
+        async with sim([MODEL, "--served-model-name", "alias", "other", "--speed", "1000"]) as s:
+            body = {"prompt": "a b", "max_tokens": 2}
+            statuses = [
+                (await s.post("/v1/completions", {**body, **extra}))[0]
+                for extra in ({"model": "alias"}, {"model": "other"}, {}, {"model": ""})
+            ]
+            assert statuses == [200, 200, 200, 200]
+            status, err = await s.post("/v1/completions", {**body, "model": MODEL})
+            assert status == 404 and err["error"]["type"] == "NotFoundError"
+            assert err["error"]["message"] == f"The model `{MODEL}` does not exist."
+            status, _ = await s.post(
+                "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "model": "nope"}
+            )
+            assert status == 404
+            status, err = await s.post("/v1/completions", {**body, "model": 5})
+            assert status == 400 and "'model' must be a string" in err["error"]["message"]
+
+    asyncio.run(go())

@@ -340,3 +340,20 @@ def test_a_comma_or_colon_never_reaches_the_container_mounts(tmp_path, cell_env,
         f"launch[{runner}]: cannot mount '{odd if where != 'result_dir' else odd / 'r'}' into the container: "
         "the path contains a comma or colon (rename it)"
     ]
+
+
+@pytest.mark.parametrize("runner", ["h200", "mi355x"])
+def test_a_newline_in_result_dir_never_adds_a_container_mount(tmp_path, cell_env, runner):
+    """A RESULT_DIR with a newline would be two mount lines (the second one any path): refused, exit 2."""
+    odd = tmp_path / f"r\n{tmp_path}"
+    runners = pyxis_runners(tmp_path / "runners.yaml", tmp_path / "hf")
+    env = cell_env(runner, runners, tp=1, image="vllm/vllm-openai:v1")
+    env["RESULT_DIR"] = str(odd)
+    proc = dry_run(runner, env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    shown = str(odd).replace("\n", "?")
+    assert proc.stderr.strip().splitlines() == [
+        f"launch[{runner}]: cannot mount '{shown}' into the container: "
+        "the path contains a newline or another control character (rename it)"
+    ]

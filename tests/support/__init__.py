@@ -4,6 +4,7 @@ Import from here (``from tests.support import wait_until``); the test directorie
 pytest's importlib mode resolves ``tests.support`` from the repository root.
 """
 
+from .disk import filled_tmpfs
 from .ports import free_port
 from .processes import MarkedTree, pid_running, running_engine_sim, stop_process
 from .waits import (
@@ -21,6 +22,7 @@ __all__ = [
     "LineFound",
     "MarkedTree",
     "WaitTimeout",
+    "filled_tmpfs",
     "free_port",
     "http_status",
     "pid_running",

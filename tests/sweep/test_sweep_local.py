@@ -42,6 +42,7 @@ LAUNCHER = textwrap.dedent(
     echo "$EXP_NAME $OFFLOAD $USERS $RESULT_DIR" >> "$LAUNCH_LOG"
     mkdir -p "$RESULT_DIR"
     trap 'printf "FAILED\\ninterrupted by SIGTERM\\n" > "$RESULT_DIR/status.txt"; exit 1' TERM
+    trap 'printf "FAILED\\ninterrupted by SIGINT\\n" > "$RESULT_DIR/status.txt"; exit 1' INT
     sleep "${SLEEP_S:-0}" & wait $!
     case " ${FAIL_CELLS:-} " in
       *" $EXP_NAME "*) printf 'FAILED\\nengine exited with status 1\\n' > "$RESULT_DIR/status.txt"; exit 1 ;;
@@ -165,7 +166,9 @@ def test_ctrl_c_stops_the_current_cell_cleanly_and_still_collects(setup, tmp_pat
             proc.kill()
     assert proc.returncode == 130, out
     assert _launched(log) == ["mini-tp1-ep1-u1-on"]  # nothing after the interrupted cell
-    assert (key_dir / "mini-tp1-ep1-u1-on" / "status.txt").read_text() == "FAILED\ninterrupted by SIGTERM\n"
+    # The cell gets the signal the sweep got, and its verdict says so.
+    assert (key_dir / "mini-tp1-ep1-u1-on" / "status.txt").read_text() == "FAILED\ninterrupted by SIGINT\n"
+    assert "sweep: SIGINT: stopping mini-tp1-ep1-u1-on (SIGINT, up to" in out
     assert "sweep: interrupted by SIGINT; 4 cell(s) left: rerun the same command with --resume" in out
     assert f"agentsweep.cli collect {key_dir} {key_dir}/aggregated" in out
     assert (key_dir / "aggregated" / "summary.csv").exists()  # what finished (here: nothing) is collected
@@ -181,3 +184,35 @@ def test_invalid_cells_are_named_and_exit_3_failed_ones_win_with_1(setup, monkey
     assert "1 INVALID, 3 SUCCESS" in out
     monkeypatch.setenv("FAIL_CELLS", "mini-tp1-ep1-u1-on")
     assert main([*base, "--force"]) == 1
+
+
+@pytest.mark.integration
+def test_a_second_sweep_into_the_same_results_is_refused_naming_the_holder(setup, tmp_path):
+    """Even with --force: the running sweep's cell is neither deleted nor joined by another engine."""
+    base, log, key_dir = setup
+    env = {**os.environ, "SLEEP_S": "30"}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "agentsweep.cli", *base],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        poll_until(log.exists, timeout=20)
+        second = subprocess.run(
+            [sys.executable, "-m", "agentsweep.cli", *base, "--force"],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert second.returncode == 2, second.stdout + second.stderr
+        (line,) = second.stderr.strip().splitlines()
+        assert line.startswith(
+            f"input error: --results {tmp_path / 'results'}: another sweep is running into it"
+        )
+        assert f"(pid {first.pid} on " in line and "sweep --key mini" in line
+        assert _launched(log) == ["mini-tp1-ep1-u1-on"]  # the second one launched nothing
+        assert (key_dir / "mini-tp1-ep1-u1-on").is_dir()  # nor deleted the running cell
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    # The lock went with the first sweep: a third one runs.
+    assert main([*base, "--force"]) == 0

@@ -76,6 +76,23 @@ def test_sigterm_stops_the_running_cell_cleanly_and_says_how_to_resume(repo_root
     assert (key_dir / "aggregated" / "summary.csv").exists()  # what there is still gets collected
 
 
+def test_ctrl_c_reaches_the_cell_as_sigint_and_its_verdict_says_so(repo_root, tmp_path, process_tree):
+    results = tmp_path / "results"
+    rd = results / "demo-mini" / FIRST
+    proc = _start_sweep(repo_root, results, process_tree.env)
+    try:
+        _wait_for_replay(rd, proc)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        left = process_tree.wait_until_gone(2.0)
+    finally:
+        _cleanup(proc, process_tree.kill)
+    assert proc.returncode == 128 + signal.SIGINT, out
+    assert not left, f"left running after the sweep stopped: {left}\n{out}"
+    assert (rd / "status.txt").read_text() == "FAILED\ninterrupted by SIGINT\n"
+    assert f"sweep: SIGINT: stopping {FIRST} (SIGINT, up to" in out
+
+
 def test_sigkill_to_the_sweep_still_stops_the_cell_with_its_verdict(repo_root, tmp_path, process_tree):
     results = tmp_path / "results"
     rd = results / "demo-mini" / FIRST

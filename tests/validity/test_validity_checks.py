@@ -106,7 +106,7 @@ def test_a_healthy_run_passes_every_check(tmp_path):
     expected = {
         "failed_share", "context_error_share", "window_coverage", "lanes_active", "throughput_drift",
         "dispatch_lag_p99", "client_cpu_share", "server_metrics", "request_count_gap",
-        "prompt_token_gap", "cached_token_gap",
+        "prompt_token_gap", "cached_token_gap", "window_requests",
     }  # fmt: skip
     assert set(validity.checks) == expected
     as_json = validity.to_dict()
@@ -206,3 +206,15 @@ def test_server_metrics_missing_or_going_down(tmp_path):
 def test_a_run_that_sent_nothing(tmp_path):
     path = write_dir(tmp_path, [], counts={"sent": 0, "ok": 0, "failed": 0})
     assert _reasons(path)["failed_share"] == "no request in the profiling window"
+
+
+def test_too_few_requests_in_the_window_is_invalid(tmp_path):
+    """A 1-second, 1-user cell finished 4 requests: its percentiles are noise, never a SUCCESS."""
+    few = _reasons(write_dir(tmp_path / "few", healthy_records(), counts={"sent": 4, "ok": 4, "failed": 0}))
+    assert few["window_requests"] == (
+        "only 4 requests finished ok in the profiling window (limit 10): too few for its percentiles and "
+        "rates; give the cell a longer duration or more users"
+    )
+    assert _reasons(write_dir(tmp_path / "enough", healthy_records())) == {}
+    strict = CELL.model_copy(update={"min_window_requests": 200})
+    assert list(_reasons(write_dir(tmp_path / "strict", healthy_records()), strict)) == ["window_requests"]

@@ -80,6 +80,11 @@ def _report(err: BaseException, debug: bool) -> None:
     if debug:
         traceback.print_exception(err)
     line = err.render() if isinstance(err, AgentsweepError) else f"error: {err}"
+    # A refused input may hold a secret (a token in engine_args, the environment's HF_TOKEN in a URL):
+    # the line goes to logs before any mask is registered, so it is masked here.
+    from agentsweep.cell.record import mask_text
+
+    line = mask_text(line)
     if os.environ.get("GITHUB_ACTIONS") == "true":
         print(f"::error::{line}", file=sys.stderr)
     else:
@@ -124,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader stopped reading (`... --json | head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush goes nowhere
+        return 128 + 13  # as a shell reports a writer ended by SIGPIPE
 
 
 if __name__ == "__main__":

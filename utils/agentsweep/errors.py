@@ -42,3 +42,26 @@ class ResultFileError(InputError):
     """A file of a cell result directory breaks its contract. Message: `<file>: <field>: <what>`."""
 
     prefix = "result error"
+
+
+class WriteError(AgentsweepError):
+    """A file could not be written (a full disk, say). Message: `<path>: cannot write: <why>`; exit 2,
+    as bad input: what was asked for was not made, and nothing written stands as complete."""
+
+    exit_code = 2
+    prefix = "write error"
+
+    def __init__(self, path: object, err: OSError) -> None:
+        import errno
+
+        why = "no space left on device" if err.errno == errno.ENOSPC else (err.strerror or str(err)).lower()
+        super().__init__(f"{path}: cannot write: {why}")
+        self.errno = err.errno
+
+    @classmethod
+    def after(cls, err: WriteError, what: str) -> WriteError:
+        """``err`` with what became of the rest added: `<path>: cannot write: <why>; <what>`."""
+        again = cls.__new__(cls)
+        Exception.__init__(again, f"{err}; {what}")
+        again.errno = err.errno
+        return again

@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from kv_cache_tester.errors import RunAborted, UsageError
+from kv_cache_tester.errors import RunAborted, UsageError, WriteFailed
 from kv_cache_tester.replay.config import ReplayConfig
 from kv_cache_tester.replay.loop import Replayer
 from kv_cache_tester.replay.pool import TracePool
@@ -154,7 +154,12 @@ def finish(cfg: ReplayConfig, out: Path, metas: list[RunMeta], options: dict[str
         slo_ttft=cfg.slo_ttft,
         slo_tpot=cfg.slo_tpot,
     )
-    write_summary(out, summary)
+    try:
+        write_summary(out, summary)
+    except OSError as err:  # a full disk: the records stay whole in requests.jsonl; say what stopped the run
+        for error in (e for m in metas for e in m.errors):
+            log(f"error: {error}")
+        raise WriteFailed(out / SUMMARY_FILE, err) from None
     if cfg.plot:
         from kv_cache_tester.replay.plots import write_plot
 

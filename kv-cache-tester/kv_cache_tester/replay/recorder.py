@@ -2,7 +2,8 @@
 
 Each line goes out with a single ``os.write`` on an ``O_APPEND`` descriptor: no user-space buffer
 to lose on SIGTERM or a crash, and several worker processes can share the file without
-interleaving lines.
+interleaving lines. A line the disk has no room for is taken back out (the file keeps whole
+lines only) and the write raises WriteFailed naming the file: the lane stops the run with that line.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kv_cache_tester.errors import WriteFailed
 from kv_cache_tester.replay.jsonfast import dumps
 from kv_cache_tester.replay.results import REQUESTS_FILE, RequestRecord
 from kv_cache_tester.stats import LogHistogram, percentile
@@ -21,10 +23,25 @@ def open_append(path: Path) -> int:
     return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
 
+def append_whole(fd: int, data: bytes, path: Path) -> None:
+    """``data`` appended in full, or not at all: a short write (a full disk) is cut back off the file
+    and raises WriteFailed naming ``path``."""
+    done = 0
+    try:
+        while done < len(data):
+            done += os.write(fd, data[done:])
+    except OSError as err:
+        if done:
+            os.ftruncate(fd, max(0, os.fstat(fd).st_size - done))
+        raise WriteFailed(path, err) from None
+
+
 class Recorder:
     def __init__(self, out_dir: Path, debug: bool = False) -> None:
-        self._fd = open_append(out_dir / REQUESTS_FILE)
-        self._debug_fd = open_append(out_dir / DEBUG_FILE) if debug else None
+        self._path = out_dir / REQUESTS_FILE
+        self._debug_path = out_dir / DEBUG_FILE
+        self._fd = open_append(self._path)
+        self._debug_fd = open_append(self._debug_path) if debug else None
         self.itl_hist = LogHistogram()
         # live counters for the progress line (cumulative)
         self.done = 0
@@ -35,7 +52,7 @@ class Recorder:
         self._recent_ttft: list[float] = []
 
     def write(self, rec: RequestRecord, itls: list[float] | None) -> None:
-        os.write(self._fd, dumps(rec) + b"\n")
+        append_whole(self._fd, dumps(rec) + b"\n", self._path)
         self.done += 1
         if rec["status"] == "ok":
             self.ok += 1
@@ -55,7 +72,7 @@ class Recorder:
             dumps({"request_id": request_id, "t": t, "data": data.decode("utf-8", "replace")}) + b"\n"
             for t, data in chunks
         ]
-        os.write(self._debug_fd, b"".join(lines))
+        append_whole(self._debug_fd, b"".join(lines), self._debug_path)
 
     def take_recent_ttft_p50(self) -> float | None:
         """p50 TTFT since the previous call (for the progress line), then forget those samples."""

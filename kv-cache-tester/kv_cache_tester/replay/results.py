@@ -430,8 +430,12 @@ def write_summary(out_dir: Path, summary: Summary) -> Path:
     summary."""
     path = out_dir / SUMMARY_FILE
     tmp = out_dir / (SUMMARY_FILE + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(summary, indent=2) + "\n")
+        os.replace(tmp, path)
+    except OSError as err:  # a full disk: no temporary file stays behind; the error names the file
+        tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, err.strerror, str(path)) from err
     return path
 
 

@@ -142,7 +142,7 @@ class CapacityRun:
             died = self.group.died_reason()
             reason = reason or check_outputs(sdir)
             if reason is None:
-                reasons = judge(plan)
+                reasons = judge(plan, self.group.stated)
                 status = "INVALID" if reasons else "SUCCESS"
             else:
                 reasons = [reason]
@@ -320,8 +320,18 @@ def run_capacity_cell(
                 start_utc=start_utc,
                 status=status,
                 reasons=reasons,
-                extra={"scaleout": plan.scaleout_record()} if plan.router is not None else None,
+                extra=_extra(plan, group),
             )
             seal(plan.result_dir, cell, versions.get("engine"), say)
             say(status + (f": {'; '.join(reasons)}" if reasons else ""))
     return status, "; ".join(reasons) or None
+
+
+def _extra(plan: CellPlan, group: EngineGroup) -> dict[str, object] | None:
+    """cell.json's extra sections: the scale-out record, what each instance stated it runs with."""
+    extra: dict[str, object] = {}
+    if plan.router is not None:
+        extra["scaleout"] = plan.scaleout_record()
+    if group.stated:
+        extra["engine_settings"] = {k: v.to_record() if v else None for k, v in group.stated.items()}
+    return extra or None

@@ -252,11 +252,15 @@ def trim_log(path: Path, max_bytes: int = LOG_MAX_BYTES, head_bytes: int = LOG_H
         tail = tail[nl + 1 :] if nl >= 0 else tail
     omitted = size - len(head) - len(tail)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "wb") as out:
-        out.write(head)
-        out.write(f"[... {omitted} bytes omitted to keep this log bounded ...]\n".encode())
-        out.write(tail)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as out:
+            out.write(head)
+            out.write(f"[... {omitted} bytes omitted to keep this log bounded ...]\n".encode())
+            out.write(tail)
+        os.replace(tmp, path)
+    except OSError as err:  # a full disk: the log stays whole, no temporary file stays behind
+        tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, err.strerror, str(path)) from err
     return True
 
 

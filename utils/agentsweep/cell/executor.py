@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agentsweep.cell import record
+from agentsweep.cell.effective import Stated, stated_settings
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.plan import CellOptions, CellPlan
@@ -78,17 +79,21 @@ def execute(
     versions: dict[str, str | None],
     say: Callable[[str], None],
     watchdog: Watchdog | None = None,
+    stated: dict[str, Stated | None] | None = None,
 ) -> str | None:
     """Run ``plan`` and stop everything it started; returns why the run failed, or None.
 
-    ``versions`` gets the engine's (and the router's) version. Raises ``EngineFailed`` when an
-    instance or the router never becomes healthy.
+    ``versions`` gets the engine's (and the router's) version, ``stated`` what each instance's
+    start-up log says it runs with (by instance name, "engine" for a cell's one engine). Raises
+    ``EngineFailed`` when an instance or the router never becomes healthy.
     """
     group = EngineGroup(plan, options, versions, say, watchdog)
     missing = group.missing_router()
     if missing:  # before any engine loads its weights
         return missing
     with group:
+        if stated is not None:
+            stated.update(group.stated)
         reason = replay(plan, group, options, say, watchdog)
     return reason
 
@@ -141,6 +146,9 @@ class EngineGroup:
                 stop_grace_s=10.0,
                 watchdog=watchdog,
             )
+        # What each instance's start-up log says it runs with (by instance name, "engine" for a cell's
+        # one engine), read once every instance is healthy.
+        self.stated: dict[str, Stated | None] = {}
         self._stack = contextlib.ExitStack()
 
     def missing_router(self) -> str | None:
@@ -185,6 +193,8 @@ class EngineGroup:
             what = "instances" if plan.mode == "pd" else "replicas"
             say(f"{len(self.engines)} {what} healthy after {waited:.1f} s")
         self.versions["engine"] = recipe(plan.cell.engine).version(plan.client.url)
+        for inst in plan.instances:
+            self.stated[inst.name or "engine"] = stated_settings(plan.cell.engine, plan.result_dir / inst.log_name)
         if self.router is not None:
             self.versions["router"] = f"{self.program} {router_version(self.program) or 'unknown'}"
             say(f"starting router: {shlex.join(self.router.argv)}")

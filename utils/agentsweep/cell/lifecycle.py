@@ -17,11 +17,12 @@ from typing import Any
 from kv_cache_tester.replay import ResultError, load_summary, write_summary
 
 import agentsweep
-from agentsweep.cell import record
+from agentsweep.cell import record, space
 from agentsweep.cell.clients import client
+from agentsweep.cell.effective import Stated, expected_settings, mismatches
 from agentsweep.cell.engine_process import EngineFailed
 from agentsweep.cell.executor import execute, show_tail
-from agentsweep.cell.plan import CellOptions, CellPlan
+from agentsweep.cell.plan import CellOptions, CellPlan, instance_shapes
 from agentsweep.cell.routers import router_recipe
 from agentsweep.cell.watchdog import Watchdog
 from agentsweep.contract.cell import Cell
@@ -37,7 +38,7 @@ from agentsweep.contract.resultdir import (
     STATUS_TXT,
     SUMMARY_JSON,
 )
-from agentsweep.contract.verdict import Verdict
+from agentsweep.contract.verdict import Check, Verdict
 from agentsweep.energy.summary import cell_power_summary
 from agentsweep.errors import InputError
 from agentsweep.validity import evaluate
@@ -106,11 +107,13 @@ def run_cell(
     reasons: list[str] = []
     # Should this process die outright, the watchdog stops the children before anyone writes a verdict.
     watchdog = Watchdog(plan.result_dir)
+    stated: dict[str, Stated | None] = {}
     try:
+        space.reserve(plan.result_dir)  # room for the verdict should the run fill the disk
         watchdog.start()
-        reason = execute(plan, options, versions, say, watchdog) or check_outputs(plan.result_dir)
+        reason = execute(plan, options, versions, say, watchdog, stated) or check_outputs(plan.result_dir)
         if reason is None:
-            reasons = judge(plan)
+            reasons = judge(plan, stated)
             status = "INVALID" if reasons else "SUCCESS"
             if plan.power is not None:
                 say(_power_line(plan))
@@ -121,13 +124,44 @@ def run_cell(
     except EngineFailed as err:
         reason = str(err)
         show_tail(plan.result_dir / SERVER_LOG, say)
+    except OSError as err:
+        status = "FAILED"
+        if not space.is_no_space(err):  # a bug or an unexpected OS error: still leave a verdict
+            reason = f"{type(err).__name__}: {err}"
+            raise
+        reason = space.no_space_reason(plan.result_dir, err)
     except Exception as err:  # a bug or an unexpected OS error: still leave a verdict
         reason = f"{type(err).__name__}: {err}"
         raise
     finally:
         watchdog.dismiss()  # every child is stopped: nothing writes into result_dir after the verdict
         if status == "FAILED":
+            if reason and not reason.startswith("no space left") and space.short_of_space(plan.result_dir):
+                reason = space.no_space_reason(plan.result_dir, after=reason)  # what the run died of
             reasons = [reason or "unknown failure"]
+        extra: dict[str, object] = {}
+        if plan.router is not None:
+            extra["scaleout"] = plan.scaleout_record()
+        if stated:
+            extra["engine_settings"] = {k: v.to_record() if v else None for k, v in stated.items()}
+        status, reasons = _write_verdict(plan, versions, start_utc, status, reasons, extra)
+        seal(plan.result_dir, plan.cell, versions.get("engine"), say)
+        say(status + (f": {'; '.join(reasons)}" if reasons else ""))
+    return status, "; ".join(reasons) or None
+
+
+def _write_verdict(
+    plan: CellPlan,
+    versions: Mapping[str, str | None],
+    start_utc: str,
+    status: Verdict,
+    reasons: list[str],
+    extra: Mapping[str, Any],
+) -> tuple[Verdict, list[str]]:
+    """cell.json and status.txt; on a full disk the reserve and temporary files go first, and the
+    verdict is FAILED with the reason. Returns what was written."""
+
+    def write(status: Verdict, reasons: list[str]) -> None:
         record.write_result(
             plan.result_dir,
             cell=plan.cell.model_dump(mode="json"),
@@ -138,11 +172,23 @@ def run_cell(
             start_utc=start_utc,
             status=status,
             reasons=reasons,
-            extra={"scaleout": plan.scaleout_record()} if plan.router is not None else None,
+            extra=extra or None,
         )
-        seal(plan.result_dir, plan.cell, versions.get("engine"), say)
-        say(status + (f": {'; '.join(reasons)}" if reasons else ""))
-    return status, "; ".join(reasons) or None
+
+    try:
+        write(status, reasons)
+    except OSError as err:
+        if not space.is_no_space(err):
+            raise
+        space.release(plan.result_dir)
+        if not (status == "FAILED" and reasons and reasons[0].startswith("no space left")):
+            said = "; ".join(reasons) if status == "FAILED" else None  # what the run died of, if it did
+            reasons = [space.no_space_reason(plan.result_dir, err, after=said)]
+        status = "FAILED"
+        write(status, reasons)
+    finally:
+        space.release(plan.result_dir)
+    return status, reasons
 
 
 def _power_line(plan: CellPlan) -> str:
@@ -192,12 +238,35 @@ def cached_metrics_file(plan: CellPlan) -> str:
     return SERVER_METRICS_CSV
 
 
-def judge(plan: CellPlan) -> list[str]:
+def settings_check(plan: CellPlan, stated: dict[str, Stated | None]) -> Check:
+    """``engine_settings``: every instance runs with the settings the cell's label says, as far as its
+    start-up log states them (not judged where it states none)."""
+    problems: list[str] = []
+    checked = 0
+    for inst, (_role, _i, tp) in zip(plan.instances, instance_shapes(plan.cell), strict=False):
+        found = stated.get(inst.name or "engine")
+        if found is None:
+            continue
+        checked += 1
+        who = inst.label if not inst.name else f"{inst.label} ({inst.name})"
+        problems += mismatches(expected_settings(plan.cell, tp, inst.port), found, who)
+    if problems:
+        return Check(float(len(problems)), 0.0, False, "; ".join(problems))
+    if not checked:
+        return Check(None, 0.0, True, "not judged: no engine instance stated its settings")
+    return Check(0.0, 0.0, True)
+
+
+def judge(plan: CellPlan, stated: dict[str, Stated | None] | None = None) -> list[str]:
     """Run the validity checks, record them in summary.json, and return the failed checks' reasons."""
     validity = evaluate(plan.result_dir, plan.cell, cached_metrics_file(plan))
+    validity.checks["engine_settings"] = settings_check(plan, stated or {})
     summary = load_summary(plan.result_dir, required=("counts",))
     summary["validity"] = validity.to_dict()
-    write_summary(plan.result_dir, summary)
+    try:
+        write_summary(plan.result_dir, summary)
+    except OSError as err:  # name the file (a failed write() names none)
+        raise OSError(err.errno, err.strerror, str(plan.result_dir / SUMMARY_JSON)) from err
     return validity.reasons
 
 

@@ -15,23 +15,15 @@ from typing import Any
 
 from agentsweep.contract.resultdir import CellRecord, write_atomic, write_cell_result
 from agentsweep.contract.resultdir.record import SCHEMA_VERSION
+from agentsweep.contract.secrets import is_secret_flag, is_secret_name
 from agentsweep.contract.verdict import VERDICTS, Verdict
 
 MASK = "***"
-_SECRET = re.compile(r"TOKEN|SECRET|KEY|PASSWORD", re.IGNORECASE)
-_SECRET_WORDS = {"key", "token", "secret", "password", "passwd"}
 VISIBLE_DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
 
 def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-_NOT_SECRET = re.compile(r"(^|_)CONFIG_KEY$", re.IGNORECASE)  # a sweep's config key is a name, not a key
-
-
-def is_secret_name(name: str) -> bool:
-    return bool(_SECRET.search(name)) and not _NOT_SECRET.search(name)
 
 
 # Values that are secrets whatever variable or flag carries them: Hugging Face, AWS access key ids,
@@ -68,15 +60,6 @@ def mask_env(env: Mapping[str, str]) -> dict[str, str]:
     values under any other name are masked too (see ``mask_text``)."""
     secrets = secret_values() | secret_values(env)
     return {k: (MASK if is_secret_name(k) else mask_text(v, secrets)) for k, v in env.items()}
-
-
-def is_secret_flag(flag: str) -> bool:
-    """``--api-key``, ``--hf-token``, ``--password``: the flag's last word names a secret.
-
-    Stricter than env names, so ``--enable-prompt-tokens-details`` is not taken for one.
-    """
-    words = re.split(r"[-_.]", flag.lstrip("-").lower())
-    return words[-1] in _SECRET_WORDS
 
 
 def mask_argv(argv: Sequence[str], secrets: set[str] | None = None) -> list[str]:
@@ -140,6 +123,18 @@ def visible_devices(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     return {k: environ[k] for k in VISIBLE_DEVICE_VARS if k in environ}
 
 
+# Terminal escape sequences a reason may carry from a process's log (a router's coloured output):
+# CSI (colours, cursor), OSC (titles, links, up to BEL or ST) and any other ESC + one character.
+ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?")
+CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
+
+
+def plain_line(text: str) -> str:
+    """``text`` as one plain line: escape sequences removed, whitespace runs one space, any other
+    control character ``?`` (a status reason is read in terminals, job summaries and reports)."""
+    return CONTROLS.sub("?", " ".join(ESCAPES.sub("", text).split()))
+
+
 def write_result(
     result_dir: Path,
     *,
@@ -163,7 +158,7 @@ def write_result(
     if (status == "SUCCESS") != (not reasons):
         raise ValueError(f"{status} needs {'no' if status == 'SUCCESS' else 'at least one'} reason")
     secrets = secret_values() | secret_values(engine_env)
-    lines = tuple(line for r in reasons if (line := mask_text(" ".join(r.split()), secrets)))
+    lines = tuple(line for r in reasons if (line := mask_text(plain_line(r), secrets)))
     if status != "SUCCESS":
         lines = lines or ("no reason given",)
     record = CellRecord(
@@ -184,4 +179,4 @@ def write_result(
     write_cell_result(result_dir, record)
 
 
-__all__ = ["write_atomic", "write_result"]
+__all__ = ["is_secret_flag", "is_secret_name", "write_atomic", "write_result"]

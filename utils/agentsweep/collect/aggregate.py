@@ -28,6 +28,7 @@ from agentsweep.collect.kv_cliff import cliff_columns, kv_pool_tokens
 from agentsweep.collect.power import power_columns
 from agentsweep.collect.provenance import receipt_values
 from agentsweep.collect.routed import routed_figures
+from agentsweep.collect.routed_checks import routed_artifact_problems
 from agentsweep.collect.stream import RequestStats, stream_requests
 from agentsweep.collect.window import NotNumbers, window_figures
 from agentsweep.contract.cell import CELL_FIELDS, Cell
@@ -244,6 +245,8 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
     power, notes = power_columns(path, cell)  # never changes the status: a withheld figure is a note
     row.values.update(power)
     row.notes.extend(notes)
+    # The instance files are the ones the cell planned, whole, and merged as they say.
+    problems.extend(routed_artifact_problems(path, cell, problems))
     if problems:
         row.status = "INVALID"
         row.reason = "; ".join([*([row.reason] if row.reason else []), *(f"collect: {p}" for p in problems)])

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 
 from agentsweep.capacity.search import points_of, smoothed
 from agentsweep.collect.capacity import CapacityCell
+from agentsweep.collect.output import save_figure
 from agentsweep.collect.plots import DPI, INVALID_COLOR
 
 TIER_COLORS = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
@@ -84,8 +85,7 @@ def capacity_figure(item: CapacityCell, path: Path) -> Path:
         ax.legend(fontsize=7, loc="best")
     fig.suptitle(f"{item.exp_name}: SLO statistics over the search ({len(steps)} steps)", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path)
-    return path
+    return save_figure(fig, path)
 
 
 def write_capacity_plots(cells: list[CapacityCell], out_dir: Path) -> list[tuple[str, Path]]:

@@ -4,9 +4,9 @@ Writes summary.csv, frontier.csv, capacity.csv (the capacity under SLO per tier:
 searches and the grid-derived capacity of ordinary series), the PNG plots, report.html and summary.md
 into OUT_DIR (and appends summary.md to $GITHUB_STEP_SUMMARY when that is set). Exit 0 when every cell
 succeeded, 1 when any cell is FAILED, MALFORMED or MISSING, 3 when the only problems are INVALID cells
-(a capacity cell's steps do not count: its own verdict does), 2 on bad arguments, and on points
-measured differently (replayer versions, or one curve's recipes, from the receipts) unless
---allow-mixed.
+(a capacity cell's steps do not count: its own verdict does), 2 on bad arguments, on points measured
+differently (replayer versions, or one curve's recipes, from the receipts) unless --allow-mixed, or on
+an output that cannot be written (then none of the outputs is left).
 """
 
 from __future__ import annotations
@@ -23,14 +23,18 @@ from agentsweep.collect.aggregate import CELL_COLUMNS, build_rows, to_frame
 from agentsweep.collect.capacity import CapacityResults, capacity_results
 from agentsweep.collect.capacity_plots import write_capacity_plots
 from agentsweep.collect.discover import find_cells
+from agentsweep.collect.output import one_set, write_csv, write_text
 from agentsweep.collect.pareto import frontier_table
-from agentsweep.collect.plots import write_plots
+from agentsweep.collect.plots import PLOT_FILES, write_plots
 from agentsweep.collect.provenance import mixed_in_sweep, refuse_mixed
 from agentsweep.collect.report import summary_markdown, write_report
 from agentsweep.config import overrides
 from agentsweep.contract.resultdir import read_matrix
 from agentsweep.contract.verdict import INVALID_EXIT
 from agentsweep.errors import InputError
+
+OUTPUTS = ("summary.csv", "frontier.csv", "capacity.csv", "summary.md", "report.html", *PLOT_FILES, "capacity_*.png")
+"""Collect's outputs, one set: a disk that fills while they are written leaves none of them."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,9 +105,9 @@ def render_outputs(
     summary table; returns the frontier. ``mixed``: how the points' provenance differs (allowed with
     --allow-mixed), said in summary.md."""
     frontier = frontier_table(df, include_invalid)
-    frontier.to_csv(out_dir / "frontier.csv", index=False)
+    write_csv(frontier, out_dir / "frontier.csv")
     if capacity is not None:
-        capacity.table.to_csv(out_dir / "capacity.csv", index=False)
+        write_csv(capacity.table, out_dir / "capacity.csv")
     if plots:
         figures = write_plots(df, out_dir, include_invalid)
         if capacity is not None:
@@ -112,7 +116,7 @@ def render_outputs(
     text = summary_markdown(df, frontier, capacity)
     if mixed:
         text += "\n### Points measured differently (--allow-mixed)\n\n" + "".join(f"- {m}\n" for m in mixed)
-    (out_dir / "summary.md").write_text(text, encoding="utf-8")
+    write_text(out_dir / "summary.md", text)
     return frontier
 
 
@@ -134,18 +138,19 @@ def run(args: argparse.Namespace) -> int:
     for line in mixed:
         print(f"collect: allowed (--allow-mixed): {line}", file=sys.stderr)
     prepare_out_dir(args.out_dir)
-    df.to_csv(args.out_dir / "summary.csv", index=False)
     capacity = capacity_results(df, overrides.slo_tiers(args.slo))
     for note in capacity.notes:
         print(f"collect: capacity: {note}", file=sys.stderr)
-    render_outputs(
-        df,
-        args.out_dir,
-        plots=not args.no_plots,
-        include_invalid=args.include_invalid,
-        capacity=capacity,
-        mixed=mixed,
-    )
+    with one_set(args.out_dir, OUTPUTS):
+        write_csv(df, args.out_dir / "summary.csv")
+        render_outputs(
+            df,
+            args.out_dir,
+            plots=not args.no_plots,
+            include_invalid=args.include_invalid,
+            capacity=capacity,
+            mixed=mixed,
+        )
     for line in capacity.lines:
         print(f"collect: {line}", file=sys.stderr)
 

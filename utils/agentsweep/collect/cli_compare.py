@@ -13,6 +13,7 @@ from pathlib import Path
 from agentsweep.collect.cli_collect import prepare_out_dir
 from agentsweep.collect.cli_pareto import read_summary
 from agentsweep.collect.compare import DEFAULT_KEYS, compare, markdown
+from agentsweep.collect.output import one_set, write_csv, write_text
 from agentsweep.collect.provenance import mixed_between, refuse_mixed
 
 
@@ -43,11 +44,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.allow_mixed:
         refuse_mixed(mixed, f"{args.a} vs {args.b}")
     out = prepare_out_dir(args.out or (args.b if args.b.is_dir() else args.b.parent))
-    table.to_csv(out / "compare.csv", index=False)
     text = markdown(table, str(args.a), str(args.b), keys)
     if mixed:
         text += "\n**Measured differently (--allow-mixed):**\n\n" + "".join(f"- {m}\n" for m in mixed)
-    (out / "compare.md").write_text(text, encoding="utf-8")
+    with one_set(out, ("compare.csv", "compare.md")):
+        write_csv(table, out / "compare.csv")
+        write_text(out / "compare.md", text)
     print(text)
     print(f"compare: wrote {out / 'compare.csv'} and {out / 'compare.md'}", file=sys.stderr)
     return 0

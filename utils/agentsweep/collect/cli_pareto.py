@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from agentsweep.collect.cli_collect import prepare_out_dir, render_outputs
+from agentsweep.collect.cli_collect import OUTPUTS, prepare_out_dir, render_outputs
+from agentsweep.collect.output import one_set
 from agentsweep.errors import InputError
 
 REQUIRED = ("exp_name", "status")
@@ -46,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     df = read_summary(args.summary)
     prepare_out_dir(args.out_dir)
-    frontier = render_outputs(df, args.out_dir, plots=not args.no_plots)
+    with one_set(args.out_dir, [name for name in OUTPUTS if name != "summary.csv"]):  # its input stays
+        frontier = render_outputs(df, args.out_dir, plots=not args.no_plots)
     print(f"pareto: {len(frontier)} frontier points -> {args.out_dir / 'frontier.csv'}", file=sys.stderr)
     return 0

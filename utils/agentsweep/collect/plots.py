@@ -19,6 +19,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, PercentFormatter
 
+from agentsweep.collect.output import save_figure
 from agentsweep.collect.pareto import ROUTING, X_METRICS, Y_METRICS, XMetric, frontier, successful
 from agentsweep.contract.resultdir import ROUTER_METRICS_CSV
 from agentsweep.errors import ResultFileError
@@ -267,7 +268,7 @@ def pareto_figure(df: pd.DataFrame, y: str, path: Path, include_invalid: bool = 
         va="bottom",
     )
     fig.suptitle(f"{Y_METRICS[y]} — {_title(df)}", fontsize=14, x=0.01, ha="left")
-    fig.savefig(path)
+    save_figure(fig, path)
     return path
 
 
@@ -323,7 +324,7 @@ def cache_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False) ->
     if not ok.empty:
         axes[1].legend(handles=_legend_handles(ok, markers, {}), loc="best", fontsize=8.5, framealpha=0.9)
     fig.suptitle(f"KV cache — {_title(df)}", fontsize=13, x=0.01, ha="left")
-    fig.savefig(path)
+    save_figure(fig, path)
     return path
 
 
@@ -349,7 +350,7 @@ def hit_rate_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False)
         ax.text(
             0.5, 0.5, "no successful cells", transform=ax.transAxes, ha="center", va="center", color="#999999"
         )
-        fig.savefig(path)
+        save_figure(fig, path)
         return path
     ys = np.arange(len(cells))[::-1]
 
@@ -391,7 +392,7 @@ def hit_rate_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False)
     )
     ax.set_yticks(ys, [str(e) for e in cells["exp_name"]], fontsize=7.5)
     ax.set_xlabel("share of prompt tokens served from cache (measured / ideal on the right)", fontsize=9)
-    fig.savefig(path)
+    save_figure(fig, path)
     return path
 
 
@@ -456,7 +457,7 @@ def routing_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False) 
         ax.legend(fontsize=7, frameon=False, loc="upper left")
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
-    fig.savefig(path)
+    save_figure(fig, path)
     return path
 
 

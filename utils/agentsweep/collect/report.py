@@ -14,6 +14,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from agentsweep import __version__
 from agentsweep.collect.capacity import CapacityResults
+from agentsweep.collect.output import write_text
 from agentsweep.collect.pareto import routed
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -267,9 +268,7 @@ def write_report(
         capacity_rows=capacity_rows(capacity),
         version=__version__,
     )
-    path = out_dir / "report.html"
-    path.write_text(html, encoding="utf-8")
-    return path
+    return write_text(out_dir / "report.html", html)
 
 
 def _md_escape(text: str) -> str:

@@ -35,8 +35,10 @@ from pydantic import (
     model_validator,
 )
 
+from agentsweep.contract.engine_args import engine_args_conflict
 from agentsweep.contract.errors import CONTROL, brief, validation_message
 from agentsweep.contract.slo import CapacitySpec
+from agentsweep.contract.secrets import is_secret_flag, is_secret_name
 from agentsweep.errors import InputError
 
 Engine = Literal["vllm", "sglang", "sim"]
@@ -129,6 +131,20 @@ def printable(value: Any) -> Any:
     return value
 
 
+def _printable_args(words: list[str]) -> list[str]:
+    """``printable`` for command-line words; the value of a secret flag (``--api-key X``,
+    ``--hf-token=X``) is never repeated in the error."""
+    for i, word in enumerate(words):
+        bad = CONTROL.search(word)
+        if not bad:
+            continue
+        flag = word.split("=", 1)[0] if word.startswith("-") and "=" in word else (words[i - 1] if i else "")
+        if flag.startswith("-") and is_secret_flag(flag):
+            raise ValueError(f"control character {bad.group()!r} in the value of {flag}")
+        raise ValueError(f"control character {bad.group()!r} in {brief(word)}")
+    return words
+
+
 class Frozen(BaseModel):
     """Strict, frozen, unknown keys rejected; ``.inf``/``.nan`` mean nothing in any field."""
 
@@ -192,6 +208,8 @@ class ValidityLimits(Frozen):
     max_failed_share: Fraction = 0.02  # failed + abandoned (stalls and timeouts included)
     max_context_error_share: Fraction = 0.01
     min_window_coverage: Fraction = 0.95  # share of the window's seconds holding a token arrival
+    # Requests that must finish ok in the window: fewer make its percentiles and rates noise.
+    min_window_requests: Annotated[int, Field(ge=0)] = 10
     # A lane idle (nothing in flight, no think time pending) longer than this, in the engine's
     # clock, is stuck; 0 means the entry's max_delay plus 10 s.
     max_lane_idle_s: Annotated[float, Field(ge=0)] = 0.0
@@ -244,11 +262,11 @@ class EngineSettings(Frozen):
         if isinstance(value, list | tuple):
             if not all(isinstance(v, str) for v in value):
                 raise ValueError("list items must be strings (quote numbers)")
-            return shlex.join(printable(list(value)))
+            return shlex.join(_printable_args(list(value)))
         if not isinstance(value, str):
             raise ValueError(f"expected a string or a list of strings, got {brief(value)}")
         try:
-            return shlex.join(printable(shlex.split(value)))
+            return shlex.join(_printable_args(shlex.split(value)))
         except ValueError as err:
             if "control character" in str(err):
                 raise
@@ -270,10 +288,13 @@ class EngineSettings(Frozen):
             if not isinstance(name, str) or not ENV_NAME.match(name):
                 raise ValueError(f"{brief(name)} is not a valid environment variable name")
             if isinstance(val, bool) or not isinstance(val, str | int | float):
-                raise ValueError(f"{name}: value must be a string or a number (quote it), got {brief(val)}")
+                shown = "" if is_secret_name(name) else f", got {brief(val)}"
+                raise ValueError(f"{name}: value must be a string or a number (quote it){shown}")
             try:
                 printable(val)
             except ValueError as err:
+                if is_secret_name(name):  # never repeat a secret, even a refused one
+                    raise ValueError(f"{name}: its value holds a control character") from None
                 raise ValueError(f"{name}: {err}") from None
             out[name] = str(val)
         return json.dumps(out, sort_keys=True, separators=(",", ":"))
@@ -318,6 +339,16 @@ def instance_tps(tp: int, replicas: int, prefill: RoleShape | None, decode: Role
     if prefill is not None and decode is not None:
         return [prefill.tp] * prefill.replicas + [decode.tp] * decode.replicas
     return [tp] * replicas
+
+
+def instance_names(
+    replicas: int, router: str, prefill: RoleShape | None, decode: RoleShape | None
+) -> list[str]:
+    """The names of the engine instances behind a router, in start order: ``p<i>`` then ``d<i>`` for a
+    disaggregated cell, ``r<i>`` for replicas; none for a cell whose one engine answers the client."""
+    if prefill is not None and decode is not None:
+        return [f"p{i}" for i in range(prefill.replicas)] + [f"d{i}" for i in range(decode.replicas)]
+    return [f"r{i}" for i in range(replicas)] if router else []
 
 
 def nodes_needed(instance_tps: Sequence[int], gpus_per_node: int) -> int:
@@ -461,6 +492,11 @@ class CellAxes(Frozen):
         return instance_tps(self.tp, self.replicas, self.prefill, self.decode)
 
     @property
+    def instance_names(self) -> list[str]:
+        """The names of its engine instances behind a router (see ``instance_names``)."""
+        return instance_names(self.replicas, self.router, self.prefill, self.decode)
+
+    @property
     def shape_label(self) -> str:
         """``p1x4-d2x1`` for a disaggregated cell, empty otherwise (see ``shape_label``)."""
         return shape_label(self.prefill, self.decode)
@@ -543,6 +579,15 @@ class Cell(ValidityLimits, ReplayOptions, RunnerFacts, EngineSettings, CellAxes)
     @model_validator(mode="after")
     def _preset_duration(self) -> Cell:
         problem = preset_duration_error(self.preset, self.duration)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _true_label(self) -> Cell:
+        """The engine runs with the settings the cell's fields say: engine_args and engine_env may add
+        settings, never contradict a field (agentsweep.contract.engine_args)."""
+        problem = engine_args_conflict(self)
         if problem:
             raise ValueError(problem)
         return self

@@ -25,7 +25,7 @@ from typing import Any
 from kv_cache_tester.replay.jsonfast import loads
 
 from agentsweep.dashboard import data
-from agentsweep.errors import InputError
+from agentsweep.errors import InputError, WriteError
 from agentsweep.store.db import Store
 
 MARKER = ".agentsweep-dashboard"
@@ -87,6 +87,9 @@ def build(store: Store, out: Path) -> dict[str, int]:
         if out.exists():
             shutil.rmtree(out)
         work.rename(out)
+    except OSError as err:  # a full disk: nothing half-written stays, one line naming the file
+        shutil.rmtree(work, ignore_errors=True)
+        raise WriteError(err.filename or out, err) from None
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import math
 import os
 import signal
@@ -325,6 +326,29 @@ def startup_lines(args: argparse.Namespace, setup: Setup) -> list[str]:
     return lines
 
 
+def settings_line(args: argparse.Namespace, setup: Setup, port: int) -> str:
+    """What this engine runs with, as one JSON start-up line (a cell checks it against its label, as
+    it reads vLLM's and SGLang's own start-up lines: agentsweep.cell.effective)."""
+    settings = {
+        "model": setup.model,
+        "served_model_name": (args.served_model_name or [setup.model])[0],
+        "host": args.host,
+        "port": port,
+        "dialect": args.dialect,
+        "hardware": args.hardware,
+        "speed": args.speed,
+        "tp": args.tp,
+        "ep": setup.deployment.ep,
+        "precision": setup.deployment.precision,
+        "prefix_caching": bool(args.prefix_caching),
+        "kv_offload": setup.cpu_blocks > 0,
+        "cpu_tier_tokens": setup.cpu_blocks * args.block_size,
+        "gpu_kv_tokens": setup.gpu_blocks * args.block_size,
+        "disaggregation_mode": args.disaggregation_mode,
+    }
+    return "[engine_sim] effective settings: " + json.dumps(settings, sort_keys=True)
+
+
 async def _serve(args: argparse.Namespace, setup: Setup) -> int:
     from aiohttp import web
 
@@ -358,6 +382,7 @@ async def _serve(args: argparse.Namespace, setup: Setup) -> int:
     await site.start()
     for line in startup_lines(args, setup):
         _log(line)
+    _log(settings_line(args, setup, port))
     if server.disagg.mode != "null":
         _log(server.disagg.describe(setup.deployment.kv_bytes_per_token_all, args.tp))
     url = f"http://{args.host}:{port}"

@@ -5,7 +5,8 @@ Requests are the completion requests the server receives (chat or text), numbere
 * ``fail_rate`` p: each request answers HTTP 500 with probability p (seeded).
 * ``fail_after`` N: requests after the N-th answer HTTP 500.
 * ``stall_after`` N: responses to requests after the N-th stop mid-way (half of the tokens sent,
-  then nothing, connection held open) until the client gives up.
+  then nothing, connection held open) until the client gives up; the request is frozen (no more
+  tokens computed) and counts as running, as on a hung engine.
 * ``crash_after`` N: the request after the N-th makes the process exit at once (status 1).
 * ``slow_start`` S: /health (and every API route) answers 503 for S wall-clock seconds.
 """

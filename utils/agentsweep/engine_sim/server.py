@@ -94,6 +94,9 @@ class SimServer:
         self._name_json = _dumps(self.name)
         self.started = time.monotonic()
         self.retracted_seen = 0
+        # Responses held open by the stall fault: frozen requests, still running as the engine reports
+        # them (no token comes for them), as a hung engine's requests would be.
+        self.stalled = 0
         # Prompts that extend a session's earlier one are tokenized and hashed by their new part only.
         self.prompt_memo = PromptMemo(engine.block_size, hashing=engine.kv.prefix_caching)
         self.registry = build_registry(config.dialect, self.name, engine.stats, self.snapshot)
@@ -137,7 +140,7 @@ class SimServer:
         retracted = e.stats.preemptions - self.retracted_seen
         self.retracted_seen = e.stats.preemptions
         return Snapshot(
-            running=e.num_running,
+            running=e.num_running + self.stalled,
             waiting=e.num_waiting,
             gpu_usage=kv.usage,
             gpu_blocks=kv.total,
@@ -232,7 +235,11 @@ class SimServer:
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
         model = body.get("model")
-        if model is not None and model not in self.config.served_names and model != self.config.model:
+        if model is not None and not isinstance(model, str):
+            raise BadRequest("'model' must be a string")
+        # As vLLM: the served names only (the model path too when no name was given); none or "" is
+        # the first served name.
+        if model and model not in self.config.served_names:
             raise BadRequest(f"The model `{model}` does not exist.", 404, "NotFoundError")
         return body
 
@@ -339,7 +346,8 @@ class SimServer:
                 include_usage = bool((opts or {}).get("include_usage"))
                 limit = max_tokens if stall_at is None else stall_at
                 stream = SseStream(self.engine, req, chat, self._name_json, include_usage, limit)
-                return await stream.run(request, stall=stall_at is not None)
+                hold = (lambda: self._hold_stalled(req, request)) if stall_at is not None else None
+                return await stream.run(request, hold=hold)
             return await self._whole(request, req, chat, stall_at, plan)
         finally:
             if req.status != FINISHED:
@@ -359,6 +367,16 @@ class SimServer:
         port = sock[1] if sock else (request.url.port or 80)
         return host, port
 
+    async def _hold_stalled(self, req: SimRequest, request: web.Request) -> None:
+        """The stall fault: the request stops where it is (nothing more is computed for it) and stays
+        running in the engine's figures until the client goes away."""
+        self.engine.abort(req)
+        self.stalled += 1
+        try:
+            await self._wait_disconnect(request)
+        finally:
+            self.stalled -= 1
+
     async def _wait_disconnect(self, request: web.Request) -> None:
         while request.transport is not None and not request.transport.is_closing():
             await asyncio.sleep(0.05)
@@ -372,8 +390,7 @@ class SimServer:
         plan: Plan | None = None,
     ) -> web.Response:
         if stall_at is not None:
-            await self._wait_disconnect(request)
-            self.engine.abort(req)
+            await self._hold_stalled(req, request)
             return web.Response(status=500)
         while req.status != FINISHED:
             req.event.clear()

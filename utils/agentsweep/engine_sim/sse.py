@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -131,10 +131,13 @@ class SseStream:
             req.event.set()
 
     # -- the handler's part --------------------------------------------------------------------
-    async def run(self, request: web.Request, stall: bool) -> web.StreamResponse:
-        """Write the response. ``stall``: once its tokens are out, hold the connection (no end) until
-        the client gives up."""
+    async def run(
+        self, request: web.Request, hold: Callable[[], Awaitable[None]] | None = None
+    ) -> web.StreamResponse:
+        """Write the response. ``hold`` (the stall fault): once its tokens are out, await it instead of
+        ending the response (it holds the connection until the client gives up)."""
         req = self.req
+        stall = hold is not None
         resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
         await resp.prepare(request)
         try:
@@ -157,9 +160,8 @@ class SseStream:
                     await resp.write(end)
                 elif self.limit > self.sent:
                     await resp.write(self._content(self.limit - self.sent).encode())
-            if stall:
-                while request.transport is not None and not request.transport.is_closing():
-                    await asyncio.sleep(0.05)  # hold the connection until the client gives up
+            if hold is not None:
+                await hold()
                 return resp
             await resp.write_eof()
             return resp

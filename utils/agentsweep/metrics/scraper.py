@@ -12,6 +12,7 @@ forever. One reply is read for at most ``timeout`` seconds in all and MAX_REPLY_
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import signal
@@ -20,16 +21,30 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from agentsweep.errors import InputError, RunError
+from agentsweep.errors import InputError, RunError, WriteError
 from agentsweep.metrics.dialects import COLUMNS, format_row, map_text_sources
 
 DEFAULT_MAX_FAILURES = 10
 MAX_REPLY_BYTES = 32 << 20  # a busy vLLM's /metrics is a few hundred KiB
+
+
+def append_whole(fd: int, data: bytes, path: Path) -> None:
+    """``data`` appended to the ``O_APPEND`` descriptor ``fd`` in full or not at all: a short write (a
+    full disk) is cut back off the file and raises the OSError naming ``path``."""
+    done = 0
+    try:
+        while done < len(data):
+            done += os.write(fd, data[done:])
+    except OSError as err:
+        if done:
+            os.ftruncate(fd, max(0, os.fstat(fd).st_size - done))
+        raise OSError(err.errno, err.strerror, str(path)) from err
 
 
 @dataclass
@@ -157,6 +172,7 @@ class Scraper:
             tmp.write_text(json.dumps({"dialect": dialect, "columns": self.sources}, indent=2) + "\n")
             os.replace(tmp, self.sources_path)
         except OSError as err:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no temporary file
             print(f"metrics-collector: cannot write {self.sources_path}: {err}", file=self._log, flush=True)
 
     def _check_output(self) -> bool:
@@ -195,20 +211,22 @@ class Scraper:
         return stats
 
     def run(self) -> ScrapeStats:
-        """Scrape until ``stop`` is set (plus one final scrape); every row is flushed as written."""
+        """Scrape until ``stop`` is set (plus one final scrape); every row is on disk as written.
+
+        A row the disk has no room for is cut back off (the file keeps whole rows) and the scraper
+        stops with one line naming the file (WriteError).
+        """
         new_file = self._check_output()
         try:
             self.output.parent.mkdir(parents=True, exist_ok=True)
-            fh = self.output.open("a", newline="", encoding="utf-8")
+            fd = os.open(self.output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except FileExistsError:  # mkdir met a file where the folder should be
             raise InputError(f"--output {self.output}: {self.output.parent} is not a directory") from None
         except OSError as err:
             raise InputError(f"--output {self.output}: cannot write: {err.strerror or err}") from None
-        with fh:
-            writer = csv.writer(fh)
+        try:
             if new_file:
-                writer.writerow(self.columns)
-                fh.flush()
+                self._append(fd, self.columns)
             next_tick = time.monotonic()
             while True:
                 # Scrape once more after a stop request: the last row then holds the counters
@@ -216,8 +234,7 @@ class Scraper:
                 stopping = self.stop.is_set()
                 row = self.scrape_once()
                 if row is not None:
-                    writer.writerow(row)
-                    fh.flush()
+                    self._append(fd, row)
                 if stopping:
                     break
                 self._give_up()
@@ -227,4 +244,14 @@ class Scraper:
                     next_tick = time.monotonic()
                     delay = 0.0
                 self.stop.wait(delay)
+        finally:
+            os.close(fd)
         return self.stats
+
+    def _append(self, fd: int, row: Sequence[object]) -> None:
+        line = io.StringIO()
+        csv.writer(line).writerow(row)
+        try:
+            append_whole(fd, line.getvalue().encode("utf-8"), self.output)
+        except OSError as err:
+            raise WriteError(self.output, err) from None

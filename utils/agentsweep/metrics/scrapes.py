@@ -145,6 +145,22 @@ def merge_metrics(inputs: Sequence[Path], output: Path) -> int:
     Counters and request counts are summed, usage fractions averaged. An instance whose file is
     missing or is not a server_metrics.csv leaves only the header.
     """
+    out_rows = merged_rows(inputs)
+    tmp = output.with_suffix(".csv.tmp")
+    try:
+        with tmp.open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(COLUMNS)
+            writer.writerows(out_rows)
+        tmp.replace(output)
+    except OSError as err:  # a full disk: no temporary file stays behind; the error names the file
+        tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, err.strerror, str(output)) from err
+    return len(out_rows)
+
+
+def merged_rows(inputs: Sequence[Path]) -> list[list[str]]:
+    """The rows ``merge_metrics`` writes for ``inputs`` (collect recomputes them to check the file)."""
     tables = [_instance_rows(p) for p in inputs]
     out_rows: list[list[str]] = []
     if tables and all(tables):
@@ -162,13 +178,7 @@ def merge_metrics(inputs: Sequence[Path], output: Path) -> int:
                 picks.append(table[j])
             else:
                 out_rows.append(format_row(row.time_s, _combine(picks)))
-    tmp = output.with_suffix(".csv.tmp")
-    with tmp.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(COLUMNS)
-        writer.writerows(out_rows)
-    tmp.replace(output)
-    return len(out_rows)
+    return out_rows
 
 
 def _instance_rows(path: Path) -> list[Scrape]:

@@ -30,6 +30,7 @@ from agentsweep.sweep.local import (
     run_one,
     signal_number,
 )
+from agentsweep.sweep.lock import sweep_lock
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_LAUNCHER = REPO_ROOT / "runners" / "launch_local.sh"
@@ -94,13 +95,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.launcher.exists():
         raise InputError(f"--launcher {args.launcher}: no such file")
-    check_reuse(plans, resume=args.resume, force=args.force)
-    prepare(plans, force=args.force)
-    restore = install_stop_handlers()
-    try:
-        return _run_plans(plans, args.launcher, collect=not args.no_collect)
-    finally:
-        restore()
+    with sweep_lock(args.results):  # before anything there is deleted: one sweep per results root
+        check_reuse(plans, resume=args.resume, force=args.force)
+        prepare(plans, force=args.force)
+        restore = install_stop_handlers()
+        try:
+            return _run_plans(plans, args.launcher, collect=not args.no_collect)
+        finally:
+            restore()
 
 
 def _run_plans(plans: list[SweepPlan], launcher: Path, *, collect: bool) -> int:

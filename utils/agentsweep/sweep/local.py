@@ -190,8 +190,8 @@ def run_one(
 ) -> None:
     """Run one cell through the launcher in its own process group.
 
-    Ctrl-C, SIGTERM or SIGHUP to the sweep stop the cell with SIGTERM (it writes its verdict); a second
-    one kills its process group. The launcher gets SIGTERM should the sweep itself die outright.
+    Ctrl-C, SIGTERM or SIGHUP to the sweep stop the cell with that same signal (it writes its verdict,
+    which names the signal the user sent); a second one kills its process group. The launcher gets SIGTERM should the sweep itself die outright.
     """
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -203,13 +203,13 @@ def run_one(
     try:
         code = proc.wait()
     except KeyboardInterrupt as err:
-        signum = signal_number(err)
+        signum = signal.Signals(signal_number(err))
         print(
-            f"\nsweep: {signal.Signals(signum).name}: stopping {run.exp_name} (SIGTERM, up to {grace_s:g} s;"
+            f"\nsweep: {signum.name}: stopping {run.exp_name} ({signum.name}, up to {grace_s:g} s;"
             " signal again to kill)",
             flush=True,
         )
-        _signal(proc, signal.SIGTERM)
+        _signal(proc, signum)
         try:
             proc.wait(grace_s)
         except (subprocess.TimeoutExpired, KeyboardInterrupt):

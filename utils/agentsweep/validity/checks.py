@@ -24,6 +24,7 @@ from agentsweep.contract.resultdir import REQUESTS_JSONL, SERVER_METRICS_CSV
 from agentsweep.contract.verdict import Check, Validity
 from agentsweep.errors import ResultFileError
 from agentsweep.metrics.scrapes import ScrapeReader
+from agentsweep.validity.instances import instance_checks
 
 # Engine-neutral server columns a cell must have scraped (at least one value each).
 REQUIRED_SERVER_COLUMNS = (
@@ -221,6 +222,15 @@ def evaluate(result_dir: Path, cell: Cell, cached_metrics: str = SERVER_METRICS_
             context, attempted, cell.max_context_error_share, "exceeded the model's context length"
         )
 
+    ok = counts.get("ok", 0)
+    checks["window_requests"] = Check(
+        float(ok),
+        float(cell.min_window_requests),
+        ok >= cell.min_window_requests,
+        f"only {ok} requests finished ok in the profiling window (limit {cell.min_window_requests}): too few "
+        "for its percentiles and rates; give the cell a longer duration or more users",
+    )
+
     # The profiling window in record time.
     w_start = max(records.warmup_done, default=0.0)
     duration = window.get("duration_s", 0.0)
@@ -281,6 +291,19 @@ def evaluate(result_dir: Path, cell: Cell, cached_metrics: str = SERVER_METRICS_
         else "",
     )
     _server_checks(checks, server, records, cell, cached_server, cached_metrics)
+    if cell.routed and "start_unix" in window and "end_unix" in window:
+        # Each instance behind the router on its own (a frozen replica hidden by a healthy one).
+        failures = counts.get("sent", 0) + counts.get("warmup", 0) - records.ok_requests
+        checks.update(
+            instance_checks(
+                result_dir,
+                cell,
+                window["start_unix"],
+                window["end_unix"],
+                max(failures, 0),
+                cell.max_lane_idle_s or cell.max_delay + LANE_IDLE_SLACK_S,
+            )
+        )
     if records.bad_lines:
         checks["records_readable"] = Check(
             float(records.bad_lines),

@@ -16,8 +16,9 @@ from collections.abc import Mapping
 import agentsweep
 from agentsweep.cell.engines import EngineLaunch, PdRole, fmt_gib, fmt_num, offload_gib
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.engine_args import SIM_DEFAULT_HARDWARE
 
-DEFAULT_HARDWARE = "h200"  # a local runner names no hardware
+DEFAULT_HARDWARE = SIM_DEFAULT_HARDWARE  # a local runner names no hardware
 
 # Cell precision -> the simulated engine's --quantization (weights bytes per parameter).
 WEIGHT_PRECISION = {

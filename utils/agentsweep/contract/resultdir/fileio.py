@@ -22,10 +22,19 @@ Model = TypeVar("Model", bound=BaseModel)
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """``text`` into ``path`` through a temporary file and a rename: a reader sees all or nothing."""
+    """``text`` into ``path`` through a temporary file and a rename: a reader sees all or nothing.
+
+    A write that fails (a full disk) leaves no temporary file and raises the OSError.
+    """
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if err.filename is None:  # a write() that failed names no file: name the one being written
+            raise OSError(err.errno, err.strerror, str(path)) from err
+        raise
 
 
 def exists(path: Path) -> bool:

@@ -203,6 +203,14 @@ RESULT_FILES: tuple[ResultFile, ...] = (
     ),
     ResultFile("replay.log", "the replayer's output", "agentsweep.cell.lifecycle", None),
     ResultFile(
+        ".verdict.reserve",
+        "room held for cell.json and status.txt should the run fill the disk; removed before the cell "
+        "ends (a cell still running, or one killed outright, may leave it)",
+        "agentsweep.cell.space",
+        None,
+        when="while a cell runs",
+    ),
+    ResultFile(
         "metrics-collector.log",
         "the scraper's output",
         "agentsweep.cell.lifecycle",

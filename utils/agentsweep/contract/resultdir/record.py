@@ -43,6 +43,9 @@ class CellRecord(BaseModel):
     reason: str | None = None  # the reasons joined by "; " (None for SUCCESS)
     reasons: tuple[str, ...] = ()
     scaleout: dict[str, Any] | None = None  # a routed cell's plan: instances, router, placement
+    # Per engine instance ("engine", or r0, p0, d0...): the settings its start-up log states and where
+    # (agentsweep.cell.effective), or None when it stated none a reader knows.
+    engine_settings: dict[str, dict[str, Any] | None] | None = None
 
     @field_validator("schema_version")
     @classmethod
@@ -71,8 +74,9 @@ class CellRecord(BaseModel):
 
     def to_json(self) -> str:
         data = self.model_dump(mode="json")
-        if data["scaleout"] is None:
-            del data["scaleout"]
+        for optional in ("scaleout", "engine_settings"):
+            if data[optional] is None:
+                del data[optional]
         return json.dumps(data, indent=2) + "\n"
 
 
