@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agentsweep.collect.cli_collect import prepare_out_dir
 from agentsweep.collect.cli_pareto import read_summary
-from agentsweep.collect.compare import DEFAULT_KEYS, compare, markdown
+from agentsweep.collect.compare import AXES, checked, compare, markdown
 from agentsweep.collect.provenance import mixed_between, refuse_mixed
 
 
@@ -30,15 +30,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--on",
-        default=",".join(DEFAULT_KEYS),
-        help=f"comma-separated columns that match cells (default {','.join(DEFAULT_KEYS)}; exp_name for same-key sweeps)",
+        default=None,
+        help=f"comma-separated columns that match cells (default: every axis of a cell, {','.join(AXES)}; "
+        "exp_name for same-key sweeps)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    a, b = read_summary(args.a), read_summary(args.b)
-    keys = tuple(k.strip() for k in args.on.split(",") if k.strip())
-    table = compare(a, b, keys, names=(f"A ({args.a})", f"B ({args.b})"))
+    names = (f"A ({args.a})", f"B ({args.b})")
+    keys = AXES if args.on is None else tuple(k.strip() for k in args.on.split(",") if k.strip())
+    a, b = (
+        checked(read_summary(path, literal=True), keys, name)
+        for path, name in zip((args.a, args.b), names, strict=True)
+    )
+    table = compare(a, b, keys, names=names)
     mixed = mixed_between(a, b, keys, ("A", "B"))
     if not args.allow_mixed:
         refuse_mixed(mixed, f"{args.a} vs {args.b}")
