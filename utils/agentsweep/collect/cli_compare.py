@@ -12,8 +12,10 @@ from pathlib import Path
 
 from agentsweep.collect.cli_collect import prepare_out_dir
 from agentsweep.collect.cli_pareto import read_summary
-from agentsweep.collect.compare import AXES, checked, compare, markdown
+from agentsweep.collect.compare import AXES, checked, compare, markdown, md_text
 from agentsweep.collect.provenance import mixed_between, refuse_mixed
+from agentsweep.contract.resultdir import write_atomic
+from agentsweep.errors import InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,11 +50,18 @@ def run(args: argparse.Namespace) -> int:
     if not args.allow_mixed:
         refuse_mixed(mixed, f"{args.a} vs {args.b}")
     out = prepare_out_dir(args.out or (args.b if args.b.is_dir() else args.b.parent))
-    table.to_csv(out / "compare.csv", index=False)
     text = markdown(table, str(args.a), str(args.b), keys)
     if mixed:
-        text += "\n**Measured differently (--allow-mixed):**\n\n" + "".join(f"- {m}\n" for m in mixed)
-    (out / "compare.md").write_text(text, encoding="utf-8")
+        text += "\n**Measured differently (--allow-mixed):**\n\n" + "".join(
+            f"- {md_text(m)}\n" for m in mixed
+        )
+    # Each file whole or not at all: a stop part way never leaves one that looks complete.
+    for name, content in (("compare.csv", table.to_csv(index=False)), ("compare.md", text)):
+        try:
+            write_atomic(out / name, content)
+        except OSError as err:
+            (out / f".{name}.tmp").unlink(missing_ok=True)
+            raise InputError(f"{out / name}: cannot write: {err.strerror or err}") from None
     print(text)
     print(f"compare: wrote {out / 'compare.csv'} and {out / 'compare.md'}", file=sys.stderr)
     return 0
