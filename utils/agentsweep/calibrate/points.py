@@ -73,7 +73,7 @@ def read_points(path: Path) -> tuple[list[str], list[Point]]:
     try:
         rows = list(enumerate(reader, start=2))
     except csv.Error as err:
-        raise InputError(f"--points {path}: line {reader.line_num}: not CSV ({err})") from None
+        raise InputError(f"--points {path}: line {reader.line_num + 1}: not CSV ({err})") from None
     columns = list(reader.fieldnames or [])
     missing = [c for c in REQUIRED if c not in columns]
     if missing:
