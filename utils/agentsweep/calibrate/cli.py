@@ -15,6 +15,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import signal
 import statistics
 import sys
@@ -294,9 +295,12 @@ def _fit(args: argparse.Namespace, points: list[Point]) -> int:
             print(line)
     target = args.write or CALIBRATION_FILE
     data = calibration_document(args.points, points, res, pairs, loo_pairs)
-    try:
-        target.write_text(json.dumps(data, indent=1) + "\n")
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:  # whole or not at all: the engine reads this file at every start
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        os.replace(tmp, target)
     except OSError as err:
+        tmp.unlink(missing_ok=True)
         raise InputError(f"--write {target}: {err.strerror or err}") from None
     parity_plot(pairs, args.out / "parity_fit.png", "closed-loop stand-in vs published (fit)")
     print(f"wrote {target} and {args.out / 'parity_fit.png'}")
