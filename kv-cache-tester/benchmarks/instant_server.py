@@ -70,7 +70,9 @@ class Instant:
         return resp
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "instant", "object": "model"}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": "instant", "object": "model", "vocab_size": 32000}]}
+        )
 
     def dump(self) -> None:
         if self.args.record:

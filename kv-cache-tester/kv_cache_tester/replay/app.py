@@ -17,6 +17,7 @@ import aiohttp
 from kv_cache_tester.errors import RunAborted, UsageError, WriteFailed
 from kv_cache_tester.replay.config import ReplayConfig
 from kv_cache_tester.replay.loop import Replayer
+from kv_cache_tester.replay.memory import MAX_PROMPT_TOKENS, check_prompt_memory, rss_bytes
 from kv_cache_tester.replay.pool import TracePool
 from kv_cache_tester.replay.process import make_builder, run_loop
 from kv_cache_tester.replay.progress import Progress
@@ -36,11 +37,14 @@ def load(cfg: ReplayConfig) -> list[Trace]:
     source = cfg.trace_directory if cfg.trace_directory else f"hf:{cfg.hf_dataset}"
     if cfg.trace_directory and not Path(cfg.trace_directory).exists():
         raise UsageError(f"--trace-directory {cfg.trace_directory}: no such file or directory")
+    # --max-context 0 still cuts at the replayer's prompt limit: memory and build time stay bounded.
     result = load_traces(
-        source, max_context=cfg.max_context or None, max_context_mode="truncate", min_requests=1
+        source, max_context=cfg.max_context or MAX_PROMPT_TOKENS, max_context_mode="truncate", min_requests=1
     )
     for line in result.report.lines():
         log(f"traces: {line}")
+    if not cfg.max_context and (result.report.truncated or result.report.dropped_max_context):
+        log(f"traces: --max-context 0 cuts at the replayer's prompt limit of {MAX_PROMPT_TOKENS} tokens")
     if len(result.traces) < cfg.users:
         log(
             f"warning: {len(result.traces)} traces for {cfg.users} users: a trace is never live in two "
@@ -199,8 +203,17 @@ def finish(cfg: ReplayConfig, out: Path, metas: list[RunMeta], options: dict[str
     return 0
 
 
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.0f}"
+
+
 def replay(cfg: ReplayConfig, options: dict[str, Any]) -> int:
     traces = load(cfg)
+    bound = check_prompt_memory(traces, cfg.users, cfg.prompt_mode, cfg.max_prompt_memory)
+    log(
+        f"memory: {_mib(rss_bytes())} MiB after loading the traces; prompts held at most "
+        f"{_mib(bound)} MiB (--max-prompt-memory {cfg.max_prompt_memory:g} GiB)"
+    )
     model = run_loop(lambda: resolve_model(cfg))
     vocab = run_loop(lambda: resolve_vocab(cfg, model))
     if vocab is not None:

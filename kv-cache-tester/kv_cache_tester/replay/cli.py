@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from kv_cache_tester.replay.config import from_args, options_dict
+from kv_cache_tester.replay.memory import DEFAULT_PROMPT_MEMORY_GIB, MAX_PROMPT_TOKENS
 from kv_cache_tester.replay.presets import PRESETS
 from kv_cache_tester.replay.timing import STRATEGIES
 
@@ -86,7 +87,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("requests")
     g.add_argument(
-        "--max-context", type=int, default=128000, help="cut traces at the first longer request (0 = off)"
+        "--max-context",
+        type=int,
+        default=128000,
+        help=f"cut traces at the first longer request (0: at the replayer's limit, {MAX_PROMPT_TOKENS})",
+    )
+    g.add_argument(
+        "--max-prompt-memory",
+        type=float,
+        default=DEFAULT_PROMPT_MEMORY_GIB,
+        help="GiB of prompts the run may hold at once (users x longest prompts); a run that could "
+        "need more is refused before it starts",
     )
     g.add_argument(
         "--ignore-eos", action="store_true", help="send ignore_eos so outputs have the trace's length"

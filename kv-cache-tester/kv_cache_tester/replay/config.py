@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from kv_cache_tester.errors import UsageError
+from kv_cache_tester.replay.memory import DEFAULT_PROMPT_MEMORY_GIB, MAX_PROMPT_TOKENS
 from kv_cache_tester.replay.presets import MIN_DURATION_S, PRESETS, resolve
 
 
@@ -48,6 +50,7 @@ class ReplayConfig:
     busy_poll: bool = False
     stall_timeout: float = 300.0  # seconds without data on a started stream before it fails (0 = off)
     max_event_bytes: int = 4 << 20  # bound on one SSE event
+    max_prompt_memory: float = DEFAULT_PROMPT_MEMORY_GIB  # GiB of prompts held at once (memory.py)
     vocab_size: int | None = None  # the served model's, from the server (--api completions, no --tokenizer)
 
     @property
@@ -120,7 +123,15 @@ def from_args(ns: argparse.Namespace) -> ReplayConfig:
         0.0 <= ns.advance_min <= ns.advance_max < 1.0,
         f"--advance-min {ns.advance_min} / --advance-max {ns.advance_max}: need 0 <= min <= max < 1",
     )
-    need(ns.max_context >= 0, "--max-context: must be >= 0 (0 = no limit)")
+    need(
+        0 <= ns.max_context <= MAX_PROMPT_TOKENS,
+        f"--max-context {ns.max_context}: must be from 0 to {MAX_PROMPT_TOKENS} tokens "
+        "(the replayer's prompt limit; 0 = cut at that limit)",
+    )
+    need(
+        math.isfinite(ns.max_prompt_memory) and ns.max_prompt_memory > 0,
+        f"--max-prompt-memory {ns.max_prompt_memory}: must be a positive number of GiB",
+    )
     need(ns.max_concurrent_requests >= 0, "--max-concurrent-requests: must be >= 0 (0 = unlimited)")
     need(ns.warmup_requests_per_user >= 0, "--warmup-requests-per-user: must be >= 0")
     need(ns.slo_ttft is None or ns.slo_ttft > 0, "--slo-ttft: must be > 0 seconds")
@@ -167,6 +178,7 @@ def from_args(ns: argparse.Namespace) -> ReplayConfig:
         busy_poll=ns.busy_poll,
         stall_timeout=ns.stall_timeout,
         max_event_bytes=ns.max_event_bytes,
+        max_prompt_memory=ns.max_prompt_memory,
     )
 
 

@@ -299,6 +299,8 @@ class Replayer:
         milliseconds) would otherwise hold up every arrival behind it and show in their TTFT."""
         for _ in scope.play.warm(req):
             await asyncio.sleep(0)
+            if self.stopping:  # a signal or the end of the run came while a long prompt was made
+                raise _Stopped
         return self.builder.build(scope, agent, req)
 
     async def _dispatch(

@@ -498,18 +498,32 @@ class LengthSpec:
             raise UsageError(f"{what} {text!r}: need 1 <= LO <= HI")
         if kind in ("normal", "lognormal") and not (nums[0] >= 1 and nums[1] >= 0):
             raise UsageError(f"{what} {text!r}: need a centre >= 1 and a spread >= 0")
+        top = nums[1] if kind == "uniform" else nums[0]
+        if top > MAX_SYNTH_TOKENS:
+            raise UsageError(
+                f"{what} {text!r}: at most {MAX_SYNTH_TOKENS} tokens (the replayer's prompt limit)"
+            )
+        if kind == "lognormal" and nums[1] > MAX_LOGNORMAL_SIGMA:
+            raise UsageError(f"{what} {text!r}: SIGMA must be at most {MAX_LOGNORMAL_SIGMA:g}")
         return cls(kind, nums[0], nums[1] if len(nums) > 1 else 0.0)
 
-    def draw(self, rng: Any, minimum: int = 1) -> int:
+    def draw(self, rng: Any, minimum: int = 1, clipped: list[int] | None = None) -> int:
+        """One length in ``[minimum, MAX_SYNTH_TOKENS]``; a draw outside is clipped, and counted in
+        ``clipped[0]`` when given (so a caller can say how many were)."""
         if self.kind == "fixed":
             value = self.a
         elif self.kind == "uniform":
             value = rng.randint(round(self.a), round(self.b))
         elif self.kind == "normal":
             value = rng.gauss(self.a, self.b)
-        else:
-            value = self.a * math.exp(rng.gauss(0.0, self.b))
-        return max(minimum, min(MAX_SYNTH_TOKENS, round(value)))
+        else:  # the exponent is capped so a far tail cannot overflow (it is clipped below anyway)
+            value = self.a * math.exp(min(64.0, rng.gauss(0.0, self.b)))
+        n = round(value)
+        if not minimum <= n <= MAX_SYNTH_TOKENS:
+            n = max(minimum, min(MAX_SYNTH_TOKENS, n))
+            if clipped is not None:
+                clipped[0] += 1
+        return n
 
     def __str__(self) -> str:
         if self.kind == "fixed":
@@ -517,7 +531,9 @@ class LengthSpec:
         return f"{self.kind}:{self.a:g}:{self.b:g}"
 
 
-MAX_SYNTH_TOKENS = 10_000_000
+MAX_SYNTH_TOKENS = 4 * 1024 * 1024  # the replayer's prompt limit (replay/memory.py MAX_PROMPT_TOKENS)
+MAX_SYNTH_COUNT = 1_000_000  # requests in one file; the file itself is bounded by the loader's limit
+MAX_LOGNORMAL_SIGMA = 8.0
 
 
 def synth_workload(
@@ -528,6 +544,7 @@ def synth_workload(
     seed: int = 0,
     shared_prefix: int = 0,
     block_size: int = 64,
+    clipped: tuple[list[int], list[int]] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """``count`` single-request trace objects (the kv-cache-tester JSON format), deterministic for a seed.
 
@@ -537,12 +554,12 @@ def synth_workload(
     (whole blocks) the traces are "global": ids ``0..k-1`` are the common prefix and every other id
     is used once in the whole file.
     """
-    if count < 1:
-        raise UsageError(f"--count {count}: must be at least 1")
-    if block_size < 1:
-        raise UsageError(f"--block-size {block_size}: must be at least 1")
-    if shared_prefix < 0:
-        raise UsageError(f"--shared-prefix {shared_prefix}: must be >= 0")
+    if not 1 <= count <= MAX_SYNTH_COUNT:
+        raise UsageError(f"--count {count}: must be from 1 to {MAX_SYNTH_COUNT}")
+    if not 1 <= block_size <= MAX_SYNTH_TOKENS:
+        raise UsageError(f"--block-size {block_size}: must be from 1 to {MAX_SYNTH_TOKENS}")
+    if not 0 <= shared_prefix < MAX_SYNTH_TOKENS:
+        raise UsageError(f"--shared-prefix {shared_prefix}: must be from 0 to {MAX_SYNTH_TOKENS - 1}")
     shared_blocks = shared_prefix // block_size
     lowest = isl.a if isl.kind in ("fixed", "uniform") else None
     if shared_blocks and lowest is not None and lowest <= shared_blocks * block_size:
@@ -554,8 +571,8 @@ def synth_workload(
     next_id = shared_blocks
     width = max(6, len(str(count - 1)))
     for i in range(count):
-        n_in = isl.draw(rng, minimum=shared_blocks * block_size + 1)
-        n_out = osl.draw(rng)
+        n_in = isl.draw(rng, minimum=shared_blocks * block_size + 1, clipped=clipped[0] if clipped else None)
+        n_out = osl.draw(rng, clipped=clipped[1] if clipped else None)
         nblocks = -(-n_in // block_size)
         if shared_blocks:
             ids = list(range(shared_blocks)) + list(range(next_id, next_id + nblocks - shared_blocks))

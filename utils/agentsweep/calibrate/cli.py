@@ -15,11 +15,15 @@ import argparse
 import csv
 import json
 import math
+import os
+import signal
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from agentsweep.calibrate.points import DEFAULT_POINTS, MODEL_NAME, Point, read_points
@@ -27,6 +31,7 @@ from agentsweep.errors import InputError
 
 if TYPE_CHECKING:
     from agentsweep.calibrate.fit import FitResult
+    from agentsweep.calibrate.run import RowResult
 
 Pair = tuple[Point, Sequence[float]]  # a point and its predicted (tput/GPU, interactivity, TTFT)
 
@@ -104,47 +109,62 @@ def run(args: argparse.Namespace) -> int:
     return _run_rows(args, columns, points)
 
 
+EXTRA_COLUMNS = [
+    "pred_tput_per_gpu", "pred_median_intvty", "pred_median_ttft_s", "status", "reason", "calibration",
+    "requests", "preemptions", "speed", "late_steps_pct", "late_ms", "client_tput_per_gpu",
+]  # fmt: skip
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP reached calibrate: handled like Ctrl-C (the row's engine is stopped)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    # Once: a second signal while the row's engine is being stopped must not cut that short.
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
 def _run_rows(args: argparse.Namespace, columns: list[str], points: list[Point]) -> int:
+    """Each row in turn, its line in calibration.csv written (and flushed) as soon as it is done, so
+    SIGTERM, SIGINT or SIGHUP keep the rows finished: the row running is stopped (its engine and
+    replayer with it), and the command exits 128 + the signal."""
     from agentsweep.calibrate.run import run_row
-    from agentsweep.engine_sim.profiles import calibration_for
 
     t0 = time.monotonic()
-    results = []
-    with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
-        for i, p in enumerate(points, start=1):
-            res = run_row(p, args.seconds, Path(tmp))
-            results.append((p, res))
-            if res.status != "ok":
-                print(f"[{i:>2}/{len(points)}] {p.label:<38} {res.status.upper()}: {res.reason}", flush=True)
-                continue
-            pred = (res.tput_per_gpu, res.median_intvty, res.median_ttft_s)
-            parts = [
-                f"{name} {v:.4g} vs {getattr(p, col):.4g} ({100 * (v / getattr(p, col) - 1):+.0f}%)"
-                for (col, name), v in zip(MEASURES, pred, strict=True)
-            ]
-            late = f", {res.late_steps_pct:.0f}% steps late" if math.isfinite(res.late_steps_pct) else ""
-            print(
-                f"[{i:>2}/{len(points)}] {p.label:<38} {'  '.join(parts)}  "
-                f"[{res.requests} req, speed {res.speed:.3g}{late}, {res.wall_s:.0f}s]",
-                flush=True,
-            )
-    extra = [
-        "pred_tput_per_gpu", "pred_median_intvty", "pred_median_ttft_s", "status", "reason", "calibration",
-        "requests", "preemptions", "speed", "late_steps_pct", "late_ms", "client_tput_per_gpu",
-    ]  # fmt: skip
+    results: list[tuple[Point, RowResult]] = []
     out_csv = args.out / "calibration.csv"
-    with out_csv.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(columns + extra)
-        for p, r in results:
-            cal = calibration_for(p.hardware, p.precision)
-            w.writerow(
-                [p.row.get(c, "") for c in columns]
-                + [_fmt(r.tput_per_gpu), _fmt(r.median_intvty), _fmt(r.median_ttft_s), r.status, r.reason]
-                + [f"{cal.key} ({cal.points} points)" if cal.points else f"{cal.key} (defaults)"]
-                + [r.requests, r.preemptions, f"{r.speed:.4g}", _fmt(r.late_steps_pct), _fmt(r.late_ms)]
-                + [_fmt(r.client_tput_per_gpu)]
-            )
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    try:
+        with out_csv.open("w", newline="") as fh, tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
+            w = csv.writer(fh)
+            w.writerow(columns + EXTRA_COLUMNS)
+            fh.flush()
+            for i, p in enumerate(points, start=1):
+                res = run_row(p, args.seconds, Path(tmp))
+                results.append((p, res))
+                w.writerow(_csv_row(columns, p, res))
+                fh.flush()
+                _say_row(i, len(points), p, res)
+    except OSError as err:
+        raise InputError(f"--out {out_csv}: cannot write: {err.strerror or err}") from None
+    except KeyboardInterrupt as err:
+        signum = err.signum if isinstance(err, Stopped) else signal.SIGINT
+        print(
+            f"calibrate: stopped by {signal.Signals(signum).name} after {len(results)} of {len(points)} "
+            f"rows; {out_csv} holds them",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 128 + signum
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
     ok = [(p, (r.tput_per_gpu, r.median_intvty, r.median_ttft_s)) for p, r in results if r.status == "ok"]
     bad = [(p, r) for p, r in results if r.status != "ok"]
     print(f"median absolute error, real path ({len(ok)} of {len(results)} rows ran):")
@@ -157,6 +177,36 @@ def _run_rows(args: argparse.Namespace, columns: list[str], points: list[Point])
         wrote.append("parity.png")
     print(f"wrote {', '.join(wrote)} to {args.out} ({time.monotonic() - t0:.0f} s)")
     return 0 if not bad else 1
+
+
+def _say_row(i: int, n: int, p: Point, res: RowResult) -> None:
+    if res.status != "ok":
+        print(f"[{i:>2}/{n}] {p.label:<38} {res.status.upper()}: {res.reason}", flush=True)
+        return
+    pred = (res.tput_per_gpu, res.median_intvty, res.median_ttft_s)
+    parts = [
+        f"{name} {v:.4g} vs {getattr(p, col):.4g} ({100 * (v / getattr(p, col) - 1):+.0f}%)"
+        for (col, name), v in zip(MEASURES, pred, strict=True)
+    ]
+    late = f", {res.late_steps_pct:.0f}% steps late" if math.isfinite(res.late_steps_pct) else ""
+    print(
+        f"[{i:>2}/{n}] {p.label:<38} {'  '.join(parts)}  "
+        f"[{res.requests} req, speed {res.speed:.3g}{late}, {res.wall_s:.0f}s]",
+        flush=True,
+    )
+
+
+def _csv_row(columns: list[str], p: Point, r: RowResult) -> list[object]:
+    from agentsweep.engine_sim.profiles import calibration_for
+
+    cal = calibration_for(p.hardware, p.precision)
+    return (
+        [p.row.get(c, "") for c in columns]
+        + [_fmt(r.tput_per_gpu), _fmt(r.median_intvty), _fmt(r.median_ttft_s), r.status, r.reason]
+        + [f"{cal.key} ({cal.points} points)" if cal.points else f"{cal.key} (defaults)"]
+        + [r.requests, r.preemptions, f"{r.speed:.4g}", _fmt(r.late_steps_pct), _fmt(r.late_ms)]
+        + [_fmt(r.client_tput_per_gpu)]
+    )
 
 
 def _fmt(x: float) -> str:
@@ -245,9 +295,12 @@ def _fit(args: argparse.Namespace, points: list[Point]) -> int:
             print(line)
     target = args.write or CALIBRATION_FILE
     data = calibration_document(args.points, points, res, pairs, loo_pairs)
-    try:
-        target.write_text(json.dumps(data, indent=1) + "\n")
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:  # whole or not at all: the engine reads this file at every start
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        os.replace(tmp, target)
     except OSError as err:
+        tmp.unlink(missing_ok=True)
         raise InputError(f"--write {target}: {err.strerror or err}") from None
     parity_plot(pairs, args.out / "parity_fit.png", "closed-loop stand-in vs published (fit)")
     print(f"wrote {target} and {args.out / 'parity_fit.png'}")

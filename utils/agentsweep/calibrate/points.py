@@ -26,6 +26,12 @@ PRECISIONS = ("bf16", "fp8", "fp4")
 DATA_DIR = Path(__file__).with_name("data")
 DEFAULT_POINTS = DATA_DIR / "inferencex_dsr1_sglang.csv"
 MODEL_NAME = "deepseek-ai/DeepSeek-R1"  # the model every point of the shipped data set measured
+# Stated limits of a point (docs/engine-sim.md, "Calibration"): beyond them a row would take hours of
+# simulated serving or a trace file past the replayer's limits, so it is refused, not run.
+LIMITS = {"isl": 131072, "osl": 32768, "tp": 64, "ep": 64, "conc": 1024}
+MAX_POINTS_BYTES = 16 << 20
+MAX_FIELD_CHARS = 4096
+BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,17 +68,18 @@ class Point:
 
 def read_points(path: Path) -> tuple[list[str], list[Point]]:
     """(the CSV's columns, its points); bad input is an InputError naming the line and column."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"--points {path}: cannot read: {getattr(err, 'strerror', None) or err}") from None
+    text = _read_text(path)
     reader = csv.DictReader(text.splitlines())
+    try:
+        rows = list(enumerate(reader, start=2))
+    except csv.Error as err:
+        raise InputError(f"--points {path}: line {reader.line_num + 1}: not CSV ({err})") from None
     columns = list(reader.fieldnames or [])
     missing = [c for c in REQUIRED if c not in columns]
     if missing:
         raise InputError(f"--points {path}: missing column(s) {', '.join(missing)}")
     points = []
-    for line, row in enumerate(reader, start=2):
+    for line, row in rows:
 
         def bad(col: str, what: str, line: int = line) -> InputError:
             return InputError(f"--points {path}: line {line}: {col}: {what}")
@@ -85,6 +92,8 @@ def read_points(path: Path) -> tuple[list[str], list[Point]]:
                 raise bad(col, f"expected a positive integer, got {raw!r}") from None
             if value < 1:
                 raise bad(col, f"expected a positive integer, got {raw!r}")
+            if value > LIMITS[col]:
+                raise bad(col, f"{value} is over the limit of {LIMITS[col]}")
             return value
 
         def number(col: str, row: dict[str, str] = row) -> float:
@@ -103,6 +112,14 @@ def read_points(path: Path) -> tuple[list[str], list[Point]]:
         prec = (row.get("precision") or "").strip().lower()
         if prec not in PRECISIONS:
             raise bad("precision", f"expected one of {', '.join(PRECISIONS)}, got {prec!r}")
+        for col, raw in row.items():
+            if col is None or len(raw or "") > MAX_FIELD_CHARS:  # a ragged row, or a field of megabytes
+                raise bad(
+                    col or "(extra fields)", f"more fields than columns, or over {MAX_FIELD_CHARS} characters"
+                )
+        flag = (row.get("dp_attn") or "").strip().lower()
+        if flag and flag not in BOOLEANS:
+            raise bad("dp_attn", f"expected true or false, got {row['dp_attn']!r}")
         tp, ep = integer("tp"), integer("ep")
         if tp % ep:
             raise bad("ep", f"{ep} must divide tp {tp}")
@@ -125,3 +142,16 @@ def read_points(path: Path) -> tuple[list[str], list[Point]]:
     if not points:
         raise InputError(f"--points {path}: no data rows")
     return columns, points
+
+
+def _read_text(path: Path) -> str:
+    """The points file's text: a regular file of at most MAX_POINTS_BYTES (a FIFO would block)."""
+    try:
+        if not path.is_file():
+            what = "no such file" if not path.exists() else "not a regular file"
+            raise InputError(f"--points {path}: {what}")
+        if path.stat().st_size > MAX_POINTS_BYTES:
+            raise InputError(f"--points {path}: over {MAX_POINTS_BYTES >> 20} MiB; not a points file")
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"--points {path}: cannot read: {getattr(err, 'strerror', None) or err}") from None

@@ -27,6 +27,7 @@ from kv_cache_tester.traces.synth import LengthSpec, synth_workload
 
 from agentsweep.calibrate.points import MODEL_NAME, Point
 from agentsweep.calibrate.steady import CYCLES, KV_CACHE_DTYPE, closed_loop, osl_bounds
+from agentsweep.cell.watchdog import die_with_parent
 from agentsweep.engine_sim.profiles import deploy
 
 CHUNK = 16384  # --chunked-prefill-size of the simulated engine in calibration runs
@@ -132,6 +133,7 @@ def run_row(p: Point, seconds: float, work: Path) -> RowResult:
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=die_with_parent(signal.SIGTERM),  # gone with calibrate, even after SIGKILL
     )
     try:
         url = _wait_url(proc, lines)
@@ -149,7 +151,13 @@ def run_row(p: Point, seconds: float, work: Path) -> RowResult:
             "--recycle", "--test-duration", f"{seconds:g}", "--grace-period", "0", "--max-context", "0",
             "--ignore-eos", "--no-plot", "--no-color", "--progress-interval", "3600",
         ]  # fmt: skip
-        rep = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+        rep = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=seconds + 120,
+            preexec_fn=die_with_parent(signal.SIGTERM),
+        )
         if rep.returncode != 0:
             tail = (rep.stderr or rep.stdout).strip().splitlines()
             res.reason = f"replay exited {rep.returncode}: {tail[-1] if tail else ''}"

@@ -194,7 +194,9 @@ class EngineGroup:
             say(f"{len(self.engines)} {what} healthy after {waited:.1f} s")
         self.versions["engine"] = recipe(plan.cell.engine).version(plan.client.url)
         for inst in plan.instances:
-            self.stated[inst.name or "engine"] = stated_settings(plan.cell.engine, plan.result_dir / inst.log_name)
+            self.stated[inst.name or "engine"] = stated_settings(
+                plan.cell.engine, plan.result_dir / inst.log_name
+            )
         if self.router is not None:
             self.versions["router"] = f"{self.program} {router_version(self.program) or 'unknown'}"
             say(f"starting router: {shlex.join(self.router.argv)}")

@@ -33,7 +33,15 @@ from agentsweep.contract.resultdir import read_matrix
 from agentsweep.contract.verdict import INVALID_EXIT
 from agentsweep.errors import InputError
 
-OUTPUTS = ("summary.csv", "frontier.csv", "capacity.csv", "summary.md", "report.html", *PLOT_FILES, "capacity_*.png")
+OUTPUTS = (
+    "summary.csv",
+    "frontier.csv",
+    "capacity.csv",
+    "summary.md",
+    "report.html",
+    *PLOT_FILES,
+    "capacity_*.png",
+)
 """Collect's outputs, one set: a disk that fills while they are written leaves none of them."""
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agentsweep.collect.cli_collect import prepare_out_dir
 from agentsweep.collect.cli_pareto import read_summary
-from agentsweep.collect.compare import DEFAULT_KEYS, compare, markdown
+from agentsweep.collect.compare import AXES, checked, compare, markdown, md_text
 from agentsweep.collect.output import one_set, write_csv, write_text
 from agentsweep.collect.provenance import mixed_between, refuse_mixed
 
@@ -31,22 +31,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--on",
-        default=",".join(DEFAULT_KEYS),
-        help=f"comma-separated columns that match cells (default {','.join(DEFAULT_KEYS)}; exp_name for same-key sweeps)",
+        default=None,
+        help=f"comma-separated columns that match cells (default: every axis of a cell, {','.join(AXES)}; "
+        "exp_name for same-key sweeps)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    a, b = read_summary(args.a), read_summary(args.b)
-    keys = tuple(k.strip() for k in args.on.split(",") if k.strip())
-    table = compare(a, b, keys, names=(f"A ({args.a})", f"B ({args.b})"))
+    names = (f"A ({args.a})", f"B ({args.b})")
+    keys = AXES if args.on is None else tuple(k.strip() for k in args.on.split(",") if k.strip())
+    a, b = (
+        checked(read_summary(path, literal=True), keys, name)
+        for path, name in zip((args.a, args.b), names, strict=True)
+    )
+    table = compare(a, b, keys, names=names)
     mixed = mixed_between(a, b, keys, ("A", "B"))
     if not args.allow_mixed:
         refuse_mixed(mixed, f"{args.a} vs {args.b}")
     out = prepare_out_dir(args.out or (args.b if args.b.is_dir() else args.b.parent))
     text = markdown(table, str(args.a), str(args.b), keys)
     if mixed:
-        text += "\n**Measured differently (--allow-mixed):**\n\n" + "".join(f"- {m}\n" for m in mixed)
+        text += "\n**Measured differently (--allow-mixed):**\n\n" + "".join(
+            f"- {md_text(m)}\n" for m in mixed
+        )
+    # One set, each file whole or not at all: a stop part way never leaves one that looks complete.
     with one_set(out, ("compare.csv", "compare.md")):
         write_csv(table, out / "compare.csv")
         write_text(out / "compare.md", text)

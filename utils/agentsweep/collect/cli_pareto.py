@@ -15,12 +15,16 @@ from agentsweep.errors import InputError
 REQUIRED = ("exp_name", "status")
 
 
-def read_summary(path: Path) -> pd.DataFrame:
-    """A summary.csv written by `agentsweep collect`; InputError when it is not one."""
+def read_summary(path: Path, *, literal: bool = False) -> pd.DataFrame:
+    """A summary.csv written by `agentsweep collect`; InputError when it is not one. ``literal``: only
+    an empty field is missing (collect writes nothing else for one), so a "nan" or "NA" written in by
+    hand stays text for the caller's checks to refuse."""
     if path.is_dir():
         path = path / "summary.csv"
+    if path.exists() and not path.is_file():  # a FIFO or a device would block or never end
+        raise InputError(f"{path}: not a regular file")
     try:
-        df = pd.read_csv(path)
+        df = pd.read_csv(path, keep_default_na=False, na_values=[""]) if literal else pd.read_csv(path)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except IsADirectoryError:

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 
 from agentsweep.errors import InputError
 
 DEFAULT_KEYS = ("tp", "ep", "users", "offload")
+# Every axis of a cell, so a single-engine cell never meets a routed or disaggregated one of the same
+# TP. Summaries collected before an axis existed lack its column: such a cell had the default.
+AXES = (*DEFAULT_KEYS, "replicas", "router", "prefill", "decode", "gpus")
+AXIS_DEFAULTS: dict[str, object] = {"replicas": 1, "router": "", "prefill": "", "decode": ""}
+INTEGER_AXES = ("tp", "ep", "users", "replicas", "gpus", "nodes")
 # (column, better) — better tells the reader which way a ratio above 1 points.
 METRICS = (
     ("output_tok_per_s_per_gpu", "higher"),
@@ -21,6 +27,58 @@ METRICS = (
     ("gpu_hit_rate", "higher"),
     ("cpu_hit_rate", "higher"),
 )
+
+
+def _where(df: pd.DataFrame, i: int) -> str:
+    name = df["exp_name"].iloc[i] if "exp_name" in df.columns else None
+    return f"cell {_plain(name)}" if isinstance(name, str) and name else f"row {i + 2}"
+
+
+def checked(df: pd.DataFrame, keys: tuple[str, ...], name: str) -> pd.DataFrame:
+    """``df`` with the cell axes among ``keys`` filled (a summary without an axis's column: the
+    default) and typed, and its metric columns checked: an integer axis that is not an integer, or a
+    metric that is text, NaN, infinite or negative, is an InputError naming the cell and column."""
+    df = df.copy()
+    for axis, default in AXIS_DEFAULTS.items():
+        if axis in keys:
+            col = (
+                df[axis].astype(object)
+                if axis in df.columns
+                else pd.Series(None, index=df.index, dtype=object)
+            )
+            df[axis] = col.where(col.notna(), default)
+    if "gpus" in keys:
+        tp = df["tp"] if "tp" in df.columns else pd.Series(None, index=df.index, dtype=object)
+        df["gpus"] = df["gpus"].where(df["gpus"].notna(), tp) if "gpus" in df.columns else tp
+    for col in INTEGER_AXES:
+        if col not in keys or col not in df.columns:
+            continue
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = (df[col].notna() & ~(values.notna() & (values % 1 == 0) & (values > 0))).to_numpy().nonzero()[0]
+        if len(bad):
+            i = int(bad[0])
+            raise InputError(
+                f"{name}: {_where(df, i)}: {col}: expected a positive integer, got {_plain(df[col].iloc[i])!r}"
+            )
+        df[col] = values.astype("Int64")
+    for col in (c for c in keys if c not in INTEGER_AXES and c in df.columns):
+        df[col] = df[col].map(lambda v: v if pd.isna(v) else str(v))
+    for m, _ in METRICS:
+        if m not in df.columns:
+            continue
+        values = pd.to_numeric(df[m], errors="coerce")
+        bad = (
+            (df[m].notna() & ~(values.notna() & values.map(math.isfinite) & (values >= 0)))
+            .to_numpy()
+            .nonzero()[0]
+        )
+        if len(bad):
+            i = int(bad[0])
+            raise InputError(
+                f"{name}: {_where(df, i)}: {m}: expected a finite number >= 0, got {_plain(df[m].iloc[i])!r}"
+            )
+        df[m] = values
+    return df
 
 
 def _complete(df: pd.DataFrame, keys: tuple[str, ...]) -> pd.Series:
@@ -77,25 +135,63 @@ def compare(
     return merged
 
 
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x1f\x7f-\x9f]")
+_MARKUP = re.compile(r"([\\`*_\[\]<>|~])")
+
+
+def _plain(value: object) -> str:
+    """Text without terminal escape sequences or other control characters (a status copied from a
+    log), at most 200 characters."""
+    text = _CONTROL.sub("", str(value))
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _code(value: object) -> str:
+    """Text for inside a Markdown code span (which cannot hold a backtick)."""
+    return _plain(value).replace("`", "'")
+
+
+def md_text(value: object) -> str:
+    """``value`` as literal Markdown table text: no control characters, markup escaped."""
+    return _MARKUP.sub(r"\\\1", _plain(value))
+
+
 def _fmt(value: object, digits: int = 3) -> str:
+    if value is None or value is pd.NA:
+        return "–"
     try:
         number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        return str(value) if value is not None else "–"
+        return md_text(value)
     if not math.isfinite(number):
         return "–"
     return f"{number:.{digits}g}" if abs(number) < 1e4 else f"{number:,.0f}"
 
 
 def _status(value: object) -> str:
-    return value if isinstance(value, str) and value else "absent"
+    return md_text(value) if isinstance(value, str) and value else "absent"
+
+
+def shown_keys(table: pd.DataFrame, keys: tuple[str, ...]) -> tuple[str, ...]:
+    """The keys compare.md shows: each one given, less the added axes no cell sets (a sweep of single
+    engines needs no replicas, router or split columns; gpus only where it is not tp)."""
+    shown = []
+    for k in keys:
+        if k not in table.columns:
+            continue
+        if k in AXIS_DEFAULTS and table[k].fillna(AXIS_DEFAULTS[k]).eq(AXIS_DEFAULTS[k]).all():
+            continue
+        if k == "gpus" and "tp" in table.columns and table["gpus"].fillna(table["tp"]).eq(table["tp"]).all():
+            continue
+        shown.append(k)
+    return tuple(shown)
 
 
 def markdown(table: pd.DataFrame, name_a: str, name_b: str, keys: tuple[str, ...] = DEFAULT_KEYS) -> str:
-    keys = tuple(k for k in keys if k in table.columns) or ("exp_name_a",)
+    keys = shown_keys(table, keys) or ("exp_name_a",)
     shown = [m for m, _ in METRICS[:6]] + ["gpu_hit_rate"]
     lines = [
-        f"## Compare: B = `{name_b}` vs A = `{name_a}`",
+        f"## Compare: B = `{_code(name_b)}` vs A = `{_code(name_a)}`",
         "",
         "Ratios are B / A. Better when above 1: "
         + ", ".join(m for m, d in METRICS if d == "higher")

@@ -37,8 +37,8 @@ from pydantic import (
 
 from agentsweep.contract.engine_args import engine_args_conflict
 from agentsweep.contract.errors import CONTROL, brief, validation_message
-from agentsweep.contract.slo import CapacitySpec
 from agentsweep.contract.secrets import is_secret_flag, is_secret_name
+from agentsweep.contract.slo import CapacitySpec
 from agentsweep.errors import InputError
 
 Engine = Literal["vllm", "sglang", "sim"]

@@ -1,0 +1,116 @@
+"""`agentsweep calibrate` is bounded and signal-safe: points beyond the stated limits, a FIFO, a huge
+field or an unknown boolean are one-line errors; SIGTERM/SIGINT stop the row's engine and keep the
+rows already measured in calibration.csv (written as it goes)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from agentsweep.calibrate.points import LIMITS, MAX_FIELD_CHARS, read_points
+from agentsweep.errors import InputError
+
+HEADER = "hardware,precision,isl,osl,tp,ep,conc,tput_per_gpu,median_intvty,median_ttft_s,run_url"
+ROW = "h200,fp8,1024,256,8,1,4,100,100,0.1,https://example.org/run/{}"
+
+
+def _csv(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "points.csv"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("row", "needle"),
+    [
+        ("h200,fp8,1024,256,8,1,100000,100,100,0.1,x", f"conc: 100000 is over the limit of {LIMITS['conc']}"),
+        ("h200,fp8,10000000,256,8,1,4,100,100,0.1,x", f"isl: 10000000 is over the limit of {LIMITS['isl']}"),
+        ("h200,fp8,1024,999999,8,1,4,100,100,0.1,x", "osl: 999999 is over the limit"),
+        ("h200,fp8,1024,256,512,1,4,100,100,0.1,x", "tp: 512 is over the limit"),
+        ("h200,fp8,1024,256,8,1,4,100,100,0.1,x," + "y" * (MAX_FIELD_CHARS + 1), "more fields than columns"),
+        (
+            "h200,fp8,1024,256,8,1,4,100,100,0.1," + "y" * (MAX_FIELD_CHARS + 1),
+            f"over {MAX_FIELD_CHARS} characters",
+        ),
+    ],
+)
+def test_points_beyond_the_limits_are_refused(tmp_path: Path, row: str, needle: str) -> None:
+    with pytest.raises(InputError, match=needle) as err:
+        read_points(_csv(tmp_path, HEADER + "\n" + row + "\n"))
+    assert "line 2" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_field_past_the_csv_module_limit_is_one_line(tmp_path: Path) -> None:
+    path = _csv(tmp_path, HEADER + "\n" + ROW.format(1)[:-1] + '"' + "y" * 200_000 + "\n")
+    with pytest.raises(InputError, match="not CSV"):
+        read_points(path)
+
+
+def test_unknown_boolean_is_refused(tmp_path: Path) -> None:
+    ok = _csv(tmp_path, HEADER + ",dp_attn\n" + ROW.format(1) + ",False\n")
+    assert read_points(ok)[1][0].row["dp_attn"] == "False"
+    with pytest.raises(InputError, match="dp_attn: expected true or false, got 'maybe'"):
+        read_points(_csv(tmp_path, HEADER + ",dp_attn\n" + ROW.format(1) + ",maybe\n"))
+
+
+def test_a_fifo_or_a_folder_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        read_points(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        read_points(tmp_path)
+
+
+def _engines(marker: str) -> list[int]:
+    """Processes whose command line names ``marker`` (the row's engine: its request log is there)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmd and "engine-sim" in cmd:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_engine_and_keeps_the_rows_done(tmp_path: Path, sig: int) -> None:
+    points = _csv(tmp_path, HEADER + "\n" + "".join(ROW.format(i) + "\n" for i in range(3)))
+    out, work = tmp_path / "out", tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentsweep.cli", "calibrate", "--points", str(points), "--out", str(out),
+         "--seconds", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(work)},
+    )  # fmt: skip
+    table = out / "calibration.csv"
+    deadline = time.monotonic() + 120
+    # The first row finished (its line is on disk) and the second row's engine is up.
+    while not (table.exists() and len(table.read_text().splitlines()) >= 2 and _engines(str(work))):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert f"stopped by {signal.Signals(sig).name} after 1 of 3 rows" in err and "Traceback" not in err
+    rows = list(csv.DictReader(table.open()))
+    assert [r["run_url"] for r in rows] == ["https://example.org/run/0"]
+    assert rows[0]["status"] == "ok" and float(rows[0]["pred_tput_per_gpu"]) > 0
+    gone = time.monotonic() + 10
+    while _engines(str(work)) and time.monotonic() < gone:
+        time.sleep(0.05)
+    assert _engines(str(work)) == [], "the row's simulated engine outlived calibrate"
