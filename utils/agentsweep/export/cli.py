@@ -2,6 +2,8 @@
 
 Writes one JSON array: one InferenceX agentic row per SUCCESS point of the sweep under DIR (INVALID
 and FAILED cells only with --include-invalid, each with its ``outcome``; MALFORMED directories never).
+Points of different replayer versions, or one curve of different recipes, are refused (exit 2, naming
+what differs) unless --allow-mixed, as in collect.
 Every row is checked against the shipped JSON Schema of its shape before the file is written; a row
 that breaks it is an error naming the cell and the field, and nothing is written. Exit 0 on success,
 2 on bad input (no cells, an output path that cannot be written).
@@ -15,8 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
-from agentsweep.collect.aggregate import load_cell
+from agentsweep.collect.aggregate import CELL_COLUMNS, load_cell, to_frame
 from agentsweep.collect.discover import find_cells
+from agentsweep.collect.provenance import mixed_in_sweep, refuse_mixed
 from agentsweep.contract.resultdir import read_cell_record, write_atomic
 from agentsweep.errors import AgentsweepError, InputError, ResultFileError
 from agentsweep.export.build import Point, flat_row, nested_row
@@ -44,14 +47,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="flat: InferenceX's dashboard loader's keys; nested: agentx-v1 (default flat)",
     )
     parser.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="export points of different replayer versions, or one curve's points of different recipes "
+        "(refused by default, naming what differs, as collect does)",
+    )
+    parser.add_argument(
         "--include-invalid",
         action="store_true",
         help="also write INVALID and FAILED cells (each row states its outcome)",
     )
 
 
-def points(results: Path, include_invalid: bool) -> list[Point]:
-    """The exported points under ``results``, in exp_name order."""
+def points(results: Path, include_invalid: bool, allow_mixed: bool = True) -> list[Point]:
+    """The exported points under ``results``, in exp_name order; points measured differently (their
+    receipts) are refused unless ``allow_mixed``."""
     skipped: list[str] = []
     found = find_cells(results, skipped)
     for line in skipped:
@@ -59,9 +69,14 @@ def points(results: Path, include_invalid: bool) -> list[Point]:
     if not found:
         raise InputError(f"{results}: no cell result directories found (looked for cell.json, status.txt...)")
     wanted = WITH_INVALID if include_invalid else POINTS
+    loaded = [(cell_dir, load_cell(cell_dir)) for cell_dir in sorted(found, key=lambda c: c.exp_name)]
+    mixed = mixed_in_sweep(to_frame([row for _, row in loaded if row.status in wanted]), CELL_COLUMNS)
+    if not allow_mixed:
+        refuse_mixed(mixed, str(results))
+    for line in mixed:
+        print(f"export: allowed (--allow-mixed): {line}", file=sys.stderr)
     out: list[Point] = []
-    for cell_dir in sorted(found, key=lambda c: c.exp_name):
-        row = load_cell(cell_dir)
+    for cell_dir, row in loaded:
         if row.status not in wanted:
             print(f"export: {row.exp_name}: {row.status}, not exported", file=sys.stderr)
             continue
@@ -94,7 +109,7 @@ def rows(found: list[Point], shape: Shape) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     shape = cast(Shape, args.shape)
-    exported = rows(points(args.results, args.include_invalid), shape)
+    exported = rows(points(args.results, args.include_invalid, args.allow_mixed), shape)
     target: Path = args.output
     if target.exists() and target.is_dir():
         raise InputError(f"{target}: is a directory")
