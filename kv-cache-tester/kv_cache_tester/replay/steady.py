@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-STEADY_FRACTION = 0.75
+# Half the peak: at 75 % the fan-out of sub-agents (a peak well above the lanes) made ordinary think
+# time read as a trough and cut healthy runs to a fraction of their span.
+STEADY_FRACTION = 0.5
 STEADY_BINS = 20
 MIN_BIN_S = 0.5
 MIN_BINS = 4

@@ -24,19 +24,19 @@ def test_in_flight_is_time_weighted_per_bin() -> None:
 
 
 def test_a_staggered_ramp_up_is_left_out() -> None:
-    # Four lanes join 2.5 s apart: the load reaches 3 of its 4 lanes (75 % of the peak) at 5 s.
-    window = steady_window(_lanes([0.0, 2.5, 5.0, 7.5], [20.0] * 4), 0.0, 20.0)
-    assert (window.start, window.stop) == pytest.approx((5.0, 20.0))
-    assert window.peak_in_flight == pytest.approx(4.0) and window.threshold == pytest.approx(3.0)
+    # Four lanes join 3 s apart: the load reaches 2 of its 4 lanes (half the peak) at 3 s.
+    window = steady_window(_lanes([0.0, 3.0, 6.0, 9.0], [20.0] * 4), 0.0, 20.0)
+    assert (window.start, window.stop) == pytest.approx((3.0, 20.0))
+    assert window.peak_in_flight == pytest.approx(4.0) and window.threshold == pytest.approx(2.0)
 
 
 def test_the_drain_is_left_out() -> None:
-    window = steady_window(_lanes([0.0] * 4, [20.0, 18.0, 16.0, 14.0]), 0.0, 20.0)
-    assert (window.start, window.stop) == pytest.approx((0.0, 16.0))
+    window = steady_window(_lanes([0.0] * 4, [20.0, 12.0, 11.0, 10.0]), 0.0, 20.0)
+    assert (window.start, window.stop) == pytest.approx((0.0, 12.0))
 
 
 def test_a_dip_inside_the_plateau_stays_in_the_window() -> None:
-    # Two of four lanes think between 8 s and 10 s: half the peak, then back.
+    # Two of four lanes think between 8 s and 10 s: down to half the peak, then back.
     lanes = (
         _lanes([0.0, 0.0], [20.0, 20.0]) + _lanes([0.0, 0.0], [8.0, 8.0]) + _lanes([10.0, 10.0], [20.0, 20.0])
     )

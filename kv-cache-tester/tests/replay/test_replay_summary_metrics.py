@@ -37,10 +37,10 @@ def _record(user: int, dispatch: float, done: float, out: int, phase: str = "pro
 
 
 def test_the_summary_holds_the_steady_window_interactivity_and_stability(tmp_path) -> None:
-    # Four lanes; lane 3 joins at 10 s (ramp-up), every lane stops dispatching at 40 s.
+    # Four lanes; three join at 10 s (ramp-up), every lane stops dispatching at 40 s.
     records = []
     for user in range(4):
-        t, i = (10.0 if user == 3 else 0.0), 0
+        t, i = (0.0 if user == 0 else 10.0), 0
         while t < 40.0:
             out = 11 + (i * 7 + user * 3) % 40
             records.append(_record(user, t, t + 1.0 + 0.01 * out, out))
@@ -49,13 +49,14 @@ def test_the_summary_holds_the_steady_window_interactivity_and_stability(tmp_pat
     path = tmp_path / "requests.jsonl"
     write_records(path, records)
     meta = RunMeta(
-        t0_unix=1000.0, stop_rel=40.0, end_rel=42.0, reason="duration", first_dispatch=[0.0, 0.0, 0.0, 10.0],
+        t0_unix=1000.0, stop_rel=40.0, end_rel=42.0, reason="duration", first_dispatch=[0.0, 10.0, 10.0, 10.0],
         abandoned=0, idle_lanes=0, cpu_s=1.0, wall_s=42.0, itl_hist=LogHistogram().to_dict(),
     )  # fmt: skip
     summary = build_summary(path, [meta], users=4, options={}, slo_ttft=None, slo_tpot=None)
     window = summary["window"]
     assert window["start_s"] == pytest.approx(10.0) and window["end_s"] == pytest.approx(40.0)
     assert window["span_start_unix"] == 1000.0 and window["start_unix"] == pytest.approx(1010.0)
+    assert window["peak_in_flight"] > 3.0 and window["threshold_in_flight"] == window["peak_in_flight"] / 2
     assert window["duration_s"] == pytest.approx(30.0)
     inside = [r for r in records if 10.0 <= r["t_done"] <= 40.0]
     tokens = sum(r["prompt_tokens"] + r["output_tokens"] for r in inside)
