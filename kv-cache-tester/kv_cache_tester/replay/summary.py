@@ -36,7 +36,7 @@ from kv_cache_tester.replay.results import (
     read_records,
     write_summary,
 )
-from kv_cache_tester.replay.stability import stability_block
+from kv_cache_tester.replay.stability import SUBWINDOW_S, stability_block
 from kv_cache_tester.replay.steady import RULE, steady_window
 from kv_cache_tester.stats import HistogramState, LogHistogram, percentile
 
@@ -74,6 +74,7 @@ def build_summary(
     options: dict[str, Any],
     slo_ttft: float | None,
     slo_tpot: float | None,
+    stability_subwindow_s: float = SUBWINDOW_S,
 ) -> Summary:
     records = (
         read_records(records_path, required=RequestRecord.__required_keys__) if records_path.exists() else []
@@ -94,7 +95,7 @@ def build_summary(
         "self_audit": _self_audit(records, metas),
         "users": users,
         "options": options,
-        "stability": stability_block(in_win, window.start, window.stop),
+        "stability": stability_block(in_win, window.start, window.stop, stability_subwindow_s),
     }
 
 

@@ -78,3 +78,7 @@ def test_the_summary_holds_the_steady_window_interactivity_and_stability(tmp_pat
     assert stability["subwindow_s"] == pytest.approx(10.0)
     assert stability["expected_window_count"] == 3 and stability["observed_window_count"] == 3
     assert stability["root_trajectory_count"] == 4
+    shorter = build_summary(
+        path, [meta], users=4, options={}, slo_ttft=None, slo_tpot=None, stability_subwindow_s=5.0
+    )["stability"]
+    assert shorter["subwindow_s"] == 5.0 and shorter["expected_window_count"] == 6
