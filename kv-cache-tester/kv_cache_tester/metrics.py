@@ -22,6 +22,10 @@ Per run, at percentile pXX (0-100 scale, linear interpolation between closest ra
   gap is a low interactivity, so p90 interactivity is what the slowest tenth of requests saw. It is
   NOT the pXX of per-request speeds (that would be the fast tail); taking the percentile of a
   per-request rate the wrong way is a known way to report figures many times too optimistic.
+- Throughput per GPU = total tokens per second (input, cached input included, plus output) divided
+  by every GPU of the cell; output and input per GPU beside it (``per_gpu``).
+- Every latency is reported as a ``Distribution`` (``stats_of``): mean, p50/p75/p90/p95/p99/p99.9 and the population
+  standard deviation, in seconds.
 - Output speed statistics in SLO tiers are percentiles of the per-request speed itself, so a floor
   on p25 speed says three quarters of requests were at least that fast.
 
@@ -39,9 +43,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from kv_cache_tester.stats import percentile
+from kv_cache_tester.stats import Distribution, percentile
 
 # The percentiles every exported latency carries (InferenceX's set; p50 is exported as "median").
 PERCENTILES: tuple[float, ...] = (50.0, 75.0, 90.0, 95.0, 99.0, 99.9)
@@ -86,6 +90,49 @@ def interactivity_tok_s(itl_at_percentile_s: float | None) -> float | None:
 def interactivity_at(full_response_itls_s: Iterable[float], p: float) -> float | None:
     """Interactivity at percentile ``p``: ``1 / (p-th percentile of the full-response ITLs)``."""
     return interactivity_tok_s(percentile(sorted(full_response_itls_s), p))
+
+
+# --- per-run statistics ------------------------------------------------------------------------
+
+# The statistics every exported latency carries, in export order ("p50" is InferenceX's "median").
+STAT_KEYS: tuple[str, ...] = ("mean", "p50", "p75", "p90", "p95", "p99", "p99.9", "std")
+
+
+def _key(p: float) -> str:
+    return f"p{p:g}"
+
+
+def stats_of(values: Iterable[float]) -> Distribution:
+    """Mean, PERCENTILES and the population standard deviation; every entry None without samples."""
+    data = sorted(values)
+    out: dict[str, float | None] = dict.fromkeys(STAT_KEYS)
+    if data:
+        mean = math.fsum(data) / len(data)
+        out["mean"] = mean
+        out["std"] = math.sqrt(math.fsum((v - mean) ** 2 for v in data) / len(data))
+        for p in PERCENTILES:
+            out[_key(p)] = percentile(data, p)
+    return cast(Distribution, out)
+
+
+def interactivity_stats(itl: Distribution, speeds: Iterable[float] = ()) -> Distribution:
+    """Interactivity from an ITL's statistics: ``1 / ITL`` at the mean and at every percentile (a high
+    ITL percentile is a low interactivity: the slow tail). ``std`` is the spread of the per-request
+    speeds ``1 / ITL`` (None without them), as InferenceX's ``std_intvty`` of agentic rows."""
+    source = cast(Mapping[str, float | None], itl)
+    out: dict[str, float | None] = {key: interactivity_tok_s(source.get(key)) for key in STAT_KEYS}
+    out["std"] = stats_of(speeds)["std"]
+    return cast(Distribution, out)
+
+
+# --- throughput per GPU ------------------------------------------------------------------------
+
+
+def per_gpu(tokens_per_s: float | None, gpus: int | float | None) -> float | None:
+    """A throughput divided by every GPU of the cell (prefill, decode and every replica's)."""
+    if tokens_per_s is None or not gpus:
+        return None
+    return tokens_per_s / gpus
 
 
 def _record_seconds(key: str) -> Callable[[Mapping[str, Any]], float | None]:

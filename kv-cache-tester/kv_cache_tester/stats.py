@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 # The summary's per-metric statistics. "p99.9" is not an identifier, hence the functional form.
 Distribution = TypedDict(
@@ -21,6 +21,8 @@ Distribution = TypedDict(
         "p95": float | None,
         "p99": float | None,
         "p99.9": float | None,
+        "p75": NotRequired[float | None],  # in summaries written with the steady window
+        "std": NotRequired[float | None],
     },
 )
 

@@ -56,6 +56,7 @@ def write_dir(
     audit: dict | None = None,
     server: dict | None = None,
     decreasing: str | None = None,
+    window: dict | None = None,
 ) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     ok = sum(r["status"] == "ok" for r in records)
@@ -67,7 +68,7 @@ def write_dir(
         "schema_version": 1,
         "counts": counts
         or {"sent": len(records), "ok": ok, "failed": len(records) - ok, "failed_by_class": by_class},
-        "window": {"start_unix": 1000.0, "end_unix": 1000.0 + WINDOW, "duration_s": WINDOW},
+        "window": window or {"start_unix": 1000.0, "end_unix": 1000.0 + WINDOW, "duration_s": WINDOW},
         "self_audit": {"dispatch_lag_s": {"p99": 0.002}, "client_cpu_share": 0.1, **(audit or {})},
     }
     (path / "summary.json").write_text(json.dumps(summary))
@@ -163,6 +164,21 @@ def test_throughput_drift_between_thirds(tmp_path):
             r["output_tokens"] = 10  # the last third streams a tenth of the tokens
     reasons = _reasons(write_dir(tmp_path, records))
     assert "not a steady state" in reasons["throughput_drift"]
+
+
+def test_the_drift_check_judges_the_steady_window_the_summary_chose(tmp_path):
+    records = healthy_records()
+    for r in records:
+        if r["t_done"] < 15:
+            r["output_tokens"] = 10  # a slow start, before the steady window
+    whole = {"start_unix": 1000.0, "end_unix": 1000.0 + WINDOW, "duration_s": WINDOW}
+    assert (
+        "not a steady state"
+        in _reasons(write_dir(tmp_path / "whole", records, window=whole))["throughput_drift"]
+    )
+    steady = {**whole, "start_unix": 1015.0, "duration_s": WINDOW - 15, "start_s": 15.0, "end_s": WINDOW}
+    check = evaluate(write_dir(tmp_path / "steady", records, window=steady), CELL).checks["throughput_drift"]
+    assert check.ok and check.value is not None and check.value < 0.1
 
 
 def test_the_client_as_the_bottleneck(tmp_path):

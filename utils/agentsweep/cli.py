@@ -54,6 +54,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("agentsweep.collect.cli_collect", "turn cell result dirs into summary, frontiers, report"),
     "pareto": ("agentsweep.collect.cli_pareto", "Pareto frontiers and plots from a summary.csv"),
     "compare": ("agentsweep.collect.cli_compare", "compare two collected sweeps cell by cell"),
+    "export": (
+        "agentsweep.export.cli",
+        "a sweep's points as InferenceX agentic rows (flat or nested agentx-v1 JSON, schemas shipped)",
+    ),
     "verify": ("agentsweep.store.cli_verify", "check result directories against their receipt.json"),
     "results": ("agentsweep.store.cli", "the results store: ingest runs, curves, history, noise-aware diffs"),
     "dashboard": ("agentsweep.dashboard.cli", "write (or serve) the store as an interactive offline site"),

@@ -157,6 +157,7 @@ def finish(cfg: ReplayConfig, out: Path, metas: list[RunMeta], options: dict[str
         options=options,
         slo_ttft=cfg.slo_ttft,
         slo_tpot=cfg.slo_tpot,
+        stability_subwindow_s=cfg.stability_subwindow,
     )
     try:
         write_summary(out, summary)

@@ -113,6 +113,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("reporting")
     g.add_argument("--slo-ttft", type=float, help="TTFT SLO (s) for goodput")
     g.add_argument("--slo-tpot", type=float, help="TPOT SLO (s) for goodput")
+    g.add_argument(
+        "--stability-subwindow",
+        type=float,
+        default=600.0,
+        help="length (s) of the stability block's sub-windows; a third of the window when that is shorter",
+    )
     g.add_argument("--max-ttft", type=float, default=2.0, help="progress line shows p50 TTFT above it in red")
     g.add_argument(
         "--max-new-tokens-per-period",

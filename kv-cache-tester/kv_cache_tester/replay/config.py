@@ -51,6 +51,7 @@ class ReplayConfig:
     stall_timeout: float = 300.0  # seconds without data on a started stream before it fails (0 = off)
     max_event_bytes: int = 4 << 20  # bound on one SSE event
     max_prompt_memory: float = DEFAULT_PROMPT_MEMORY_GIB  # GiB of prompts held at once (memory.py)
+    stability_subwindow: float = 600.0  # seconds; the stability block's sub-window length
     vocab_size: int | None = None  # the served model's, from the server (--api completions, no --tokenizer)
 
     @property
@@ -136,6 +137,7 @@ def from_args(ns: argparse.Namespace) -> ReplayConfig:
     need(ns.warmup_requests_per_user >= 0, "--warmup-requests-per-user: must be >= 0")
     need(ns.slo_ttft is None or ns.slo_ttft > 0, "--slo-ttft: must be > 0 seconds")
     need(ns.slo_tpot is None or ns.slo_tpot > 0, "--slo-tpot: must be > 0 seconds")
+    need(ns.stability_subwindow > 0, "--stability-subwindow: must be > 0 seconds")
     need(ns.request_timeout > 0, "--request-timeout: must be > 0 seconds")
     need(ns.workers >= 1, "--workers: must be >= 1")
     need(ns.grace_period >= 0, "--grace-period: must be >= 0 seconds")
@@ -168,6 +170,7 @@ def from_args(ns: argparse.Namespace) -> ReplayConfig:
         tokenizer=ns.tokenizer,
         slo_ttft=ns.slo_ttft,
         slo_tpot=ns.slo_tpot,
+        stability_subwindow=ns.stability_subwindow,
         request_timeout=ns.request_timeout,
         workers=min(ns.workers, users),
         model=ns.model,

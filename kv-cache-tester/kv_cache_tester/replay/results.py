@@ -138,9 +138,19 @@ class Counts(TypedDict):
 
 
 class Window(TypedDict):
+    """The measurement window: the steady window (replay/steady.py) where ``rule`` is present; files
+    written before it hold the whole profiling span and none of the NotRequired keys."""
+
     start_unix: float
     end_unix: float
     duration_s: float
+    rule: NotRequired[str]  # how the window was chosen, in words
+    start_s: NotRequired[float]  # its bounds in seconds after the run start (requests.jsonl's clock)
+    end_s: NotRequired[float]
+    span_start_unix: NotRequired[float]  # the whole profiling span it was chosen from
+    span_end_unix: NotRequired[float]
+    peak_in_flight: NotRequired[float]
+    threshold_in_flight: NotRequired[float]
 
 
 class Throughput(TypedDict):
@@ -151,11 +161,21 @@ class Throughput(TypedDict):
 
 
 class Latency(TypedDict):
+    """Seconds, and tokens/s per user; definitions in kv_cache_tester.metrics (docs/metrics.md).
+
+    ``interactivity_tok_per_s`` is ``1 / ITL`` at each statistic of the full-response ITL in files
+    that hold ``full_response_itl_s``; older files held the distribution of per-request speeds
+    ``1 / TPOT`` under that key (its p90 the fast tail), which is ``output_speed_tok_per_s`` now.
+    """
+
     ttft_s: Distribution
     tpot_s: Distribution
     itl_s: Distribution
     e2e_s: Distribution
     interactivity_tok_per_s: Distribution
+    full_response_itl_s: NotRequired[Distribution]
+    plain_interactivity_tok_per_s: NotRequired[Distribution]  # 1 / ITL of the token gaps
+    output_speed_tok_per_s: NotRequired[Distribution]
 
 
 class Slo(TypedDict):
@@ -190,6 +210,30 @@ class SelfAudit(TypedDict):
     unsent_requests: int  # requests of started plays never dispatched (a run cut short)
 
 
+class Stability(TypedDict):
+    """InferenceX's stability keys over the steady window (replay/stability.py); seconds and tok/s
+    per user in the client's clock."""
+
+    subwindow_s: float
+    expected_window_count: int
+    observed_window_count: int
+    observed_window_p75_ttft_min: float | None
+    observed_window_p75_ttft_max: float | None
+    observed_window_p75_e2el_min: float | None
+    observed_window_p75_e2el_max: float | None
+    observed_window_p75_intvty_min: float | None
+    observed_window_p75_intvty_max: float | None
+    observed_window_p90_ttft_min: float | None
+    observed_window_p90_ttft_max: float | None
+    observed_window_p90_e2el_min: float | None
+    observed_window_p90_e2el_max: float | None
+    observed_window_p90_intvty_min: float | None
+    observed_window_p90_intvty_max: float | None
+    root_trajectory_count: int
+    root_trajectory_kish_effective_count: float | None
+    root_trajectory_largest_share: float | None
+
+
 class Summary(TypedDict):
     schema_version: int
     counts: Counts
@@ -205,6 +249,8 @@ class Summary(TypedDict):
     aiperf: NotRequired[dict[str, Any]]  # AIPerf's own headline figures, for cross-checking
     # Written by the cell after the run (agentsweep's validity checks): valid, reasons, checks.
     validity: NotRequired[dict[str, Any]]
+    # InferenceX's stability keys over the steady window (replay/stability.py), seconds and tok/s.
+    stability: NotRequired[Stability]
 
 
 # What a summary must hold to be read at all; every other key may be absent.

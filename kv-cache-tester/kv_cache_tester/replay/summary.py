@@ -1,13 +1,16 @@
 """summary.json, computed from requests.jsonl (the one source of truth) plus the run's own facts.
 
 Definitions (docs/replayer.md repeats them):
-- window: starts when the last warmup request finished (the run start when there is none), ends
-  when dispatching stopped (duration reached, signal, circuit breaker, or traces exhausted).
+- profiling span: starts when the last warmup request finished (the run start when there is none),
+  ends when dispatching stopped (duration reached, signal, circuit breaker, or traces exhausted).
+- window: the steady part of the span (replay/steady.py: ramp-up and drain excluded); its bounds and
+  rule are in summary.json's ``window``.
 - counts and latency percentiles: every profile-phase request (a request dispatched before the
   window start by a lane whose warmup was over is profile too); warmup requests only in
   counts.warmup.
-- throughput and goodput: profile requests that finished successfully inside the window, divided
-  by the window duration.
+- throughput, goodput and the stability block: profile requests that finished successfully inside
+  the window, divided by the window duration (stability: replay/stability.py).
+- latency statistics and interactivity: kv_cache_tester.metrics (one definition, docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kv_cache_tester.metrics import interactivity_stats, record_full_response_itl_s, stats_of
 from kv_cache_tester.replay.results import (
     SCHEMA_VERSION,
     Cache,
@@ -32,7 +36,9 @@ from kv_cache_tester.replay.results import (
     read_records,
     write_summary,
 )
-from kv_cache_tester.stats import HistogramState, LogHistogram, distribution, percentile
+from kv_cache_tester.replay.stability import SUBWINDOW_S, stability_block
+from kv_cache_tester.replay.steady import RULE, steady_window
+from kv_cache_tester.stats import HistogramState, LogHistogram, percentile
 
 
 @dataclass(slots=True)
@@ -68,13 +74,14 @@ def build_summary(
     options: dict[str, Any],
     slo_ttft: float | None,
     slo_tpot: float | None,
+    stability_subwindow_s: float = SUBWINDOW_S,
 ) -> Summary:
     records = (
         read_records(records_path, required=RequestRecord.__required_keys__) if records_path.exists() else []
     )
     warm = [r for r in records if r.get("phase") == "warmup"]
     prof = [r for r in records if r.get("phase") != "warmup"]
-    window = _Window.of(warm, metas)
+    window = _Window.of(warm, metas, records)
     ok = [r for r in prof if r["status"] == "ok"]
     in_win = [r for r in ok if window.holds(r)]
     return {
@@ -88,6 +95,7 @@ def build_summary(
         "self_audit": _self_audit(records, metas),
         "users": users,
         "options": options,
+        "stability": stability_block(in_win, window.start, window.stop, stability_subwindow_s),
     }
 
 
@@ -98,12 +106,25 @@ class _Window:
     t0_unix: float
     start: float
     stop: float
+    span_start: float
+    span_stop: float
+    peak: float = 0.0
+    threshold: float = 0.0
 
     @classmethod
-    def of(cls, warm: list[RequestRecord], metas: list[RunMeta]) -> _Window:
+    def of(cls, warm: list[RequestRecord], metas: list[RunMeta], records: list[RequestRecord]) -> _Window:
         stop = max(m.stop_rel for m in metas)
         start = min(max((r["t_done"] for r in warm), default=0.0), stop)
-        return cls(min(m.t0_unix for m in metas), start, stop)
+        steady = steady_window(((r["t_dispatch"], r["t_done"]) for r in records), start, stop)
+        return cls(
+            min(m.t0_unix for m in metas),
+            steady.start,
+            steady.stop,
+            start,
+            stop,
+            steady.peak_in_flight,
+            steady.threshold,
+        )
 
     @property
     def duration(self) -> float:
@@ -118,6 +139,13 @@ class _Window:
             "start_unix": self.t0_unix + self.start,
             "end_unix": self.t0_unix + self.stop,
             "duration_s": self.duration,
+            "rule": RULE,
+            "start_s": self.start,
+            "end_s": self.stop,
+            "span_start_unix": self.t0_unix + self.span_start,
+            "span_end_unix": self.t0_unix + self.span_stop,
+            "peak_in_flight": self.peak,
+            "threshold_in_flight": self.threshold,
         }
 
 
@@ -149,16 +177,21 @@ def _throughput(in_win: list[RequestRecord], duration: float) -> Throughput:
 
 
 def _latency(ok: list[RequestRecord], metas: list[RunMeta]) -> Latency:
-    tpots = [t for r in ok if (t := r["tpot_s"]) is not None]
     hist = LogHistogram()
     for m in metas:
         hist.merge(m.itl_hist)
+    itl = hist.distribution()
+    full = [i for r in ok if (i := record_full_response_itl_s(r)) is not None]
+    full_stats = stats_of(full)
     return {
-        "ttft_s": distribution([t for r in ok if (t := r["ttft_s"]) is not None]),
-        "tpot_s": distribution(tpots),
-        "itl_s": hist.distribution(),
-        "e2e_s": distribution([t for r in ok if (t := r["e2e_s"]) is not None]),
-        "interactivity_tok_per_s": distribution([1.0 / t for t in tpots if t > 0]),
+        "ttft_s": stats_of(t for r in ok if (t := r["ttft_s"]) is not None),
+        "tpot_s": stats_of(t for r in ok if (t := r["tpot_s"]) is not None),
+        "itl_s": itl,
+        "e2e_s": stats_of(t for r in ok if (t := r["e2e_s"]) is not None),
+        "full_response_itl_s": full_stats,
+        "interactivity_tok_per_s": interactivity_stats(full_stats, (1.0 / i for i in full if i > 0)),
+        "plain_interactivity_tok_per_s": interactivity_stats(itl),
+        "output_speed_tok_per_s": stats_of(1.0 / i for i in full if i > 0),
     }
 
 

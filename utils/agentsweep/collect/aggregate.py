@@ -19,10 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from kv_cache_tester.metrics import interactivity_tok_s, per_gpu
 from kv_cache_tester.replay import RequestRecord, ResultError, Summary, load_summary
 
 from agentsweep.collect import columns
-from agentsweep.collect.columns import ENGINE_CLOCK, THROUGHPUTS, Unit
+from agentsweep.collect.columns import (
+    ENGINE_CLOCK,
+    INTERACTIVITY_STATS,
+    PLAIN_INTERACTIVITY_STATS,
+    THROUGHPUTS,
+    Unit,
+)
 from agentsweep.collect.discover import FoundCell
 from agentsweep.collect.kv_cliff import cliff_columns, kv_pool_tokens
 from agentsweep.collect.power import power_columns
@@ -112,15 +119,26 @@ def summary_columns(summary: Summary) -> dict[str, Any]:
 
 
 def derived_columns(values: dict[str, Any]) -> dict[str, Any]:
-    """Per-GPU throughput and interactivity (1/TPOT at each percentile, tokens/s per user)."""
+    """Per-GPU throughput (every GPU of the cell) and interactivity (tokens/s per user): ``1 / ITL`` at
+    each statistic of the full-response ITL, and of the plain ITL (kv_cache_tester.metrics).
+
+    A summary written before the full-response ITL was in it gives the same figure from TPOT (per
+    request, TPOT is the full-response ITL: ``(E2E - TTFT) / (output tokens - 1)``).
+    """
     out: dict[str, Any] = {}
     gpus = _number(values.get("gpus")) or _number(values.get("tp"))
     for key in THROUGHPUTS:
-        tput = values.get(key)
-        out[f"{key}_per_gpu"] = tput / gpus if tput is not None and gpus else None
-    for stat in ("p50", "p90", "p99"):
-        tpot = values.get(f"tpot_{stat}_s")
-        out[f"interactivity_{stat}_tok_per_s"] = 1.0 / tpot if tpot else None
+        out[f"{key}_per_gpu"] = per_gpu(values.get(key), gpus)
+    for stat in INTERACTIVITY_STATS:
+        if stat == "std":
+            continue
+        name = stat.replace(".", "")
+        itl = values.get(f"full_response_itl_{name}_s")
+        if itl is None:
+            itl = values.get(f"tpot_{name}_s")
+        out[f"interactivity_{name}_tok_per_s"] = interactivity_tok_s(itl)
+    for stat in PLAIN_INTERACTIVITY_STATS:
+        out[f"plain_interactivity_{stat}_tok_per_s"] = interactivity_tok_s(values.get(f"itl_{stat}_s"))
     return out
 
 

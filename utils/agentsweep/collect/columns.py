@@ -56,9 +56,14 @@ class Column:
     source: str | None = None  # dotted path in summary.json; None: computed in collect
 
 
-LATENCY_STATS = ("mean", "p50", "p90", "p95", "p99", "p99.9")
+# Every latency's statistics (kv_cache_tester.metrics.STAT_KEYS; p75 and std are empty for a summary
+# written before they were).
+LATENCY_STATS = ("mean", "p50", "p75", "p90", "p95", "p99", "p99.9", "std")
 THROUGHPUTS = ("input_tok_per_s", "output_tok_per_s", "total_tok_per_s")
-INTERACTIVITY_STATS = ("p50", "p90", "p99")
+# Interactivity = 1 / full-response ITL at each statistic (docs/metrics.md); std: of per-request speeds.
+INTERACTIVITY_STATS = LATENCY_STATS
+# Interactivity from the plain ITL (token gaps), kept beside it.
+PLAIN_INTERACTIVITY_STATS = ("p50", "p90", "p99")
 
 # From summary.json, in summary.csv order.
 SUMMARY: tuple[Column, ...] = (
@@ -72,10 +77,34 @@ SUMMARY: tuple[Column, ...] = (
     Column("window_s", Unit.WALL_SECONDS, "window.duration_s"),
     Column("requests_per_s", Unit.REQUESTS_PER_S, "throughput.requests_per_s"),
     *(Column(key, Unit.TOKENS_PER_S, f"throughput.{key}") for key in THROUGHPUTS),
+    Column("window_span_start_unix", Unit.UNIX_SECONDS, "window.span_start_unix"),
+    Column("window_span_end_unix", Unit.UNIX_SECONDS, "window.span_end_unix"),
     *(
         Column(f"{metric}_{stat.replace('.', '')}_s", Unit.SECONDS, f"latency.{metric}_s.{stat}")
-        for metric in ("ttft", "tpot", "itl", "e2e")
+        for metric in ("ttft", "tpot", "itl", "e2e", "full_response_itl")
         for stat in LATENCY_STATS
+    ),
+    Column("interactivity_std_tok_per_s", Unit.TOKENS_PER_S_PER_USER, "latency.interactivity_tok_per_s.std"),
+    *(
+        Column(f"stability_{key}", unit, f"stability.{key}")
+        for key, unit in (
+            ("subwindow_s", Unit.WALL_SECONDS),
+            ("expected_window_count", Unit.COUNT),
+            ("observed_window_count", Unit.COUNT),
+            ("root_trajectory_count", Unit.COUNT),
+            ("root_trajectory_kish_effective_count", Unit.COUNT),
+            ("root_trajectory_largest_share", Unit.FRACTION),
+        )
+    ),
+    *(
+        Column(
+            f"stability_{stat}_{key}_{end}",
+            Unit.TOKENS_PER_S_PER_USER if key == "intvty" else Unit.SECONDS,
+            f"stability.observed_window_{stat}_{key}_{end}",
+        )
+        for stat in ("p75", "p90")
+        for key in ("ttft", "e2el", "intvty")
+        for end in ("min", "max")
     ),
     Column("goodput_requests_per_s", Unit.REQUESTS_PER_S, "slo.goodput_requests_per_s"),
     Column("slo_attainment", Unit.FRACTION, "slo.attainment"),
@@ -85,10 +114,19 @@ SUMMARY: tuple[Column, ...] = (
     Column("client_cpu_share", Unit.FRACTION, "self_audit.client_cpu_share"),
 )
 
-# Derived from the summary columns and the cell's GPU count (aggregate.derived_columns).
+# Derived from the summary columns and the cell's GPU count (aggregate.derived_columns): per GPU over
+# every GPU of the cell; interactivity = 1 / full-response ITL at each statistic (std from the summary).
 DERIVED: tuple[Column, ...] = (
     *(Column(f"{key}_per_gpu", Unit.TOKENS_PER_S_PER_GPU) for key in THROUGHPUTS),
-    *(Column(f"interactivity_{stat}_tok_per_s", Unit.TOKENS_PER_S_PER_USER) for stat in INTERACTIVITY_STATS),
+    *(
+        Column(f"interactivity_{stat.replace('.', '')}_tok_per_s", Unit.TOKENS_PER_S_PER_USER)
+        for stat in INTERACTIVITY_STATS
+        if stat != "std"
+    ),
+    *(
+        Column(f"plain_interactivity_{stat}_tok_per_s", Unit.TOKENS_PER_S_PER_USER)
+        for stat in PLAIN_INTERACTIVITY_STATS
+    ),
 )
 
 # The engine's metrics over the profiling window (window.window_figures).

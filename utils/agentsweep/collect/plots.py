@@ -259,7 +259,7 @@ def pareto_figure(df: pd.DataFrame, y: str, path: Path, include_invalid: bool = 
             else "Lines join each engine × offload series' Pareto frontier\n"
             "(outlined points). Labels: concurrent users · TP.\n"
         )
-        + "Interactivity = 1 / TPOT at that percentile.\n"
+        + "Interactivity = 1 / full-response ITL at that percentile.\n"
         + (f"Grey hollow points: {len(invalid)} INVALID cells (left out).\n" if len(invalid) else "")
         + f"{len(ok)} {'usable' if include_invalid else 'successful'} cells of {len(df)}.",
         transform=legend_ax.transAxes,

@@ -3,8 +3,9 @@
 Inputs are the cell's own result files: summary.json (the replayer's counts, window and self-audit),
 requests.jsonl (every finished request) and server_metrics.csv (the engine's counters, the last row
 scraped after the replayer stopped). Times in requests.jsonl are wall-clock seconds from the run's
-start; the window is recomputed from them exactly as the replayer defines it (it starts when the
-last warmup request finished and lasts ``window.duration_s``).
+start; the window is the replayer's steady window (``window.start_s``/``end_s``, ramp-up and drain
+excluded), or for an older summary without them, the span from the last warmup request's finish
+lasting ``window.duration_s``. The drift check judges that window.
 
 The client/server cross-checks compare whole-run totals: every request the client saw finish (warmup
 included) against the engine's counters between the first scrape (before any request) and the last.
@@ -231,10 +232,11 @@ def evaluate(result_dir: Path, cell: Cell, cached_metrics: str = SERVER_METRICS_
         "for its percentiles and rates; give the cell a longer duration or more users",
     )
 
-    # The profiling window in record time.
-    w_start = max(records.warmup_done, default=0.0)
+    # The measurement window in record time: the steady window's own bounds where the summary holds
+    # them; an older summary's window started when the last warmup request finished.
+    w_start = window.get("start_s", max(records.warmup_done, default=0.0))
     duration = window.get("duration_s", 0.0)
-    w_end = w_start + duration
+    w_end = window.get("end_s", w_start + duration)
     if duration > 0:
         covered, seconds = _covered_seconds(records.streaming, w_start, w_end)
         coverage = covered / seconds

@@ -90,7 +90,8 @@ RESULT_FILES: tuple[ResultFile, ...] = (
     ),
     ResultFile(
         SUMMARY_JSON,
-        "the replayer's Summary (ARCHITECTURE.md §5) plus the cell's validity record",
+        "the replayer's Summary (ARCHITECTURE.md §5: the steady window's bounds and rule, every latency "
+        "and interactivity figure of docs/metrics.md, the stability block) plus the cell's validity record",
         "kv_cache_tester.replay.results",
         SUMMARY_MAX_BYTES,
         when="cells that replayed",

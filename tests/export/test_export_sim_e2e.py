@@ -1,0 +1,125 @@
+"""export on a real local cell (simulated engine, scraper, replayer): the rows validate against the
+shipped schemas, the nested row flattens to the flat one, and interactivity and throughput per GPU
+computed by hand from requests.jsonl equal the exported values."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from agentsweep.cli import main
+from agentsweep.contract.cell import CELL_ENV_VAR
+from agentsweep.export.build import nested_row
+from agentsweep.export.cli import points
+from agentsweep.export.models import flatten
+from jsonschema import Draft202012Validator
+
+pytestmark = pytest.mark.slow
+SPEED = 50
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def cell_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo_root = REPO_ROOT
+    results = tmp_path_factory.mktemp("export")
+    exp = "exp-tp2-ep1-u4-on"
+    cell = {
+        "config_key": "exp",
+        "exp_name": exp,
+        "runner": "local",
+        "engine": "sim",
+        "model": "meta-llama/Llama-3.3-70B-Instruct",
+        "precision": "fp8",
+        "tp": 2,
+        "users": 4,
+        "offload": "on",
+        "cpu_dram_gb": 64,
+        "duration": 6,
+        "traces": str(repo_root / "kv-cache-tester" / "sample_traces"),
+        "max_context": 32768,
+        "max_delay": 1,
+        # What this test checks is not run validity: room for a CI machine busy with other tests.
+        "min_window_coverage": 0.5,
+        "max_dispatch_lag_p99_s": 2.0,
+        "speed": SPEED,
+    }
+    env = {k: v for k, v in os.environ.items() if k not in (CELL_ENV_VAR, "PORT", "RESULT_DIR")}
+    proc = subprocess.run(
+        [str(repo_root / "benchmarks" / "run_cell.sh"), "--health-timeout", "30"],
+        env={**env, CELL_ENV_VAR: json.dumps(cell), "RESULT_DIR": str(results / exp)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return results / exp
+
+
+def _export(cell_dir: Path, out: Path, shape: str) -> dict:
+    assert (
+        main(
+            [
+                "export",
+                "--format",
+                "inferencex",
+                str(cell_dir.parent),
+                "-o",
+                str(out),
+                "--shape",
+                shape,
+                "--include-invalid",
+            ]
+        )
+        == 0
+    )
+    rows = json.loads(out.read_text())
+    assert len(rows) == 1
+    return rows[0]
+
+
+def test_both_shapes_validate_and_the_nested_row_flattens_to_the_flat_row(cell_dir, repo_root, tmp_path):
+    flat = _export(cell_dir, tmp_path / "flat.json", "flat")
+    nested = _export(cell_dir, tmp_path / "nested.json", "nested")
+    schemas = repo_root / "utils" / "agentsweep" / "export" / "schemas"
+    for row, name in ((flat, "agentx-flat-v1"), (nested, "agentx-v1")):
+        schema = json.loads((schemas / f"{name}.schema.json").read_text())
+        assert list(Draft202012Validator(schema).iter_errors(row)) == []
+    (point,) = points(cell_dir.parent, include_invalid=True)
+    assert flatten(nested_row(point)).model_dump(mode="json", by_alias=True) == flat
+    assert nested["schema"] == "agentx-v1" and flat["schema"] == "agentx-flat-v1"
+    assert flat["num_gpus"] == 2 and flat["conc"] == 4
+    stability = nested["request_metrics"]["stability"]
+    assert stability["expected_window_count"] == 3 and 1 <= stability["observed_window_count"] <= 3
+
+
+def test_interactivity_and_throughput_per_gpu_by_hand_from_requests_jsonl(cell_dir, tmp_path):
+    flat = _export(cell_dir, tmp_path / "flat.json", "flat")
+    summary = json.loads((cell_dir / "summary.json").read_text())
+    window = summary["window"]
+    records = [json.loads(line) for line in (cell_dir / "requests.jsonl").read_text().splitlines()]
+    ok = [r for r in records if r["phase"] == "profile" and r["status"] == "ok"]
+    # Full-response ITL per request, in the engine's clock (the simulated engine runs SPEED x faster).
+    itls = [
+        (r["e2e_s"] - r["ttft_s"]) / (r["output_tokens"] - 1) * SPEED
+        for r in ok
+        if r["output_tokens"] >= 2 and r["ttft_s"] is not None
+    ]
+    assert len(itls) >= 10
+    for pct, key in ((50, "median_intvty"), (90, "p90_intvty"), (99, "p99_intvty")):
+        assert flat[key] == pytest.approx(1 / np.percentile(itls, pct), rel=1e-9)
+    assert flat["p90_intvty"] < flat["median_intvty"]  # the slow tail
+    # Throughput per GPU: prompt (cached included) + output tokens of the requests that finished in
+    # the steady window, per engine second, over both GPUs.
+    inside = [r for r in ok if window["start_s"] <= r["t_done"] <= window["end_s"]]
+    tokens = sum(r["prompt_tokens"] + r["output_tokens"] for r in inside)
+    engine_seconds = (window["end_s"] - window["start_s"]) * SPEED
+    assert flat["tput_per_gpu"] == pytest.approx(tokens / engine_seconds / 2, rel=1e-9)
+    assert flat["output_tput_per_gpu"] == pytest.approx(
+        sum(r["output_tokens"] for r in inside) / engine_seconds / 2, rel=1e-9
+    )
+    assert flat["duration_seconds"] == pytest.approx(engine_seconds, rel=1e-9)

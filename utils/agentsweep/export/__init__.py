@@ -1,0 +1,1 @@
+"""Results that travel: a sweep's points as InferenceX agentic rows (docs/export.md)."""
