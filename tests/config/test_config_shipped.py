@@ -21,6 +21,7 @@ CONTRACT_FIELDS = {
     "warmup_requests": int, "api": str, "speed": float, "engine_args": str, "engine_env": str, "client": str,
     "max_failed_share": float, "max_context_error_share": float, "min_window_coverage": float,
     "max_lane_idle_s": float, "max_dispatch_lag_p99_s": float, "max_client_cpu_share": float,
+    "max_client_clock_share": float,
     "max_request_count_gap": float, "max_prompt_token_gap": float, "max_cached_token_gap": float,
     "max_throughput_drift": float, "preset": str, "replicas": int, "router": str, "router_program": str,
     "router_args": str, "prefill": type(None), "decode": type(None), "nodes": int,

@@ -56,6 +56,7 @@ def write_dir(
     audit: dict | None = None,
     server: dict | None = None,
     decreasing: str | None = None,
+    engine_clock: dict | None = None,
 ) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     ok = sum(r["status"] == "ok" for r in records)
@@ -70,6 +71,8 @@ def write_dir(
         "window": {"start_unix": 1000.0, "end_unix": 1000.0 + WINDOW, "duration_s": WINDOW},
         "self_audit": {"dispatch_lag_s": {"p99": 0.002}, "client_cpu_share": 0.1, **(audit or {})},
     }
+    if engine_clock is not None:
+        summary["engine_clock"] = engine_clock
     (path / "summary.json").write_text(json.dumps(summary))
     (path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     totals = {
@@ -206,3 +209,20 @@ def test_server_metrics_missing_or_going_down(tmp_path):
 def test_a_run_that_sent_nothing(tmp_path):
     path = write_dir(tmp_path, [], counts={"sent": 0, "ok": 0, "failed": 0})
     assert _reasons(path)["failed_share"] == "no request in the profiling window"
+
+
+def test_the_client_clock_share_of_a_simulated_cell(tmp_path):
+    """Judged only when the engine stated its own timelines; limit max_client_clock_share (10%)."""
+    assert "client_clock_share" not in evaluate(write_dir(tmp_path / "real", healthy_records()), CELL).checks
+    clock = {"speed": 50.0, "records": 120, "of": 120, "gap": {"ttft_p50": 0.3, "e2e_p50": 0.05}}
+    ok = evaluate(
+        write_dir(tmp_path / "ok", healthy_records(), engine_clock={**clock, "gap": {"e2e_share": 0.04}}),
+        CELL,
+    )
+    assert ok.valid and ok.checks["client_clock_share"].value == 0.04
+    assert ok.checks["client_clock_share"].limit == 0.1
+    bad = write_dir(tmp_path / "bad", healthy_records(), engine_clock={**clock, "gap": {"e2e_share": 0.23}})
+    assert _reasons(bad)["client_clock_share"].startswith(
+        "the client and HTTP path took 23.0% of the requests'"
+    )
+    assert "client_clock_share" not in _reasons(bad, CELL.model_copy(update={"max_client_clock_share": 0.3}))

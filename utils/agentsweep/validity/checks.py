@@ -273,6 +273,19 @@ def evaluate(result_dir: Path, cell: Cell, cached_metrics: str = SERVER_METRICS_
         if cpu is not None
         else "",
     )
+    gap = summary.get("engine_clock", {}).get("gap")
+    if gap is not None:  # the engine stated its own timelines (a simulated cell)
+        share = gap.get("e2e_share")
+        checks["client_clock_share"] = Check(
+            share,
+            cell.max_client_clock_share,
+            share is not None and share <= cell.max_client_clock_share,
+            "no request carried both clocks"
+            if share is None
+            else f"the client and HTTP path took {share:.1%} of the requests' time against the engine's "
+            f"own timelines (limit {cell.max_client_clock_share:.0%}): the engine saw a thinner load "
+            "than the lanes meant",
+        )
     _server_checks(checks, server, records, cell, cached_server, cached_metrics)
     if records.bad_lines:
         checks["records_readable"] = Check(
