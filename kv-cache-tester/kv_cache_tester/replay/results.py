@@ -193,6 +193,16 @@ class DispatchLag(TypedDict):
     max: float | None
 
 
+class ClientAudit(TypedDict):
+    """One client process of a run made by several (``merge.merge_clients``): its own self-audit."""
+
+    node: str
+    client_cpu_share: float | None  # of its own core (summed over its workers)
+    dispatch_lag_p99_s: float | None
+    workers: int
+    requests: int  # its records (warmup included)
+
+
 class SelfAudit(TypedDict):
     dispatch_lag_s: DispatchLag
     first_dispatch_spread_s: float | None
@@ -203,6 +213,9 @@ class SelfAudit(TypedDict):
     abandoned_in_flight: int
     idle_lanes: int
     unsent_requests: int  # requests of started plays never dispatched (a run cut short)
+    # A run made by several client processes (merge.py), by client index; client_cpu_share is then
+    # the busiest client's.
+    clients: NotRequired[dict[str, ClientAudit]]
 
 
 class ClockGap(TypedDict):
