@@ -24,7 +24,7 @@ CONTRACT_FIELDS = {
     "max_client_clock_share": float,
     "max_request_count_gap": float, "max_prompt_token_gap": float, "max_cached_token_gap": float,
     "max_throughput_drift": float, "preset": str, "replicas": int, "router": str, "router_program": str,
-    "router_args": str, "prefill": type(None), "decode": type(None), "nodes": int,
+    "router_args": str, "client_nodes": int, "prefill": type(None), "decode": type(None), "nodes": int,
     "hardware": str, "gres_type": str, "gpus_per_node": int, "intra_node_gbs": float, "inter_node_gbs": float,
     "power_source": str, "power_endpoint": str, "power_interval_s": float,
 }  # fmt: skip

@@ -226,3 +226,28 @@ def test_the_client_clock_share_of_a_simulated_cell(tmp_path):
         "the client and HTTP path took 23.0% of the requests'"
     )
     assert "client_clock_share" not in _reasons(bad, CELL.model_copy(update={"max_client_clock_share": 0.3}))
+
+
+def test_each_client_node_of_a_run_over_several_is_judged_alone(tmp_path):
+    clients = {
+        "0": {
+            "node": "gpunode1",
+            "client_cpu_share": 0.4,
+            "dispatch_lag_p99_s": 0.002,
+            "workers": 1,
+            "requests": 60,
+        },
+        "1": {
+            "node": "gpunode2",
+            "client_cpu_share": 0.95,
+            "dispatch_lag_p99_s": 0.4,
+            "workers": 1,
+            "requests": 60,
+        },
+    }
+    path = write_dir(tmp_path, healthy_records(), audit={"clients": clients})
+    validity = evaluate(path, CELL)
+    assert validity.checks["client_cpu_share.client0"].ok and validity.checks["dispatch_lag_p99.client0"].ok
+    reasons = _reasons(path)
+    assert reasons["client_cpu_share.client1"].startswith("client 1 on gpunode2 used 95% of a core")
+    assert reasons["dispatch_lag_p99.client1"].startswith("client 1 on gpunode2 dispatched 400 ms late")

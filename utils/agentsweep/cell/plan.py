@@ -34,6 +34,7 @@ from agentsweep.cell.power import sampler_spec
 from agentsweep.cell.routers import SESSION_HEADERS, PdWorkers, RouterLaunch, build_router_launch
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.resultdir import (
+    CLIENTS_DIR,
     POWER_CSV,
     ROUTER_METRICS_CSV,
     SERVER_LOG,
@@ -97,6 +98,9 @@ class CellPlan:
     placement: Placement | None = None
     power: SamplerSpec | None = None  # the power sampler's targets (None: the runner samples no power)
     power_argv: list[str] = field(default_factory=list)  # power.csv over the run
+    # A cell with client_nodes > 1: every client process's command (client 0 here, on node 0; the
+    # others as job steps on the next nodes), each writing clients/<k>/; empty for one client.
+    client_argvs: list[list[str]] = field(default_factory=list)
 
     @property
     def mode(self) -> Literal["dp", "pd"]:
@@ -134,7 +138,11 @@ class CellPlan:
         secrets = record.secret_values()
         tail = [
             *self._describe_power(),
-            f"replay:  {shlex.join(self.replay_argv)}",
+            *(
+                [f"replay:  {shlex.join(self.replay_argv)}"]
+                if not self.client_argvs
+                else [f"client {k}: {shlex.join(argv)}" for k, argv in enumerate(self.client_argvs)]
+            ),
             f"results: {self.result_dir}",
         ]
         return [record.mask_text(line, secrets) for line in [*self._describe_routed(), *tail]]
@@ -339,6 +347,15 @@ def plan_cell(
         instances.append(
             Instance(role, i, iport, url, launch, log_name, metrics_name, scraper, name, boot, node)
         )
+    if cell.client_nodes > 1:
+        have = len(placement.nodes) if placement is not None else 1
+        if cell.client != "replay" or (cell.client_nodes > min(have, cell.users) and real):
+            raise InputError(
+                f"cell {cell.exp_name}: client_nodes {cell.client_nodes} needs the replay client, at least "
+                f"as many users ({cell.users}) and a Slurm allocation of as many nodes (it has {have})"
+            )
+        if placement is not None:  # the router: reached from every client node
+            host = placement.addresses[placement.nodes[0]]
     base_url = f"http://{host}:{port}"
     router = None
     router_scraper: list[str] = []
@@ -363,6 +380,22 @@ def plan_cell(
     replay = client(cell.client).command(
         cell, engine=engine_recipe, endpoint=base_url, output_dir=result_dir, python=python
     )
+    client_argvs: list[list[str]] = []
+    if cell.client_nodes > 1:
+        count = cell.client_nodes
+        for k in range(count):
+            argv = client(cell.client).command(
+                cell,
+                engine=engine_recipe,
+                endpoint=base_url,
+                output_dir=client_dir(result_dir, k),
+                python=python,
+            )
+            argv += ["--client-count", str(count), "--client-index", str(k)]
+            if k and placement is not None:
+                argv = [*placement.client_step_prefix(placement.nodes[k % len(placement.nodes)]), *argv]
+            client_argvs.append(argv)  # a dry run without an allocation shows the clients unplaced
+        replay = client_argvs[0]
     power = sampler_spec(
         cell,
         [
@@ -388,7 +421,13 @@ def plan_cell(
         placement,
         power,
         power_argv,
+        client_argvs,
     )
+
+
+def client_dir(result_dir: Path, index: int) -> Path:
+    """Where client process ``index`` of a cell with several writes its own records and summary."""
+    return result_dir / CLIENTS_DIR / str(index)
 
 
 def power_sampler_argv(python: str, spec: SamplerSpec, output: Path) -> list[str]:

@@ -224,6 +224,10 @@ class EngineSettings(Frozen):
     engine_env: str = "{}"
     router_program: RouterProgram = "auto"  # used by cells with replicas or a router policy
     router_args: str = ""  # one shell-quoted command line, appended to the router recipe's
+    # Client processes, one on each of this many nodes of the cell's allocation, that share the lanes
+    # (kv_cache_tester.replay.merge): past what one client node drives. At most the nodes of the
+    # cell's allocation and its users (the cell's plan refuses more).
+    client_nodes: Annotated[int, Field(gt=0, le=MAX_NODES)] = 1
 
     @property
     def engine_env_dict(self) -> dict[str, str]:
