@@ -229,7 +229,7 @@ def clock_part(args: argparse.Namespace, work: Path) -> None:
     print(
         "reported: summary.csv ttft_p50_s; engine: p50 of the engine's --request-log TTFT over the same "
         "profile requests; client: client_ttft_p50_s (wall x speed); gap: client / engine - 1; e2e share: "
-        "client_share_e2e (validity limit 10%); busy: cores other processes kept busy"
+        "client_share_e2e (validity limit 50%); busy: cores other processes kept busy"
     )
 
 

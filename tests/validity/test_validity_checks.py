@@ -212,7 +212,7 @@ def test_a_run_that_sent_nothing(tmp_path):
 
 
 def test_the_client_clock_share_of_a_simulated_cell(tmp_path):
-    """Judged only when the engine stated its own timelines; limit max_client_clock_share (10%)."""
+    """Judged only when the engine stated its own timelines; limit max_client_clock_share (50%)."""
     assert "client_clock_share" not in evaluate(write_dir(tmp_path / "real", healthy_records()), CELL).checks
     clock = {"speed": 50.0, "records": 120, "of": 120, "gap": {"ttft_p50": 0.3, "e2e_p50": 0.05}}
     ok = evaluate(
@@ -220,12 +220,12 @@ def test_the_client_clock_share_of_a_simulated_cell(tmp_path):
         CELL,
     )
     assert ok.valid and ok.checks["client_clock_share"].value == 0.04
-    assert ok.checks["client_clock_share"].limit == 0.1
-    bad = write_dir(tmp_path / "bad", healthy_records(), engine_clock={**clock, "gap": {"e2e_share": 0.23}})
+    assert ok.checks["client_clock_share"].limit == 0.5
+    bad = write_dir(tmp_path / "bad", healthy_records(), engine_clock={**clock, "gap": {"e2e_share": 0.63}})
     assert _reasons(bad)["client_clock_share"].startswith(
-        "the client and HTTP path took 23.0% of the requests'"
+        "the client and HTTP path took 63.0% of the requests'"
     )
-    assert "client_clock_share" not in _reasons(bad, CELL.model_copy(update={"max_client_clock_share": 0.3}))
+    assert "client_clock_share" not in _reasons(bad, CELL.model_copy(update={"max_client_clock_share": 0.7}))
 
 
 def test_each_client_node_of_a_run_over_several_is_judged_alone(tmp_path):

@@ -198,7 +198,7 @@ class ValidityLimits(Frozen):
     max_client_cpu_share: Annotated[float, Field(gt=0)] = 0.9
     # A simulated cell: the share of its requests' time (client E2E x speed) that the engine's own
     # timelines do not account for, i.e. the client and HTTP path's (summary engine_clock.gap).
-    max_client_clock_share: Fraction = 0.1
+    max_client_clock_share: Fraction = 0.5
     max_request_count_gap: Fraction = 0.01
     max_prompt_token_gap: Fraction = 0.01
     max_cached_token_gap: Fraction = 0.01
