@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 from kv_cache_tester.replay import ResultError, merge_clients
@@ -42,7 +41,7 @@ def test_two_clients_split_lanes_and_traces_start_together_and_merge_into_one_ru
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         for k, out in enumerate(outs)
     ]
     for proc in procs:
