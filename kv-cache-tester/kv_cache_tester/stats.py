@@ -100,6 +100,14 @@ class LogHistogram:
         self.n += 1
         self.total += value
 
+    def add_count(self, value: float, count: int) -> None:
+        """``add`` of ``value``, ``count`` times."""
+        if count > 0:
+            b = self._bucket(value)
+            self.counts[b] = self.counts.get(b, 0) + count
+            self.n += count
+            self.total += value * count
+
     def add_many(self, values: Sequence[float]) -> None:
         """``add`` for each value (the bucket arithmetic inlined: collect feeds millions of values)."""
         counts = self.counts

@@ -227,3 +227,44 @@ def test_sped_up_simulated_cells_are_reported_in_engine_time(tmp_path, cell_fact
     # Ratios and counts do not depend on the clock.
     for col in ("gpu_hit_rate", "cpu_hit_rate", "preemptions", "requests_ok", "window_s"):
         assert b[col] == pytest.approx(a[col])
+
+
+def test_cells_with_engine_timelines_report_the_engine_clock_and_keep_the_client_beside(
+    tmp_path, cell_factory, spec_cls
+):
+    """summary.json engine_clock: latencies and throughput come from the engine's timelines; the
+    client's (x speed) stay in client_* columns with the gap; a cell without one leaves them empty."""
+    fast = spec_cls(tp=2, users=8, offload="on", speed=20.0)
+    path = cell_factory(tmp_path / "fast", fast)
+    summary = json.loads((path / "summary.json").read_text())
+    engine_latency = {
+        key: {stat: value * 0.8 * 20 for stat, value in dist.items()}
+        for key, dist in summary["latency"].items()
+        if key != "interactivity_tok_per_s"
+    }
+    engine_latency["interactivity_tok_per_s"] = summary["latency"]["interactivity_tok_per_s"]
+    engine_tput = {key: value / 20 for key, value in summary["throughput"].items()}
+    gap = {"ttft_p50": 0.25, "e2e_p50": 0.1, "e2e_share": 0.08}
+    summary["engine_clock"] = {
+        "speed": 20.0,
+        "records": 10,
+        "of": 10,
+        "latency": engine_latency,
+        "throughput": engine_tput,
+        "gap": gap,
+    }
+    (path / "summary.json").write_text(json.dumps(summary))
+    cell_factory(tmp_path / "plain", fast)
+    row = to_frame(build_rows(find_cells(tmp_path / "fast"))).iloc[0]
+    plain = to_frame(build_rows(find_cells(tmp_path / "plain"))).iloc[0]
+    assert row["latency_clock"] == "engine" and pd.isna(plain["latency_clock"])
+    assert row["ttft_p50_s"] == pytest.approx(engine_latency["ttft_s"]["p50"])
+    assert row["e2e_p99_s"] == pytest.approx(engine_latency["e2e_s"]["p99"])
+    assert row["tpot_p50_s"] == pytest.approx(engine_latency["tpot_s"]["p50"])
+    assert row["interactivity_p50_tok_per_s"] == pytest.approx(1 / engine_latency["tpot_s"]["p50"])
+    assert row["output_tok_per_s"] == pytest.approx(engine_tput["output_tok_per_s"])
+    # the client's figures, in the same (engine) units as before, beside them
+    assert row["client_ttft_p50_s"] == pytest.approx(plain["ttft_p50_s"])
+    assert row["client_e2e_p99_s"] == pytest.approx(plain["e2e_p99_s"])
+    assert (row["client_gap_ttft_p50"], row["client_share_e2e"]) == (0.25, 0.08)
+    assert pd.isna(plain["client_gap_ttft_p50"]) and pd.isna(plain["client_ttft_p50_s"])

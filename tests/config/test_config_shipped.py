@@ -22,9 +22,11 @@ CONTRACT_FIELDS = {
     "max_failed_share": float, "max_context_error_share": float, "min_window_coverage": float,
     "min_window_requests": int,
     "max_lane_idle_s": float, "max_dispatch_lag_p99_s": float, "max_client_cpu_share": float,
+    "max_client_clock_share": float,
     "max_request_count_gap": float, "max_prompt_token_gap": float, "max_cached_token_gap": float,
     "max_throughput_drift": float, "preset": str, "replicas": int, "router": str, "router_program": str,
-    "router_args": str, "prefill": type(None), "decode": type(None), "nodes": int, "capacity": type(None),
+    "router_args": str, "client_nodes": int, "prefill": type(None), "decode": type(None), "nodes": int,
+    "capacity": type(None),
     "hardware": str, "gres_type": str, "gpus_per_node": int, "intra_node_gbs": float, "inter_node_gbs": float,
     "power_source": str, "power_endpoint": str, "power_interval_s": float,
 }  # fmt: skip

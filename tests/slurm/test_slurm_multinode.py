@@ -583,3 +583,38 @@ def test_a_port_step_that_reports_nothing_is_a_clear_error():
 
     with pytest.raises(RunError, match=r"not 2 ports on 127.0.0.3"):
         bind_ports(placement, {"gpunode2": 2}, python="PY", environ={}, taken=set(), run=wrong)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_cell_whose_lanes_run_on_client_processes_on_both_nodes(slurm2, tmp_path):
+    """client_nodes 2: client 0 in the cell's own step on node 0, client 1 as a job step on node 1,
+    one start instant, disjoint lanes and traces, one merged requests.jsonl and summary whose request
+    count is the engine's, and the client-side checks made per client node."""
+    if not engine_sim_ready():
+        pytest.skip("the repository's .venv or benchmarks/run_cell.sh is missing")
+    cell, runners = make_cell(tmp_path, duration=8)
+    cell = cell.replace(client_nodes=2)
+    result = tmp_path / "result"
+    job, seen = _launch_on_two_nodes(slurm2, cell, runners, result)
+    assert (result / "status.txt").read_text().splitlines()[0] == "SUCCESS", (
+        result / "status.txt"
+    ).read_text()
+    clients = [result / "clients" / str(k) for k in range(2)]
+    metas = [json.loads((c / "run_meta.json").read_text()) for c in clients]
+    assert [m["node"] for m in metas] == ["gpunode1", "gpunode2"]
+    starts = [m["t0_unix"] for doc in metas for m in doc["metas"]]
+    assert max(starts) - min(starts) < 0.5  # one common start instant
+    own = [[json.loads(line) for line in (c / "requests.jsonl").read_text().splitlines()] for c in clients]
+    assert {r["user"] for r in own[0]} <= {0, 2} and {r["user"] for r in own[1]} <= {1, 3}
+    assert own[0] and own[1]
+    assert not {r["trace_id"] for r in own[0]} & {r["trace_id"] for r in own[1]}  # no trace in both
+    merged = [json.loads(line) for line in (result / "requests.jsonl").read_text().splitlines()]
+    assert len(merged) == len(own[0]) + len(own[1])
+    summary = json.loads((result / "summary.json").read_text())
+    assert sorted(summary["self_audit"]["clients"]) == ["0", "1"]
+    checks = summary["validity"]["checks"]
+    assert checks["request_count_gap"]["ok"] and checks["request_count_gap"]["value"] == 0.0
+    assert {"client_cpu_share.client1", "dispatch_lag_p99.client1"} <= set(checks)
+    assert any(step.startswith(f"{job}.") and node == "gpunode2" for step, node in seen)
+    assert slurm2.jobs() == []

@@ -57,6 +57,7 @@ def write_dir(
     server: dict | None = None,
     decreasing: str | None = None,
     window: dict | None = None,
+    engine_clock: dict | None = None,
 ) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     ok = sum(r["status"] == "ok" for r in records)
@@ -71,6 +72,8 @@ def write_dir(
         "window": window or {"start_unix": 1000.0, "end_unix": 1000.0 + WINDOW, "duration_s": WINDOW},
         "self_audit": {"dispatch_lag_s": {"p99": 0.002}, "client_cpu_share": 0.1, **(audit or {})},
     }
+    if engine_clock is not None:
+        summary["engine_clock"] = engine_clock
     (path / "summary.json").write_text(json.dumps(summary))
     (path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     totals = {
@@ -234,3 +237,45 @@ def test_too_few_requests_in_the_window_is_invalid(tmp_path):
     assert _reasons(write_dir(tmp_path / "enough", healthy_records())) == {}
     strict = CELL.model_copy(update={"min_window_requests": 200})
     assert list(_reasons(write_dir(tmp_path / "strict", healthy_records()), strict)) == ["window_requests"]
+
+
+def test_the_client_clock_share_of_a_simulated_cell(tmp_path):
+    """Judged only when the engine stated its own timelines; limit max_client_clock_share (50%)."""
+    assert "client_clock_share" not in evaluate(write_dir(tmp_path / "real", healthy_records()), CELL).checks
+    clock = {"speed": 50.0, "records": 120, "of": 120, "gap": {"ttft_p50": 0.3, "e2e_p50": 0.05}}
+    ok = evaluate(
+        write_dir(tmp_path / "ok", healthy_records(), engine_clock={**clock, "gap": {"e2e_share": 0.04}}),
+        CELL,
+    )
+    assert ok.valid and ok.checks["client_clock_share"].value == 0.04
+    assert ok.checks["client_clock_share"].limit == 0.5
+    bad = write_dir(tmp_path / "bad", healthy_records(), engine_clock={**clock, "gap": {"e2e_share": 0.63}})
+    assert _reasons(bad)["client_clock_share"].startswith(
+        "the client and HTTP path took 63.0% of the requests'"
+    )
+    assert "client_clock_share" not in _reasons(bad, CELL.model_copy(update={"max_client_clock_share": 0.7}))
+
+
+def test_each_client_node_of_a_run_over_several_is_judged_alone(tmp_path):
+    clients = {
+        "0": {
+            "node": "gpunode1",
+            "client_cpu_share": 0.4,
+            "dispatch_lag_p99_s": 0.002,
+            "workers": 1,
+            "requests": 60,
+        },
+        "1": {
+            "node": "gpunode2",
+            "client_cpu_share": 0.95,
+            "dispatch_lag_p99_s": 0.4,
+            "workers": 1,
+            "requests": 60,
+        },
+    }
+    path = write_dir(tmp_path, healthy_records(), audit={"clients": clients})
+    validity = evaluate(path, CELL)
+    assert validity.checks["client_cpu_share.client0"].ok and validity.checks["dispatch_lag_p99.client0"].ok
+    reasons = _reasons(path)
+    assert reasons["client_cpu_share.client1"].startswith("client 1 on gpunode2 used 95% of a core")
+    assert reasons["dispatch_lag_p99.client1"].startswith("client 1 on gpunode2 dispatched 400 ms late")

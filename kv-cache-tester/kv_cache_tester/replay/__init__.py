@@ -4,6 +4,7 @@ builder that turns records from any client into the same summary.json. Everythin
 subpackage is internal.
 """
 
+from kv_cache_tester.replay.merge import RUN_META_FILE, merge_clients
 from kv_cache_tester.replay.results import (
     RECORD_LINE_MAX_BYTES,
     RECORD_REQUIRED,
@@ -13,8 +14,12 @@ from kv_cache_tester.replay.results import (
     SUMMARY_MAX_BYTES,
     SUMMARY_REQUIRED,
     Cache,
+    ClientAudit,
+    ClockGap,
     Counts,
     DispatchLag,
+    EngineClock,
+    EngineTimes,
     ItlSummary,
     Latency,
     Phase,
@@ -43,13 +48,18 @@ __all__ = [
     "RECORD_LINE_MAX_BYTES",
     "RECORD_REQUIRED",
     "REQUESTS_FILE",
+    "RUN_META_FILE",
     "SCHEMA_VERSION",
     "SUMMARY_FILE",
     "SUMMARY_MAX_BYTES",
     "SUMMARY_REQUIRED",
     "Cache",
+    "ClientAudit",
+    "ClockGap",
     "Counts",
     "DispatchLag",
+    "EngineClock",
+    "EngineTimes",
     "ItlSummary",
     "Latency",
     "Phase",
@@ -68,6 +78,7 @@ __all__ = [
     "build_summary",
     "itl_summary",
     "load_summary",
+    "merge_clients",
     "read_record",
     "read_records",
     "read_summary",

@@ -18,6 +18,7 @@ from kv_cache_tester.errors import RunAborted, UsageError, WriteFailed
 from kv_cache_tester.replay.config import ReplayConfig
 from kv_cache_tester.replay.loop import Replayer
 from kv_cache_tester.replay.memory import MAX_PROMPT_TOKENS, check_prompt_memory, rss_bytes
+from kv_cache_tester.replay.merge import write_run_metas
 from kv_cache_tester.replay.pool import TracePool
 from kv_cache_tester.replay.process import make_builder, run_loop
 from kv_cache_tester.replay.progress import Progress
@@ -119,13 +120,38 @@ def pool_for(cfg: ReplayConfig, n_traces: int, worker: int = 0, workers: int = 1
 
 
 def lanes_for(cfg: ReplayConfig, worker: int = 0, workers: int = 1) -> list[int]:
-    return [i for i in range(cfg.users) if i % workers == worker]
+    return cfg.lanes[worker::workers]
+
+
+def client_share(cfg: ReplayConfig, traces: list[Trace]) -> list[Trace]:
+    """This client process's traces: j % client_count == client_index (all of them for one client), so
+    that no trace is live in two client processes of one run."""
+    if cfg.client_count == 1:
+        return traces
+    return [t for j, t in enumerate(traces) if j % cfg.client_count == cfg.client_index]
+
+
+async def start_at(when: float) -> float:
+    """Wait for the Unix time ``when`` (the run's common start instant); the monotonic clock then."""
+    late = time.time() - when
+    if late > 0:
+        log(f"warning: ready {late:.2f} s after --start-at: this client's lanes start late")
+    else:
+        await asyncio.sleep(-late)
+    return time.perf_counter()
 
 
 async def _single(cfg: ReplayConfig, traces: list[Trace], out: Path, model: str) -> RunMeta:
     recorder = Recorder(out, cfg.debug_trace)
+    when = cfg.start_at
     replayer = Replayer(
-        cfg, traces, lanes_for(cfg), pool_for(cfg, len(traces)), make_builder(cfg, model), recorder
+        cfg,
+        traces,
+        lanes_for(cfg),
+        pool_for(cfg, len(traces)),
+        make_builder(cfg, model),
+        recorder,
+        start_gate=(lambda: start_at(when)) if when is not None else None,
     )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -221,11 +247,14 @@ def replay(cfg: ReplayConfig, options: dict[str, Any]) -> int:
         cfg = dataclasses.replace(cfg, vocab_size=vocab)
         log(f"token ids: below the model's vocabulary of {vocab} ids (from /v1/models)")
     out = prepare_output(cfg)
+    traces = client_share(cfg, traces)
     if cfg.workers > 1:
         metas = run_workers(cfg, traces, out, model)
     else:
         metas = [run_loop(lambda: _single(cfg, traces, out, model))]
     options = {**options, "resolved_model": model}
+    if cfg.client_count > 1:  # one of several: what merge needs besides the records
+        write_run_metas(out, cfg.client_index, metas)
     with contextlib.suppress(BrokenPipeError):
         return finish(cfg, out, metas, options)
     return 1

@@ -49,6 +49,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--max-concurrent-requests", type=int, default=0, help="cap on requests in flight (0 = unlimited)"
     )
+    g.add_argument(
+        "--client-count",
+        type=int,
+        default=1,
+        help="one of this many client processes (on several nodes) that make one run together: "
+        "each runs the lanes and traces whose index modulo the count is its --client-index, and "
+        "kv_cache_tester.replay.merge joins their output directories",
+    )
+    g.add_argument("--client-index", type=int, default=0, help="this process's index (0..--client-count-1)")
+    g.add_argument(
+        "--start-at",
+        type=float,
+        default=None,
+        help="Unix time to start dispatching at (one common start instant for every client process)",
+    )
 
     g = p.add_argument_group("timing")
     g.add_argument("--test-duration", type=float, help="wall seconds from the start (default: until done)")

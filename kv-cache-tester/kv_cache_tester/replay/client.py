@@ -10,12 +10,15 @@ bytes that are not HTTP end the request as a ``protocol`` error; usage figures t
 (negative counts, cached tokens above prompt tokens) make it a ``bad_usage`` error, with the figures
 kept. TTFT is taken at the first event carrying a non-empty content, reasoning or text delta; E2E at
 the last such event, so a trailing usage chunk or ``[DONE]`` never lengthens it. Every event is timed
-by the read that completed it.
+by the read that completed it. An event may carry ``sim_timeline``, the request's own timeline in the
+engine's clock (the simulated engine states it on its last chunk); it is kept as ``Outcome.engine``,
+and one that is not well formed is a ``protocol`` error. Real engines send none.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -24,6 +27,7 @@ from typing import Any
 
 from kv_cache_tester.replay.http import BadResponse, ConnectError, Disconnected, Endpoint, HttpError
 from kv_cache_tester.replay.jsonfast import loads
+from kv_cache_tester.replay.results import EngineTimes, ItlSummary
 
 Clock = Callable[[], float]
 
@@ -59,6 +63,7 @@ class Outcome:
     usage: dict[str, Any] | None = None  # the usage figures as reported (kept for a bad_usage error)
     retries: int = 0  # sends again after a stale keep-alive connection (at most 1)
     accepted: bool = False  # the engine took the request: a 200 event stream (then a token or usage)
+    engine: EngineTimes | None = None  # the timeline the engine stated (``sim_timeline``), if any
 
     @property
     def output_tokens(self) -> int:
@@ -292,6 +297,9 @@ class StreamTimer:
             usage = obj.get("usage")
             if usage is not None:
                 self._usage(usage)
+            timeline = obj.get("sim_timeline")
+            if timeline is not None:
+                self._timeline(timeline)
             if "error" in obj or obj.get("object") == "error":
                 if obj.get("error") is None and obj.get("object") != "error":
                     continue
@@ -352,6 +360,14 @@ class StreamTimer:
         if problems and self.usage_problem is None:
             self.usage_problem = "; ".join(problems)
 
+    def _timeline(self, timeline: object) -> None:
+        """Keep the engine's own timeline of the request (``sim_timeline``), or end the response as a
+        ``protocol`` error when it is not one."""
+        try:
+            self.out.engine = engine_times(timeline)
+        except ValueError as err:
+            self._protocol(f"sim_timeline: {err}")
+
     def finish(self) -> Outcome:
         """Close the response: decide ok/error from what was seen."""
         if self._pending.strip() and not self.broken:
@@ -380,6 +396,52 @@ class StreamTimer:
             return out
         out.ok = True
         return out
+
+
+def _number(obj: Mapping[str, Any], key: str, *, null: bool = False) -> Any:
+    value = obj.get(key)
+    if value is None and null:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{key} must be a finite number >= 0, got {_short(value)}")
+    return value
+
+
+def _count(obj: Mapping[str, Any], key: str, name: str) -> int:
+    value = obj.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {_short(value)}")
+    return value
+
+
+def engine_times(timeline: object) -> EngineTimes:
+    """The fields of a ``sim_timeline`` object the record keeps; ValueError naming the field when
+    it is not well formed (docs/engine-sim.md lists the fields)."""
+    if type(timeline) is not dict:
+        raise ValueError(f"must be a JSON object, got {_short(timeline)}")
+    itl = timeline.get("itl_s")
+    if type(itl) is not dict:
+        raise ValueError(f"itl_s must be a JSON object, got {_short(itl)}")
+    n = _count(itl, "n", "itl_s.n")
+    tokens = _count(timeline, "output_tokens", "output_tokens")
+    speed = _number(timeline, "speed")
+    if speed <= 0:
+        raise ValueError(f"speed must be > 0, got {speed!r}")
+    itls: ItlSummary = {
+        "mean": _number(itl, "mean", null=True),
+        "p50": _number(itl, "p50", null=True),
+        "p99": _number(itl, "p99", null=True),
+        "max": _number(itl, "max", null=True),
+        "n": n,
+    }
+    return {
+        "ttft_s": _number(timeline, "ttft_s", null=True),
+        "e2e_s": _number(timeline, "e2e_s"),
+        "tpot_s": _number(timeline, "tpot_s", null=True),
+        "itl_s": itls,
+        "output_tokens": tokens,
+        "speed": speed,
+    }
 
 
 def _data_of(ev: bytes) -> bytes:

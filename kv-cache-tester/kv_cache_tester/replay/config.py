@@ -53,6 +53,16 @@ class ReplayConfig:
     max_prompt_memory: float = DEFAULT_PROMPT_MEMORY_GIB  # GiB of prompts held at once (memory.py)
     stability_subwindow: float = 600.0  # seconds; the stability block's sub-window length
     vocab_size: int | None = None  # the served model's, from the server (--api completions, no --tokenizer)
+    # One of several client processes (on several nodes) that make one run together (merge.py):
+    # this one runs lanes i and traces j with i % client_count == client_index (likewise j).
+    client_index: int = 0
+    client_count: int = 1
+    start_at: float | None = None  # Unix time of the common start instant (--start-at)
+
+    @property
+    def lanes(self) -> list[int]:
+        """The lanes this process runs (every lane unless it is one of several clients)."""
+        return [i for i in range(self.users) if i % self.client_count == self.client_index]
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -140,6 +150,18 @@ def from_args(ns: argparse.Namespace) -> ReplayConfig:
     need(ns.stability_subwindow > 0, "--stability-subwindow: must be > 0 seconds")
     need(ns.request_timeout > 0, "--request-timeout: must be > 0 seconds")
     need(ns.workers >= 1, "--workers: must be >= 1")
+    need(
+        1 <= ns.client_count <= users,
+        f"--client-count {ns.client_count}: must be between 1 and the users ({users})",
+    )
+    need(
+        0 <= ns.client_index < ns.client_count,
+        f"--client-index {ns.client_index}: must be between 0 and --client-count - 1",
+    )
+    need(
+        ns.start_at is None or (math.isfinite(ns.start_at) and ns.start_at > 0),
+        "--start-at: must be a Unix time",
+    )
     need(ns.grace_period >= 0, "--grace-period: must be >= 0 seconds")
     need(ns.stall_timeout >= 0, "--stall-timeout: must be >= 0 seconds (0 = off)")
     need(ns.max_event_bytes >= 1024, "--max-event-bytes: must be at least 1024")
@@ -182,6 +204,9 @@ def from_args(ns: argparse.Namespace) -> ReplayConfig:
         stall_timeout=ns.stall_timeout,
         max_event_bytes=ns.max_event_bytes,
         max_prompt_memory=ns.max_prompt_memory,
+        client_index=ns.client_index,
+        client_count=ns.client_count,
+        start_at=ns.start_at,
     )
 
 

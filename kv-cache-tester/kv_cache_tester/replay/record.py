@@ -31,7 +31,7 @@ def request_record(sent: Sent, out: Outcome, t_done: float, hit_blocks: int) -> 
     """The record of a request sent as ``sent`` that ended as ``out``; ``hit_blocks``: the leading
     blocks that accepted requests of its scope held when it was sent."""
     server_prompt = out.prompt_tokens is not None
-    return {
+    record: RequestRecord = {
         "trace_id": sent.trace_id,
         "session_id": sent.session_id,
         "user": sent.user,
@@ -60,6 +60,9 @@ def request_record(sent: Sent, out: Outcome, t_done: float, hit_blocks: int) -> 
         "status": "ok" if out.ok else "error",
         "error": None if out.ok else _error(out),
     }
+    if out.engine is not None:  # only a server that states its own timeline (the simulated engine)
+        record["engine"] = out.engine
+    return record
 
 
 def _error(out: Outcome) -> RequestError:

@@ -78,6 +78,19 @@ def itl_summary(itls: Sequence[float]) -> ItlSummary:
     }
 
 
+class EngineTimes(TypedDict):
+    """A request's own timeline as the engine stated it, in the engine's clock (the simulated engine's
+    ``sim_timeline``): seconds of simulated time, which runs ``speed`` times faster than the wall
+    clock. Real engines state none, so their records lack it."""
+
+    ttft_s: float | None
+    e2e_s: float
+    tpot_s: float | None
+    itl_s: ItlSummary
+    output_tokens: int
+    speed: float
+
+
 # "class" is a keyword, hence the functional form.
 RequestError = TypedDict(
     "RequestError", {"class": str, "message": str | None, "usage": NotRequired[dict[str, Any]]}
@@ -117,6 +130,8 @@ class RequestRecord(TypedDict):
     status: Status
     error: RequestError | None
     client: NotRequired[str]  # set by other clients ("aiperf"); absent for the replayer
+    # The engine's own timeline of this request, when the server stated one (the simulated engine).
+    engine: NotRequired[EngineTimes]
 
 
 def accepted(record: RequestRecord) -> bool:
@@ -198,6 +213,16 @@ class DispatchLag(TypedDict):
     max: float | None
 
 
+class ClientAudit(TypedDict):
+    """One client process of a run made by several (``merge.merge_clients``): its own self-audit."""
+
+    node: str
+    client_cpu_share: float | None  # of its own core (summed over its workers)
+    dispatch_lag_p99_s: float | None
+    workers: int
+    requests: int  # its records (warmup included)
+
+
 class SelfAudit(TypedDict):
     dispatch_lag_s: DispatchLag
     first_dispatch_spread_s: float | None
@@ -208,6 +233,30 @@ class SelfAudit(TypedDict):
     abandoned_in_flight: int
     idle_lanes: int
     unsent_requests: int  # requests of started plays never dispatched (a run cut short)
+    # A run made by several client processes (merge.py), by client index; client_cpu_share is then
+    # the busiest client's.
+    clients: NotRequired[dict[str, ClientAudit]]
+
+
+class ClockGap(TypedDict):
+    """How much the client's wall clock (times ``speed``) adds to the engine's own figures, over the
+    ok profile requests that carry both: the client and HTTP path's share."""
+
+    ttft_p50: float | None  # client TTFT p50 x speed / engine TTFT p50 - 1
+    e2e_p50: float | None  # the same for E2E
+    e2e_share: float | None  # sum(client E2E x speed - engine E2E) / sum(client E2E x speed)
+
+
+class EngineClock(TypedDict):
+    """The figures in the engine's own clock (docs/replayer.md, "Engine clock"), present when the
+    server stated each request's timeline; ``latency`` and ``throughput`` mirror the summary's."""
+
+    speed: float  # engine seconds per wall second
+    records: int  # ok profile requests with a timeline
+    of: int  # ok profile requests
+    latency: Latency
+    throughput: Throughput
+    gap: ClockGap
 
 
 class Stability(TypedDict):
@@ -247,6 +296,7 @@ class Summary(TypedDict):
     options: dict[str, Any]
     client: NotRequired[str]  # set by other clients ("aiperf")
     aiperf: NotRequired[dict[str, Any]]  # AIPerf's own headline figures, for cross-checking
+    engine_clock: NotRequired[EngineClock]  # the engine's own clock, when the server stated it
     # Written by the cell after the run (agentsweep's validity checks): valid, reasons, checks.
     validity: NotRequired[dict[str, Any]]
     # InferenceX's stability keys over the steady window (replay/stability.py), seconds and tok/s.

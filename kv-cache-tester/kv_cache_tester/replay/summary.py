@@ -11,6 +11,9 @@ Definitions (docs/replayer.md repeats them):
 - throughput, goodput and the stability block: profile requests that finished successfully inside
   the window, divided by the window duration (stability: replay/stability.py).
 - latency statistics and interactivity: kv_cache_tester.metrics (one definition, docs/metrics.md).
+- engine_clock (only when the server stated each request's own timeline, as the simulated engine
+  does): the same latencies and throughput in the engine's clock, and the gap between the client's
+  figures (times the engine's speed) and the engine's own (see ``_engine_clock``).
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ from kv_cache_tester.metrics import interactivity_stats, record_full_response_it
 from kv_cache_tester.replay.results import (
     SCHEMA_VERSION,
     Cache,
+    ClockGap,
     Counts,
+    EngineClock,
+    EngineTimes,
     Latency,
     RequestRecord,
     SelfAudit,
@@ -84,7 +90,7 @@ def build_summary(
     window = _Window.of(warm, metas, records)
     ok = [r for r in prof if r["status"] == "ok"]
     in_win = [r for r in ok if window.holds(r)]
-    return {
+    summary: Summary = {
         "schema_version": SCHEMA_VERSION,
         "counts": _counts(prof, len(ok), len(warm)),
         "window": window.typed(),
@@ -97,6 +103,10 @@ def build_summary(
         "options": options,
         "stability": stability_block(in_win, window.start, window.stop, stability_subwindow_s),
     }
+    engine = _engine_clock(ok, in_win, window.duration)
+    if engine is not None:
+        summary["engine_clock"] = engine
+    return summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +203,70 @@ def _latency(ok: list[RequestRecord], metas: list[RunMeta]) -> Latency:
         "plain_interactivity_tok_per_s": interactivity_stats(itl),
         "output_speed_tok_per_s": stats_of(1.0 / i for i in full if i > 0),
     }
+
+
+def _engine_clock(
+    ok: list[RequestRecord], in_win: list[RequestRecord], duration: float
+) -> EngineClock | None:
+    """The latencies and throughput in the engine's own clock, from the timelines the server stated
+    (None when no ok request carries one: a real engine).
+
+    TTFT, TPOT and E2E are the statistics of the engine's per-request figures (one definition:
+    kv_cache_tester.metrics); ITL is per token,
+    each request's gaps counted at its own mean ITL (the timeline keeps a summary, not every gap);
+    throughput divides the window's requests and tokens by the window in engine seconds (its wall
+    length times the speed). ``gap`` compares the client's wall-clock figures, times the speed, with
+    the engine's over the same requests: what the client and HTTP path add.
+    """
+    timed = [(r, e) for r in ok if (e := r.get("engine")) is not None]
+    if not timed:
+        return None
+    speed = timed[0][1]["speed"]
+    tpots = [t for _, e in timed if (t := e["tpot_s"]) is not None]
+    itl = LogHistogram()
+    for _, e in timed:
+        mean = e["itl_s"]["mean"]
+        if mean is not None:
+            itl.add_count(mean, e["itl_s"]["n"])
+    itl_stats = itl.distribution()
+    full_stats = stats_of(tpots)  # an engine's TPOT is the request's full-response ITL (metrics.py)
+    latency: Latency = {
+        "ttft_s": stats_of(t for _, e in timed if (t := e["ttft_s"]) is not None),
+        "tpot_s": full_stats,
+        "itl_s": itl_stats,
+        "e2e_s": stats_of(e["e2e_s"] for _, e in timed),
+        "full_response_itl_s": full_stats,
+        "interactivity_tok_per_s": interactivity_stats(full_stats, (1.0 / t for t in tpots if t > 0)),
+        "plain_interactivity_tok_per_s": interactivity_stats(itl_stats),
+        "output_speed_tok_per_s": stats_of(1.0 / t for t in tpots if t > 0),
+    }
+    return {
+        "speed": speed,
+        "records": len(timed),
+        "of": len(ok),
+        "latency": latency,
+        "throughput": _throughput(in_win, duration * speed),
+        "gap": _clock_gap(timed, speed),
+    }
+
+
+def _clock_gap(timed: list[tuple[RequestRecord, EngineTimes]], speed: float) -> ClockGap:
+    ttft = [
+        (c * speed, e) for r, t in timed if (c := r["ttft_s"]) is not None and (e := t["ttft_s"]) is not None
+    ]
+    e2e = [(c * speed, t["e2e_s"]) for r, t in timed if (c := r["e2e_s"]) is not None]
+    wall = math.fsum(c for c, _ in e2e)
+    return {
+        "ttft_p50": _ratio_gap([c for c, _ in ttft], [e for _, e in ttft]),
+        "e2e_p50": _ratio_gap([c for c, _ in e2e], [e for _, e in e2e]),
+        "e2e_share": (wall - math.fsum(e for _, e in e2e)) / wall if wall > 0 else None,
+    }
+
+
+def _ratio_gap(client: list[float], engine: list[float]) -> float | None:
+    """Client p50 / engine p50 - 1 (None without both)."""
+    c, e = percentile(sorted(client), 50.0), percentile(sorted(engine), 50.0)
+    return c / e - 1.0 if c is not None and e else None
 
 
 def _meets(r: RequestRecord, slo_ttft: float | None, slo_tpot: float | None) -> bool:

@@ -1,6 +1,6 @@
 """--workers N: spread the lanes over N processes (past one core).
 
-Lane i runs in worker i % N, trace j belongs to worker j % N (so a trace is never live in two
+Lane i runs in worker i % N (of this client's lanes), trace j belongs to worker j % N (so a trace is never live in two
 lanes, even across processes). Every worker builds its first requests, says it is ready, and all
 start at one common instant on the system-wide monotonic clock. Workers append to the same
 requests.jsonl (one write per line on an O_APPEND descriptor), send progress snapshots and, at
@@ -102,7 +102,7 @@ def run_workers(cfg: ReplayConfig, traces: list[Trace], out: Path, model: str) -
     procs = []
     for w in range(n):
         share = [t for j, t in enumerate(traces) if j % n == w]
-        lanes = [i for i in range(cfg.users) if i % n == w]
+        lanes = cfg.lanes[w::n]
         p = ctx.Process(
             target=_worker_main,
             args=(cfg, share, lanes, str(out), model, w, q, go, t0, stop_all),
@@ -144,7 +144,8 @@ def run_workers(cfg: ReplayConfig, traces: list[Trace], out: Path, model: str) -
             if kind == "ready":
                 ready += 1
                 if ready == n:
-                    t0.value = time.perf_counter() + START_SLACK_S
+                    wait = START_SLACK_S if cfg.start_at is None else cfg.start_at - time.time()
+                    t0.value = time.perf_counter() + max(START_SLACK_S, wait)
                     go.set()
             elif kind == "snap":
                 snaps[w] = payload

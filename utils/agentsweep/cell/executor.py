@@ -22,11 +22,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kv_cache_tester.replay import RUN_META_FILE, ResultError, merge_clients
+
 from agentsweep.cell import record
 from agentsweep.cell.effective import Stated, stated_settings
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
 from agentsweep.cell.engines import recipe
-from agentsweep.cell.plan import CellOptions, CellPlan
+from agentsweep.cell.plan import CellOptions, CellPlan, client_dir
 from agentsweep.cell.replicas import write_router_figures
 from agentsweep.cell.routers import missing_router, router_recipe, router_version
 from agentsweep.cell.watchdog import Watchdog
@@ -259,19 +261,27 @@ def replay(
                 watchdog=watchdog,
             )
             stack.enter_context(sampler)
-        replayer = ManagedProcess(
-            plan.replay_argv,
-            log_path=rd / "replay.log",
-            name="replayer",
-            stop_grace_s=options.replay_stop_grace_s,
-            watchdog=watchdog,
-        )
+        replayer: ManagedProcess | ClientGroup
+        if plan.client_argvs:
+            replayer = ClientGroup(plan, options, watchdog)
+        else:
+            replayer = ManagedProcess(
+                plan.replay_argv,
+                log_path=rd / "replay.log",
+                name="replayer",
+                stop_grace_s=options.replay_stop_grace_s,
+                watchdog=watchdog,
+            )
         through = f" through {plan.base_url}" if group.router is not None else ""
-        say(f"replaying {cell.users} users for {cell.duration} s{through}")
+        on = f" on {len(plan.client_argvs)} client nodes" if plan.client_argvs else ""
+        say(f"replaying {cell.users} users for {cell.duration} s{through}{on}")
         try:
             reason = _watch_replay(_Group(group.members), replayer, options, cell.duration)
         finally:
             replayer.stop()  # no-op when it already exited; on an interrupt it flushes its files
+        if isinstance(replayer, ClientGroup):
+            problem = replayer.merge()
+            reason = reason or problem
         for scraper in scrapers:
             code = scraper.poll()
             if reason is None and code is not None:
@@ -295,8 +305,82 @@ def replay(
     return reason
 
 
+# Between starting the client processes and their common start instant (--start-at): time for a job
+# step to start on every node and for each replayer to load its traces.
+CLIENT_START_SLACK_S = 20.0
+
+
+class ClientGroup:
+    """The client processes of a cell whose lanes run on several nodes (``CellPlan.client_argvs``),
+    seen as one replayer by the watcher: started together with one common start instant, waited for
+    together, and merged into the cell's requests.jsonl and summary.json afterwards."""
+
+    def __init__(self, plan: CellPlan, options: CellOptions, watchdog: Watchdog | None) -> None:
+        self.dirs = [client_dir(plan.result_dir, k) for k in range(len(plan.client_argvs))]
+        self.result_dir = plan.result_dir
+        self.members = [
+            ManagedProcess(
+                argv,
+                log_path=d / "replay.log",
+                name=f"replayer (client {k})",
+                stop_grace_s=options.replay_stop_grace_s,
+                watchdog=watchdog,
+            )
+            for k, (argv, d) in enumerate(zip(plan.client_argvs, self.dirs, strict=True))
+        ]
+        self.failed: ManagedProcess | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return (self.failed or self.members[0]).log_path
+
+    def last_lines(self, n: int) -> list[str]:
+        return (self.failed or self.members[0]).last_lines(n)
+
+    def start(self) -> ClientGroup:
+        at = f"{time.time() + CLIENT_START_SLACK_S:.3f}"
+        for member in self.members:
+            member.argv += ["--start-at", at]
+            member.start()
+        return self
+
+    def poll(self) -> int | None:
+        """None while any runs; else the first non-zero exit status (0 when all succeeded)."""
+        codes = [m.poll() for m in self.members]
+        if any(c is None for c in codes):
+            return None
+        for member, code in zip(self.members, codes, strict=True):
+            if code != 0:
+                self.failed = member
+                return code
+        return 0
+
+    def wait(self, timeout_s: float | None = None) -> int | None:
+        deadline = time.monotonic() + (timeout_s or 0.0)
+        for member in self.members:
+            member.wait(max(0.0, deadline - time.monotonic()))
+        return self.poll()
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.signal_group(signal.SIGTERM)  # all stop dispatching at about the same moment
+        for member in self.members:
+            member.stop()
+
+    def merge(self) -> str | None:
+        """Join the clients' records and summaries into the cell's; the problem, or None."""
+        try:
+            merge_clients([d for d in self.dirs if (d / RUN_META_FILE).is_file()], self.result_dir)
+        except ResultError as err:
+            return f"merging the client processes' results: {err}"
+        missing = [str(k) for k, d in enumerate(self.dirs) if not (d / RUN_META_FILE).is_file()]
+        if missing:
+            return f"client process(es) {', '.join(missing)} left no run record ({RUN_META_FILE})"
+        return None
+
+
 def _watch_replay(
-    engine: _Group, replayer: ManagedProcess, options: CellOptions, duration: int
+    engine: _Group, replayer: ManagedProcess | ClientGroup, options: CellOptions, duration: int
 ) -> str | None:
     """Wait for the replayer; notice a dead engine, give the replayer's circuit breaker time, then stop it."""
     timeout_s = options.replay_timeout(duration)
@@ -336,6 +420,6 @@ def show_tail(log_path: Path, say: Callable[[str], None], n: int = 15) -> None:
             say(f"  | {line}")
 
 
-def _hint(proc: ManagedProcess) -> str:
+def _hint(proc: ManagedProcess | ClientGroup) -> str:
     lines = [ln.strip() for ln in proc.last_lines(40) if ln.strip()]
     return f"; last line of {proc.log_path.name}: {lines[-1][:300]}" if lines else ""

@@ -212,6 +212,20 @@ class Placement:
         docker the tool runs on the host side of the node, not in an engine's container."""
         return self._prefix(node, 0, gpus, None, ())
 
+    def client_step_prefix(self, node: str) -> list[str]:
+        """The srun words of a client process (the replayer) on ``node``: no GPUs, no container (it
+        runs on the host side, with the cell's interpreter)."""
+        return [
+            "srun",
+            f"--jobid={self.job_id}",
+            "--nodes=1",
+            "--ntasks=1",
+            f"--nodelist={node}",
+            "--overlap",
+            "--kill-on-bad-exit=1",
+            "--export=ALL",
+        ]
+
     def _prefix(
         self, node: str, gpu_offset: int, tp: int, index: int | None, env_names: Sequence[str]
     ) -> list[str]:

@@ -34,6 +34,7 @@ from agentsweep.cell.power import sampler_spec
 from agentsweep.cell.routers import SESSION_HEADERS, PdWorkers, RouterLaunch, build_router_launch
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.resultdir import (
+    CLIENTS_DIR,
     POWER_CSV,
     ROUTER_METRICS_CSV,
     SERVER_LOG,
@@ -97,6 +98,9 @@ class CellPlan:
     placement: Placement | None = None
     power: SamplerSpec | None = None  # the power sampler's targets (None: the runner samples no power)
     power_argv: list[str] = field(default_factory=list)  # power.csv over the run
+    # A cell with client_nodes > 1: every client process's command (client 0 here, on node 0; the
+    # others as job steps on the next nodes), each writing clients/<k>/; empty for one client.
+    client_argvs: list[list[str]] = field(default_factory=list)
     python: str = sys.executable  # the interpreter of the collectors and the replayer
     scrape_interval_s: float = 1.0
 
@@ -116,12 +120,8 @@ class CellPlan:
             )
             for inst in self.instances
         ]
-        replay = client(cell.client).command(
-            cell,
-            engine=recipe(cell.engine),
-            endpoint=self.base_url,
-            output_dir=result_dir,
-            python=self.python,
+        replay, clients = client_commands(
+            cell, recipe(cell.engine), self.base_url, result_dir, self.python, self.placement
         )
         router_scraper = (
             router_scraper_argv(self.python, self.router, instances, result_dir, self.scrape_interval_s)
@@ -134,6 +134,7 @@ class CellPlan:
             result_dir=result_dir,
             instances=instances,
             replay_argv=replay,
+            client_argvs=clients,
             router_scraper_argv=router_scraper,
             power_argv=(
                 power_sampler_argv(self.python, self.power, result_dir / POWER_CSV)
@@ -178,7 +179,11 @@ class CellPlan:
         secrets = record.secret_values()
         tail = [
             *self._describe_power(),
-            f"replay:  {shlex.join(self.replay_argv)}",
+            *(
+                [f"replay:  {shlex.join(self.replay_argv)}"]
+                if not self.client_argvs
+                else [f"client {k}: {shlex.join(argv)}" for k, argv in enumerate(self.client_argvs)]
+            ),
             f"results: {self.result_dir}",
         ]
         return [record.mask_text(line, secrets) for line in [*self._describe_routed(), *tail]]
@@ -383,6 +388,15 @@ def plan_cell(
         instances.append(
             Instance(role, i, iport, url, launch, log_name, metrics_name, scraper, name, boot, node)
         )
+    if cell.client_nodes > 1:
+        have = len(placement.nodes) if placement is not None else 1
+        if cell.client != "replay" or (cell.client_nodes > min(have, cell.users) and real):
+            raise InputError(
+                f"cell {cell.exp_name}: client_nodes {cell.client_nodes} needs the replay client, at least "
+                f"as many users ({cell.users}) and a Slurm allocation of as many nodes (it has {have})"
+            )
+        if placement is not None:  # the router: reached from every client node
+            host = placement.addresses[placement.nodes[0]]
     base_url = f"http://{host}:{port}"
     router = None
     router_scraper: list[str] = []
@@ -398,9 +412,7 @@ def plan_cell(
             cell, workers, host=host, port=port, metrics_port=metrics_port, python=python
         )
         router_scraper = router_scraper_argv(python, router, instances, result_dir, scrape_interval_s)
-    replay = client(cell.client).command(
-        cell, engine=engine_recipe, endpoint=base_url, output_dir=result_dir, python=python
-    )
+    replay, client_argvs = client_commands(cell, engine_recipe, base_url, result_dir, python, placement)
     power = sampler_spec(
         cell,
         [
@@ -426,6 +438,7 @@ def plan_cell(
         placement,
         power,
         power_argv,
+        client_argvs,
         python,
         scrape_interval_s,
     )
@@ -442,6 +455,43 @@ def router_scraper_argv(
         "--output", str(result_dir / ROUTER_METRICS_CSV),
         "--interval", f"{interval_s:g}",
     ]  # fmt: skip
+
+
+def client_commands(
+    cell: Cell,
+    engine_recipe: EngineRecipe,
+    base_url: str,
+    result_dir: Path,
+    python: str,
+    placement: Placement | None,
+) -> tuple[list[str], list[list[str]]]:
+    """The replay command, and with client_nodes > 1 every client process's (client 0 is the replay
+    command, on node 0; the others job steps on the next nodes), each writing clients/<k>/."""
+    replay = client(cell.client).command(
+        cell, engine=engine_recipe, endpoint=base_url, output_dir=result_dir, python=python
+    )
+    client_argvs: list[list[str]] = []
+    if cell.client_nodes > 1:
+        count = cell.client_nodes
+        for k in range(count):
+            argv = client(cell.client).command(
+                cell,
+                engine=engine_recipe,
+                endpoint=base_url,
+                output_dir=client_dir(result_dir, k),
+                python=python,
+            )
+            argv += ["--client-count", str(count), "--client-index", str(k)]
+            if k and placement is not None:
+                argv = [*placement.client_step_prefix(placement.nodes[k % len(placement.nodes)]), *argv]
+            client_argvs.append(argv)  # a dry run without an allocation shows the clients unplaced
+        replay = client_argvs[0]
+    return replay, client_argvs
+
+
+def client_dir(result_dir: Path, index: int) -> Path:
+    """Where client process ``index`` of a cell with several writes its own records and summary."""
+    return result_dir / CLIENTS_DIR / str(index)
 
 
 def power_sampler_argv(python: str, spec: SamplerSpec, output: Path) -> list[str]:

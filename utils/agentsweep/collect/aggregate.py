@@ -142,6 +142,30 @@ def derived_columns(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def engine_clock_columns(summary: Summary) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A simulated cell's figures in the engine's own clock (summary.json ``engine_clock``).
+
+    Returns (beside, engine): ``beside`` are the columns.ENGINE_CLOCK_COLUMNS (the client's wall-clock
+    latencies, rescaled with the rest by ``to_engine_clock``, and the gap), to add before rescaling;
+    ``engine`` are the summary's latency and throughput columns as the engine's timelines give them,
+    to put over the rescaled client figures afterwards. Both empty-handed for a cell without
+    timelines (every real engine): ``latency_clock`` stays empty and nothing is replaced.
+    """
+    engine_clock = summary.get("engine_clock")
+    if engine_clock is None:
+        return {}, {}
+    beside: dict[str, Any] = {"latency_clock": "engine"}
+    for column in columns.ENGINE_CLOCK_COLUMNS[1:]:
+        assert column.source is not None
+        beside[column.name] = _number(_at(summary, column.source))
+    engine: dict[str, Any] = {}
+    for column in columns.SUMMARY:
+        source = column.source or ""
+        if source.startswith(("latency.", "throughput.")):
+            engine[column.name] = _number(_at(engine_clock, source))
+    return beside, engine
+
+
 def to_engine_clock(values: dict[str, Any]) -> None:
     """Express a sped-up simulated cell's figures in the engine's own clock, in place.
 
@@ -225,6 +249,8 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
         return
     summary = load_summary(path)
     row.values.update(summary_columns(summary))
+    beside, engine_figures = engine_clock_columns(summary)
+    row.values.update(beside)
     row.values.update(derived_columns(row.values))
 
     requests = path / REQUESTS_JSONL
@@ -269,6 +295,9 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
         row.status = "INVALID"
         row.reason = "; ".join([*([row.reason] if row.reason else []), *(f"collect: {p}" for p in problems)])
     to_engine_clock(row.values)
+    if engine_figures:  # already in the engine's clock: over the rescaled client figures
+        row.values.update(engine_figures)
+        row.values.update(derived_columns(row.values))
 
 
 def cross_checks(

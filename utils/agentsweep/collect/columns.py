@@ -216,7 +216,24 @@ POWER: tuple[Column, ...] = (
 
 CLOCK_SCALE = Column("clock_scale", Unit.FACTOR)
 
+# A simulated cell whose engine stated each request's timeline reports its latencies in the engine's
+# own clock (summary.json ``engine_clock``; aggregate.engine_clock_columns). The client's wall-clock
+# figures (times the speed, like every latency of a sped-up cell) stay beside them, with the gap
+# between the two: the client and HTTP path's share. Empty for real engines.
+CLIENT_CLOCK_STATS = ("p50", "p90", "p99")
+ENGINE_CLOCK_COLUMNS: tuple[Column, ...] = (
+    Column("latency_clock", Unit.LABEL),  # "engine" (the engine's timelines); empty: the client's clock
+    *(
+        Column(f"client_{metric}_{stat}_s", Unit.SECONDS, f"latency.{metric}_s.{stat}")
+        for metric in ("ttft", "tpot", "itl", "e2e")
+        for stat in CLIENT_CLOCK_STATS
+    ),
+    Column("client_gap_ttft_p50", Unit.FRACTION, "engine_clock.gap.ttft_p50"),
+    Column("client_gap_e2e_p50", Unit.FRACTION, "engine_clock.gap.e2e_p50"),
+    Column("client_share_e2e", Unit.FRACTION, "engine_clock.gap.e2e_share"),
+)
+
 METRICS: tuple[Column, ...] = (
-    *SUMMARY, *DERIVED, *SERVER, *ROUTED, *REQUESTS, *KV_CLIFF, *POWER, CLOCK_SCALE,
+    *SUMMARY, *DERIVED, *SERVER, *ROUTED, *REQUESTS, *KV_CLIFF, *POWER, CLOCK_SCALE, *ENGINE_CLOCK_COLUMNS,
 )  # fmt: skip
 UNITS: dict[str, Unit] = {c.name: c.unit for c in METRICS}

@@ -83,6 +83,8 @@ ROUTED_TABLE = (
 )
 # Shown only when some cell has a value: a sweep of one node and no disaggregation needs none of them.
 SPARSE = ("disagg", "nodes", "prefill_gpu_hit_rate")
+# Shown after E2E when some cell reports in the engine's clock (a simulated cell; docs/collect.md).
+CLOCK_TABLE = (("client_gap_ttft_p50", "Client TTFT gap", "pct"),)
 # Shown at the end when some cell has valid power figures (docs/energy.md).
 POWER_TABLE = (
     ("joules_per_output_token", "J/out tok", "num3"),
@@ -115,11 +117,15 @@ def table_spec(df: pd.DataFrame) -> tuple[tuple[str, str, str], ...]:
     power: tuple[tuple[str, str, str], ...] = POWER_TABLE[:2] if _has(df, "joules_per_output_token") else ()
     if power and _withheld(df):
         power += POWER_TABLE[2:]
+    table: tuple[tuple[str, str, str], ...] = TABLE
+    if _has(df, "client_gap_ttft_p50"):
+        at = next(i for i, c in enumerate(table) if c[0] == "e2e_p50_s") + 1
+        table = table[:at] + CLOCK_TABLE + table[at:]
     if not routed(df):
-        return TABLE + power
+        return table + power
     extra = tuple(c for c in ROUTED_TABLE if c[0] not in SPARSE or _has(df, c[0]))
-    at = next(i for i, c in enumerate(TABLE) if c[0] == "offload") + 1
-    return TABLE[:at] + extra + TABLE[at:] + power
+    at = next(i for i, c in enumerate(table) if c[0] == "offload") + 1
+    return table[:at] + extra + table[at:] + power
 
 
 def fmt(value: Any, kind: str) -> str:

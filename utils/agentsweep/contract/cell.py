@@ -215,6 +215,9 @@ class ValidityLimits(Frozen):
     max_lane_idle_s: Annotated[float, Field(ge=0)] = 0.0
     max_dispatch_lag_p99_s: Annotated[float, Field(gt=0)] = 0.25  # wall clock: the client's own lag
     max_client_cpu_share: Annotated[float, Field(gt=0)] = 0.9
+    # A simulated cell: the share of its requests' time (client E2E x speed) that the engine's own
+    # timelines do not account for, i.e. the client and HTTP path's (summary engine_clock.gap).
+    max_client_clock_share: Fraction = 0.5
     max_request_count_gap: Fraction = 0.01
     max_prompt_token_gap: Fraction = 0.01
     max_cached_token_gap: Fraction = 0.01
@@ -240,6 +243,10 @@ class EngineSettings(Frozen):
     engine_env: str = "{}"
     router_program: RouterProgram = "auto"  # used by cells with replicas or a router policy
     router_args: str = ""  # one shell-quoted command line, appended to the router recipe's
+    # Client processes, one on each of this many nodes of the cell's allocation, that share the lanes
+    # (kv_cache_tester.replay.merge): past what one client node drives. At most the nodes of the
+    # cell's allocation and its users (the cell's plan refuses more).
+    client_nodes: Annotated[int, Field(gt=0, le=MAX_NODES)] = 1
 
     @property
     def engine_env_dict(self) -> dict[str, str]:

@@ -292,6 +292,40 @@ def evaluate(result_dir: Path, cell: Cell, cached_metrics: str = SERVER_METRICS_
         if cpu is not None
         else "",
     )
+    # A run over several client processes (nodes): each client's own lag and CPU, judged alike.
+    for key, client in sorted(audit.get("clients", {}).items()):
+        who = f"client {key} on {client.get('node')}"
+        lag_k, cpu_k = client.get("dispatch_lag_p99_s"), client.get("client_cpu_share")
+        checks[f"dispatch_lag_p99.client{key}"] = Check(
+            lag_k,
+            cell.max_dispatch_lag_p99_s,
+            lag_k is not None and lag_k <= cell.max_dispatch_lag_p99_s,
+            f"{who} measured no dispatch lag"
+            if lag_k is None
+            else f"{who} dispatched {lag_k * 1000:.0f} ms late at p99 "
+            f"(limit {cell.max_dispatch_lag_p99_s * 1000:.0f} ms): the client, not the engine, was the limit",
+        )
+        checks[f"client_cpu_share.client{key}"] = Check(
+            cpu_k,
+            cell.max_client_cpu_share,
+            cpu_k is None or cpu_k <= cell.max_client_cpu_share,
+            f"{who} used {cpu_k:.0%} of a core (limit {cell.max_client_cpu_share:.0%}): it was the bottleneck"
+            if cpu_k is not None
+            else "",
+        )
+    gap = summary.get("engine_clock", {}).get("gap")
+    if gap is not None:  # the engine stated its own timelines (a simulated cell)
+        share = gap.get("e2e_share")
+        checks["client_clock_share"] = Check(
+            share,
+            cell.max_client_clock_share,
+            share is not None and share <= cell.max_client_clock_share,
+            "no request carried both clocks"
+            if share is None
+            else f"the client and HTTP path took {share:.1%} of the requests' time against the engine's "
+            f"own timelines (limit {cell.max_client_clock_share:.0%}): the engine saw a thinner load "
+            "than the lanes meant",
+        )
     _server_checks(checks, server, records, cell, cached_server, cached_metrics)
     if cell.routed and "start_unix" in window and "end_unix" in window:
         # Each instance behind the router on its own (a frozen replica hidden by a healthy one).

@@ -30,6 +30,7 @@ POWER_CSV = "power.csv"
 CAPACITY_JSON = "capacity.json"
 STEPS_DIR = "steps"
 RECEIPT_JSON = "receipt.json"
+CLIENTS_DIR = "clients"
 
 # The most a reader takes of each file it reads whole: past it the file is not one (a link to an
 # endless device, say) and reads as broken. Streamed files (requests.jsonl, the CSVs) have no
@@ -259,6 +260,15 @@ RESULT_FILES: tuple[ResultFile, ...] = (
         "agentsweep.experimental.aiperf.cell",
         None,
         when="cells of the aiperf client",
+    ),
+    ResultFile(
+        f"{CLIENTS_DIR}/",
+        "one folder per client process of a cell whose lanes run on several nodes (clients/<k>/: its "
+        "requests.jsonl, summary.json, run_meta.json and replay.log); requests.jsonl and summary.json "
+        "above are their merge",
+        "kv_cache_tester.replay.merge",
+        None,
+        when="cells with client_nodes > 1",
     ),
     ResultFile(
         RECEIPT_JSON,
