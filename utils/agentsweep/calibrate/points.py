@@ -26,6 +26,10 @@ PRECISIONS = ("bf16", "fp8", "fp4")
 DATA_DIR = Path(__file__).with_name("data")
 DEFAULT_POINTS = DATA_DIR / "inferencex_dsr1_sglang.csv"
 MODEL_NAME = "deepseek-ai/DeepSeek-R1"  # the model every point of the shipped data set measured
+# The FP4 checkpoints those runs served (InferenceX's recipes): NVIDIA's NVFP4 keeps attention at FP8,
+# AMD's MXFP4 quantizes every linear layer, so each is read from its own config.
+FP4_CHECKPOINTS = {"mi355x": "amd/DeepSeek-R1-0528-MXFP4-Preview"}
+FP4_CHECKPOINT_NVIDIA = "nvidia/DeepSeek-R1-0528-FP4-V2"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +50,13 @@ class Point:
     @property
     def group(self) -> str:
         return f"{self.hardware}/{self.precision}"
+
+    @property
+    def model(self) -> str:
+        """The checkpoint the point measured (the FP4 ones by vendor)."""
+        if self.precision == "fp4":
+            return FP4_CHECKPOINTS.get(self.hardware, FP4_CHECKPOINT_NVIDIA)
+        return MODEL_NAME
 
     @property
     def label(self) -> str:

@@ -418,11 +418,12 @@ def derive(config: dict[str, Any], key: str, source: str) -> ModelShape:
 
     precision = native_precision(config, source)
     method = str((config.get("quantization_config") or {}).get("quant_method", "")).lower()
-    # FP4 checkpoints of MoE models quantize the routed experts; the rest stays FP8, or BF16 where the
-    # checkpoint keeps attention and embeddings unquantized (gpt-oss's MXFP4).
-    dense_precision = (
-        precision if precision != "fp4" or not experts else ("bf16" if method == "mxfp4" else "fp8")
-    )
+    # FP4 checkpoints of MoE models: NVIDIA's (modelopt NVFP4) quantize the routed experts and keep
+    # attention at FP8; gpt-oss's MXFP4 keeps attention and embeddings at BF16; AMD's Quark MXFP4
+    # quantizes every linear layer but lm_head.
+    dense_precision = precision
+    if precision == "fp4" and experts:
+        dense_precision = {"mxfp4": "bf16", "quark": "fp4"}.get(method, "fp8")
     max_len = f.integer("max_position_embeddings", 0) or 131072
     return ModelShape(
         key=key,
