@@ -91,6 +91,29 @@ def test_stand_in_reacts_to_the_coefficients_as_physics_says() -> None:
     assert low.tput_per_gpu == pytest.approx(4 * (1024 + 512) / cycle / 8, rel=0.05)
 
 
+def test_request_overhead_delays_only_its_own_request() -> None:
+    """The request overhead adds to each TTFT but, unlike the prefill-step overhead, slows no decode."""
+    import dataclasses
+
+    base = Efficiency(5e-3, 0.6, 0.3, 0.02)
+
+    def pred(eff: Efficiency, conc: int):
+        cal = Calibration("h200/fp8", eff, F.DEFAULT_SHARED, 0, "test")
+        dep = deploy(MODEL_NAME, "h200", 8, "fp8", "fp8", calibration=cal)
+        return closed_loop(dep.cost, conc, 1024, 512, 8)
+
+    one, one_r = pred(base, 1), pred(dataclasses.replace(base, request_overhead_s=0.25), 1)
+    assert one_r.median_ttft_s == pytest.approx(one.median_ttft_s + 0.25, rel=1e-6)
+    assert one_r.median_intvty == pytest.approx(one.median_intvty, rel=1e-6)
+    many, many_r = pred(base, 32), pred(dataclasses.replace(base, request_overhead_s=0.25), 32)
+    assert many_r.median_intvty >= many.median_intvty * 0.98  # no step got longer
+    slow = pred(dataclasses.replace(base, prefill_overhead_s=0.27), 32)
+    assert slow.median_intvty < many.median_intvty * 0.9  # a prefill-step cost stalls every decode
+    assert Efficiency.from_dict(base.to_dict()) == base
+    legacy = {k: v for k, v in base.to_dict().items() if k != "request_overhead_s"}
+    assert Efficiency.from_dict(legacy).request_overhead_s == 0.0
+
+
 @pytest.mark.slow
 def test_fit_recovers_known_coefficients(tmp_path: Path) -> None:
     truth = Efficiency(4e-3, 0.7, 0.4, 0.05)

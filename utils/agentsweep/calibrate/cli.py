@@ -275,7 +275,7 @@ def _fit(args: argparse.Namespace, points: list[Point]) -> int:
     for g, e in sorted(res.groups.items()):
         print(
             f"  {g:<11} step overhead {e.step_overhead_s * 1e3:.2f} ms, HBM {e.hbm_eff:.2f}, MFU {e.mfu:.2f}, "
-            f"prefill step +{e.prefill_overhead_s * 1e3:.1f} ms"
+            f"prefill step +{e.prefill_overhead_s * 1e3:.1f} ms, request +{e.request_overhead_s * 1e3:.1f} ms"
         )
     print(
         f"  shared      {res.shared.per_seq_s * 1e6:.1f} us per decoding sequence, EP {res.shared.ep_layer_s * 1e6:.1f} us per MoE layer"

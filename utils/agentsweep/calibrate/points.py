@@ -32,6 +32,10 @@ LIMITS = {"isl": 131072, "osl": 32768, "tp": 64, "ep": 64, "conc": 1024}
 MAX_POINTS_BYTES = 16 << 20
 MAX_FIELD_CHARS = 4096
 BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+# The FP4 checkpoints those runs served (InferenceX's recipes): NVIDIA's NVFP4 keeps attention at FP8,
+# AMD's MXFP4 quantizes every linear layer, so each is read from its own config.
+FP4_CHECKPOINTS = {"mi355x": "amd/DeepSeek-R1-0528-MXFP4-Preview"}
+FP4_CHECKPOINT_NVIDIA = "nvidia/DeepSeek-R1-0528-FP4-V2"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,13 @@ class Point:
     @property
     def group(self) -> str:
         return f"{self.hardware}/{self.precision}"
+
+    @property
+    def model(self) -> str:
+        """The checkpoint the point measured (the FP4 ones by vendor)."""
+        if self.precision == "fp4":
+            return FP4_CHECKPOINTS.get(self.hardware, FP4_CHECKPOINT_NVIDIA)
+        return MODEL_NAME
 
     @property
     def label(self) -> str:

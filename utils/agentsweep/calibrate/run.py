@@ -25,7 +25,7 @@ from pathlib import Path
 from kv_cache_tester.replay import ResultError, load_summary
 from kv_cache_tester.traces.synth import LengthSpec, synth_workload
 
-from agentsweep.calibrate.points import MODEL_NAME, Point
+from agentsweep.calibrate.points import Point
 from agentsweep.calibrate.steady import CYCLES, KV_CACHE_DTYPE, closed_loop, osl_bounds
 from agentsweep.cell.watchdog import die_with_parent
 from agentsweep.engine_sim.profiles import deploy
@@ -62,7 +62,7 @@ def _median(values: list[float]) -> float:
 
 def choose_speed(p: Point, seconds: float) -> float:
     """A clock speed-up that fits the first wave plus a few steady cycles into ``seconds`` of wall time."""
-    dep = deploy(MODEL_NAME, p.hardware, p.tp, KV_CACHE_DTYPE, p.precision, ep=p.ep)
+    dep = deploy(p.model, p.hardware, p.tp, KV_CACHE_DTYPE, p.precision, ep=p.ep)
     pred = closed_loop(dep.cost, p.conc, p.isl, p.osl, p.tp, budget=CHUNK)
     cycle = pred.median_ttft_s + (p.osl - 1) / pred.median_intvty
     return max(1.0, (CYCLES + 0.7) * cycle / seconds)
@@ -91,7 +91,7 @@ def measure(log: Path, isl: int, gpus: int) -> tuple[float, float, float, int, i
 
 def _engine_argv(p: Point, speed: float, log: Path) -> list[str]:
     return [
-        sys.executable, "-m", "agentsweep.cli", "engine-sim", MODEL_NAME,
+        sys.executable, "-m", "agentsweep.cli", "engine-sim", p.model,
         "--host", "127.0.0.1", "--port", "0", "--dialect", "sglang",
         "--hardware", p.hardware, "--tp-size", str(p.tp), "--ep-size", str(p.ep),
         "--quantization", p.precision, "--chunked-prefill-size", str(CHUNK), "--kv-cache-dtype", KV_CACHE_DTYPE,

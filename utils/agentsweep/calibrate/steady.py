@@ -75,14 +75,14 @@ def closed_loop(
             n = 1 if r.computed >= isl else min(isl - r.computed, room)
             sched.append((r, n))
             room -= n
-        while waiting and room > 0 and waiting[0].arrival <= t:
+        while waiting and room > 0 and waiting[0].arrival + cost.admit_s <= t:
             r = waiting.popleft()
             n = min(isl, room)
             running.append(r)
             sched.append((r, n))
             room -= n
         if not sched:
-            t = waiting[0].arrival
+            t = waiting[0].arrival + cost.admit_s
             continue
         prefill = decode = kv = 0
         pairs = 0.0

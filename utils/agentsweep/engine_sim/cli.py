@@ -296,6 +296,33 @@ def _log(line: str) -> None:
     print(f"INFO {stamp} {line}", flush=True)
 
 
+def model_lines(dep: Deployment) -> list[str]:
+    """Where the model's shape came from and what was derived from it (KV bytes per token first)."""
+    m = dep.model
+    if m.mla_dim:
+        attn = f"MLA latent {m.mla_dim} per layer"
+    else:
+        attn = f"{m.kv_heads} KV heads x head dim {m.head_dim}"
+    moe = (
+        f", MoE {m.experts} routed experts ({m.experts_per_token} per token) in {m.moe_layers} layers"
+        if m.experts
+        else ""
+    )
+    lines = [
+        f"[engine_sim] model config: {m.source}",
+        f"[engine_sim] KV bytes per token: {dep.kv_bytes_per_token_all:,} over all ranks, "
+        f"{dep.kv_bytes_per_token_gpu:,} per GPU ({m.layers} of {m.all_layers} layers keep a KV cache, {attn}, "
+        f"KV {'fp8' if dep.kv_dtype_bytes == 1 else 'bf16'})",
+        f"[engine_sim] parameters: {m.total_params / 1e9:.1f} B total, {m.active_params / 1e9:.1f} B active per "
+        f"token{moe}; native precision {m.native_precision}",
+    ]
+    if m.unused_fields:
+        lines.append(
+            f"[engine_sim] model config fields not used by the simulator: {', '.join(m.unused_fields)}"
+        )
+    return lines
+
+
 def startup_lines(args: argparse.Namespace, setup: Setup) -> list[str]:
     dep = setup.deployment
     tokens = setup.gpu_blocks * args.block_size
@@ -305,11 +332,13 @@ def startup_lines(args: argparse.Namespace, setup: Setup) -> list[str]:
         f"[engine_sim] simulated {args.dialect} engine: model={setup.model} profile={dep.model.key} "
         f"hardware={args.hardware} tp={args.tp} ep={dep.ep} precision={dep.precision} speed={args.speed:g}",
         f"[engine_sim] {dep.calibration.describe(dep.model.key)}" if dep.calibration else "",
+        *model_lines(dep),
         f"[engine_sim] step time = {c.a * 1e3:.3f} ms (+ {c.prefill_a * 1e3:.3f} ms when prefilling) + "
         f"{c.b * 1e6:.3f} us/prefill token + {c.c * 1e6:.3f} us/decode seq + {c.d * 1e9:.3f} ns/KV token read + "
         f"{c.e * 1e12:.3f} ps/prefill attention pair"
         + (f" + {c.moe_s * 1e3:.3f} ms x share of routed experts touched" if c.moe_s else ""),
         f"[kv_cache_utils.py] GPU KV cache size: {tokens:,} tokens",
+        f"[engine_sim] KV pool: {tokens:,} tokens ({setup.gpu_blocks:,} blocks of {args.block_size})",
         f"[kv_cache_utils.py] Maximum concurrency for {setup.max_model_len:,} tokens per request: {conc:.2f}x",
     ]
     if setup.cpu_blocks:

@@ -6,6 +6,9 @@ pairs (query token x context token)::
 
     t = a + [P > 0] * a_p + b * P + c * B + d * K + e * Q + m * (1 - (1 - k / E) ** (P + B))
 
+and each request waits ``r`` after it arrives before the scheduler can take it (``request_overhead_s``:
+tokenization and the hand-off to the scheduler; in its TTFT, but no step's cost).
+
 * ``a``: fixed per-step cost: the calibrated step overhead (launches, scheduling, sampling: it does
   not scale with bandwidth), two all-reduces per layer when TP > 1, one read of the weights every
   token uses (all of a dense model; attention, shared experts and embeddings of a MoE), and with
@@ -26,21 +29,9 @@ precision to published serving measurements (``calibration.json`` beside this fi
 ``agentsweep calibrate --fit``; ``docs/engine-sim.md`` shows the fit and its error). A hardware x
 precision without published points uses the defaults and says so at startup.
 
-Published figures used (vendor datasheets; model ``config.json`` files on Hugging Face):
-
-* NVIDIA H200 SXM: 141 GB HBM3e, 4.8 TB/s, 1,979 TFLOPS dense FP8 (989 dense BF16).
-* NVIDIA B200 (HGX B200): 180 GB HBM3e, 8 TB/s, 4.5 PFLOPS dense FP8, 9 PFLOPS dense FP4.
-* AMD Instinct MI355X: 288 GB HBM3E, 8 TB/s, ~5 PFLOPS dense FP8 (~2.5 FP16), ~10 PFLOPS MXFP4.
-* Host link PCIe Gen5 x16: 64 GB/s per direction raw; ~50 GB/s is what pinned copies reach.
-* meta-llama/Llama-3.3-70B-Instruct: 70.6 B params, 80 layers, 8 KV heads x head dim 128 (GQA).
-* deepseek-ai/DeepSeek-R1: 671 B params (37 B active), 61 layers (58 MoE) with 256 routed experts of
-  which each token uses 8, MLA latent KV of 512 + 64 rope dims per layer (one latent per token,
-  replicated on every TP rank), 128 attention heads with 192 query-key and 128 value dims, FP8 weights.
-  FP4 checkpoints quantize the routed experts; the rest stays FP8.
-* Qwen/Qwen3.5-397B-A17B: 397 B params (17 B active), 60 layers of which every 4th uses full
-  attention (15 layers, 2 KV heads x head dim 256); the linear-attention layers keep a fixed
-  per-sequence state that this model ignores. Its expert layout (512 routed experts, 10 per token)
-  is assumed to follow Qwen3-Next's.
+Hardware figures (vendor datasheets) are in ``HARDWARE`` below, each with its source; a model's shape
+(layers, KV heads or MLA latent, experts, parameter counts, native precision) comes from its Hugging
+Face ``config.json`` (:mod:`agentsweep.engine_sim.model_config`).
 """
 
 from __future__ import annotations
@@ -52,6 +43,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from agentsweep.engine_sim.model_config import ModelShape, load_shape
 
 GB = 1e9
 GIB = float(1 << 30)
@@ -69,35 +62,69 @@ class Hardware:
     board_power_w: float = 700.0
     # Idle power (W) of a GPU an engine holds (a context open, its memory allocated, no kernel running).
     idle_power_w: float = 125.0
+    scale_up_bw: float = 900 * GB  # bytes/s per GPU over the scale-up fabric (NVLink, Infinity Fabric)
+    # A calibrated hardware of the same kind whose fitted fractions (of this one's own peaks) stand in
+    # where this one has no published point; the start-up line says so. "" = none (defaults).
+    calibrated_like: str = ""
 
 
-# Board power, from the vendors' public specifications:
-# - NVIDIA H200 SXM: "Max Thermal Design Power (TDP): up to 700W (configurable)" (NVIDIA H200 Tensor
-#   Core GPU datasheet / product page, SXM form factor).
-# - NVIDIA B200 in HGX B200: up to 1,000 W per GPU (NVIDIA HGX B200 / Blackwell datasheet, "Max Thermal
-#   Design Power (TDP)" of the HGX B200 GPU).
-# - AMD Instinct MI355X: 1,400 W "Total Board Power (TBP)" (AMD Instinct MI355X product page and
-#   data sheet; the air-cooled MI350X is 1,000 W).
-# Idle power is not in any datasheet. Recorded with nvidia-smi (tests/energy/fixtures): an H100 (700 W
-# board) idles at 71 W bare and at 120-127 W once a process holds a CUDA context and memory, as a
-# serving engine does; an H200 idles at 80 W bare and draws about 691 W of its 700 W limit under a bf16
-# matmul loop. The H200 takes the held-context 125 W, and the B200 and MI355X the same 18 % of their
-# board power (an estimate until they are measured).
+# Every figure is per GPU, dense (no sparsity), from the vendor's public datasheet or product page named
+# beside it. Where a datasheet gives a whole system (HGX x8, NVL72), the figure is divided by its GPUs.
+# Idle power is in no datasheet. Recorded with nvidia-smi (tests/energy/fixtures): an H100 (700 W board)
+# idles at 71 W bare and at 120-127 W once a process holds a CUDA context and memory, as a serving engine
+# does; an H200 idles at 80 W bare and draws about 691 W of its 700 W limit under a bf16 matmul loop. The
+# H200 takes the held-context 125 W, the others the same 18 % of their board power (an estimate until
+# they are measured). Host links: PCIe Gen5 x16 is 64 GB/s per direction raw, ~50 GB/s for pinned
+# copies; PCIe Gen6 x16 twice that; Grace's NVLink-C2C 900 GB/s (450 per direction) shared by two GPUs.
 HARDWARE: dict[str, Hardware] = {
-    # NVIDIA H200 SXM datasheet (no FP4 units: FP4 weights compute at FP8 rate).
+    # NVIDIA H200 SXM datasheet: 141 GB HBM3e, 4.8 TB/s, FP8 3,958 TFLOPS with sparsity (1,979 dense),
+    # BF16 989 dense; "Max TDP up to 700W (configurable)"; NVLink 900 GB/s. No FP4 units: FP4 weights
+    # compute at the FP8 rate.
     "h200": Hardware(
         "h200", 141 * GB, 4.8e12, {"bf16": 989e12, "fp8": 1979e12, "fp4": 1979e12}, 50 * GB,
-        board_power_w=700.0, idle_power_w=125.0,
+        board_power_w=700.0, idle_power_w=125.0, scale_up_bw=900 * GB,
     ),
-    # NVIDIA HGX B200 (per GPU).
+    # NVIDIA HGX B200 datasheet (per GPU of 8): 180 GB HBM3e, 8 TB/s, FP4 9 PFLOPS dense, FP8 4.5,
+    # BF16 2.25; up to 1,000 W per GPU; NVLink 5 1.8 TB/s; PCIe Gen5 host link.
     "b200": Hardware(
         "b200", 180 * GB, 8.0e12, {"bf16": 2.25e15, "fp8": 4.5e15, "fp4": 9.0e15}, 50 * GB,
-        board_power_w=1000.0, idle_power_w=180.0,
+        board_power_w=1000.0, idle_power_w=180.0, scale_up_bw=1800 * GB,
     ),
-    # AMD Instinct MI355X datasheet.
+    # NVIDIA HGX B300 datasheet (Blackwell Ultra, per GPU of 8): 2.3 TB HBM3e per system = 288 GB per
+    # GPU, 8 TB/s; FP4 108 PFLOPS dense per system = 13.5 per GPU; FP8 4.5 and BF16 2.25 dense (as B200);
+    # 1,100 W per GPU; NVLink 5 1.8 TB/s; PCIe Gen6 host link.
+    "b300": Hardware(
+        "b300", 288 * GB, 8.0e12, {"bf16": 2.25e15, "fp8": 4.5e15, "fp4": 13.5e15}, 100 * GB,
+        board_power_w=1100.0, idle_power_w=200.0, scale_up_bw=1800 * GB, calibrated_like="b200",
+    ),
+    # NVIDIA GB200 NVL72 datasheet (per GPU of 72): 13.4 TB HBM3e = 186 GB per GPU, 576 TB/s = 8 TB/s per
+    # GPU; FP4 720 PFLOPS dense = 10 per GPU, FP8 360 = 5, BF16 180 = 2.5; NVLink 5 1.8 TB/s per GPU.
+    # Power: 1,200 W per Blackwell GPU in the GB200 superchip (NVIDIA's GB200 configuration guides);
+    # host link NVLink-C2C to Grace.
+    "gb200": Hardware(
+        "gb200", 186 * GB, 8.0e12, {"bf16": 2.5e15, "fp8": 5.0e15, "fp4": 10.0e15}, 200 * GB,
+        board_power_w=1200.0, idle_power_w=215.0, scale_up_bw=1800 * GB, calibrated_like="b200",
+    ),
+    # NVIDIA GB300 NVL72 datasheet (per GPU of 72): up to 20.7 TB HBM3e = 288 GB per GPU, 576 TB/s = 8 TB/s
+    # per GPU; FP4 1,080 PFLOPS dense = 15 per GPU, FP8 360 = 5, BF16 180 = 2.5; NVLink 5 1.8 TB/s per GPU.
+    # Power: 1,400 W per Blackwell Ultra GPU (NVIDIA GB300 configuration guides); NVLink-C2C to Grace.
+    "gb300": Hardware(
+        "gb300", 288 * GB, 8.0e12, {"bf16": 2.5e15, "fp8": 5.0e15, "fp4": 15.0e15}, 200 * GB,
+        board_power_w=1400.0, idle_power_w=250.0, scale_up_bw=1800 * GB, calibrated_like="b200",
+    ),
+    # AMD Instinct MI325X data sheet: 256 GB HBM3E, 6 TB/s; FP8 2,614.9 TFLOPS dense (5,229.8 with
+    # sparsity), FP16/BF16 1,307.4 dense; no FP4 units (FP4 weights compute at the FP8 rate); 1,000 W
+    # total board power; Infinity Fabric 896 GB/s (7 links x 128 GB/s); PCIe Gen5 host link.
+    "mi325x": Hardware(
+        "mi325x", 256 * GB, 6.0e12, {"bf16": 1.3074e15, "fp8": 2.6149e15, "fp4": 2.6149e15}, 50 * GB,
+        board_power_w=1000.0, idle_power_w=180.0, scale_up_bw=896 * GB, calibrated_like="mi355x",
+    ),
+    # AMD Instinct MI355X data sheet: 288 GB HBM3E, 8 TB/s; FP8 ~5 PFLOPS dense (~2.5 FP16), MXFP4 ~10;
+    # 1,400 W total board power (the air-cooled MI350X is 1,000 W); Infinity Fabric 1,075 GB/s (7 links x
+    # 153.6 GB/s); PCIe Gen5 host link.
     "mi355x": Hardware(
         "mi355x", 288 * GB, 8.0e12, {"bf16": 2.5e15, "fp8": 5.0e15, "fp4": 10.0e15}, 50 * GB,
-        board_power_w=1400.0, idle_power_w=250.0,
+        board_power_w=1400.0, idle_power_w=250.0, scale_up_bw=1075 * GB,
     ),
 }  # fmt: skip
 
@@ -113,11 +140,18 @@ class Efficiency:
     hbm_eff: float  # achieved fraction of the HBM bandwidth (weights, KV)
     mfu: float  # achieved fraction of the dense peak FLOPS (prefill and decode compute)
     prefill_overhead_s: float  # extra fixed time of a step that prefills
+    # Time from a request's arrival until the scheduler can take it (tokenization, the hand-off to the
+    # scheduler process): adds to its TTFT but, unlike a step cost, stalls no other request.
+    request_overhead_s: float = 0.0
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Efficiency:
         return cls(
-            float(d["step_overhead_s"]), float(d["hbm_eff"]), float(d["mfu"]), float(d["prefill_overhead_s"])
+            float(d["step_overhead_s"]),
+            float(d["hbm_eff"]),
+            float(d["mfu"]),
+            float(d["prefill_overhead_s"]),
+            float(d.get("request_overhead_s", 0.0)),
         )
 
     def to_dict(self) -> dict[str, float]:
@@ -126,6 +160,7 @@ class Efficiency:
             "hbm_eff": self.hbm_eff,
             "mfu": self.mfu,
             "prefill_overhead_s": self.prefill_overhead_s,
+            "request_overhead_s": self.request_overhead_s,
         }
 
 
@@ -152,8 +187,17 @@ class Calibration:
     points: int  # published points the coefficients were fitted to (0 = defaults)
     source: str  # one line: the data set, or why there is none
     model: str = ""  # the model profile the points measured
+    borrowed: Calibration | None = None  # the calibration of the hardware this one is like
 
     def describe(self, model_key: str) -> str:
+        if self.borrowed is not None:
+            kin = self.borrowed
+            return (
+                f"calibration {self.key}: no published point; extrapolated with the fractions fitted on "
+                f"{kin.key} ({kin.points} published {kin.model} points) applied to {self.key.split('/')[0]}'s "
+                f"own datasheet peaks"
+                + (f", and from {kin.model} to {model_key}" if model_key != kin.model else "")
+            )
         if not self.points:
             return f"calibration {self.key}: no published data, default coefficients ({self.source})"
         text = (
@@ -186,75 +230,34 @@ def load_calibrations(path: str = str(CALIBRATION_FILE)) -> dict[str, Calibratio
 
 
 def calibration_for(hardware: str, precision: str) -> Calibration:
+    """The coefficients of ``hardware/precision``: its own fit, else the fit of the calibrated hardware
+    it is like (the same fractions of its own peaks, said at start-up), else the defaults."""
     key = f"{hardware}/{precision}"
-    found = load_calibrations().get(key)
+    cals = load_calibrations()
+    found = cals.get(key)
     if found is not None:
         return found
-    cals = load_calibrations()
+    like = HARDWARE[hardware].calibrated_like if hardware in HARDWARE else ""
+    kin = cals.get(f"{like}/{precision}") if like else None
+    if kin is not None:
+        return Calibration(key, kin.efficiency, kin.shared, 0, kin.source, kin.model, borrowed=kin)
     shared = next(iter(cals.values())).shared if cals else DEFAULT_SHARED
     why = "not in calibration.json" if cals else "calibration.json missing"
     return Calibration(key, DEFAULT_EFFICIENCY, shared, 0, why)
 
 
-@dataclass(frozen=True, slots=True)
-class Model:
-    key: str
-    total_params: float
-    active_params: float
-    layers: int  # layers that keep a KV cache
-    kv_heads: int  # 0 for MLA
-    head_dim: int
-    mla_dim: int = 0  # latent + rope dims per layer for MLA (one entry per token, not per head)
-    max_model_len: int = 131072
-    native_precision: str = "bf16"
-    all_layers: int = 0  # every transformer layer (for per-layer communication); 0 = ``layers``
-    experts: int = 0  # routed experts per MoE layer (0 = dense)
-    experts_per_token: int = 0
-    moe_layers: int = 0
-    attn_flops_per_pair: float = 0.0  # prefill attention FLOPs per (query, context) pair, all layers
-
-    @property
-    def is_moe(self) -> bool:
-        return self.active_params < self.total_params
-
-    @property
-    def expert_params(self) -> float:
-        """Routed expert parameters: total - active = experts x (1 - k/E) x params of one layer's experts."""
-        if not self.experts:
-            return 0.0
-        return (self.total_params - self.active_params) / (1 - self.experts_per_token / self.experts)
+Model = ModelShape  # the step and memory models read a model's shape (model_config.py)
 
 
 def _attn_pair_flops(layers: int, heads: int, qk_dim: int, v_dim: int) -> float:
     return 2.0 * layers * heads * (qk_dim + v_dim)
 
 
-MODELS: dict[str, Model] = {
-    "llama-3.3-70b": Model(
-        "llama-3.3-70b", 70.6e9, 70.6e9, 80, 8, 128, max_model_len=131072,
-        attn_flops_per_pair=_attn_pair_flops(80, 64, 128, 128),
-    ),
-    "deepseek-r1": Model(
-        "deepseek-r1", 671e9, 37e9, 61, 0, 0, mla_dim=576, max_model_len=163840, native_precision="fp8",
-        experts=256, experts_per_token=8, moe_layers=58, attn_flops_per_pair=_attn_pair_flops(61, 128, 192, 128),
-    ),
-    "qwen3.5-397b-a17b": Model(
-        "qwen3.5-397b-a17b", 397e9, 17e9, 15, 2, 256, max_model_len=262144, all_layers=60,
-        experts=512, experts_per_token=10, moe_layers=60, attn_flops_per_pair=_attn_pair_flops(15, 32, 256, 256),
-    ),
-}  # fmt: skip
-
-# name pattern -> profile key (first match wins; matched against the lower-cased model name)
-_PATTERNS: list[tuple[str, str]] = [
-    (r"llama-3\.[13]-70b", "llama-3.3-70b"),
-    (r"deepseek-(r1|v3)", "deepseek-r1"),
-    (r"qwen3\.5-397b", "qwen3.5-397b-a17b"),
-]
-
 _BYTES_PER_PARAM = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}  # fp4 incl. block scales
 
 
 def precision_of(name: str, native: str) -> str:
+    """The weights precision a name states (``-FP8``, ``NVFP4``, ``W8A8``), else the config's."""
     low = name.lower()
     if re.search(r"(nv|mx)?fp4|w4a", low):
         return "fp4"
@@ -264,23 +267,25 @@ def precision_of(name: str, native: str) -> str:
 
 
 def generic_model(name: str) -> Model:
-    """A dense GQA profile guessed from a ``<N>B`` in the name (8B when there is none)."""
+    """A dense GQA profile guessed from a ``<N>B`` in the name (8B when there is none): for a model
+    whose config.json is nowhere to be found (the start-up line says so)."""
     m = re.search(r"(\d+(?:\.\d+)?)b(?![a-z])", name.lower())
     params = float(m.group(1)) * 1e9 if m else 8e9
     layers = 32 if params < 15e9 else 64 if params < 40e9 else 80
     heads = 32 if params < 15e9 else 64
-    return Model(
-        f"generic-{params / 1e9:g}b", params, params, layers, 8, 128,
+    return ModelShape(
+        key=f"generic-{params / 1e9:g}b", source="no config.json found: a dense model guessed from the name",
+        total_params=params, active_params=params, routed_expert_params=0.0, layers=layers, kv_heads=8,
+        head_dim=128, mla_dim=0, max_model_len=131072, native_precision="bf16", dense_precision="bf16",
+        all_layers=layers, experts=0, experts_per_token=0, moe_layers=0,
         attn_flops_per_pair=_attn_pair_flops(layers, heads, 128, 128),
     )  # fmt: skip
 
 
 def find_model(name: str) -> Model:
-    low = name.lower()
-    for pattern, key in _PATTERNS:
-        if re.search(pattern, low):
-            return MODELS[key]
-    return generic_model(name)
+    """The shape of ``name`` from its config.json (local directory, Hugging Face cache, shipped), or a
+    guess from its name when there is none."""
+    return load_shape(name) or generic_model(name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +300,7 @@ class StepCost:
     prefill_a: float = 0.0  # extra fixed time when the step prefills
     moe_s: float = 0.0  # time to read every routed expert once (0 = dense)
     miss: float = 1.0  # 1 - experts_per_token / experts: chance a token leaves a given expert unused
+    admit_s: float = 0.0  # a request's wait before the scheduler can take it (no step cost)
 
     def time(
         self, prefill_tokens: int, decode_batch: int, kv_tokens_read: int, attn_pairs: float = 0.0
@@ -345,11 +351,15 @@ class Deployment:
 def weight_bytes(model: Model, precision: str) -> tuple[float, float]:
     """(bytes of the weights every token uses, bytes of the routed experts) for the whole model.
 
-    FP4 checkpoints of MoE models quantize the routed experts; the other weights stay FP8.
+    FP4 checkpoints of MoE models quantize the routed experts; the other weights keep the checkpoint's
+    precision for them (FP8, or BF16 for gpt-oss's MXFP4), FP8 when FP4 is asked of another checkpoint.
     """
     per_param = _BYTES_PER_PARAM[precision]
-    expert = model.expert_params
-    dense_per_param = min(per_param, 1.0) if expert and precision == "fp4" else per_param
+    expert = model.routed_expert_params
+    dense_per_param = per_param
+    if expert and precision == "fp4":
+        dense = model.dense_precision if model.native_precision == "fp4" else "fp8"
+        dense_per_param = _BYTES_PER_PARAM[dense]
     return (model.total_params - expert) * dense_per_param, expert * per_param
 
 
@@ -386,6 +396,7 @@ def step_cost(
         prefill_a=eff.prefill_overhead_s,
         moe_s=expert_bytes / tp / bw,
         miss=miss,
+        admit_s=eff.request_overhead_s,
     )
 
 
@@ -410,7 +421,10 @@ def deploy(
         heads_gpu = max(1, model.kv_heads // tp)
         kv_gpu = model.layers * 2 * heads_gpu * model.head_dim * kv_dtype_bytes
     dense_bytes, expert_bytes = weight_bytes(model, precision)
-    weight_gpu = (dense_bytes + expert_bytes) / tp  # EP splits the experts over the same GPUs
+    weight_total = dense_bytes + expert_bytes
+    if model.checkpoint_bytes and precision == model.native_precision:
+        weight_total = model.checkpoint_bytes  # the safetensors index states what the checkpoint holds
+    weight_gpu = weight_total / tp  # EP splits the experts over the same GPUs
     cal = calibration or calibration_for(hardware, precision)
     cost = step_cost(model, hw, tp, ep, precision, kv_gpu, cal)
     return Deployment(model, hw, tp, precision, kv_dtype_bytes, kv_gpu, weight_gpu, cost, ep, cal)

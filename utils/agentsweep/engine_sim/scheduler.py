@@ -227,7 +227,7 @@ class Engine:
                 burst_start = time.perf_counter()
                 continue
             if not self.running and not self.loading:
-                self.t = max(self.t, self.waiting[0].arrival)
+                self.t = max(self.t, self.waiting[0].arrival + self.cost.admit_s)
             self._promote_loaded()
             step = self._schedule()
             sched = step.sched
@@ -318,8 +318,9 @@ class Engine:
         found by bisection.
         """
         waiting = self.waiting
-        i = bisect.bisect_right(waiting, self.t, key=_arrival)
-        return waiting[i].arrival if i < len(waiting) else None
+        admit = self.cost.admit_s  # a request can be taken this long after it arrived
+        i = bisect.bisect_right(waiting, self.t - admit, key=_arrival)
+        return waiting[i].arrival + admit if i < len(waiting) else None
 
     # -- scheduling ----------------------------------------------------------------------------
     def _schedule(self) -> _Step:
@@ -368,7 +369,7 @@ class Engine:
         if not preempted:
             while self.waiting and budget > 0 and len(running) + len(self.loading) < self.max_seqs:
                 r = self.waiting[0]
-                if r.arrival > self.t:
+                if r.arrival + self.cost.admit_s > self.t:
                     break
                 n = self._admit(r, budget)
                 if n < 0:
