@@ -68,11 +68,57 @@ def _values() -> dict[str, Any]:
         for key in ("ttft", "e2el", "intvty"):
             values[f"stability_{stat}_{key}_min"] = 1.0
             values[f"stability_{stat}_{key}_max"] = 2.0
+    values.update(_power_values(valid=True))
     return values
 
 
-def _point(cell: Cell | None = None, outcome: str = "SUCCESS") -> Point:
-    return Point("x", outcome, cell or _cell(), _values(), {"router": None})  # type: ignore[arg-type]
+AUDIT: dict[str, Any] = {
+    "source": "dcgm (simulated engine)",
+    "window_start_unix": 1000.0,
+    "window_end_unix": 1010.0,
+    "window_s": 10.0,
+    "clock_scale": 2.0,
+    "expected_gpus": 2,
+    "observed_gpus": 2,
+    "samples": 42,
+    "largest_gap_s": 0.5,
+    "largest_gap_gpu": "0",
+    "max_gap_s": 2.5,
+    "energy_from": "counter",
+    "faults": 0,
+    "bad_rows": 0,
+}
+POWER_FIGURES = {
+    "avg_power_w": 1200.0,
+    "p90_power_w": 1300.0,
+    "avg_power_per_gpu_w": 600.0,
+    "total_gpu_energy_j": 24000.0,
+    "joules_per_output_token": 12.0,
+    "joules_per_total_token": 1.2,
+    "joules_per_successful_query": 600.0,
+    "avg_temp_c": 55.0,
+    "peak_temp_c": 61.0,
+    "avg_util_pct": 80.0,
+}
+
+
+def _power_values(*, valid: bool, reasons: tuple[str, ...] = ()) -> dict[str, Any]:
+    """collect's power columns of a cell (every figure empty while power is invalid)."""
+    return {
+        "power_valid": valid,
+        **{name: value if valid else None for name, value in POWER_FIGURES.items()},
+        "power_reasons": json.dumps(list(reasons)),
+        "power_audit": json.dumps(AUDIT, sort_keys=True, separators=(",", ":")),
+    }
+
+
+def _powered(**extra: Any) -> Cell:
+    """A cell of a runner that samples power (the local runner's facts)."""
+    return _cell(power_source="dcgm", power_endpoint="engine", **extra)
+
+
+def _point(cell: Cell | None = None, outcome: str = "SUCCESS", **values: Any) -> Point:
+    return Point("x", outcome, cell or _cell(), {**_values(), **values}, {"router": None})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("shape", ["flat", "nested"])
@@ -82,16 +128,18 @@ def test_the_shipped_schema_is_the_one_the_models_generate(shape) -> None:
 
 
 @pytest.mark.parametrize(
-    "cell",
+    ("cell", "power"),
     [
-        _cell(),
-        _cell(offload="noprefix"),
-        _cell(tp=1, prefill={"tp": 1}, decode={"replicas": 2, "tp": 1}, router="round_robin", gpus=3),
+        (_cell(), {}),
+        (_cell(offload="noprefix"), {}),
+        (_cell(tp=1, prefill={"tp": 1}, decode={"replicas": 2, "tp": 1}, router="round_robin", gpus=3), {}),
+        (_powered(), {}),
+        (_powered(), _power_values(valid=False, reasons=("a gap of 12.0 s in GPU 0's samples",))),
     ],
-    ids=["one-engine", "noprefix", "disaggregated"],
+    ids=["one-engine", "noprefix", "disaggregated", "with-power", "power-withheld"],
 )
-def test_a_nested_row_flattens_to_the_flat_row_and_both_validate(cell) -> None:
-    point = _point(cell)
+def test_a_nested_row_flattens_to_the_flat_row_and_both_validate(cell, power) -> None:
+    point = _point(cell, **power)
     nested = nested_row(point).model_dump(mode="json", by_alias=True)
     flat = flat_row(point).model_dump(mode="json", by_alias=True)
     assert problems(nested, "nested") == []
@@ -134,3 +182,40 @@ def test_a_row_that_breaks_the_schema_is_named_field_by_field() -> None:
     found = problems(flat, "flat")
     assert any(line.startswith("conc:") for line in found)
     assert any("tput_per_gpu" in line for line in found)
+
+
+def test_power_is_collects_columns_in_both_shapes() -> None:
+    flat = flat_row(_point(_powered())).model_dump(mode="json", by_alias=True)
+    nested = nested_row(_point(_powered())).model_dump(mode="json", by_alias=True)["power"]
+    assert flat["power_valid"] is True and nested["valid"] is True
+    for name in (
+        "avg_power_w",
+        "total_gpu_energy_j",
+        "joules_per_output_token",
+        "joules_per_total_token",
+        "joules_per_successful_query",
+        "avg_temp_c",
+        "peak_temp_c",
+        "avg_util_pct",
+    ):
+        assert flat[name] == nested[name] == POWER_FIGURES[name], name
+    assert flat["power_reasons"] == nested["reasons"] == []
+    assert flat["power_audit"] == nested["audit"] == AUDIT
+    assert "p90_power_w" not in flat and "p90_power_w" not in nested
+
+
+def test_withheld_power_keeps_its_reasons_and_audit_and_no_sampling_is_null() -> None:
+    reasons = ("GPUs: 1 of 2 reported samples in the window", "a gap of 12.0 s in GPU 0's samples")
+    withheld = _point(_powered(), **_power_values(valid=False, reasons=reasons))
+    flat = flat_row(withheld).model_dump(mode="json", by_alias=True)
+    assert flat["power_valid"] is False and flat["power_reasons"] == list(reasons)
+    assert flat["avg_power_w"] is None and flat["joules_per_output_token"] is None
+    assert flat["power_audit"] == AUDIT and flat["outcome"] == "SUCCESS"  # the point itself stands
+    assert nested_row(withheld).model_dump(mode="json", by_alias=True)["power"]["reasons"] == list(reasons)
+    # A runner with power_source none: collect says "samples no power"; the export says null.
+    none = _point(_cell(), **_power_values(valid=False, reasons=("runner x samples no power",)))
+    flat = flat_row(none).model_dump(mode="json", by_alias=True)
+    assert flat["power_valid"] is None and flat["power_reasons"] is None and flat["power_audit"] is None
+    assert flat["joules_per_output_token"] is None
+    assert nested_row(none).model_dump(mode="json", by_alias=True)["power"] is None
+    assert problems(flat, "flat") == []

@@ -1,9 +1,10 @@
-"""export on a real local cell (simulated engine, scraper, replayer): the rows validate against the
-shipped schemas, the nested row flattens to the flat one, and interactivity and throughput per GPU
-computed by hand from requests.jsonl equal the exported values."""
+"""export on a real local cell (simulated engine, scraper, replayer, power sampler): the rows validate
+against the shipped schemas, the nested row flattens to the flat one, interactivity and throughput per
+GPU computed by hand from requests.jsonl equal the exported values, and the power fields are collect's."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -47,6 +48,9 @@ def cell_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "min_window_coverage": 0.5,
         "max_dispatch_lag_p99_s": 2.0,
         "speed": SPEED,
+        # The local runner's power facts: the sampler reads the simulated engine's DCGM metrics.
+        "power_source": "dcgm",
+        "power_endpoint": "engine",
     }
     env = {k: v for k, v in os.environ.items() if k not in (CELL_ENV_VAR, "PORT", "RESULT_DIR")}
     proc = subprocess.run(
@@ -126,3 +130,20 @@ def test_interactivity_and_throughput_per_gpu_by_hand_from_requests_jsonl(cell_d
         sum(r["output_tokens"] for r in inside) / engine_seconds / 2, rel=1e-9
     )
     assert flat["duration_seconds"] == pytest.approx(engine_seconds, rel=1e-9)
+
+
+def test_power_fields_are_collects_summary_csv_figures(cell_dir, tmp_path):
+    flat = _export(cell_dir, tmp_path / "flat.json", "flat")
+    nested = _export(cell_dir, tmp_path / "nested.json", "nested")
+    assert main(["collect", str(cell_dir.parent), str(tmp_path / "agg"), "--no-plots"]) == 0
+    with (tmp_path / "agg" / "summary.csv").open(newline="") as f:
+        (row,) = [r for r in csv.DictReader(f) if r["exp_name"] == cell_dir.name]
+    assert float(row["power_valid"]) == 1.0 and flat["power_valid"] is True
+    assert flat["joules_per_output_token"] > 0
+    assert flat["joules_per_output_token"] == float(row["joules_per_output_token"])
+    assert flat["total_gpu_energy_j"] == float(row["total_gpu_energy_j"])
+    assert flat["power_reasons"] == json.loads(row["power_reasons"]) == []
+    assert flat["power_audit"] == json.loads(row["power_audit"])
+    assert flat["power_audit"]["observed_gpus"] == flat["power_audit"]["expected_gpus"] == 2
+    power = nested["power"]
+    assert power["valid"] is True and power["joules_per_output_token"] == flat["joules_per_output_token"]

@@ -21,6 +21,7 @@ from agentsweep.collect.columns import LATENCY_STATS
 from agentsweep.contract.cell import Cell
 from agentsweep.export.models import (
     FLAT_METRICS,
+    POWER_FIGURES,
     STABILITY_KEYS,
     STATS,
     FlatRow,
@@ -29,6 +30,7 @@ from agentsweep.export.models import (
     NestedRow,
     Outcome,
     PerGpu,
+    Power,
     Rate,
     RequestAccounting,
     RequestCache,
@@ -157,6 +159,26 @@ def _stability_value(values: Mapping[str, Any], key: str) -> float | int | None:
     return _int(value) if key.endswith("_count") and "kish" not in key else _num(value)
 
 
+def _power_verdict(point: Point) -> tuple[bool, list[str], dict[str, Any]] | None:
+    """collect's power verdict, reasons and audit of the cell (its ``power_*`` columns, never computed
+    again here); None when the cell's runner samples no power or collect gave no power columns."""
+    v = point.values
+    valid = v.get("power_valid")
+    if point.cell.power_source == "none" or not isinstance(valid, bool):
+        return None
+    reasons, audit = json.loads(v.get("power_reasons") or "[]"), json.loads(v.get("power_audit") or "{}")
+    return valid, [str(reason) for reason in reasons], audit
+
+
+def _power(point: Point) -> Power | None:
+    verdict = _power_verdict(point)
+    if verdict is None:
+        return None
+    valid, reasons, audit = verdict
+    figures = {name: _num(point.values.get(name)) for name in POWER_FIGURES}
+    return Power.model_validate({"valid": valid, **figures, "reasons": reasons, "audit": audit})
+
+
 def nested_row(point: Point) -> NestedRow:
     """The agentx-v1 row of one point."""
     v = point.values
@@ -230,6 +252,7 @@ def nested_row(point: Point) -> NestedRow:
             ),
             "router": Router(name=router_name, version=point.versions.get("router") if router_name else None),
             "kv_cache_pool_tokens": _int(v.get("kv_pool_tokens")),
+            "power": _power(point),
         }
     )
 
@@ -266,4 +289,9 @@ def flat_row(point: Point) -> BaseModel:
     )
     for key in STABILITY_KEYS:
         out[key] = _stability_value(v, key)
+    verdict = _power_verdict(point)
+    valid, reasons, audit = verdict if verdict is not None else (None, None, None)
+    out.update(power_valid=valid, power_reasons=reasons, power_audit=audit)
+    for name in POWER_FIGURES:
+        out[name] = None if verdict is None else _num(v.get(name))
     return FlatRow.model_validate(out)

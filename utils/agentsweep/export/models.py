@@ -5,7 +5,10 @@ from these and shipped in ``schemas/``; docs/export.md).
   ``{stat}_{metric}`` (p50 is ``median``). Agentic rows use the full-response ITL: ``*_itl`` and
   ``*_intvty`` are the full-response ITL and ``1 / ITL``, as InferenceX does for agentic rows.
 - ``NestedRow`` (agentx-v1): the same facts grouped (``request_metrics``, ``server_metrics``,
-  ``request_accounting``), with the plain (token-gap) ITL beside the full-response one.
+  ``request_accounting``, ``power``), with the plain (token-gap) ITL beside the full-response one.
+
+Power (``power_*`` flat, ``power`` nested) is collect's power columns as they are (docs/energy.md): null
+when the cell samples no power; every figure null while ``power_valid`` is false, its reasons saying why.
 
 ``flatten`` turns a nested row into its flat row. Latencies are seconds, rates tokens per second;
 a simulated cell's figures are in its engine's clock (collect's ``clock_scale``).
@@ -16,6 +19,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from agentsweep.energy.summary import PowerAudit
 
 FLAT_SCHEMA = "agentx-flat-v1"
 NESTED_SCHEMA = "agentx-v1"
@@ -49,6 +54,17 @@ STABILITY_KEYS: tuple[str, ...] = (
         for key in ("ttft", "e2el", "intvty")
         for end in ("min", "max")
     ),
+)
+# The power figures both shapes carry under the same names (collect's power columns, docs/energy.md).
+POWER_FIGURES: tuple[str, ...] = (
+    "avg_power_w",
+    "total_gpu_energy_j",
+    "joules_per_output_token",
+    "joules_per_total_token",
+    "joules_per_successful_query",
+    "avg_temp_c",
+    "peak_temp_c",
+    "avg_util_pct",
 )
 Outcome = Literal["SUCCESS", "INVALID", "FAILED"]
 TrueFalse = Literal["true", "false"]
@@ -195,6 +211,23 @@ class Router(_Model):
     version: str | None
 
 
+class Power(_Model):
+    """GPU power over the measurement window, in the engine's clock (collect's power columns). Every
+    figure is null while ``valid`` is false; ``reasons`` says why, the audit stays."""
+
+    valid: bool
+    avg_power_w: float | None = Field(description="the whole cell (all its GPUs), W")
+    total_gpu_energy_j: float | None = Field(description="summed over the cell's GPUs, J")
+    joules_per_output_token: float | None
+    joules_per_total_token: float | None = Field(description="per input (cached included) + output token")
+    joules_per_successful_query: float | None
+    avg_temp_c: float | None
+    peak_temp_c: float | None
+    avg_util_pct: float | None
+    reasons: list[str] = Field(description="one line per failed check")
+    audit: PowerAudit = Field(description="window, expected and observed GPUs, samples, largest gap")
+
+
 class NestedRow(Identity):
     """An agentx-v1 row."""
 
@@ -204,6 +237,7 @@ class NestedRow(Identity):
     request_accounting: RequestAccounting
     router: Router
     kv_cache_pool_tokens: int | None
+    power: Power | None = Field(..., description="null when the cell's runner samples no power")
 
 
 def _flat_fields() -> dict[str, Any]:
@@ -232,6 +266,11 @@ def _flat_fields() -> dict[str, Any]:
     for name in STABILITY_KEYS:
         kind = int if name.endswith("_count") and "kish" not in name else float
         fields[name] = (kind | None, ...)
+    fields["power_valid"] = (bool | None, Field(description="null when the cell's runner samples no power"))
+    for name in POWER_FIGURES:
+        fields[name] = (float | None, ...)
+    fields["power_reasons"] = (list[str] | None, ...)
+    fields["power_audit"] = (PowerAudit | None, ...)
     return fields
 
 
@@ -249,7 +288,8 @@ def _stat(stats: Statistics, key: str) -> float | None:
 
 def flatten(row: NestedRow) -> BaseModel:
     """The flat row of a nested one: p50 -> ``median_*``, the full-response ITL and interactivity ->
-    ``*_itl``/``*_intvty``, per-GPU -> ``tput_per_gpu`` etc."""
+    ``*_itl``/``*_intvty``, per-GPU -> ``tput_per_gpu`` etc., ``power.valid`` -> ``power_valid``,
+    ``power.{reasons,audit}`` -> ``power_{reasons,audit}``."""
     req, server = row.request_metrics, row.server_metrics
     values: dict[str, Any] = row.model_dump(include=set(Identity.model_fields))
     latency = req.latency
@@ -278,4 +318,10 @@ def flatten(row: NestedRow) -> BaseModel:
         values[key] = (
             stability.windows[key] if key.startswith("observed_window_p") else getattr(stability, key)
         )
+    power = row.power
+    values["power_valid"] = None if power is None else power.valid
+    for name in POWER_FIGURES:
+        values[name] = None if power is None else getattr(power, name)
+    values["power_reasons"] = None if power is None else power.reasons
+    values["power_audit"] = None if power is None else power.audit
     return FlatRow.model_validate(values)
