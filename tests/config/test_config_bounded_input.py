@@ -26,13 +26,16 @@ def entry(key: str = "k", model: str = "m", duration: str = "10", args: str = "'
 
 
 def run_matrix(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """The real `agentsweep matrix` in a child process: a hang is a failure, not a stuck test run."""
+    """The real `agentsweep matrix` in a child process: a hang is a failure, not a stuck test run.
+
+    The timeout guards against a hang, it is no speed target: the largest file the size limit admits
+    takes about 5 s of pure-Python YAML parsing on an idle core, several times that on a busy one."""
     proc = subprocess.run(
         [sys.executable, "-m", "agentsweep.cli", "matrix", *argv],
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=10,
+        timeout=60,
         env={k: v for k, v in {**os.environ, **(env or {})}.items() if k != "GITHUB_ACTIONS"},
         check=False,
     )
