@@ -18,7 +18,6 @@ import math
 import time
 from collections.abc import Callable
 
-import agentsweep
 from agentsweep.capacity.engine_state import reset_prefix_cache, wait_idle
 from agentsweep.capacity.measure import run_figures
 from agentsweep.capacity.power import step_power_w
@@ -28,7 +27,7 @@ from agentsweep.cell.allocation import StepBudget, step_budget
 from agentsweep.cell.engine_process import EngineFailed, copy_log_section, log_size
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.executor import EngineGroup, replay, show_tail
-from agentsweep.cell.lifecycle import CellInterrupted, check_outputs, judge, kv_cache_tester_version, seal
+from agentsweep.cell.lifecycle import CellInterrupted, cell_voice, check_outputs, judge, seal, start_versions
 from agentsweep.cell.plan import CellOptions, CellPlan
 from agentsweep.cell.watchdog import Watchdog
 from agentsweep.contract.cell import Cell
@@ -260,19 +259,10 @@ def run_capacity_cell(
     status.txt and receipt.json (on every exit path, as ``run_cell`` does for an ordinary cell)."""
     cell = plan.cell
     assert cell.capacity is not None, "run_capacity_cell needs a capacity cell"
-    shout = log or (lambda line: print(f"[cell {cell.exp_name}] {line}", flush=True))
-    secrets = record.secret_values() | record.secret_values(plan.engine.env)
-
-    def say(line: str) -> None:
-        shout(record.mask_text(line, secrets))
-
+    say = cell_voice(plan, log)
     plan.result_dir.mkdir(parents=True, exist_ok=True)
     start_utc = record.utc_now()
-    versions: dict[str, str | None] = {
-        "agentsweep": agentsweep.__version__,
-        "kv_cache_tester": kv_cache_tester_version(),
-        "engine": None,
-    }
+    versions = start_versions()
     budget = step_budget(cell)
     for line in describe(cell):
         say(line)

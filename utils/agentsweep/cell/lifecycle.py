@@ -85,23 +85,34 @@ def install_signal_handlers() -> Callable[[], None]:
     return restore
 
 
-def run_cell(
-    plan: CellPlan, options: CellOptions, *, log: Callable[[str], None] | None = None
-) -> tuple[str, str | None]:
-    """Run the plan; returns (status, reason) after writing cell.json, status.txt and receipt.json."""
+def cell_voice(plan: CellPlan, log: Callable[[str], None] | None = None) -> Callable[[str], None]:
+    """How a cell speaks: ``[cell EXP_NAME] line`` on stdout (or ``log``), every secret masked."""
     shout = log or (lambda line: print(f"[cell {plan.cell.exp_name}] {line}", flush=True))
     secrets = record.secret_values() | record.secret_values(plan.engine.env)
 
     def say(line: str) -> None:
         shout(record.mask_text(line, secrets))
 
-    plan.result_dir.mkdir(parents=True, exist_ok=True)
-    start_utc = record.utc_now()
-    versions: dict[str, str | None] = {
+    return say
+
+
+def start_versions() -> dict[str, str | None]:
+    """The versions cell.json records, the engine's filled in once it answers."""
+    return {
         "agentsweep": agentsweep.__version__,
         "kv_cache_tester": kv_cache_tester_version(),
         "engine": None,
     }
+
+
+def run_cell(
+    plan: CellPlan, options: CellOptions, *, log: Callable[[str], None] | None = None
+) -> tuple[str, str | None]:
+    """Run the plan; returns (status, reason) after writing cell.json, status.txt and receipt.json."""
+    say = cell_voice(plan, log)
+    plan.result_dir.mkdir(parents=True, exist_ok=True)
+    start_utc = record.utc_now()
+    versions = start_versions()
     status: Verdict = "FAILED"
     reason: str | None = "the cell did not finish"
     reasons: list[str] = []
