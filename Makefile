@@ -50,9 +50,10 @@ test-engine-parsers: venv
 test: venv
 	$(BIN)/python -m pytest -q
 
-# The edit loop: the unit tests only (no process, no socket, no engine), under a minute on two cores.
+# The edit loop: the unit tests only (no process, no socket, no engine), spread over every core (pytest-xdist):
+# under a minute on two cores.
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not integration and not slow and not slurm and not chromium and not engine_parsers"
+	$(BIN)/python -m pytest -q -n auto -m "not integration and not slow and not slurm and not chromium and not engine_parsers"
 
 SHELL_SCRIPTS = $(wildcard .ci/run runners/*.sh runners/lib/*.sh benchmarks/*.sh scripts/*.sh experimental/*/*.sh)
 
