@@ -30,6 +30,7 @@ from typing import BinaryIO, TextIO
 from kv_cache_tester.inputfiles import InputFileProblem, open_regular
 
 from agentsweep.contract.resultdir import POWER_CSV
+from agentsweep.contract.resultdir.fileio import finite_number
 from agentsweep.errors import InputError, ResultFileError
 
 COLUMNS: tuple[str, ...] = (
@@ -157,14 +158,6 @@ def _check_existing(path: Path) -> bool:
     return False
 
 
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
 class PowerCsvReader:
     """The readable rows of one power.csv, in file order (iterate it; each iteration reads again).
 
@@ -232,10 +225,10 @@ class PowerCsvReader:
     def _row(row: list[str]) -> PowerRow | None:
         if len(row) != len(COLUMNS):
             return None
-        time_s = _number(row[0])
+        time_s = finite_number(row[0])
         if time_s is None:
             return None
-        power, energy, temp, util, mem = (_number(cell) if cell.strip() else None for cell in row[3:8])
+        power, energy, temp, util, mem = (finite_number(cell) if cell.strip() else None for cell in row[3:8])
         return PowerRow(time_s, row[1], row[2], power, energy, temp, util, mem, row[8].strip())
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import bisect
 import csv
 import itertools
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import BinaryIO
 
 from kv_cache_tester.inputfiles import InputFileProblem, open_regular
 
+from agentsweep.contract.resultdir.fileio import finite_number
 from agentsweep.errors import ResultFileError
 from agentsweep.metrics.dialects import COLUMNS, format_row
 
@@ -39,14 +39,6 @@ class Scrape:
     time_s: float
     values: dict[str, float | None]
     not_number: tuple[str, str] | None = None  # (column, text) of the first cell that is not a number
-
-
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
 
 
 class ScrapeReader:
@@ -100,7 +92,7 @@ class ScrapeReader:
         for row in rows:
             if not row:
                 continue
-            t = _number(row[at]) if len(row) == width else None
+            t = finite_number(row[at]) if len(row) == width else None
             if t is None:
                 self.bad_rows += 1
                 continue
@@ -109,7 +101,7 @@ class ScrapeReader:
             for column, i in where:
                 text = row[i].strip()
                 if text:
-                    value = _number(text)
+                    value = finite_number(text)
                     values[column] = value
                     if value is None and not_number is None:
                         not_number = (column, row[i])

@@ -7,6 +7,7 @@ a cell's reason says which file broke and how.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, TypeVar
@@ -84,3 +85,13 @@ def read_model(result_dir: Path, name: str, model: type[Model]) -> Model | None:
     """A declared JSON file as ``model``, None when absent."""
     found = read_json_object(result_dir, name)
     return None if found is None else parse_model(model, found[0], name)
+
+
+def finite_number(text: str) -> float | None:
+    """A CSV cell of a result file as a finite number; None for text, inf or nan (the readers of
+    server_metrics*.csv and power.csv count such cells, never take them as values)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
