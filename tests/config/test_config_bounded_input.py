@@ -197,10 +197,11 @@ def test_control_character_in_a_runner_field(tmp_path: Path) -> None:
         ("replay", "{seed: 4294967296}", "k.replay.seed: must be <= 4294967295, got 4294967296"),
         ("replay", "{max_delay: 100000}", "k.replay.max_delay: must be <= 86400.0, got 100000"),
         ("replay", "{warmup_requests: 1000000}", "k.replay.warmup_requests: must be <= 100000, got 1000000"),
+        # The replayer's longest prompt: a larger cap passed the matrix and was refused in the cell.
         (
             "replay",
-            "{max_context: 2147483648}",
-            "k.replay.max_context: must be <= 2147483647, got 2147483648",
+            "{max_context: 4194305}",
+            "k.replay.max_context: must be <= 4194304, got 4194305",
         ),
         ("engine_env", '{A: "x\\ty"}', "k.engine_env: A: control character '\\t' in 'x\\ty'"),
         ("image", '"img\\u2028x"', "k.image: control character '\\u2028' in 'img\\u2028x' (line"),

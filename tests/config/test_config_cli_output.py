@@ -71,10 +71,40 @@ def test_github_output_writes_both_files(cli, tmp_path: Path, monkeypatch: pytes
     ]
     assert outputs["count"] == "6"
     assert outputs["max_parallel"] == "4"
+    assert outputs["keys"] == "dsr1-fp4-b200-vllm"
     text = summary.read_text()
     assert text.startswith("### Sweep matrix: 6 cells")
     assert text.count("| `dsr1-fp4-b200-vllm-tp4-") == 6
     assert "6 cells" in result.out  # the table goes to the log
+
+
+def test_one_key_set_however_it_is_spelled(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The `keys` output (the sweep workflow's concurrency group) names the keys the cells came from:
+    globs, order, spaces and repeats of one set give one value; a long set is named by its digest."""
+    from agentsweep.config.render import SWEEP_KEYS_MAX_CHARS, sweep_keys
+
+    def keys(*args: str) -> str:
+        out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+        monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
+        assert cli(*args, "--github-output").rc == 0
+        return dict(line.split("=", 1) for line in out.read_text().splitlines())["keys"]
+
+    spellings = [
+        ("--key", "demo-mini", "--key", "demo"),
+        ("--key", "demo", "--key", "demo-mini", "--key", "demo"),
+        ("--key", " demo-mini ", "--key", "demo"),
+        ("--key", "demo", "--key", "demo-m*"),
+    ]
+    assert {keys(*s) for s in spellings} == {"demo,demo-mini"}
+    assert keys("--key", "demo") == "demo"
+    many = select_cells(None, ["*"])
+    named = sweep_keys(many)
+    expected = ",".join(sorted({c.config_key for c in many}))
+    assert named == (expected if len(expected) <= SWEEP_KEYS_MAX_CHARS else named)
+    long = [c.model_copy(update={"config_key": f"k{i:03d}-" + "x" * 20}) for i, c in enumerate(many * 10)]
+    digest = sweep_keys(long)
+    assert digest.startswith("sha256-") and len(digest) == 23 and digest == sweep_keys(long[::-1])
 
 
 def test_github_output_without_variables_prints_json_and_says_so(cli) -> None:

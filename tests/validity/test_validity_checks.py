@@ -206,6 +206,21 @@ def test_client_and_server_disagree(tmp_path, server, check, text):
     assert set(reasons) == {check} and text in reasons[check]
 
 
+def test_requests_given_up_at_the_end_may_have_finished_on_the_server(tmp_path):
+    """The client gave up 4 requests when its grace period ran out; the server finished 3 of them after
+    it left: the counts agree. A server that counted more than the client's finished plus given-up
+    requests still disagrees."""
+    records = healthy_records()
+    for r in records[-4:]:
+        r.update(status="error", error={"class": "timeout", "message": "abandoned at the end of the run: x"})
+    check = evaluate(write_dir(tmp_path / "a", records, server={"requests_finished_total": 119}), CELL)
+    assert check.checks["request_count_gap"].ok and check.checks["request_count_gap"].value == 0.0
+    far = _reasons(write_dir(tmp_path / "b", records, server={"requests_finished_total": 126}))
+    assert far["request_count_gap"] == (
+        "the client saw 116 requests finish (and gave up 4 at the end), the server counted 126"
+    )
+
+
 def test_server_metrics_missing_or_going_down(tmp_path):
     path = write_dir(tmp_path, healthy_records())
     (path / "server_metrics.csv").unlink()

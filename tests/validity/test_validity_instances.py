@@ -157,15 +157,17 @@ def test_disaggregated_instances_are_judged_by_their_names(tmp_path):
 def _routed_cell(repo_root: Path) -> Cell:
     return Cell.parse(
         {
-            "config_key": "fz", "exp_name": "fz-tp1-ep1-u6-off-r2-consistent_hash", "runner": "local",
+            "config_key": "fz", "exp_name": "fz-tp1-ep1-u16-off-r2-consistent_hash", "runner": "local",
             "engine": "sim", "model": "meta-llama/Llama-3.3-70B-Instruct", "precision": "fp8", "tp": 1,
-            "users": 6, "offload": "off", "duration": 20,
+            "users": 16, "offload": "off", "duration": 20,
             "traces": str(repo_root / "kv-cache-tester" / "sample_traces"), "max_context": 65536,
             "max_delay": 1, "warmup_requests": 0, "speed": 50, "engine_args": "--num-gpu-blocks-override 4096",
             "replicas": 2, "router": "consistent_hash", "router_program": "vllm-router",
             # Room for what a frozen replica also does to the cell as a whole (its lanes' requests fail
             # once each, their prompts were computed): here only the per-instance checks may catch it.
-            "max_failed_share": 0.2, "max_prompt_token_gap": 0.3, "max_cached_token_gap": 0.9,
+            # The hash ring is placed by the replicas' (free, so random) ports: with 16 sessions the
+            # healthy replica keeps at least four of them in all but about one run in a hundred.
+            "max_failed_share": 0.35, "max_prompt_token_gap": 0.3, "max_cached_token_gap": 0.9,
             "max_throughput_drift": 5.0, "max_dispatch_lag_p99_s": 2.0,
         }
     )  # fmt: skip

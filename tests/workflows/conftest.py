@@ -403,6 +403,25 @@ def call_inputs(called: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str
     return out
 
 
+def sweep_run(
+    sweep_inputs: Mapping[str, Any],
+    matrix_outputs: Mapping[str, Any],
+    secrets: Mapping[str, str] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """agentic-sweep.yml's `sweep` job after its matrix job: (the called agentic-sweep-run.yml, its
+    `inputs` context, its secrets), rendered from the dispatch inputs and the matrix job's outputs."""
+    call = load_workflow("agentic-sweep.yml")["jobs"]["sweep"]
+    run_wf = load_workflow(call["uses"].removeprefix("$/.github/workflows/"))
+    ctx = {
+        "inputs": sweep_inputs,
+        "needs": {"matrix": {"outputs": dict(matrix_outputs), "result": "success"}},
+        "secrets": dict(secrets or {}),
+    }
+    given = {name: render(value, ctx) for name, value in call["with"].items()}
+    passed = {name: render(value, ctx) for name, value in call["secrets"].items()}
+    return run_wf, call_inputs(run_wf, given), passed
+
+
 def dispatch_inputs(workflow: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
     """The `inputs` context of a workflow_dispatch run: defaults filled in, types checked."""
     declared = workflow["on"]["workflow_dispatch"]["inputs"]
@@ -450,6 +469,7 @@ def gha() -> SimpleNamespace:
         render=render,
         run_job=run_job,
         call_inputs=call_inputs,
+        sweep_run=sweep_run,
         dispatch_inputs=dispatch_inputs,
         to_text=to_text,
         make_workspace=make_workspace,

@@ -87,7 +87,7 @@ def _matrix_job(
 def _collect_job(
     gha: SimpleNamespace, tmp_path: Path, store: Path, inputs: dict[str, Any], matrix_result: Any
 ) -> Any:
-    workflow = gha.load_workflow("agentic-sweep.yml")
+    workflow, run_inputs, _ = gha.sweep_run(inputs, matrix_result.outputs)
     temp = tmp_path / "temp-collect"
     temp.mkdir()
     handlers = {
@@ -96,8 +96,7 @@ def _collect_job(
         "actions/download-artifact": downloader(store),
         "actions/upload-artifact": uploader(store),
     }
-    needs = {"matrix": {"outputs": matrix_result.outputs, "result": "success"}}
-    ctx = {"inputs": inputs, "needs": needs}
+    ctx = {"inputs": run_inputs, "needs": {"cells": {"result": "success"}}}
     return gha.run_job(workflow, "collect", ctx, tmp_path / "ws", temp, handlers, timeout=180)
 
 
@@ -158,14 +157,13 @@ def test_sweep_runs_end_to_end_through_the_workflow_files(gha: SimpleNamespace, 
     store.mkdir()
     workspace = gha.make_workspace(tmp_path / "ws")
     inputs, matrix_result = _matrix_job(gha, tmp_path, store, config_key="demo-mini", duration=3)
-    sweep = gha.load_workflow("agentic-sweep.yml")
+    run_wf, run_inputs, run_secrets = gha.sweep_run(inputs, matrix_result.outputs)
     cell_wf = gha.load_workflow("agentic-cell.yml")
-    needs = {"matrix": {"outputs": matrix_result.outputs, "result": "success"}}
     cells = json.loads(matrix_result.outputs["matrix"])["include"]
     assert len(cells) == 3
     ran = next(c for c in cells if c["offload"] == "off")
-    ctx = {"inputs": inputs, "needs": needs, "matrix": ran, "secrets": {}}
-    call = sweep["jobs"]["cells"]
+    ctx = {"inputs": run_inputs, "matrix": ran, "secrets": run_secrets}
+    call = run_wf["jobs"]["cells"]
     cell_inputs = gha.call_inputs(cell_wf, {k: gha.render(v, ctx) for k, v in call["with"].items()})
     secrets = {k: gha.render(v, ctx) for k, v in call["secrets"].items()}
     temp = tmp_path / "temp-cell"

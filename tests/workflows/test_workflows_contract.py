@@ -74,7 +74,7 @@ def test_the_cell_workflow_takes_the_cell_as_one_input(gha: SimpleNamespace) -> 
 
 
 def test_the_sweep_passes_the_whole_matrix_cell(gha: SimpleNamespace) -> None:
-    call = gha.load_workflow("agentic-sweep.yml")["jobs"]["cells"]
+    call = gha.load_workflow("agentic-sweep-run.yml")["jobs"]["cells"]
     assert set(call["with"]) == CELL_CALL_INPUTS
     assert re.fullmatch(r"\$\{\{\s*toJSON\(matrix\)\s*\}\}", call["with"]["cell"])
     # No input is taken from a single matrix field any more: the cell travels whole.

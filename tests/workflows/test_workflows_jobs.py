@@ -73,14 +73,15 @@ def _runners() -> dict[str, Any]:
 def _cell_calls(
     gha: SimpleNamespace, inputs: Mapping[str, Any], matrix_outputs: Mapping[str, Any]
 ) -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
-    """For every matrix cell: (cell, the cell workflow's inputs, its secrets), from the `cells` job."""
-    call = gha.load_workflow("agentic-sweep.yml")["jobs"]["cells"]
+    """For every matrix cell: (cell, the cell workflow's inputs, its secrets): the sweep job calls
+    agentic-sweep-run.yml, whose `cells` job calls agentic-cell.yml."""
+    run_wf, run_inputs, run_secrets = gha.sweep_run(inputs, matrix_outputs, {"HF_TOKEN": "hf_test_token"})
+    call = run_wf["jobs"]["cells"]
     cell_wf = gha.load_workflow("agentic-cell.yml")
-    needs = {"matrix": {"outputs": dict(matrix_outputs), "result": "success"}}
-    matrix = gha.render(call["strategy"]["matrix"], {"inputs": inputs, "needs": needs})
+    matrix = gha.render(call["strategy"]["matrix"], {"inputs": run_inputs})
     out = []
     for cell in matrix["include"]:
-        ctx = {"inputs": inputs, "needs": needs, "matrix": cell, "secrets": {"HF_TOKEN": "hf_test_token"}}
+        ctx = {"inputs": run_inputs, "matrix": cell, "secrets": run_secrets}
         given = {name: gha.render(value, ctx) for name, value in call["with"].items()}
         secrets = {name: gha.render(value, ctx) for name, value in call["secrets"].items()}
         out.append((cell, gha.call_inputs(cell_wf, given), secrets))
@@ -142,13 +143,22 @@ def test_matrix_job_inputs_override_duration_offload_and_parallelism(
     runners = json.loads(result.outputs["runners"])
     assert set(runners) == {"h200", "local"}
 
-    call = gha.load_workflow("agentic-sweep.yml")["jobs"]["cells"]
-    needs = {"matrix": {"outputs": result.outputs}}
-    assert gha.render(call["strategy"]["max-parallel"], {"inputs": inputs, "needs": needs}) == 3
-    auto = {**inputs, "max_parallel": 0}
-    assert gha.render(call["strategy"]["max-parallel"], {"inputs": auto, "needs": needs}) == int(
-        result.outputs["max_parallel"]
+    def max_parallel(sweep_inputs: dict[str, Any]) -> Any:
+        run_wf, run_inputs, _ = gha.sweep_run(sweep_inputs, result.outputs)
+        return gha.render(run_wf["jobs"]["cells"]["strategy"]["max-parallel"], {"inputs": run_inputs})
+
+    assert max_parallel(inputs) == 3
+    assert max_parallel({**inputs, "max_parallel": 0}) == int(result.outputs["max_parallel"])
+    # The sweep's concurrency group: the resolved key set, however the keys were spelled.
+    assert result.outputs["keys"] == "demo-mini,llama70b-fp8-h200-vllm"
+    _, respelled, _ = _run_matrix_job(
+        gha,
+        tmp_path / "respelled",
+        config_key=" demo-m*, llama70b-fp8-h200-vllm,demo-mini",
+        offload="noprefix",
     )
+    assert respelled.status == "success", [(s.name, s.output) for s in respelled.steps]
+    assert respelled.outputs["keys"] == result.outputs["keys"]
 
 
 def test_matrix_job_search_and_slo_make_capacity_cells_with_their_time_limit(

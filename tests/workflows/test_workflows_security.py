@@ -14,7 +14,7 @@ GITHUB = REPO / ".github"
 WORKFLOW_FILES = sorted((GITHUB / "workflows").glob("*.yml"))
 ACTION_FILES = sorted((GITHUB / "actions").glob("*/action.yml"))
 ALL_FILES = WORKFLOW_FILES + ACTION_FILES
-EXPECTED_WORKFLOWS = {"agentic-sweep.yml", "agentic-cell.yml", "ci.yml"}
+EXPECTED_WORKFLOWS = {"agentic-sweep.yml", "agentic-sweep-run.yml", "agentic-cell.yml", "ci.yml"}
 
 _USES_LINE = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>[^\s#]+)\s*(?:#\s*(?P<comment>.*))?$")
 _PINNED = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+@[0-9a-f]{40}$")
@@ -45,7 +45,7 @@ def _steps(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [("runs", step) for step in data["runs"].get("steps", [])]
 
 
-def test_the_three_workflows_exist() -> None:
+def test_the_workflows_exist() -> None:
     assert {p.name for p in WORKFLOW_FILES} == EXPECTED_WORKFLOWS
 
 
@@ -113,7 +113,7 @@ def test_no_dangerous_triggers() -> None:
 
 
 def test_secrets_only_where_the_cell_runs() -> None:
-    """HF_TOKEN goes from the sweep's cells call to the cell's launch step, nowhere else."""
+    """HF_TOKEN goes from the sweep job through the cells call to the cell's launch step, nowhere else."""
     places: list[str] = []
     for path in WORKFLOW_FILES + ACTION_FILES:
         text = path.read_text(encoding="utf-8")
@@ -124,6 +124,7 @@ def test_secrets_only_where_the_cell_runs() -> None:
     assert sorted(places) == sorted(
         [
             "agentic-sweep.yml:HF_TOKEN=${{ secrets.HF_TOKEN }}",
+            "agentic-sweep-run.yml:HF_TOKEN=${{ secrets.HF_TOKEN }}",
             "agentic-cell.yml:HF_TOKEN=${{ secrets.HF_TOKEN }}",
         ]
     )
@@ -144,11 +145,20 @@ def test_sweep_inputs_are_typed() -> None:
     assert inputs["offload"]["default"] in inputs["offload"]["options"]
 
 
-def test_sweep_runs_once_per_config_key() -> None:
+def test_sweep_runs_once_per_key_set() -> None:
+    """The body of the sweep (cells and collect) runs in a group named by the matrix job's resolved key
+    set, not by the raw input: `demo,demo-mini` and `demo-m*, demo` are one sweep."""
     data = _load(GITHUB / "workflows" / "agentic-sweep.yml")
-    assert "inputs.config_key" in data["concurrency"]["group"]
-    assert data["concurrency"]["cancel-in-progress"] is False  # never kill a running GPU sweep
+    assert "concurrency" not in data  # the raw key text names nothing
+    assert set(data["jobs"]) == {"matrix", "sweep"}
+    sweep = data["jobs"]["sweep"]
+    assert sweep["needs"] == "matrix" and sweep["uses"] == "$/.github/workflows/agentic-sweep-run.yml"
+    assert sweep["concurrency"]["group"] == "agentic-sweep-${{ needs.matrix.outputs.keys }}"
+    assert sweep["concurrency"]["cancel-in-progress"] is False  # never kill a running GPU sweep
+    assert data["jobs"]["matrix"]["outputs"]["keys"] == "${{ steps.matrix.outputs.keys }}"
     assert "inputs.config_key" in data["run-name"]
+    body = _load(GITHUB / "workflows" / "agentic-sweep-run.yml")
+    assert set(body["jobs"]) == {"cells", "collect"} and "workflow_call" in body["on"]
 
 
 def test_cell_artifacts_are_uploaded_even_when_the_cell_fails() -> None:

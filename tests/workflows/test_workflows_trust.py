@@ -129,9 +129,11 @@ def test_every_job_runs_the_resolved_commit(gha) -> None:
     assert names.index("Resolve the ref") < names.index("Set up agentsweep")
     assert "ref" not in matrix["steps"][0]["with"] and matrix["steps"][0]["with"]["fetch-depth"] == 0
     assert matrix["outputs"]["sha"] == "${{ steps.ref.outputs.sha }}"
-    assert sweep["jobs"]["cells"]["with"]["ref"] == "${{ needs.matrix.outputs.sha }}"
-    collect_checkout = sweep["jobs"]["collect"]["steps"][0]
-    assert collect_checkout["with"]["ref"] == "${{ needs.matrix.outputs.sha }}"
+    assert sweep["jobs"]["sweep"]["with"]["sha"] == "${{ needs.matrix.outputs.sha }}"
+    body = gha.load_workflow("agentic-sweep-run.yml")
+    assert body["jobs"]["cells"]["with"]["ref"] == "${{ inputs.sha }}"
+    collect_checkout = body["jobs"]["collect"]["steps"][0]
+    assert collect_checkout["with"]["ref"] == "${{ inputs.sha }}"
     cell = gha.load_workflow("agentic-cell.yml")["jobs"]["cell"]["steps"]
     names = [s.get("name") for s in cell]
     assert names.index("Check out") < names.index("Check the ref") < names.index("Set up agentsweep")

@@ -6,6 +6,7 @@ subpackage is internal.
 
 from kv_cache_tester.replay.merge import RUN_META_FILE, merge_clients
 from kv_cache_tester.replay.results import (
+    ABANDONED_AT_END,
     RECORD_LINE_MAX_BYTES,
     RECORD_REQUIRED,
     REQUESTS_FILE,
@@ -33,6 +34,7 @@ from kv_cache_tester.replay.results import (
     Summary,
     Throughput,
     Window,
+    abandoned_at_end,
     accepted,
     itl_summary,
     load_summary,
@@ -45,6 +47,7 @@ from kv_cache_tester.replay.results import (
 from kv_cache_tester.replay.summary import RunMeta, build_summary
 
 __all__ = [
+    "ABANDONED_AT_END",
     "RECORD_LINE_MAX_BYTES",
     "RECORD_REQUIRED",
     "REQUESTS_FILE",
@@ -74,6 +77,7 @@ __all__ = [
     "Summary",
     "Throughput",
     "Window",
+    "abandoned_at_end",
     "accepted",
     "build_summary",
     "itl_summary",

@@ -29,7 +29,7 @@ from kv_cache_tester.replay.pool import TracePool
 from kv_cache_tester.replay.prompts import Built, PayloadBuilder, Scope
 from kv_cache_tester.replay.record import Sent, request_record
 from kv_cache_tester.replay.recorder import Recorder
-from kv_cache_tester.replay.results import Phase
+from kv_cache_tester.replay.results import ABANDONED_AT_END, Phase
 from kv_cache_tester.replay.summary import RunMeta
 from kv_cache_tester.replay.timing import scaled_delay
 from kv_cache_tester.traces.model import Request, SubAgent, SubAgentGroup, Trace
@@ -457,14 +457,12 @@ class Replayer:
             if timer.started and idle >= 1.0:
                 timer.expire(
                     "stall",
-                    f"abandoned at the end of the run: no data for {idle:.1f} s "
+                    f"{ABANDONED_AT_END}: no data for {idle:.1f} s "
                     f"after {timer.out.token_events} token events",
                 )
             else:
                 state = "still streaming" if timer.started else "no response yet"
-                timer.expire(
-                    "timeout", f"abandoned at the end of the run: {state} {grace:.1f} s after the stop"
-                )
+                timer.expire("timeout", f"{ABANDONED_AT_END}: {state} {grace:.1f} s after the stop")
         pending = {t for t in [*lane_tasks, *self._children] if not t.done()}
         if pending:
             await asyncio.wait(pending, timeout=1.0)

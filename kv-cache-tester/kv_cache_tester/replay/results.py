@@ -141,6 +141,17 @@ def accepted(record: RequestRecord) -> bool:
     return value if value is not None else record.get("status") == "ok"
 
 
+# The start of the error message of a request the client gave up at the end of the run (its grace
+# period over). The server may still finish such a request after the client left.
+ABANDONED_AT_END = "abandoned at the end of the run"
+
+
+def abandoned_at_end(record: RequestRecord) -> bool:
+    """Whether the client ended this request itself when the run's grace period ran out."""
+    error = record.get("error")
+    return error is not None and str(error.get("message", "")).startswith(ABANDONED_AT_END)
+
+
 # --- summary.json -----------------------------------------------------------------------------
 
 

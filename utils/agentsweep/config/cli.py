@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
     selection = select(
         args.config,
-        args.key,
+        [key.strip() for key in args.key],  # "a, b" in the workflow's input: the spaces are no part of a key
         tp,
         users,
         offload,

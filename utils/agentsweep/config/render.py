@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -112,10 +113,24 @@ def max_parallel(cells: Sequence[Cell], limits: Mapping[str, int | None]) -> int
     return max(1, min(wanted) if wanted else len(cells))
 
 
+# GitHub's concurrency group names are strings of bounded length: a long key set is named by its digest.
+SWEEP_KEYS_MAX_CHARS = 200
+
+
+def sweep_keys(cells: Sequence[Cell]) -> str:
+    """The sweep's config keys, however they were asked for (globs, order, spaces, repeats): sorted,
+    comma-separated; the workflow's concurrency group, so two spellings of one sweep never run at once.
+    Beyond SWEEP_KEYS_MAX_CHARS the set is named by its SHA-256 (first 16 hex digits)."""
+    text = ",".join(sorted({c.config_key for c in cells}))
+    if len(text) <= SWEEP_KEYS_MAX_CHARS:
+        return text
+    return "sha256-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def write_github_output(
     cells: Sequence[Cell], env: Mapping[str, str], limits: Mapping[str, int | None] | None = None
 ) -> list[str]:
-    """Append `matrix=`, `count=`, `max_parallel=` to $GITHUB_OUTPUT and a table to $GITHUB_STEP_SUMMARY.
+    """Append `matrix=`, `count=`, `max_parallel=`, `keys=` to $GITHUB_OUTPUT and a table to $GITHUB_STEP_SUMMARY.
 
     Returns the names of the variables that were not set (nothing is written for those).
     """
@@ -126,7 +141,7 @@ def write_github_output(
             "GITHUB_OUTPUT",
             output,
             f"matrix={matrix_json(cells)}\ncount={len(cells)}\n"
-            f"max_parallel={max_parallel(cells, limits or {})}\n",
+            f"max_parallel={max_parallel(cells, limits or {})}\nkeys={sweep_keys(cells)}\n",
         )
     else:
         missing.append("GITHUB_OUTPUT")

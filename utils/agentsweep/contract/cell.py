@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
+from kv_cache_tester.replay.memory import MAX_PROMPT_TOKENS
 from kv_cache_tester.replay.presets import MIN_DURATION_S, PRESETS
 from kv_cache_tester.replay.presets import resolve as resolve_preset
 from pydantic import (
@@ -86,7 +87,8 @@ REPLAYER_NAMES = {"warmup_requests": "warmup_requests_per_user"}
 MAX_USERS = 100_000
 MAX_DURATION_S = 7 * 86_400  # a week of replay per cell
 MAX_TP = 1024  # also the bound on ep and gpus_per_node
-MAX_TOKENS = 2**31 - 1  # max_context; the trace loader bounds token counts the same way
+# max_context: the replayer builds no prompt longer than this (its memory bound), so neither may a cell.
+MAX_CONTEXT_TOKENS = MAX_PROMPT_TOKENS
 MAX_SPEED = 10_000.0
 MAX_DELAY_S = 86_400.0
 MAX_SEED = 2**32 - 1
@@ -154,7 +156,8 @@ class Frozen(BaseModel):
 class ReplayOptions(Frozen):
     """How the replayer drives the users of a cell (a config entry's ``replay:`` block)."""
 
-    max_context: Annotated[int, Field(ge=0, le=MAX_TOKENS)] = 0  # 0: no cap on a request's context
+    # 0: the trace's own context lengths, cut at MAX_CONTEXT_TOKENS as the replayer does
+    max_context: Annotated[int, Field(ge=0, le=MAX_CONTEXT_TOKENS)] = 0
     max_delay: Annotated[float, Field(ge=0, le=MAX_DELAY_S)] = 60.0
     advance_min: Fraction = 0.0
     advance_max: Fraction = 0.0
