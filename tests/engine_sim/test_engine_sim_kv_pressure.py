@@ -1,0 +1,104 @@
+"""The KV-pressure comparison's own arithmetic (scripts/vllm_cpu/kv_pressure.py; `make kv-pressure` runs it
+against a real vLLM): trace scaling, the working set, pool sizes and the per-ratio verdict."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def kvp():  # type: ignore[no-untyped-def]
+    path = REPO / "scripts" / "vllm_cpu" / "kv_pressure.py"
+    spec = importlib.util.spec_from_file_location("kv_pressure", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kv_pressure"] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_scaled_trace_keeps_its_prefix_structure(kvp) -> None:
+    data = json.loads((REPO / "kv-cache-tester" / "sample_traces" / "trace_0254.json").read_text())
+    scaled = kvp.scale_trace(data, 16)
+    assert "totals" not in scaled and scaled["block_size"] == data["block_size"]
+    assert scaled["tool_tokens"] == math.ceil(data["tool_tokens"] / 16)
+
+    def flat(reqs: list[dict]) -> list[dict]:
+        return [x for r in reqs for x in ([r] if "in" in r else flat(r["requests"]))]
+
+    before, after = flat(data["requests"]), flat(scaled["requests"])
+    assert len(before) == len(after) > 100  # sub-agents' requests included
+    for old, new in zip(before, after, strict=True):
+        assert new["in"] == math.ceil(old["in"] / 16)
+        assert new["out"] == math.ceil(old["out"] / 16)
+        assert new["hash_ids"] == old["hash_ids"][::16]
+    # A prompt that extended the one before it still does.
+    extended = [
+        (a, b) for a, b in itertools.pairwise(before) if b["hash_ids"][: len(a["hash_ids"])] == a["hash_ids"]
+    ]
+    assert extended
+    for a, b in extended:
+        sa, sb = kvp.scale_requests([a], 16)[0], kvp.scale_requests([b], 16)[0]
+        assert sb["hash_ids"][: len(sa["hash_ids"])] == sa["hash_ids"]
+
+
+def _rec(session: str, t: float, prompt: int, ok: bool = True) -> dict:
+    return {
+        "session_id": session, "trace_id": session, "t_dispatch": t, "prompt_tokens": prompt,
+        "status": "ok" if ok else "error", "accepted": ok, "phase": "profile",
+    }  # fmt: skip
+
+
+def test_the_working_set_is_what_live_sessions_hold(kvp) -> None:
+    records = [
+        _rec("a", 0.0, 100), _rec("b", 1.0, 300), _rec("a", 2.0, 200),  # a grows; both live
+        _rec("c", 3.0, 50, ok=False),  # refused: holds nothing
+        _rec("b", 4.0, 400),  # a never comes back after 2.0: freed
+    ]  # fmt: skip
+    # after each dispatch: 100, 400, 500, (c ignored), b 400 (a freed at its last request)
+    assert kvp.working_set_tokens(records) == pytest.approx((100 + 400 + 500 + 400) / 4)
+    with pytest.raises(kvp.InputError, match="no accepted request"):
+        kvp.working_set_tokens([_rec("a", 0.0, 10, ok=False)])
+
+
+def test_pools_put_the_working_set_at_each_ratio(kvp) -> None:
+    assert kvp.pool_blocks(1000, 0.5, 10) == 2000
+    assert kvp.pool_blocks(1000, 1.4, 10) == 715
+    with pytest.raises(kvp.InputError, match=r"ratio 2\.0: a pool of 50 blocks cannot hold one request"):
+        kvp.pool_blocks(100, 2.0, 64)
+
+
+def _run(kvp, engine: str, ratio: float, hit: float | None, repeat: int = 1):  # type: ignore[no-untyped-def]
+    return kvp.Run(engine, ratio, repeat, 100, "SUCCESS", hit, 0.0, 50, 80.0, f"{engine}-{ratio}")
+
+
+def test_the_verdict_per_ratio(kvp) -> None:
+    runs = [
+        # 0.5: within 2 pp
+        _run(kvp, "vllm", 0.5, 0.60), _run(kvp, "vllm", 0.5, 0.61, 2), _run(kvp, "sim", 0.5, 0.62),
+        # 1.0: 5 pp apart, but vLLM's own spread is 6 pp: within it
+        _run(kvp, "vllm", 1.0, 0.30), _run(kvp, "vllm", 1.0, 0.36, 2), _run(kvp, "sim", 1.0, 0.38),
+        # 1.4: close in points, but the simulator is past the cliff (below half of 0.62) and vLLM is not
+        _run(kvp, "vllm", 1.4, 0.32), _run(kvp, "sim", 1.4, 0.305),
+        # 2.0: far apart
+        _run(kvp, "vllm", 2.0, 0.20), _run(kvp, "sim", 2.0, 0.05),
+        # 0.7: vLLM gave no figure
+        _run(kvp, "vllm", 0.7, None), _run(kvp, "sim", 0.7, 0.5),
+    ]  # fmt: skip
+    rows = {r.ratio: r for r in kvp.compare(runs, unpressured=0.62)}
+    assert rows[0.5].ok and rows[0.5].gap_pp == pytest.approx(1.5)
+    assert rows[1.0].ok and rows[1.0].limit_pp == pytest.approx(6.0)
+    assert not rows[1.4].ok and rows[1.4].why == "vLLM before the cliff, the simulator past the cliff"
+    assert not rows[2.0].ok and rows[2.0].why == "15.0 pp apart (limit 2.0)"
+    assert not rows[0.7].ok and rows[0.7].why == "no hit rate from vLLM"
+    text = kvp.markdown(list(rows.values()), 0.62, 231.0)
+    assert "| 0.5 | 100 | 60.5% (1.0%, 2) | 62.0% (0.0%, 1) | 1.5 pp (2.0) |" in text
