@@ -310,6 +310,7 @@ def plot(runs: Sequence[Run], rows: Sequence[Row], path: Path) -> None:
     if s:
         ax.plot(*zip(*s, strict=True), color="tab:orange", linestyle="--", label="simulator mean")
     ax.set_xscale("log")
+    ax.minorticks_off()
     ax.set_xticks(xs, [f"{x:g}" for x in xs])
     ax.set_xlabel("working set / KV pool")
     ax.set_ylabel("GPU prefix hit rate (%)")
