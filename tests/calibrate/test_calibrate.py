@@ -36,7 +36,39 @@ def test_shipped_points_read_with_provenance() -> None:
         p.row["run_url"].startswith("https://github.com/SemiAnalysisAI/InferenceX/actions/runs/")
         for p in points
     )
-    assert {p.group for p in points} == {"b200/fp4", "b200/fp8", "h200/fp8", "mi355x/fp4", "mi355x/fp8"}
+    assert {p.group for p in points} == {
+        "b200/fp4",
+        "b200/fp8",
+        "b200/fp4@pre-v0.5.12",
+        "b200/fp8@pre-v0.5.12",
+        "h200/fp8",
+        "mi355x/fp4",
+        "mi355x/fp8",
+    }
+
+
+def test_b200_points_are_grouped_by_software_generation(tmp_path: Path) -> None:
+    """B200 rows from images before SGLang v0.5.12 (or naming none) get their own coefficients; the
+    other hardware keeps one group per precision whatever the image."""
+    header = "hardware,precision,isl,osl,tp,ep,conc,tput_per_gpu,median_intvty,median_ttft_s,image\n"
+    path = tmp_path / "p.csv"
+    rows = [
+        "b200,fp4,1024,1024,8,8,64,1,1,1,lmsysorg/sglang:v0.5.12-cu130",
+        "b200,fp4,1024,1024,8,8,64,1,1,1,lmsysorg/sglang:v0.5.13-cu130",
+        "b200,fp8,1024,1024,8,8,64,1,1,1,lmsysorg/sglang:v0.5.9-cu130",
+        "b200,fp8,1024,1024,8,8,64,1,1,1,",
+        "h200,fp8,1024,1024,8,1,64,1,1,1,lmsysorg/sglang:v0.5.9-cu130",
+    ]
+    path.write_text(header + "".join(r + "\n" for r in rows))
+    _, points = read_points(path)
+    assert [p.group for p in points] == [
+        "b200/fp4",
+        "b200/fp4",
+        "b200/fp8@pre-v0.5.12",
+        "b200/fp8@pre-v0.5.12",
+        "h200/fp8",
+    ]
+    assert points[2].label.endswith("(pre-v0.5.12)") and points[4].generation == ""
 
 
 @pytest.mark.integration
@@ -158,6 +190,26 @@ def test_startup_log_names_the_calibration() -> None:
     assert any("calibration b200/bf16: no published data" in ln for ln in lines)
     lines = _startup(["meta-llama/Llama-3.3-70B-Instruct-FP8", "--tp", "2", "--hardware", "h200"])
     assert any("none for llama-3.3-70b" in ln for ln in lines)
+
+
+def test_startup_log_names_the_software_generation() -> None:
+    """B200's default is the current generation's fit; the older one is there by name, and each says
+    which images its points ran."""
+    argv = ["nvidia/DeepSeek-R1-0528-FP4-V2", "--tp", "8", "--ep-size", "8", "--hardware", "b200"]
+    current = _startup([*argv, "--quantization", "fp4"])
+    line = next(ln for ln in current if "calibration b200/fp4" in ln)
+    assert "calibration b200/fp4: fitted to 2 published" in line and "sglang:v0.5.12" in line
+    older = _startup([*argv, "--quantization", "fp4", "--calibration-generation", "pre-v0.5.12"])
+    line = next(ln for ln in older if "calibration b200/fp4@pre-v0.5.12" in ln)
+    assert "fitted to 4 published" in line
+    assert "images: lmsysorg/sglang:v0.5.9-cu130, unstated (2025))" in line
+    cals = load_calibrations()
+    assert _cost(current) != _cost(older)
+    assert cals["b200/fp4"].efficiency != cals["b200/fp4@pre-v0.5.12"].efficiency
+
+
+def _cost(lines: list[str]) -> str:
+    return next(ln for ln in lines if "step time =" in ln)
 
 
 def test_ep_size_must_divide_tp() -> None:

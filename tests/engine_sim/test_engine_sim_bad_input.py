@@ -39,6 +39,11 @@ from agentsweep.engine_sim import cli
             "--kv-cache-dtype: expected auto, bfloat16, fp16 or fp8[_e4m3|_e5m2], got 'fp9'",
         ),
         (["--port", "70000"], "--port: must be in 0..65535, got 70000"),
+        (
+            ["--calibration-generation", "pre-v0.5.12"],
+            "--calibration-generation: no calibration h200/bf16@pre-v0.5.12 (older generations of "
+            "h200/bf16: none)",
+        ),
     ],
 )
 def test_bad_flag_is_one_line(capsys: pytest.CaptureFixture[str], flags: list[str], expected: str) -> None:

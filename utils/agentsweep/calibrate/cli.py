@@ -199,7 +199,7 @@ def _say_row(i: int, n: int, p: Point, res: RowResult) -> None:
 def _csv_row(columns: list[str], p: Point, r: RowResult) -> list[object]:
     from agentsweep.engine_sim.profiles import calibration_for
 
-    cal = calibration_for(p.hardware, p.precision)
+    cal = calibration_for(p.hardware, p.precision, p.generation)
     return (
         [p.row.get(c, "") for c in columns]
         + [_fmt(r.tput_per_gpu), _fmt(r.median_intvty), _fmt(r.median_ttft_s), r.status, r.reason]
@@ -329,8 +329,10 @@ def calibration_document(
             if loo_pairs:
                 entry["loo_pred"] = [round(v, 6) for v in loo_pairs[i][1]]
             pts.append(entry)
+        images = sorted({points[i].row.get("image") or "unstated (2025)" for i in idx})
         groups[g] = {
             "model": "deepseek-r1",
+            "images": images,
             "coefficients": {k: round(v, 9) for k, v in res.groups[g].to_dict().items()},
             "points": pts,
         }

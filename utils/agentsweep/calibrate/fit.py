@@ -1,6 +1,6 @@
 """Fitting the step model's coefficients to published points (``agentsweep calibrate --fit``).
 
-Per hardware x precision five coefficients (step overhead, achieved HBM fraction, MFU, prefill-step
+Per hardware x precision (B200: also per serving-software generation, ``Point.group``) five coefficients (step overhead, achieved HBM fraction, MFU, prefill-step
 overhead, request overhead before the scheduler takes a request); over all hardware two (per-sequence bookkeeping, expert-parallel cost per MoE layer). The
 objective is the mean absolute log error of the three measures (throughput per GPU, median
 interactivity, median TTFT) over the points, as predicted by the closed-loop stand-in
@@ -140,22 +140,19 @@ _PRIOR_X = eff_to_x(DEFAULT_EFFICIENCY)
 
 
 def fit_group(points: Sequence[Point], shared: Shared, start: Efficiency) -> Efficiency:
-    """Two stages: the four step coefficients with the request overhead held, then the request
-    overhead with those held. A TTFT the steps do not explain (B200's published TTFTs are 0.4-0.7 s
-    for 1k prompts where H200's are 0.09 s) then goes into a wait that delays only its own request,
-    instead of a prefill-step cost that would stall every decode of that step as well."""
+    """All five coefficients at once. A TTFT the steps do not explain (B200's published TTFTs are
+    0.4-0.7 s for 1k prompts where H200's are 0.09 s) can go into the request overhead, a wait that
+    delays only its own request, or into the prefill-step overhead, which stalls every decode of that
+    step as well; fitted together, throughput and interactivity decide between them (fitted one after
+    the other, the step coefficients had already taken the TTFT into the prefill step)."""
 
     def objective(x: np.ndarray) -> float:
         eff = x_to_eff(x)
         return _loss(points, lambda _p: eff, shared) + PRIOR_WEIGHT * float(np.sum((x - _PRIOR_X) ** 2))
 
     x = eff_to_x(start)
-    for dims in ([0, 1, 2, 3], [4]):
-        for step, iters in (
-            (1.0, 250),
-            (0.3, 120),
-        ):  # a restart from the best point escapes a collapsed simplex
-            x = _minimize_over(objective, x, dims, step, iters)
+    for step, iters in ((1.0, 250), (0.3, 120)):  # a restart from the best point escapes a collapsed simplex
+        x = _minimize_over(objective, x, [0, 1, 2, 3, 4], step, iters)
     return x_to_eff(x)
 
 
@@ -184,7 +181,7 @@ def fit(points: Sequence[Point], start: FitResult | None = None, shared_fixed: b
     by_group: dict[str, list[Point]] = {}
     for p in points:
         by_group.setdefault(p.group, []).append(p)
-    groups = {g: (start.groups.get(g, DEFAULT_EFFICIENCY) if start else DEFAULT_EFFICIENCY) for g in by_group}
+    groups = {g: _start_of(g, start) for g in by_group}
     shared = start.shared if start else DEFAULT_SHARED
     for _ in range(1 if shared_fixed else ROUNDS):
         for g, pts in by_group.items():
@@ -197,6 +194,14 @@ def fit(points: Sequence[Point], start: FitResult | None = None, shared_fixed: b
 
         shared = x_to_shared(nelder_mead(f, shared_to_x(shared), step=1.0, iters=40))
     return FitResult(groups, shared)
+
+
+def _start_of(group: str, start: FitResult | None) -> Efficiency:
+    """Where a group's fit starts: its own coefficients, else (a new software generation) those of its
+    hardware/precision, else the defaults."""
+    if start is None:
+        return DEFAULT_EFFICIENCY
+    return start.groups.get(group) or start.groups.get(group.split("@")[0]) or DEFAULT_EFFICIENCY
 
 
 def leave_one_out(points: Sequence[Point], full: FitResult) -> list[tuple[Point, Prediction]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,14 @@ BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "n
 # AMD's MXFP4 quantizes every linear layer, so each is read from its own config.
 FP4_CHECKPOINTS = {"mi355x": "amd/DeepSeek-R1-0528-MXFP4-Preview"}
 FP4_CHECKPOINT_NVIDIA = "nvidia/DeepSeek-R1-0528-FP4-V2"
+# Hardware whose points are fitted per serving-software generation: B200's SGLang (Blackwell kernels)
+# changed so much between the images of the data set that one set of coefficients cannot describe
+# both (docs/engine-sim.md, "Calibration"); its points from images before CURRENT_SGLANG (or with no
+# image stated: runs of 2025) form their own group, ``<hardware>/<precision>@<OLDER_GENERATION>``.
+SPLIT_BY_GENERATION = ("b200",)
+CURRENT_SGLANG = (0, 5, 12)
+OLDER_GENERATION = "pre-v0.5.12"
+_SGLANG_IMAGE = re.compile(r"sglang:v(\d+)\.(\d+)\.(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +63,18 @@ class Point:
     line: int  # line in the CSV (for messages)
 
     @property
+    def generation(self) -> str:
+        """ "" for the current serving software, else OLDER_GENERATION (only where the hardware is split)."""
+        if self.hardware not in SPLIT_BY_GENERATION:
+            return ""
+        m = _SGLANG_IMAGE.search(self.row.get("image") or "")
+        version = tuple(int(x) for x in m.groups()) if m else (0, 0, 0)
+        return "" if version >= CURRENT_SGLANG else OLDER_GENERATION
+
+    @property
     def group(self) -> str:
-        return f"{self.hardware}/{self.precision}"
+        base = f"{self.hardware}/{self.precision}"
+        return f"{base}@{self.generation}" if self.generation else base
 
     @property
     def model(self) -> str:
@@ -70,6 +89,7 @@ class Point:
             f"{self.hardware} {self.precision} {self.isl}/{self.osl} tp{self.tp}"
             + (f" ep{self.ep}" if self.ep > 1 else "")
             + f" conc {self.conc}"
+            + (f" ({self.generation})" if self.generation else "")
         )
 
     @property

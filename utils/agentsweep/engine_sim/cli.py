@@ -26,7 +26,7 @@ from agentsweep.engine_sim.disagg import Disagg, DisaggConfig
 from agentsweep.engine_sim.faults import Faults
 from agentsweep.engine_sim.kv_cache import KVCache
 from agentsweep.engine_sim.metrics import DIALECTS, add_simulated_gpus
-from agentsweep.engine_sim.profiles import GIB, HARDWARE, Deployment, deploy
+from agentsweep.engine_sim.profiles import GIB, HARDWARE, Deployment, UnknownCalibrationError, deploy
 from agentsweep.engine_sim.scheduler import Engine, SimClock
 from agentsweep.engine_sim.server import ServerConfig, SimServer
 from agentsweep.errors import InputError
@@ -79,6 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--kv-cache-dtype", default="auto", help="auto | fp8 (fp8 halves KV bytes per token)")
     p.add_argument("--quantization", default=None, help="weights precision override: bf16 | fp8 | fp4")
+    p.add_argument(
+        "--calibration-generation",
+        default="",
+        help="step-model coefficients fitted to an older serving-software generation of this hardware "
+        "(e.g. pre-v0.5.12 on b200; default: the current one)",
+    )
     p.add_argument(
         "--kv-offloading-size", type=float, default=0.0, help="CPU offload tier, GiB over all ranks"
     )
@@ -216,7 +222,18 @@ def resolve(args: argparse.Namespace) -> Setup:
     ep = args.ep or (args.tp if args.enable_expert_parallel else 1)
     if args.tp % ep:
         raise InputError(f"engine-sim --ep-size: {ep} must divide --tensor-parallel-size {args.tp}")
-    dep = deploy(model, args.hardware, args.tp, args.kv_cache_dtype, args.quantization, ep=ep)
+    try:
+        dep = deploy(
+            model,
+            args.hardware,
+            args.tp,
+            args.kv_cache_dtype,
+            args.quantization,
+            ep=ep,
+            generation=args.calibration_generation,
+        )
+    except UnknownCalibrationError as err:
+        raise InputError(f"engine-sim --calibration-generation: {err}") from None
     if args.num_gpu_blocks_override is not None:
         gpu_blocks = args.num_gpu_blocks_override
     else:

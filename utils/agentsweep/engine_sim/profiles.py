@@ -26,8 +26,10 @@ tokenization and the hand-off to the scheduler; in its TTFT, but no step's cost)
 
 The achieved fractions (HBM bandwidth, MFU) and the two overheads are fitted per hardware x
 precision to published serving measurements (``calibration.json`` beside this file, written by
-``agentsweep calibrate --fit``; ``docs/engine-sim.md`` shows the fit and its error). A hardware x
-precision without published points uses the defaults and says so at startup.
+``agentsweep calibrate --fit``; ``docs/engine-sim.md`` shows the fit and its error); B200's older
+serving-software generation has its own group (``b200/fp4@pre-v0.5.12``), used only when asked for
+(``engine-sim --calibration-generation``). A hardware x precision without published points uses the
+defaults and says so at startup.
 
 Hardware figures (vendor datasheets) are in ``HARDWARE`` below, each with its source; a model's shape
 (layers, KV heads or MLA latent, experts, parameter counts, native precision) comes from its Hugging
@@ -188,6 +190,7 @@ class Calibration:
     source: str  # one line: the data set, or why there is none
     model: str = ""  # the model profile the points measured
     borrowed: Calibration | None = None  # the calibration of the hardware this one is like
+    images: tuple[str, ...] = ()  # the serving images of its points ("unstated" where a point names none)
 
     def describe(self, model_key: str) -> str:
         if self.borrowed is not None:
@@ -201,7 +204,9 @@ class Calibration:
         if not self.points:
             return f"calibration {self.key}: no published data, default coefficients ({self.source})"
         text = (
-            f"calibration {self.key}: fitted to {self.points} published {self.model} points ({self.source})"
+            f"calibration {self.key}: fitted to {self.points} published {self.model} points ({self.source}"
+            + (f"; images: {', '.join(self.images)}" if self.images else "")
+            + ")"
         )
         if model_key != self.model:
             text += f"; none for {model_key}, whose figures extrapolate from them"
@@ -225,15 +230,36 @@ def load_calibrations(path: str = str(CALIBRATION_FILE)) -> dict[str, Calibratio
             len(group.get("points", [])),
             str(data.get("source", "?")),
             str(group.get("model", "")),
+            images=tuple(str(i) for i in group.get("images", [])),
         )
     return out
 
 
-def calibration_for(hardware: str, precision: str) -> Calibration:
-    """The coefficients of ``hardware/precision``: its own fit, else the fit of the calibrated hardware
-    it is like (the same fractions of its own peaks, said at start-up), else the defaults."""
+class UnknownCalibrationError(ValueError):
+    """A software generation calibration.json holds no coefficients for."""
+
+
+def calibration_generations(hardware: str, precision: str) -> list[str]:
+    """The older serving-software generations calibration.json holds for ``hardware/precision``
+    (group keys ``hardware/precision@generation``); the plain key is the current one."""
+    prefix = f"{hardware}/{precision}@"
+    return sorted(k[len(prefix) :] for k in load_calibrations() if k.startswith(prefix))
+
+
+def calibration_for(hardware: str, precision: str, generation: str = "") -> Calibration:
+    """The coefficients of ``hardware/precision`` (of an older software ``generation`` when one is
+    named: it must be in calibration.json): its own fit, else the fit of the calibrated hardware it is
+    like (the same fractions of its own peaks, said at start-up), else the defaults."""
     key = f"{hardware}/{precision}"
     cals = load_calibrations()
+    if generation:
+        older = cals.get(f"{key}@{generation}")
+        if older is None:
+            known = ", ".join(calibration_generations(hardware, precision)) or "none"
+            raise UnknownCalibrationError(
+                f"no calibration {key}@{generation} (older generations of {key}: {known})"
+            )
+        return older
     found = cals.get(key)
     if found is not None:
         return found
@@ -408,6 +434,7 @@ def deploy(
     quantization: str | None = None,
     ep: int = 1,
     calibration: Calibration | None = None,
+    generation: str = "",
 ) -> Deployment:
     hw = HARDWARE[hardware]
     model = find_model(model_name)
@@ -425,6 +452,6 @@ def deploy(
     if model.checkpoint_bytes and precision == model.native_precision:
         weight_total = model.checkpoint_bytes  # the safetensors index states what the checkpoint holds
     weight_gpu = weight_total / tp  # EP splits the experts over the same GPUs
-    cal = calibration or calibration_for(hardware, precision)
+    cal = calibration or calibration_for(hardware, precision, generation)
     cost = step_cost(model, hw, tp, ep, precision, kv_gpu, cal)
     return Deployment(model, hw, tp, precision, kv_dtype_bytes, kv_gpu, weight_gpu, cost, ep, cal)
