@@ -241,6 +241,7 @@ def test_real_path_agrees_with_the_stand_in_and_reports_rows_that_cannot_run(tmp
     assert float(got["pred_median_intvty"]) == pytest.approx(want.median_intvty, rel=0.05)
     assert float(got["pred_tput_per_gpu"]) == pytest.approx(want.tput_per_gpu, rel=0.10)
     # Known gap: over a run long enough to leave the first instant behind, the real path's median TTFT
-    # at this point is about 40% above the stand-in's (0.209 against 0.148 s, three runs of 10 s); the
-    # stand-in fits TTFT from too short a steady state. Held here to that size, not hidden.
+    # at this point is about 20-30% above the stand-in's (0.237-0.243 against 0.194 s, runs of 10 s):
+    # the median of eight requests, some of which wait for another's prefill step, moves with the
+    # arrivals' spacing (docs/engine-sim.md, "Calibration"). Held here to 50%, not hidden.
     assert float(got["pred_median_ttft_s"]) == pytest.approx(want.median_ttft_s, rel=0.5)
