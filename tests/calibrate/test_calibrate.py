@@ -205,6 +205,8 @@ def test_startup_log_names_the_software_generation() -> None:
     assert "images: lmsysorg/sglang:v0.5.9-cu130, unstated (2025))" in line
     cals = load_calibrations()
     assert _cost(current) != _cost(older)
+    r_ms = cals["b200/fp4"].efficiency.request_overhead_s * 1e3
+    assert f"each request waits {r_ms:.3f} ms before the scheduler can take it" in _cost(current)
     assert cals["b200/fp4"].efficiency != cals["b200/fp4@pre-v0.5.12"].efficiency
 
 

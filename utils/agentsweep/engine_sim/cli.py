@@ -353,7 +353,8 @@ def startup_lines(args: argparse.Namespace, setup: Setup) -> list[str]:
         f"[engine_sim] step time = {c.a * 1e3:.3f} ms (+ {c.prefill_a * 1e3:.3f} ms when prefilling) + "
         f"{c.b * 1e6:.3f} us/prefill token + {c.c * 1e6:.3f} us/decode seq + {c.d * 1e9:.3f} ns/KV token read + "
         f"{c.e * 1e12:.3f} ps/prefill attention pair"
-        + (f" + {c.moe_s * 1e3:.3f} ms x share of routed experts touched" if c.moe_s else ""),
+        + (f" + {c.moe_s * 1e3:.3f} ms x share of routed experts touched" if c.moe_s else "")
+        + f"; each request waits {c.admit_s * 1e3:.3f} ms before the scheduler can take it",
         f"[kv_cache_utils.py] GPU KV cache size: {tokens:,} tokens",
         f"[engine_sim] KV pool: {tokens:,} tokens ({setup.gpu_blocks:,} blocks of {args.block_size})",
         f"[kv_cache_utils.py] Maximum concurrency for {setup.max_model_len:,} tokens per request: {conc:.2f}x",
