@@ -1,8 +1,9 @@
 """`agentsweep engine-sim MODEL ...`: the simulated engine's command line, shaped like `vllm serve`.
 
 SGLang spellings are accepted where they map cleanly (--model-path, --tp-size,
---disable-radix-cache, --enable-hierarchical-cache with --hicache-size / --hicache-ratio,
---chunked-prefill-size, --max-running-requests, --mem-fraction-static, --context-length).
+--disable-radix-cache, --enable-hierarchical-cache with --hicache-size / --hicache-ratio /
+--hicache-write-policy, --chunked-prefill-size, --max-running-requests, --mem-fraction-static,
+--context-length). The dialect picks the cache policy: vLLM's (kv_cache.py) or SGLang's (radix_cache.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from agentsweep.engine_sim.faults import Faults
 from agentsweep.engine_sim.kv_cache import KVCache
 from agentsweep.engine_sim.metrics import DIALECTS, add_simulated_gpus
 from agentsweep.engine_sim.profiles import GIB, HARDWARE, Deployment, deploy
+from agentsweep.engine_sim.radix_cache import DEFAULT_WRITE_POLICY, WRITE_POLICIES, SGLangCache
 from agentsweep.engine_sim.scheduler import Engine, SimClock
 from agentsweep.engine_sim.server import ServerConfig, SimServer
 from agentsweep.errors import InputError
@@ -46,7 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--served-model-name", nargs="+", help="name(s) the API answers to (default: MODEL)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed at startup)")
-    p.add_argument("--dialect", choices=DIALECTS, default="vllm", help="metrics and log dialect")
+    p.add_argument(
+        "--dialect", choices=DIALECTS, default="vllm", help="metrics, log and cache-policy dialect"
+    )
     p.add_argument("--hardware", choices=sorted(HARDWARE), default="h200")
     p.add_argument("--tensor-parallel-size", "--tp-size", "--tp", "-tp", dest="tp", type=int, default=1)
     p.add_argument(
@@ -86,6 +90,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--enable-hierarchical-cache", action="store_true", help="SGLang: enable the host tier")
     p.add_argument("--hicache-size", type=float, default=0.0, help="SGLang: host tier GiB per rank")
     p.add_argument("--hicache-ratio", type=float, default=2.0, help="SGLang: host tier / device pool")
+    p.add_argument(
+        "--hicache-write-policy",
+        choices=WRITE_POLICIES,
+        default=DEFAULT_WRITE_POLICY,
+        help="SGLang: when a node is written to the host tier (--dialect sglang)",
+    )
     p.add_argument(
         "--no-enable-prefix-caching",
         "--disable-radix-cache",
@@ -242,12 +252,24 @@ def resolve(args: argparse.Namespace) -> Setup:
 def build_server(args: argparse.Namespace, setup: Setup) -> SimServer:
     """Engine + HTTP app for resolved flags (the caller starts it)."""
     dep = setup.deployment
-    cache = KVCache(
-        setup.gpu_blocks,
-        cpu_blocks=setup.cpu_blocks,
-        prefix_caching=args.prefix_caching,
-        block_bytes=dep.kv_bytes_per_token_all * args.block_size,
-    )
+    block_bytes = dep.kv_bytes_per_token_all * args.block_size
+    # The cache policy follows the dialect's engine: vLLM's block pool, or SGLang's radix cache.
+    cache: KVCache
+    if args.dialect == "sglang":
+        cache = SGLangCache(
+            setup.gpu_blocks,
+            cpu_blocks=setup.cpu_blocks,
+            prefix_caching=args.prefix_caching,
+            block_bytes=block_bytes,
+            write_policy=args.hicache_write_policy,
+        )
+    else:
+        cache = KVCache(
+            setup.gpu_blocks,
+            cpu_blocks=setup.cpu_blocks,
+            prefix_caching=args.prefix_caching,
+            block_bytes=block_bytes,
+        )
     engine = Engine(
         cache,
         dep.cost,

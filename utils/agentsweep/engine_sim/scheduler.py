@@ -447,16 +447,17 @@ class Engine:
         return n
 
     def _preempt(self, r: SimRequest) -> None:
-        self.free_blocks(r)
+        self.free_blocks(r, finished=False)
         r.status = WAITING
         r.prefill_len = r.tokens_len + r.generated
         r.preemptions += 1
         self.waiting.appendleft(r)
         self.stats.preemptions += 1
 
-    def free_blocks(self, r: SimRequest) -> None:
+    def free_blocks(self, r: SimRequest, finished: bool = True) -> None:
+        """Let go of a request's blocks (``finished``: False when it is preempted)."""
         if r.node is not None:
-            self.kv.release(r.node, r.held - r.depth)
+            self.kv.release(r.node, r.held - r.depth, finished)
         r.node = None
         r.depth = 0
         r.held = 0
