@@ -7,10 +7,13 @@ runs the same sequences on it, so every assertion here would fail under the othe
 
 from __future__ import annotations
 
+from agentsweep.engine_sim import cli
 from agentsweep.engine_sim.kv_cache import KVCache, Node, block_hashes
 from agentsweep.engine_sim.radix_cache import RadixNode, SGLangCache
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from .conftest import parse_args
 
 
 def _chain(*blocks: int) -> list[int]:
@@ -336,3 +339,16 @@ def test_random_requests_keep_the_accounting(requests, cpu_blocks, policy):
         outstanding -= private
     _check(cache, outstanding)
     assert cache.evictable == cache.total - cache.free
+
+
+def test_the_dialect_picks_the_policy():
+    base = ["meta-llama/Llama-3.3-70B-Instruct", "--tp", "4", "--enable-hierarchical-cache"]
+    for extra, policy, write in (
+        ([], KVCache, None),
+        (["--dialect", "sglang"], SGLangCache, "write_through"),
+        (["--dialect", "sglang", "--hicache-write-policy", "write_back"], SGLangCache, "write_back"),
+    ):
+        args = parse_args(base + extra)
+        kv = cli.build_server(args, cli.resolve(args)).engine.kv
+        assert type(kv) is policy and getattr(kv, "write_policy", None) == write
+        assert kv.cpu_capacity == 2 * kv.total  # --hicache-ratio 2 by default
