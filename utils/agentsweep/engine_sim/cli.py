@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import json
 import math
@@ -27,7 +28,7 @@ from agentsweep.engine_sim.disagg import Disagg, DisaggConfig
 from agentsweep.engine_sim.faults import Faults
 from agentsweep.engine_sim.kv_cache import KVCache
 from agentsweep.engine_sim.metrics import DIALECTS, add_simulated_gpus
-from agentsweep.engine_sim.profiles import GIB, HARDWARE, Deployment, deploy
+from agentsweep.engine_sim.profiles import GIB, HARDWARE, STEP_COEFFICIENTS, Deployment, deploy
 from agentsweep.engine_sim.radix_cache import DEFAULT_WRITE_POLICY, WRITE_POLICIES, SGLangCache
 from agentsweep.engine_sim.scheduler import Engine, SimClock
 from agentsweep.engine_sim.server import ServerConfig, SimServer
@@ -68,6 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--speed", type=float, default=1.0, help="simulated clock runs F times faster than wall time"
+    )
+    p.add_argument(
+        "--step-coefficients",
+        default="",
+        metavar="NAME=SECONDS,...",
+        help="step-model coefficients to use instead of the profile's (a, a_p, b, c, d, e, m, r as in "
+        "docs/engine-sim.md), e.g. a=0.011,b=0.0003,r=0.18 for a device described by measured step times",
     )
     p.add_argument("--block-size", "--page-size", dest="block_size", type=int, default=16)
     p.add_argument(
@@ -213,6 +221,27 @@ def _check(args: argparse.Namespace) -> None:
         raise bad("--kv-cache-dtype", f"expected auto, bfloat16, fp16 or fp8[_e4m3|_e5m2], got {dtype!r}")
 
 
+def step_coefficients(text: str) -> dict[str, float]:
+    """``--step-coefficients``: ``NAME=SECONDS`` pairs, comma separated (InputError naming a bad one)."""
+    out: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or name not in STEP_COEFFICIENTS:
+            raise InputError(
+                f"engine-sim --step-coefficients: {item!r} is not NAME=SECONDS with NAME one of "
+                + ", ".join(STEP_COEFFICIENTS)
+            )
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise InputError(f"engine-sim --step-coefficients: {name}={value.strip()!r} is not seconds >= 0")
+        out[name] = seconds
+    return out
+
+
 def resolve(args: argparse.Namespace) -> Setup:
     """Check the flags and size the GPU pool and the CPU tier."""
     model = args.model or args.model_tag
@@ -227,6 +256,9 @@ def resolve(args: argparse.Namespace) -> Setup:
     if args.tp % ep:
         raise InputError(f"engine-sim --ep-size: {ep} must divide --tensor-parallel-size {args.tp}")
     dep = deploy(model, args.hardware, args.tp, args.kv_cache_dtype, args.quantization, ep=ep)
+    coefficients = step_coefficients(args.step_coefficients)
+    if coefficients:
+        dep = dataclasses.replace(dep, cost=dep.cost.with_coefficients(coefficients))
     if args.num_gpu_blocks_override is not None:
         gpu_blocks = args.num_gpu_blocks_override
     else:
@@ -358,7 +390,13 @@ def startup_lines(args: argparse.Namespace, setup: Setup) -> list[str]:
         f"[engine_sim] step time = {c.a * 1e3:.3f} ms (+ {c.prefill_a * 1e3:.3f} ms when prefilling) + "
         f"{c.b * 1e6:.3f} us/prefill token + {c.c * 1e6:.3f} us/decode seq + {c.d * 1e9:.3f} ns/KV token read + "
         f"{c.e * 1e12:.3f} ps/prefill attention pair"
-        + (f" + {c.moe_s * 1e3:.3f} ms x share of routed experts touched" if c.moe_s else ""),
+        + (f" + {c.moe_s * 1e3:.3f} ms x share of routed experts touched" if c.moe_s else "")
+        + (
+            f"; each request waits {c.admit_s * 1e3:.3f} ms before the scheduler takes it"
+            if c.admit_s
+            else ""
+        )
+        + (f" (--step-coefficients {args.step_coefficients})" if args.step_coefficients else ""),
         f"[kv_cache_utils.py] GPU KV cache size: {tokens:,} tokens",
         f"[engine_sim] KV pool: {tokens:,} tokens ({setup.gpu_blocks:,} blocks of {args.block_size})",
         f"[kv_cache_utils.py] Maximum concurrency for {setup.max_model_len:,} tokens per request: {conc:.2f}x",
@@ -388,6 +426,9 @@ def settings_line(args: argparse.Namespace, setup: Setup, port: int) -> str:
         "dialect": args.dialect,
         "hardware": args.hardware,
         "speed": args.speed,
+        "step_coefficients": ",".join(
+            f"{k}={v:g}" for k, v in step_coefficients(args.step_coefficients).items()
+        ),
         "tp": args.tp,
         "ep": setup.deployment.ep,
         "precision": setup.deployment.precision,

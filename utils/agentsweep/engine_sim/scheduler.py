@@ -18,7 +18,9 @@ computed, as in vLLM). A preempted request's later lookups are counted apart fro
 prefix-cache queries and hits (vLLM's ``preempted_queries``), so re-finding its own blocks neither
 inflates the hit rate nor the queries. Blocks found in the CPU tier are copied back before the
 request runs: it waits ``bytes / host link bandwidth`` of simulated time while other requests keep
-stepping; a request that hits blocks still on their way back waits for them too.
+stepping; a request that hits blocks still on their way back waits for them too. A prompt's full
+blocks are cached when the step that computes them is scheduled (vLLM's ``allocate_slots``), so a
+request admitted later in the same step, a sibling sub-agent sent at the same moment, hits them.
 """
 
 from __future__ import annotations
@@ -359,6 +361,7 @@ class Engine:
                 if r.max_tokens - r.generated < left:
                     left = r.max_tokens - r.generated
             else:
+                self._register_blocks(r, computed + n)
                 prefill += n
                 pairs += n * (computed + (n + 1) / 2)
             kv_read += computed + n
@@ -419,6 +422,8 @@ class Engine:
         r.held = g + need
         r.registered = g + c
         r.computed = computed
+        if n:
+            self._register_blocks(r, computed + n)
         st = self.stats
         if kv.prefix_caching:
             if r.preemptions:
@@ -534,7 +539,6 @@ class Engine:
                         r.itls.append(gap)
                 else:
                     r.computed += n
-                    self._register_blocks(r)
                     if r.computed < r.prefill_len:
                         continue
                     if r.first_token_at is None:
@@ -562,8 +566,11 @@ class Engine:
                 self.free_blocks(r)
             self._finish(r, "length")
 
-    def _register_blocks(self, r: SimRequest) -> None:
-        full = min(r.computed, r.tokens_len) // self.block_size
+    def _register_blocks(self, r: SimRequest, upto: int) -> None:
+        """Cache the full prompt blocks up to token ``upto`` of a chunk being scheduled: as vLLM's
+        allocate_slots does, before the step computes them, so a request with the same prefix admitted
+        in the same step (sub-agents fanning out together) already finds them."""
+        full = min(upto, r.tokens_len) // self.block_size
         if full > r.registered:
             if self.kv.prefix_caching:
                 assert r.node is not None  # a request that computes holds a path
