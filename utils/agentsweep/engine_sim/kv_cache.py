@@ -104,6 +104,9 @@ class KVCache:
     """Block accounting for one engine (see the module docstring)."""
 
     COMPACT_SLACK = 1024  # stale LRU queue entries tolerated beyond one per evictable run
+    # vLLM caches a chunk's full blocks when its step is scheduled (allocate_slots): a request admitted
+    # later in the same step hits them.
+    caches_when_scheduled = True
 
     def __init__(
         self,

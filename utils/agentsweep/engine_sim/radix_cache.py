@@ -57,6 +57,9 @@ Entry = tuple[int, int, RadixNode]  # (access time, stamp, node): valid while no
 class SGLangCache(KVCache):
     """Block accounting for one engine with SGLang's radix cache and HiCache policies."""
 
+    # SGLang inserts a chunk into the tree once its forward pass has run (cache_unfinished_req).
+    caches_when_scheduled = False
+
     def __init__(
         self,
         total_blocks: int,

@@ -20,7 +20,8 @@ inflates the hit rate nor the queries. Blocks found in the CPU tier are copied b
 request runs: it waits ``bytes / host link bandwidth`` of simulated time while other requests keep
 stepping; a request that hits blocks still on their way back waits for them too. A prompt's full
 blocks are cached when the step that computes them is scheduled (vLLM's ``allocate_slots``), so a
-request admitted later in the same step, a sibling sub-agent sent at the same moment, hits them.
+request admitted later in the same step, a sibling sub-agent sent at the same moment, hits them;
+SGLang's radix cache inserts them once the step has run (``KVCache.caches_when_scheduled``).
 """
 
 from __future__ import annotations
@@ -361,7 +362,8 @@ class Engine:
                 if r.max_tokens - r.generated < left:
                     left = r.max_tokens - r.generated
             else:
-                self._register_blocks(r, computed + n)
+                if kv.caches_when_scheduled:
+                    self._register_blocks(r, computed + n)
                 prefill += n
                 pairs += n * (computed + (n + 1) / 2)
             kv_read += computed + n
@@ -422,7 +424,7 @@ class Engine:
         r.held = g + need
         r.registered = g + c
         r.computed = computed
-        if n:
+        if n and kv.caches_when_scheduled:
             self._register_blocks(r, computed + n)
         st = self.stats
         if kv.prefix_caching:
@@ -539,6 +541,8 @@ class Engine:
                         r.itls.append(gap)
                 else:
                     r.computed += n
+                    if not self.kv.caches_when_scheduled:
+                        self._register_blocks(r, r.computed)
                     if r.computed < r.prefill_len:
                         continue
                     if r.first_token_at is None:
@@ -567,9 +571,9 @@ class Engine:
             self._finish(r, "length")
 
     def _register_blocks(self, r: SimRequest, upto: int) -> None:
-        """Cache the full prompt blocks up to token ``upto`` of a chunk being scheduled: as vLLM's
-        allocate_slots does, before the step computes them, so a request with the same prefix admitted
-        in the same step (sub-agents fanning out together) already finds them."""
+        """Cache the full prompt blocks up to token ``upto``: when the step that computes them is
+        scheduled (vLLM's allocate_slots: a request with the same prefix admitted in the same step,
+        sub-agents fanning out together, already finds them), or once it has run (SGLang)."""
         full = min(upto, r.tokens_len) // self.block_size
         if full > r.registered:
             if self.kv.prefix_caching:
