@@ -107,6 +107,8 @@ class KVCache:
     # vLLM caches a chunk's full blocks when its step is scheduled (allocate_slots): a request admitted
     # later in the same step hits them.
     caches_when_scheduled = True
+    # vLLM caches every full block of a request, generated tokens' too.
+    caches_output_blocks = True
 
     def __init__(
         self,

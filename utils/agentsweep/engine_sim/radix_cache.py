@@ -59,6 +59,8 @@ class SGLangCache(KVCache):
 
     # SGLang inserts a chunk into the tree once its forward pass has run (cache_unfinished_req).
     caches_when_scheduled = False
+    # SGLang inserts a finished request's output at the end (cache_finished_req): not modelled yet.
+    caches_output_blocks = False
 
     def __init__(
         self,

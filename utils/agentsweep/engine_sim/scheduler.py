@@ -522,6 +522,10 @@ class Engine:
                 if r.generated >= r.max_tokens:
                     finished.append(r)
             kv.allocate(extra)
+            if kv.caches_output_blocks:
+                for r, _ in sched:
+                    if not r.aborted:
+                        self._register_output(r)
             decoded = k * len(sched)
             itl.observe(dt, decoded)
         else:
@@ -532,6 +536,8 @@ class Engine:
                     continue
                 if r.computed >= r.prefill_len:  # decoding (its first token came when prefill ended)
                     r.computed += n
+                    if kv.caches_output_blocks:
+                        self._register_output(r)
                     if r.last_token_at == start:
                         steady += 1
                         r.itls.append(step)
@@ -581,6 +587,16 @@ class Engine:
                 r.node, _ = self.kv.register(r.node, r.hashes[r.registered : full])
                 r.depth = full
             r.registered = full
+
+    def _register_output(self, r: SimRequest) -> None:
+        """Cache a decoding request's blocks that its generated tokens filled (the prompt's last partial
+        block, then blocks of output), as vLLM caches every full block of a request. The replayer never
+        sends a model's output back, so nothing hits them (each gets a hash of its own), but they hold
+        a place in the eviction order, ahead of the prompt's blocks once the request lets go."""
+        full = r.computed // self.block_size
+        if full > r.registered and r.node is not None and self.kv.prefix_caching:
+            r.node, _ = self.kv.register(r.node, [hash((r.rid, i)) for i in range(r.registered, full)])
+            r.depth = r.registered = full
 
     def _count_prompt(self, r: SimRequest) -> None:
         if r.counted_prompt:
