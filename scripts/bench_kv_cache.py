@@ -4,7 +4,8 @@
 Each request looks its prompt up, takes blocks (evicting the least recently released), caches its
 blocks in prefill-sized chunks and, a few requests later, lets them go: the path a thrashing pool
 takes for every request (the replayer benchmark's 20k-token prompts on an H200 pool). Prints the
-microseconds each operation costs per request, with and without a CPU offload tier.
+microseconds each operation costs per request, with and without a CPU offload tier, under each
+dialect's policy (vLLM's ``KVCache``, SGLang's ``SGLangCache`` with HiCache write-through).
 
     .venv/bin/python scripts/bench_kv_cache.py --blocks-per-request 1250 --requests 900
 """
@@ -16,12 +17,21 @@ import random
 import time
 
 from agentsweep.engine_sim.kv_cache import KVCache
+from agentsweep.engine_sim.radix_cache import SGLangCache
+
+POLICIES: dict[str, type[KVCache]] = {"vllm": KVCache, "sglang": SGLangCache}
 
 
 def run(
-    pool_blocks: int, cpu_blocks: int, per_request: int, requests: int, chunk: int, live: int
+    policy: type[KVCache],
+    pool_blocks: int,
+    cpu_blocks: int,
+    per_request: int,
+    requests: int,
+    chunk: int,
+    live: int,
 ) -> dict[str, float]:
-    cache = KVCache(pool_blocks, cpu_blocks=cpu_blocks, block_bytes=1)
+    cache = policy(pool_blocks, cpu_blocks=cpu_blocks, block_bytes=1)
     rnd = random.Random(0)
     held = []
     spent = {"lookup+acquire": 0.0, "allocate": 0.0, "register": 0.0, "release": 0.0}
@@ -56,10 +66,13 @@ def main() -> None:
     ap.add_argument("--live", type=int, default=20, help="requests running at once")
     args = ap.parse_args()
     print(f"KV bookkeeping, microseconds per request of {args.blocks_per_request} new blocks")
-    for label, cpu in (("gpu only", 0), ("with cpu tier", args.cpu_blocks)):
-        row = run(args.pool_blocks, cpu, args.blocks_per_request, args.requests, args.chunk, args.live)
-        cells = "  ".join(f"{k} {v:7.1f}" for k, v in row.items())
-        print(f"  {label:14s} {cells}  total {sum(row.values()):7.1f}")
+    for name, policy in POLICIES.items():
+        for label, cpu in (("gpu only", 0), ("with cpu tier", args.cpu_blocks)):
+            row = run(
+                policy, args.pool_blocks, cpu, args.blocks_per_request, args.requests, args.chunk, args.live
+            )
+            cells = "  ".join(f"{k} {v:7.1f}" for k, v in row.items())
+            print(f"  {name:6s} {label:14s} {cells}  total {sum(row.values()):7.1f}")
 
 
 if __name__ == "__main__":

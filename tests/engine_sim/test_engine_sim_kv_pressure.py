@@ -102,3 +102,41 @@ def test_the_verdict_per_ratio(kvp) -> None:
     assert not rows[0.7].ok and rows[0.7].why == "no hit rate from vLLM"
     text = kvp.markdown(list(rows.values()), 0.62, 231.0)
     assert "| 0.5 | 100 | 60.5% (1.0%, 2) | 62.0% (0.0%, 1) | 1.5 pp (2.0) |" in text
+    assert "| 0.0 / 0.0 | 50.0 / 50.0 | ok |" in text  # preemptions, then requests per run
+
+
+def _timed(t: float, prompt: int, cached: int, ttft: float, tpot: float, ok: bool = True) -> dict:
+    return {
+        "t_dispatch": t, "t_done": t + ttft + 20 * tpot, "prompt_tokens": prompt, "cached_tokens": cached,
+        "ttft_s": ttft, "tpot_s": tpot, "status": "ok" if ok else "error", "accepted": ok,
+    }  # fmt: skip
+
+
+def test_the_step_model_is_fitted_to_vllms_request_times(kvp) -> None:
+    # A device with a = 10 ms a step, c = 2 ms per running sequence, b = 0.3 ms per prompt token not
+    # served from the cache, and requests that wait 0.2 s - one step before the scheduler takes them.
+    runs = []
+    for _ in range(2):
+        alone = [  # one every 2 s: TTFT = r + a + c + b * uncached, 12 ms per output token
+            _timed(2.0 * i, 1000 + 97 * i, 64 * (i % 5), 0.2 + 3e-4 * (1000 + 97 * i - 64 * (i % 5)), 0.012)
+            for i in range(20)
+        ]
+        # Two decoding side by side: a + 2c each.
+        pair = [_timed(100.0, 1000, 0, 0.2, 0.014), _timed(100.0, 1000, 0, 0.2, 0.014)]
+        # One decodes while another prefills (20 ms a token more), which then decodes alone.
+        beside = [_timed(200.0, 1000, 0, 0.1, 0.032), _timed(200.1, 1000, 0, 0.7, 0.012)]
+        refused = [_timed(300.0, 5000, 0, 99.0, 5.0, ok=False)]
+        runs.append(alone + pair + beside + refused)
+    assert [len(kvp.ran_alone(r)) for r in runs] == [20, 20]
+    assert sorted(kvp.neighbours(runs[0]))[-3:] == [
+        (0.014, 1.0, 0.0), (0.014, 1.0, 0.0), (0.032, 0.0, 1.0)
+    ]  # fmt: skip
+    fit = kvp.fitted_step_coefficients(runs)
+    assert fit["b"] == pytest.approx(3e-4)
+    assert fit["a"] == pytest.approx(0.010)
+    assert fit["c"] == pytest.approx(0.002)
+    assert fit["r"] == pytest.approx(0.2 - 0.012)  # TTFT's fixed part less the step that emits the token
+    assert fit["a_p"] == 0.0
+    assert kvp.coefficients_text(fit) == "a=0.01,a_p=0,b=0.0003,c=0.002,r=0.188"
+    with pytest.raises(kvp.InputError, match=r"too few vLLM requests that ran alone .* \(20, need 30\)"):
+        kvp.fitted_step_coefficients(runs[:1])

@@ -15,8 +15,8 @@ overrides a flag, a recipe bug). What each engine writes:
 - The simulated engine: ``[engine_sim] effective settings: {JSON}``.
 
 Each is turned into the same names: model, served_model_name, tp, pp, dp, ep, prefix_caching,
-kv_offload (whether a CPU KV tier is on), port, and for the simulated engine hardware and speed. A
-name an engine does not state is not judged.
+kv_offload (whether a CPU KV tier is on), port, and for the simulated engine hardware and speed (and,
+recorded but not judged, step-model coefficients set in place of its profile's). A name an engine does not state is not judged.
 """
 
 from __future__ import annotations
@@ -220,6 +220,7 @@ def _sim(lines: Iterator[str], name: str) -> Stated | None:
 
 SIM_KEYS = (
     "model", "served_model_name", "port", "tp", "ep", "prefix_caching", "kv_offload", "hardware", "speed",
+    "step_coefficients",
 )  # fmt: skip
 READERS = {"vllm": _vllm, "sglang": _sglang, "sim": _sim}
 

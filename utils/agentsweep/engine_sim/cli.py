@@ -1,14 +1,16 @@
 """`agentsweep engine-sim MODEL ...`: the simulated engine's command line, shaped like `vllm serve`.
 
 SGLang spellings are accepted where they map cleanly (--model-path, --tp-size,
---disable-radix-cache, --enable-hierarchical-cache with --hicache-size / --hicache-ratio,
---chunked-prefill-size, --max-running-requests, --mem-fraction-static, --context-length).
+--disable-radix-cache, --enable-hierarchical-cache with --hicache-size / --hicache-ratio /
+--hicache-write-policy, --chunked-prefill-size, --max-running-requests, --mem-fraction-static,
+--context-length). The dialect picks the cache policy: vLLM's (kv_cache.py) or SGLang's (radix_cache.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import json
 import math
@@ -26,7 +28,15 @@ from agentsweep.engine_sim.disagg import Disagg, DisaggConfig
 from agentsweep.engine_sim.faults import Faults
 from agentsweep.engine_sim.kv_cache import KVCache
 from agentsweep.engine_sim.metrics import DIALECTS, add_simulated_gpus
-from agentsweep.engine_sim.profiles import GIB, HARDWARE, Deployment, UnknownCalibrationError, deploy
+from agentsweep.engine_sim.profiles import (
+    GIB,
+    HARDWARE,
+    STEP_COEFFICIENTS,
+    Deployment,
+    UnknownCalibrationError,
+    deploy,
+)
+from agentsweep.engine_sim.radix_cache import DEFAULT_WRITE_POLICY, WRITE_POLICIES, SGLangCache
 from agentsweep.engine_sim.scheduler import Engine, SimClock
 from agentsweep.engine_sim.server import ServerConfig, SimServer
 from agentsweep.errors import InputError
@@ -46,7 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--served-model-name", nargs="+", help="name(s) the API answers to (default: MODEL)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed at startup)")
-    p.add_argument("--dialect", choices=DIALECTS, default="vllm", help="metrics and log dialect")
+    p.add_argument(
+        "--dialect", choices=DIALECTS, default="vllm", help="metrics, log and cache-policy dialect"
+    )
     p.add_argument("--hardware", choices=sorted(HARDWARE), default="h200")
     p.add_argument("--tensor-parallel-size", "--tp-size", "--tp", "-tp", dest="tp", type=int, default=1)
     p.add_argument(
@@ -64,6 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--speed", type=float, default=1.0, help="simulated clock runs F times faster than wall time"
+    )
+    p.add_argument(
+        "--step-coefficients",
+        default="",
+        metavar="NAME=SECONDS,...",
+        help="step-model coefficients to use instead of the profile's (a, a_p, b, c, d, e, m, r as in "
+        "docs/engine-sim.md), e.g. a=0.011,b=0.0003,r=0.18 for a device described by measured step times",
     )
     p.add_argument("--block-size", "--page-size", dest="block_size", type=int, default=16)
     p.add_argument(
@@ -92,6 +111,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--enable-hierarchical-cache", action="store_true", help="SGLang: enable the host tier")
     p.add_argument("--hicache-size", type=float, default=0.0, help="SGLang: host tier GiB per rank")
     p.add_argument("--hicache-ratio", type=float, default=2.0, help="SGLang: host tier / device pool")
+    p.add_argument(
+        "--hicache-write-policy",
+        choices=WRITE_POLICIES,
+        default=DEFAULT_WRITE_POLICY,
+        help="SGLang: when a node is written to the host tier (--dialect sglang)",
+    )
     p.add_argument(
         "--no-enable-prefix-caching",
         "--disable-radix-cache",
@@ -209,6 +234,27 @@ def _check(args: argparse.Namespace) -> None:
         raise bad("--kv-cache-dtype", f"expected auto, bfloat16, fp16 or fp8[_e4m3|_e5m2], got {dtype!r}")
 
 
+def step_coefficients(text: str) -> dict[str, float]:
+    """``--step-coefficients``: ``NAME=SECONDS`` pairs, comma separated (InputError naming a bad one)."""
+    out: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or name not in STEP_COEFFICIENTS:
+            raise InputError(
+                f"engine-sim --step-coefficients: {item!r} is not NAME=SECONDS with NAME one of "
+                + ", ".join(STEP_COEFFICIENTS)
+            )
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise InputError(f"engine-sim --step-coefficients: {name}={value.strip()!r} is not seconds >= 0")
+        out[name] = seconds
+    return out
+
+
 def resolve(args: argparse.Namespace) -> Setup:
     """Check the flags and size the GPU pool and the CPU tier."""
     model = args.model or args.model_tag
@@ -234,6 +280,9 @@ def resolve(args: argparse.Namespace) -> Setup:
         )
     except UnknownCalibrationError as err:
         raise InputError(f"engine-sim --calibration-generation: {err}") from None
+    coefficients = step_coefficients(args.step_coefficients)
+    if coefficients:
+        dep = dataclasses.replace(dep, cost=dep.cost.with_coefficients(coefficients))
     if args.num_gpu_blocks_override is not None:
         gpu_blocks = args.num_gpu_blocks_override
     else:
@@ -259,12 +308,24 @@ def resolve(args: argparse.Namespace) -> Setup:
 def build_server(args: argparse.Namespace, setup: Setup) -> SimServer:
     """Engine + HTTP app for resolved flags (the caller starts it)."""
     dep = setup.deployment
-    cache = KVCache(
-        setup.gpu_blocks,
-        cpu_blocks=setup.cpu_blocks,
-        prefix_caching=args.prefix_caching,
-        block_bytes=dep.kv_bytes_per_token_all * args.block_size,
-    )
+    block_bytes = dep.kv_bytes_per_token_all * args.block_size
+    # The cache policy follows the dialect's engine: vLLM's block pool, or SGLang's radix cache.
+    cache: KVCache
+    if args.dialect == "sglang":
+        cache = SGLangCache(
+            setup.gpu_blocks,
+            cpu_blocks=setup.cpu_blocks,
+            prefix_caching=args.prefix_caching,
+            block_bytes=block_bytes,
+            write_policy=args.hicache_write_policy,
+        )
+    else:
+        cache = KVCache(
+            setup.gpu_blocks,
+            cpu_blocks=setup.cpu_blocks,
+            prefix_caching=args.prefix_caching,
+            block_bytes=block_bytes,
+        )
     engine = Engine(
         cache,
         dep.cost,
@@ -354,7 +415,8 @@ def startup_lines(args: argparse.Namespace, setup: Setup) -> list[str]:
         f"{c.b * 1e6:.3f} us/prefill token + {c.c * 1e6:.3f} us/decode seq + {c.d * 1e9:.3f} ns/KV token read + "
         f"{c.e * 1e12:.3f} ps/prefill attention pair"
         + (f" + {c.moe_s * 1e3:.3f} ms x share of routed experts touched" if c.moe_s else "")
-        + f"; each request waits {c.admit_s * 1e3:.3f} ms before the scheduler can take it",
+        + f"; each request waits {c.admit_s * 1e3:.3f} ms before the scheduler can take it"
+        + (f" (--step-coefficients {args.step_coefficients})" if args.step_coefficients else ""),
         f"[kv_cache_utils.py] GPU KV cache size: {tokens:,} tokens",
         f"[engine_sim] KV pool: {tokens:,} tokens ({setup.gpu_blocks:,} blocks of {args.block_size})",
         f"[kv_cache_utils.py] Maximum concurrency for {setup.max_model_len:,} tokens per request: {conc:.2f}x",
@@ -384,6 +446,9 @@ def settings_line(args: argparse.Namespace, setup: Setup, port: int) -> str:
         "dialect": args.dialect,
         "hardware": args.hardware,
         "speed": args.speed,
+        "step_coefficients": ",".join(
+            f"{k}={v:g}" for k, v in step_coefficients(args.step_coefficients).items()
+        ),
         "tp": args.tp,
         "ep": setup.deployment.ep,
         "precision": setup.deployment.precision,

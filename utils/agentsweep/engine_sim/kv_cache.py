@@ -18,9 +18,9 @@ in use (cached runs a running request holds, or private blocks: a partial tail, 
 A block that another request cached first is shared on registration and the private copy freed,
 as SGLang's radix cache does when it inserts a prefix it already holds.
 
-Eviction order is vLLM's: a request's blocks become evictable tail first when it finishes, and the
-least recently released go first. A run is never evicted before the runs that continue it, so the
-cached blocks always form whole prefixes.
+Eviction order is vLLM's (``radix_cache.py`` keeps SGLang's; the dialect picks one): a request's
+blocks become evictable tail first when it finishes, and the least recently released go first. A run
+is never evicted before the runs that continue it, so the cached blocks always form whole prefixes.
 
 Offload tier (exclusive, a victim cache of runs, ``cpu_tier.py``): a cached block evicted from the
 GPU is copied to the CPU tier (GPU->CPU bytes counted); a lookup that misses on the GPU continues in
@@ -97,12 +97,18 @@ class Lookup:
     cpu_blocks: int  # following blocks found in the CPU tier
     reclaim: int = 0  # of the GPU hits, blocks no request holds (a hit takes them off the LRU list)
     path: list[tuple[Node, int]] = field(default_factory=list)  # nodes matched, blocks matched in each
+    host: list[tuple[Node, int]] = field(default_factory=list)  # host-only nodes matched (radix_cache.py)
 
 
 class KVCache:
     """Block accounting for one engine (see the module docstring)."""
 
     COMPACT_SLACK = 1024  # stale LRU queue entries tolerated beyond one per evictable run
+    # vLLM caches a chunk's full blocks when its step is scheduled (allocate_slots): a request admitted
+    # later in the same step hits them.
+    caches_when_scheduled = True
+    # vLLM caches every full block of a request, generated tokens' too.
+    caches_output_blocks = True
 
     def __init__(
         self,
@@ -231,9 +237,10 @@ class KVCache:
         self.free += shared
         return node, shared
 
-    def release(self, node: Node, private: int) -> None:
+    def release(self, node: Node, private: int, finished: bool = True) -> None:
         """A request lets go of the path ending at ``node`` and of ``private`` blocks.
 
+        ``finished``: False for a preempted request (the same here; SGLang's policy tells them apart).
         The runs no other request holds become evictable tail first (vLLM frees a request's blocks
         in reverse order), so under pressure the end of a long prefix goes before its beginning.
         """

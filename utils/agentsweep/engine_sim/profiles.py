@@ -38,6 +38,7 @@ Face ``config.json`` (:mod:`agentsweep.engine_sim.model_config`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -314,6 +315,12 @@ def find_model(name: str) -> Model:
     return load_shape(name) or generic_model(name)
 
 
+# The step model's coefficients by their names in the module docstring -> StepCost's fields.
+STEP_COEFFICIENTS = {
+    "a": "a", "a_p": "prefill_a", "b": "b", "c": "c", "d": "d", "e": "e", "m": "moe_s", "r": "admit_s",
+}  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class StepCost:
     """Step time model (module docstring). ``time`` is called once per engine step."""
@@ -337,6 +344,12 @@ class StepCost:
         if self.moe_s:
             t += self.moe_s * (1.0 - self.miss ** (prefill_tokens + decode_batch))
         return t
+
+    def with_coefficients(self, given: dict[str, float]) -> StepCost:
+        """These coefficients (named as in the module docstring: a, a_p, b, c, d, e, m, r) set, in
+        seconds, instead of the profile's: a device described by its measured step times."""
+        fields = {STEP_COEFFICIENTS[name]: value for name, value in given.items()}
+        return dataclasses.replace(self, **fields)
 
     def decode_run(self, k: int, step: float, batch: int, kv_tokens_read: int) -> float:
         """Time of ``k`` pure-decode steps in a row, the first taking ``step``: each step reads

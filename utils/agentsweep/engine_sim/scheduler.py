@@ -18,7 +18,10 @@ computed, as in vLLM). A preempted request's later lookups are counted apart fro
 prefix-cache queries and hits (vLLM's ``preempted_queries``), so re-finding its own blocks neither
 inflates the hit rate nor the queries. Blocks found in the CPU tier are copied back before the
 request runs: it waits ``bytes / host link bandwidth`` of simulated time while other requests keep
-stepping; a request that hits blocks still on their way back waits for them too.
+stepping; a request that hits blocks still on their way back waits for them too. A prompt's full
+blocks are cached when the step that computes them is scheduled (vLLM's ``allocate_slots``), so a
+request admitted later in the same step, a sibling sub-agent sent at the same moment, hits them;
+SGLang's radix cache inserts them once the step has run (``KVCache.caches_when_scheduled``).
 """
 
 from __future__ import annotations
@@ -359,6 +362,8 @@ class Engine:
                 if r.max_tokens - r.generated < left:
                     left = r.max_tokens - r.generated
             else:
+                if kv.caches_when_scheduled:
+                    self._register_blocks(r, computed + n)
                 prefill += n
                 pairs += n * (computed + (n + 1) / 2)
             kv_read += computed + n
@@ -419,6 +424,8 @@ class Engine:
         r.held = g + need
         r.registered = g + c
         r.computed = computed
+        if n and kv.caches_when_scheduled:
+            self._register_blocks(r, computed + n)
         st = self.stats
         if kv.prefix_caching:
             if r.preemptions:
@@ -447,16 +454,17 @@ class Engine:
         return n
 
     def _preempt(self, r: SimRequest) -> None:
-        self.free_blocks(r)
+        self.free_blocks(r, finished=False)
         r.status = WAITING
         r.prefill_len = r.tokens_len + r.generated
         r.preemptions += 1
         self.waiting.appendleft(r)
         self.stats.preemptions += 1
 
-    def free_blocks(self, r: SimRequest) -> None:
+    def free_blocks(self, r: SimRequest, finished: bool = True) -> None:
+        """Let go of a request's blocks (``finished``: False when it is preempted)."""
         if r.node is not None:
-            self.kv.release(r.node, r.held - r.depth)
+            self.kv.release(r.node, r.held - r.depth, finished)
         r.node = None
         r.depth = 0
         r.held = 0
@@ -514,6 +522,10 @@ class Engine:
                 if r.generated >= r.max_tokens:
                     finished.append(r)
             kv.allocate(extra)
+            if kv.caches_output_blocks:
+                for r, _ in sched:
+                    if not r.aborted:
+                        self._register_output(r)
             decoded = k * len(sched)
             itl.observe(dt, decoded)
         else:
@@ -524,6 +536,8 @@ class Engine:
                     continue
                 if r.computed >= r.prefill_len:  # decoding (its first token came when prefill ended)
                     r.computed += n
+                    if kv.caches_output_blocks:
+                        self._register_output(r)
                     if r.last_token_at == start:
                         steady += 1
                         r.itls.append(step)
@@ -533,7 +547,8 @@ class Engine:
                         r.itls.append(gap)
                 else:
                     r.computed += n
-                    self._register_blocks(r)
+                    if not self.kv.caches_when_scheduled:
+                        self._register_blocks(r, r.computed)
                     if r.computed < r.prefill_len:
                         continue
                     if r.first_token_at is None:
@@ -561,14 +576,27 @@ class Engine:
                 self.free_blocks(r)
             self._finish(r, "length")
 
-    def _register_blocks(self, r: SimRequest) -> None:
-        full = min(r.computed, r.tokens_len) // self.block_size
+    def _register_blocks(self, r: SimRequest, upto: int) -> None:
+        """Cache the full prompt blocks up to token ``upto``: when the step that computes them is
+        scheduled (vLLM's allocate_slots: a request with the same prefix admitted in the same step,
+        sub-agents fanning out together, already finds them), or once it has run (SGLang)."""
+        full = min(upto, r.tokens_len) // self.block_size
         if full > r.registered:
             if self.kv.prefix_caching:
                 assert r.node is not None  # a request that computes holds a path
                 r.node, _ = self.kv.register(r.node, r.hashes[r.registered : full])
                 r.depth = full
             r.registered = full
+
+    def _register_output(self, r: SimRequest) -> None:
+        """Cache a decoding request's blocks that its generated tokens filled (the prompt's last partial
+        block, then blocks of output), as vLLM caches every full block of a request. The replayer never
+        sends a model's output back, so nothing hits them (each gets a hash of its own), but they hold
+        a place in the eviction order, ahead of the prompt's blocks once the request lets go."""
+        full = r.computed // self.block_size
+        if full > r.registered and r.node is not None and self.kv.prefix_caching:
+            r.node, _ = self.kv.register(r.node, [hash((r.rid, i)) for i in range(r.registered, full)])
+            r.depth = r.registered = full
 
     def _count_prompt(self, r: SimRequest) -> None:
         if r.counted_prompt:
