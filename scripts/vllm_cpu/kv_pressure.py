@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import csv
+import itertools
 import json
 import math
 import os
@@ -408,6 +409,80 @@ def markdown(rows: Sequence[Row], unpressured: float | None, ws_blocks: float, t
     return "\n".join(lines) + "\n"
 
 
+REUSE_EDGES = (0.25, 0.5, 0.75, 1.0)  # reuse distance / pool: the buckets' upper edges (and one beyond)
+
+
+def returning_turns(records: Sequence[RequestRecord]) -> list[tuple[float, int, int]]:
+    """(reuse distance in blocks, cached tokens, theoretical hit tokens) of each accepted request of one
+    run whose session sent one before it. The reuse distance is what the other requests allocated while
+    the session was idle: the prompt tokens the cache did not serve plus the output, in blocks, of every
+    request dispatched after the session's previous request ended and before this one. Under LRU it
+    decides what is left of the session's prefix when it comes back."""
+    done = sorted(
+        (r for r in records if accepted(r) and r.get("t_done") is not None), key=lambda r: r["t_dispatch"]
+    )
+    starts = [r["t_dispatch"] for r in done]
+    allocated = [0]
+    for r in done:
+        tokens = (r.get("prompt_tokens") or 0) - (r.get("cached_tokens") or 0) + (r.get("output_tokens") or 0)
+        allocated.append(allocated[-1] + math.ceil(max(tokens, 0) / BLOCK_SIZE))
+    out, previous = [], {}
+    for k, r in enumerate(done):
+        session = str(r.get("session_id") or r.get("trace_id"))
+        before = previous.get(session)
+        previous[session] = r
+        theoretical = int(r.get("theoretical_hit_blocks") or 0) * BLOCK_SIZE
+        if before is None or not theoretical:
+            continue
+        first = bisect.bisect_right(starts, before["t_done"])
+        out.append(
+            (
+                float(allocated[k] - allocated[first]) if first < k else 0.0,
+                int(r.get("cached_tokens") or 0),
+                theoretical,
+            )
+        )
+    return out
+
+
+def reuse_markdown(
+    turns: dict[tuple[float, str], list[tuple[float, int, int]]], pools: dict[float, int]
+) -> str:
+    """Per ratio and reuse-distance bucket (a share of the pool), each engine's returning turns and the
+    share of their theoretical hits it kept."""
+    lines = [
+        "Kept by reuse distance: per returning turn, the blocks other requests allocated while its session "
+        "was idle (as a share of the pool) and the share of its theoretical hits the engine kept. At the same "
+        "distance an LRU cache that evicts alike keeps the same share; a different hit rate with the same "
+        "shares comes from a different mix of distances (the traffic), not from the cache.\n",
+        "| working set / pool | reuse distance / pool | vLLM turns | vLLM kept | simulator turns | simulator kept |",
+        "|---|---|---|---|---|---|",
+    ]
+    labels = (
+        [f"< {REUSE_EDGES[0]:g}"]
+        + [f"{lo:g}-{hi:g}" for lo, hi in itertools.pairwise(REUSE_EDGES)]
+        + [f">= {REUSE_EDGES[-1]:g}"]
+    )
+    for ratio in sorted(pools):
+        cells = []
+        for engine in ("vllm", "sim"):
+            sums = [[0, 0, 0] for _ in labels]
+            for distance, cached, theoretical in turns.get((ratio, engine), []):
+                b = bisect.bisect_right(REUSE_EDGES, distance / pools[ratio])
+                sums[b][0] += 1
+                sums[b][1] += cached
+                sums[b][2] += theoretical
+            cells.append(sums)
+        for b, label in enumerate(labels):
+            (vn, vc, vt), (sn, sc, st) = cells[0][b], cells[1][b]
+            if vn or sn:
+                lines.append(
+                    f"| {ratio:g} | {label} | {vn} | {_pct(vc / vt if vt else None)} | {sn} "
+                    f"| {_pct(sc / st if st else None)} |"
+                )
+    return "\n".join(lines) + "\n"
+
+
 def plot(runs: Sequence[Run], rows: Sequence[Row], path: Path) -> None:
     import matplotlib
 
@@ -637,7 +712,15 @@ def _main(args: argparse.Namespace) -> int:
         writer.writeheader()
         for r in runs:
             writer.writerow(asdict(r))
-    text = markdown(rows, reference.hit_rate, ws_blocks, timing)
+    turns: dict[tuple[float, str], list[tuple[float, int, int]]] = {}
+    for i in range(1, args.repeats + 1):
+        for (engine, ratio), key in keys.items():
+            cell = _cell_dir(work / f"run{i}", key)
+            if cell is not None and (cell / REQUESTS_JSONL).is_file():
+                turns.setdefault((ratio, engine), []).extend(
+                    returning_turns(list(read_records(cell / REQUESTS_JSONL)))
+                )
+    text = markdown(rows, reference.hit_rate, ws_blocks, timing) + "\n" + reuse_markdown(turns, pools)
     (work / "kv_pressure.md").write_text(text)
     if runs:
         plot(runs, rows, work / "kv_pressure.png")

@@ -140,3 +140,28 @@ def test_the_step_model_is_fitted_to_vllms_request_times(kvp) -> None:
     assert kvp.coefficients_text(fit) == "a=0.01,a_p=0,b=0.0003,c=0.002,r=0.188"
     with pytest.raises(kvp.InputError, match=r"too few vLLM requests that ran alone .* \(20, need 30\)"):
         kvp.fitted_step_coefficients(runs[:1])
+
+
+def _turn(session: str, t: float, done: float, prompt: int, cached: int, out: int, theo_blocks: int) -> dict:
+    return {
+        "session_id": session, "trace_id": session, "t_dispatch": t, "t_done": done, "prompt_tokens": prompt,
+        "cached_tokens": cached, "output_tokens": out, "theoretical_hit_blocks": theo_blocks,
+        "status": "ok", "accepted": True,
+    }  # fmt: skip
+
+
+def test_reuse_distance_is_what_others_allocated_while_a_session_was_idle(kvp) -> None:
+    bs = kvp.BLOCK_SIZE
+    records = [
+        _turn("a", 0.0, 1.0, 10 * bs, 0, bs, 0),  # a's first turn: no distance
+        _turn("b", 1.5, 2.0, 4 * bs, bs, bs // 2, 0),  # b allocates 3 + 1 (half a block of output) = 4
+        _turn("c", 2.5, 3.0, 2 * bs, 0, 0, 0),  # c allocates 2
+        _turn("a", 4.0, 5.0, 12 * bs, 8 * bs, bs, 10),  # a returns: b and c came while it was idle
+        _turn("b", 4.5, 5.0, 6 * bs, 4 * bs, 0, 4),  # b returns: c (2) and a's second turn (4 + 1) came between
+    ]  # fmt: skip
+    assert kvp.returning_turns(records) == [(6.0, 8 * bs, 10 * bs), (7.0, 4 * bs, 4 * bs)]
+    text = kvp.reuse_markdown(
+        {(1.0, "vllm"): kvp.returning_turns(records), (1.0, "sim"): [(30.0, 0, bs)]}, {1.0: 20}
+    )
+    assert "| 1 | 0.25-0.5 | 2 | 85.7% | 0 | - |" in text  # 6/20 and 7/20 of the pool; (8 + 4) / (10 + 4)
+    assert "| 1 | >= 1 | 0 | - | 1 | 0.0% |" in text
