@@ -238,12 +238,19 @@ def test_real_path_agrees_with_the_stand_in_and_reports_rows_that_cannot_run(tmp
     assert (out / "parity.png").stat().st_size > 0
     _, points = read_points(path)
     cal = load_calibrations()["h200/fp8"]
-    want = F.predict(points[0], cal.efficiency, cal.shared)
+    # The stand-in's own figures move with the output lengths it draws (at 4 users, which requests
+    # share a step): over five draws its median interactivity spans 94-103 tokens/s here. The real
+    # path is one more draw, so it is held to that range, widened by the tolerances below.
+    draws = [F.predict(points[0], cal.efficiency, cal.shared, seed=seed) for seed in range(5)]
     got = rows[0]
-    assert float(got["pred_median_intvty"]) == pytest.approx(want.median_intvty, rel=0.05)
-    assert float(got["pred_tput_per_gpu"]) == pytest.approx(want.tput_per_gpu, rel=0.10)
+
+    def within(value: str, figures: list[float], rel: float) -> bool:
+        return min(figures) * (1 - rel) <= float(value) <= max(figures) * (1 + rel)
+
+    assert within(got["pred_median_intvty"], [d.median_intvty for d in draws], 0.05), got
+    assert within(got["pred_tput_per_gpu"], [d.tput_per_gpu for d in draws], 0.10), got
     # Known gap: over a run long enough to leave the first instant behind, the real path's median TTFT
     # at this point is about 20-30% above the stand-in's (0.237-0.243 against 0.194 s, runs of 10 s):
     # the median of eight requests, some of which wait for another's prefill step, moves with the
     # arrivals' spacing (docs/engine-sim.md, "Calibration"). Held here to 50%, not hidden.
-    assert float(got["pred_median_ttft_s"]) == pytest.approx(want.median_ttft_s, rel=0.5)
+    assert within(got["pred_median_ttft_s"], [d.median_ttft_s for d in draws], 0.5), got

@@ -35,10 +35,11 @@ ROUNDS = 2  # alternations between the per-hardware and the shared coefficients
 REQUEST_SCALE_S = 0.1
 
 
-def predict(p: Point, eff: Efficiency, shared: Shared) -> Prediction:
+def predict(p: Point, eff: Efficiency, shared: Shared, seed: int = 0) -> Prediction:
+    """The stand-in's figures for a point (``seed`` draws the output lengths)."""
     cal = Calibration(p.group, eff, shared, 0, "fit")
     dep = deploy(p.model, p.hardware, p.tp, KV_CACHE_DTYPE, p.precision, ep=p.ep, calibration=cal)
-    return closed_loop(dep.cost, p.conc, p.isl, p.osl, p.tp, budget=CHUNK)
+    return closed_loop(dep.cost, p.conc, p.isl, p.osl, p.tp, budget=CHUNK, seed=seed)
 
 
 def log_errors(p: Point, pred: Prediction) -> tuple[float, float, float]:
