@@ -38,7 +38,7 @@ import shutil
 import statistics
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -672,14 +672,16 @@ def _main(args: argparse.Namespace) -> int:
     # 2. Each ratio, each engine, --repeats times.
     keys = {(e, r): f"kvp-{e}-r{str(r).replace('.', 'p')}" for e in ("vllm", "sim") for r in ratios}
 
-    def judged() -> list[Run]:
-        found = []
+    def cells() -> Iterator[tuple[int, str, float, Path]]:
+        """Every run's cell found in --work: (repeat, engine, ratio, cell directory)."""
         for i in range(1, args.repeats + 1):
             for (engine, ratio), key in keys.items():
                 cell = _cell_dir(work / f"run{i}", key)
                 if cell is not None:
-                    found.append(measure(cell, engine, ratio, i, pools[ratio]))
-        return found
+                    yield i, engine, ratio, cell
+
+    def judged() -> list[Run]:
+        return [measure(cell, engine, ratio, i, pools[ratio]) for i, engine, ratio, cell in cells()]
 
     def write_config(coefficients: str) -> None:
         config.write_text(
@@ -694,9 +696,9 @@ def _main(args: argparse.Namespace) -> int:
             _sweep(config, "kvp-vllm-*", work / f"run{i}", env)
         if "sim" in engines:
             if coefficients is None:
-                cells = [_cell_dir(work / f"run{j}", k) for j in range(1, args.repeats + 1)
-                         for (e, _), k in keys.items() if e == "vllm"]  # fmt: skip
-                runs_records = [list(read_records(c / REQUESTS_JSONL)) for c in cells if c is not None]
+                runs_records = [
+                    list(read_records(c / REQUESTS_JSONL)) for _, e, _, c in cells() if e == "vllm"
+                ]
                 coefficients = coefficients_text(fitted_step_coefficients(runs_records))
                 print(
                     f"kv-pressure: the simulated engine's step model fitted to vLLM's request times: {coefficients}"
@@ -713,13 +715,11 @@ def _main(args: argparse.Namespace) -> int:
         for r in runs:
             writer.writerow(asdict(r))
     turns: dict[tuple[float, str], list[tuple[float, int, int]]] = {}
-    for i in range(1, args.repeats + 1):
-        for (engine, ratio), key in keys.items():
-            cell = _cell_dir(work / f"run{i}", key)
-            if cell is not None and (cell / REQUESTS_JSONL).is_file():
-                turns.setdefault((ratio, engine), []).extend(
-                    returning_turns(list(read_records(cell / REQUESTS_JSONL)))
-                )
+    for _, engine, ratio, cell in cells():
+        if (cell / REQUESTS_JSONL).is_file():
+            turns.setdefault((ratio, engine), []).extend(
+                returning_turns(list(read_records(cell / REQUESTS_JSONL)))
+            )
     text = markdown(rows, reference.hit_rate, ws_blocks, timing) + "\n" + reuse_markdown(turns, pools)
     (work / "kv_pressure.md").write_text(text)
     if runs:
