@@ -26,12 +26,20 @@ from kv_cache_tester.replay import ResultError, load_summary
 from kv_cache_tester.traces.synth import LengthSpec, synth_workload
 
 from agentsweep.calibrate.points import Point
-from agentsweep.calibrate.steady import CYCLES, KV_CACHE_DTYPE, closed_loop, osl_bounds
+from agentsweep.calibrate.steady import (
+    KV_CACHE_DTYPE,
+    closed_loop,
+    closed_loop_throughput,
+    length_bounds,
+)
 from agentsweep.cell.watchdog import die_with_parent
 from agentsweep.engine_sim.profiles import deploy
 
 CHUNK = 16384  # --chunked-prefill-size of the simulated engine in calibration runs
 START_TIMEOUT_S = 30.0
+# Request cycles per user a real-path row runs after the first wave: fewer than the stand-in's ten, to
+# keep each row's clock speed-up (and the simulator's late steps) low in the wall seconds it is given.
+CYCLES = 3
 _URL = re.compile(r"Uvicorn running on (http://\S+)")
 _LATE = re.compile(
     r"Simulated clock: ([\d.]+)% of (\d+) engine steps were already due .*?([\d.]+) ms \(wall\) late"
@@ -68,25 +76,24 @@ def choose_speed(p: Point, seconds: float) -> float:
     return max(1.0, (CYCLES + 0.7) * cycle / seconds)
 
 
-def measure(log: Path, isl: int, gpus: int) -> tuple[float, float, float, int, int]:
+def measure(log: Path, users: int, gpus: int) -> tuple[float, float, float, int, int]:
     """(tput per GPU, median interactivity, median TTFT, requests, preemptions) from a request log."""
     recs = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     if not recs:
         return math.nan, math.nan, math.nan, 0, 0
     first_finish = min(r["finish_s"] for r in recs)
     steady = [r for r in recs if r["arrival_s"] >= first_finish] or recs
-    start = min(r["arrival_s"] for r in steady)
-    end = max(r["finish_s"] for r in steady)
-    tokens = sum(isl + r["output_tokens"] for r in steady)
+    tokens = sum(r["prompt_tokens"] + r["output_tokens"] for r in steady)
+    busy = sum(r["finish_s"] - r["arrival_s"] for r in steady)
     ttft = [r["first_token_s"] - r["arrival_s"] for r in steady]
     intv = [
         (r["output_tokens"] - 1) / (r["finish_s"] - r["first_token_s"])
         for r in steady
         if r["output_tokens"] > 1 and r["finish_s"] > r["first_token_s"]
     ]
-    span = end - start if end > start else math.nan
     pre = sum(r["preemptions"] for r in steady)
-    return tokens / span / gpus, _median(intv) if intv else math.nan, _median(ttft), len(steady), pre
+    tput = closed_loop_throughput(users, tokens, busy) / gpus if busy > 0 else math.nan
+    return tput, _median(intv) if intv else math.nan, _median(ttft), len(steady), pre
 
 
 def _engine_argv(p: Point, speed: float, log: Path) -> list[str]:
@@ -121,8 +128,9 @@ def run_row(p: Point, seconds: float, work: Path) -> RowResult:
     traces = row_dir / "random.jsonl"
     count = p.conc * (CYCLES + 3)
     with traces.open("w") as fh:
-        lo, hi = osl_bounds(p.osl)
-        spec_in, spec_out = LengthSpec.parse(str(p.isl), "isl"), LengthSpec.parse(f"uniform:{lo}:{hi}", "osl")
+        (in_lo, in_hi), (out_lo, out_hi) = length_bounds(p.isl), length_bounds(p.osl)
+        spec_in = LengthSpec.parse(f"uniform:{in_lo}:{in_hi}", "isl")
+        spec_out = LengthSpec.parse(f"uniform:{out_lo}:{out_hi}", "osl")
         for trace in synth_workload(spec_in, spec_out, count, seed=p.line):
             fh.write(json.dumps(trace, separators=(",", ":")) + "\n")
     log = row_dir / "requests_engine.jsonl"
@@ -180,7 +188,7 @@ def run_row(p: Point, seconds: float, work: Path) -> RowResult:
     m = next((m for m in map(_LATE.search, lines) if m), None)
     if m:
         res.late_steps_pct, res.late_ms = float(m.group(1)), float(m.group(3))
-    tput, intv, ttft, n, pre = measure(log, p.isl, p.tp)
+    tput, intv, ttft, n, pre = measure(log, p.conc, p.tp)
     res.tput_per_gpu, res.median_intvty, res.median_ttft_s, res.requests, res.preemptions = (
         tput,
         intv,

@@ -18,11 +18,14 @@ from dataclasses import dataclass
 
 from agentsweep.engine_sim.profiles import StepCost
 
-CYCLES = 3  # request cycles per user simulated; the first (all users arriving at once) is left out
-# Output lengths are spread by this fraction around the row's (mean unchanged): with exactly equal
-# lengths a closed loop stays phase-locked in groups forever (an artefact: the published TTFTs at
-# high concurrency show single-request prefills). The real-path runs draw from the same spread.
-OSL_SPREAD = 0.02
+# Request cycles per user simulated (the first, all users arriving at once, is left out): the published
+# client sends ten times the concurrency in prompts, so ten per user.
+CYCLES = 10
+# The published client draws each request's input and output lengths uniformly from the integers
+# [int(L * ratio), L] for the row's nominal L (InferenceX runs its serving benchmark with
+# --random-range-ratio 0.8 in every workflow since 2025): a request averages 0.9 L each way, and no two
+# users stay phase-locked in groups that always prefill together. The real-path runs draw the same way.
+RANGE_RATIO = 0.8
 KV_CACHE_DTYPE = "fp8"  # the rows do not say; BF16 would not hold the largest rows' users in the pool
 # The first wave's requests arrive this far apart (user i at i times it), as a client's do: it opens
 # its users' requests one after another (the replayer about 0.3 ms apart on the calibration path). All
@@ -32,10 +35,10 @@ KV_CACHE_DTYPE = "fp8"  # the rows do not say; BF16 would not hold the largest r
 FIRST_WAVE_STAGGER_S = 0.3e-3
 
 
-def osl_bounds(osl: int) -> tuple[int, int]:
-    """The range output lengths are drawn from (uniformly, integers) for a row's ``osl``."""
-    half = round(osl * OSL_SPREAD)
-    return max(1, osl - half), osl + half
+def length_bounds(nominal: int) -> tuple[int, int]:
+    """The range a request's input or output length is drawn from (uniformly, integers) for a row's
+    nominal ``isl`` or ``osl``."""
+    return max(1, int(nominal * RANGE_RATIO)), nominal
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,7 @@ class Prediction:
 @dataclass(slots=True)
 class _Req:
     arrival: float
+    isl: int
     osl: int
     computed: int = 0
     generated: int = 0
@@ -62,28 +66,41 @@ def _median(values: list[float]) -> float:
 
 
 def closed_loop(
-    cost: StepCost, users: int, isl: int, osl: int, gpus: int, budget: int = 16384, seed: int = 0
+    cost: StepCost,
+    users: int,
+    isl: int,
+    osl: int,
+    gpus: int,
+    budget: int = 16384,
+    seed: int = 0,
+    cycles: int = CYCLES,
 ) -> Prediction:
-    """Steady-state figures of ``users`` users sending ``isl``-token prompts for ``osl`` tokens each."""
+    """Steady-state figures of ``users`` users sending prompts of about ``isl`` tokens for about ``osl``
+    tokens each (drawn as the published client draws them, :func:`length_bounds`)."""
     rng = random.Random(f"closed-loop:{seed}")
-    lo, hi = osl_bounds(osl)
-    waiting: deque[_Req] = deque(_Req(i * FIRST_WAVE_STAGGER_S, rng.randint(lo, hi)) for i in range(users))
+    in_lo, in_hi = length_bounds(isl)
+    out_lo, out_hi = length_bounds(osl)
+
+    def request(arrival: float) -> _Req:
+        return _Req(arrival, rng.randint(in_lo, in_hi), rng.randint(out_lo, out_hi))
+
+    waiting: deque[_Req] = deque(request(i * FIRST_WAVE_STAGGER_S) for i in range(users))
     running: list[_Req] = []
     done: list[tuple[_Req, float]] = []
     t = 0.0
-    target = users * CYCLES
+    target = users * cycles
     while len(done) < target:
         room = budget
         sched: list[tuple[_Req, int]] = []
         for r in running:
             if room <= 0:
                 break
-            n = 1 if r.computed >= isl else min(isl - r.computed, room)
+            n = 1 if r.computed >= r.isl else min(r.isl - r.computed, room)
             sched.append((r, n))
             room -= n
         while waiting and room > 0 and waiting[0].arrival + cost.admit_s <= t:
             r = waiting.popleft()
-            n = min(isl, room)
+            n = min(r.isl, room)
             running.append(r)
             sched.append((r, n))
             room -= n
@@ -93,7 +110,7 @@ def closed_loop(
         prefill = decode = kv = 0
         pairs = 0.0
         for r, n in sched:
-            if r.computed >= isl:
+            if r.computed >= r.isl:
                 decode += 1
             else:
                 prefill += n
@@ -108,9 +125,9 @@ def closed_loop(
         t += total
         finished = []
         for r, n in sched:
-            was_decoding = r.computed >= isl
+            was_decoding = r.computed >= r.isl
             r.computed += n if not was_decoding else k
-            if not was_decoding and r.computed < isl:
+            if not was_decoding and r.computed < r.isl:
                 continue
             r.generated += k if was_decoding else 1
             if r.first_token < 0:
@@ -120,15 +137,28 @@ def closed_loop(
         for r in finished:
             running.remove(r)
             done.append((r, t))
-            waiting.append(_Req(t + 1e-9, rng.randint(lo, hi)))  # lands during the next step
+            waiting.append(request(t + 1e-9))  # lands during the next step
     first_finish = done[0][1]
     steady = [(r, end) for r, end in done if r.arrival >= first_finish]
     if not steady:  # one request per user in the window: fall back to everything
         steady = done
-    start = min(r.arrival for r, _ in steady)
-    end = max(e for _, e in steady)
-    tokens = sum(isl + r.osl for r, _ in steady)
+    tokens = sum(r.isl + r.osl for r, _ in steady)
+    busy = sum(e - r.arrival for r, e in steady)
     ttfts = [r.first_token - r.arrival for r, _ in steady]
     intv = [(r.osl - 1) / (e - r.first_token) for r, e in steady if r.osl > 1 and e > r.first_token]
-    span = end - start if end > start else 1.0
-    return Prediction(tokens / span / gpus, _median(intv) if intv else 0.0, _median(ttfts), len(steady))
+    return Prediction(
+        closed_loop_throughput(users, tokens, busy) / gpus,
+        _median(intv) if intv else 0.0,
+        _median(ttfts),
+        len(steady),
+    )
+
+
+def closed_loop_throughput(users: int, tokens: int, busy_s: float) -> float:
+    """Tokens/s of ``users`` users that always have a request in flight, from requests carrying
+    ``tokens`` in all over ``busy_s`` summed request time (arrival to last token): each user's
+    requests follow one another, so the rate is ``users`` x tokens per request-second (Little's law).
+    A window from the first measured arrival to the last finish would undercount: requests still in
+    flight at either edge use the engine there but are not measured, and with lengths that vary no
+    two users' requests line up with the window's edges."""
+    return users * tokens / busy_s if busy_s > 0 else 0.0
