@@ -137,6 +137,18 @@ as_docker_args() {
   done
 }
 
+# as_remove_containers NAME_OR_ID...: end the containers at once (SIGKILL), then remove them; what is
+# already gone is no error. `docker rm --force` alone is not enough where `docker` is podman: it
+# stops a container gracefully first (up to its stop timeout) and, when it is killed part way (a
+# step's task epilog at the end of the step's KillWait, a `timeout`), leaves the container
+# "stopping"; a later `rm --force` then deletes only podman's record of it, and the engine and its
+# conmon run on with nothing left to find them by. (docker's own `rm --force` kills at once.)
+as_remove_containers() {
+  (($# > 0)) || return 0
+  docker kill "$@" >/dev/null 2>&1 || true
+  docker rm --force "$@" >/dev/null 2>&1 || true
+}
+
 # as_remove_job_containers JOB: remove every container this node runs for JOB's engine instances
 # (a cell on the host side labels them agentsweep.job=JOB; see agentsweep.cell.placement).
 as_remove_job_containers() {
@@ -144,5 +156,5 @@ as_remove_job_containers() {
   ids=$(docker ps -aq --filter "label=agentsweep.job=$1" 2>/dev/null) || return 0
   [[ -n $ids ]] || return 0
   # shellcheck disable=SC2086 # one id per word
-  docker rm --force $ids >/dev/null 2>&1 || true
+  as_remove_containers $ids
 }

@@ -114,8 +114,9 @@ as_run_step() {
 
 # as_stop_step: end a step still running (the launcher was interrupted). SIGTERM goes to the step's
 # processes through Slurm (a signal to srun itself would make it SIGKILL the step), so the cell can
-# write what it has and step.sh can stop this cell's container; then srun goes, and for docker a last
-# `docker rm --force` of this cell's container (by name) runs on the node.
+# write what it has and step.sh can stop this cell's container; then srun goes, and for docker what is
+# left of this cell's container (by name), or of its engine instances' (by the job's label), is ended
+# and removed on the node (as_remove_containers).
 as_stop_step() {
   local waited=0
   if [[ -n $AS_JOB_ID ]]; then
@@ -134,8 +135,10 @@ as_stop_step() {
         --export="$(as_export_list)" bash -c 'source "$1/common.sh" && source "$1/container.sh" &&
           as_remove_job_containers "$2"' cleanup "$AS_LIB" "$AS_JOB_ID" >/dev/null 2>&1 || true
     else
+      # shellcheck disable=SC2016 # expanded by the inner bash
       timeout 120 srun --jobid="$AS_JOB_ID" --overlap --nodes=1 --ntasks=1 --export="$(as_export_list)" \
-        docker rm --force "$(as_container_name)" >/dev/null 2>&1 || true
+        bash -c 'source "$1/common.sh" && source "$1/container.sh" && as_remove_containers "$2"' \
+        cleanup "$AS_LIB" "$(as_container_name)" >/dev/null 2>&1 || true
     fi
   fi
 }

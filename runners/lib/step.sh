@@ -87,7 +87,7 @@ docker)
   stop_container() {
     as_log "stopping container $name"
     docker stop --time "${AGENTSWEEP_DOCKER_STOP_S:-30}" "$name" >/dev/null 2>&1 || true
-    docker rm --force "$name" >/dev/null 2>&1 || true
+    as_remove_containers "$name"
   }
   trap 'stop_container; exit 143' TERM
   trap 'stop_container; exit 130' INT

@@ -15,9 +15,11 @@ no setting starts a container, `podman_docker` says exactly why.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -167,3 +169,42 @@ def containers(label: str, running_only: bool = False) -> list[str]:
     if not running_only:
         argv.insert(2, "-a")
     return [n for n in _run(argv, timeout=60).stdout.split() if n]
+
+
+def container_ids(image: str, label: str) -> set[str]:
+    """Full ids of the podman containers of ``image`` carrying ``label`` (``key`` or ``key=value``),
+    in any state. The image is one test session's own, so containers of other sessions on the same
+    host (whose job ids, and so names and labels, may be the same) are left out."""
+    argv = ["podman", "ps", "-a", "--no-trunc", "--filter", f"ancestor={image}", "--filter", f"label={label}"]
+    return {i for i in _run([*argv, "--format", "{{.ID}}"], timeout=60).stdout.split() if i}
+
+
+def processes_of(ids: set[str]) -> list[str]:
+    """``PID command`` of every process still running for containers ``ids``: its conmon (the id is on
+    its command line) and whatever runs inside it (the id is in its cgroup's path). podman can lose a
+    container's record while these live on, so `podman ps` alone does not show that nothing is left."""
+    if not ids:
+        return []
+    found: list[str] = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            cgroup = (proc / "cgroup").read_text(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if state == "Z":  # exited, waiting for its parent: nothing runs
+            continue
+        if any(i in cmdline or i in cgroup for i in ids):
+            found.append(f"{proc.name} {cmdline[:200]}")
+    return found
+
+
+def kill_processes_of(ids: set[str]) -> None:
+    """SIGKILL what ``processes_of`` finds (a test's own containers, so that a failing test leaves
+    nothing running behind it)."""
+    for line in processes_of(ids):
+        with contextlib.suppress(OSError):
+            os.kill(int(line.split()[0]), signal.SIGKILL)

@@ -188,6 +188,95 @@ def podman_docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[containe
         container_image.remove_image(tag)
 
 
+def nothing_left_of(ids: set[str]) -> list[str]:
+    """What still runs of containers ``ids`` a few seconds on (their engines, their conmon); [] when
+    nothing. Whatever is found is killed once seen, so that a failing test leaves nothing behind."""
+    poll_until(lambda: not container_image.processes_of(ids), timeout=10, interval=0.2)
+    left = container_image.processes_of(ids)
+    container_image.kill_processes_of(ids)
+    return left
+
+
+def docker_env(podman_docker: container_image.PodmanDocker) -> dict[str, str]:
+    return {**os.environ, "PATH": f"{podman_docker.bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def stubborn_container(podman_docker: container_image.PodmanDocker, name: str, job: str) -> str:
+    """An engine instance's container (named, labelled with ``job``) whose main process ignores
+    SIGTERM, as an engine still starting up does (PID 1 of its namespace, no handler yet): a graceful
+    stop of it waits out the whole stop timeout. Its id."""
+    run = subprocess.run(
+        ["docker", "run", "-d", "--rm", "--name", name, "--label", f"agentsweep.job={job}",
+         "--network", "host", podman_docker.image, "sleep", "600"],
+        env=docker_env(podman_docker), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    return run.stdout.strip()
+
+
+def status_of(name: str) -> str:
+    out = subprocess.run(
+        ["podman", "ps", "-a", "--filter", f"name=^{name}$", "--format", "{{.Status}}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    return out.stdout.strip()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_job_cleanup_ends_a_container_that_a_killed_removal_left_stopping(podman_docker):
+    """podman's `rm --force` stops a container gracefully (up to its stop timeout); killed part way (a
+    task epilog at the end of its step's KillWait, a `timeout`), it leaves the container "Stopping",
+    and a later `rm --force` then deletes only podman's record of it while the engine and its conmon
+    run on. The cleanup by the job's label ends such a container for good."""
+    job = f"t{os.getpid()}a"
+    name = f"agentsweep-test-{job}-0"
+    cid = stubborn_container(podman_docker, name, job)
+    try:
+        removal = subprocess.Popen(
+            ["docker", "rm", "--force", name], env=docker_env(podman_docker),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert poll_until(lambda: status_of(name) == "Stopping", timeout=30, interval=0.1), status_of(name)
+        removal.kill()
+        removal.wait(timeout=30)
+        assert status_of(name) == "Stopping"
+        cleanup = subprocess.run(
+            ["bash", "-c", f'source "$1/common.sh" && source "$1/container.sh" && as_remove_job_containers {job}',
+             "cleanup", str(REPO / "runners" / "lib")],
+            env=docker_env(podman_docker), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert cleanup.returncode == 0, cleanup.stderr
+        assert container_image.containers(f"agentsweep.job={job}") == []
+        assert nothing_left_of({cid}) == []
+    finally:
+        container_image.kill_processes_of({cid})
+        subprocess.run(["podman", "rm", "--force", "--time", "0", cid], capture_output=True, timeout=60)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_task_epilog_ends_an_engine_container_well_within_the_kill_wait(podman_docker):
+    """The epilog of an engine's step (docker_epilog.sh) runs while the step is being killed, and is
+    itself killed at the end of the step's KillWait (5 s on the test cluster, 30 s by default): it ends
+    the container at once rather than waiting out a graceful stop the engine may never honour."""
+    job = f"t{os.getpid()}b"
+    name = f"agentsweep-test-{job}-0"
+    cid = stubborn_container(podman_docker, name, job)
+    try:
+        epilog = subprocess.run(
+            ["timeout", "--signal=KILL", "3", "bash", str(REPO / "runners" / "lib" / "docker_epilog.sh")],
+            env={**docker_env(podman_docker), "AS_DOCKER_CONTAINER": name},
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert epilog.returncode == 0, (epilog.returncode, status_of(name))
+        assert container_image.containers(f"agentsweep.job={job}") == []
+        assert nothing_left_of({cid}) == []
+    finally:
+        container_image.kill_processes_of({cid})
+        subprocess.run(["podman", "rm", "--force", "--time", "0", cid], capture_output=True, timeout=60)
+
+
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_a_routed_cell_under_docker_runs_its_router_on_the_host_and_engines_in_containers(
@@ -207,9 +296,11 @@ def test_a_routed_cell_under_docker_runs_its_router_on_the_host_and_engines_in_c
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
     )  # fmt: skip
     seen: set[str] = set()
+    ids: set[str] = set()
 
     def done() -> bool:
         seen.update(container_image.containers("agentsweep.job", running_only=True))
+        ids.update(container_image.container_ids(podman_docker.image, "agentsweep.job"))
         return proc.poll() is not None
 
     try:
@@ -241,6 +332,7 @@ def test_a_routed_cell_under_docker_runs_its_router_on_the_host_and_engines_in_c
     router = json.loads((result / "router.json").read_text())
     assert sum(router["requests_by_replica"]) >= summary["counts"]["ok"]
     assert container_image.containers(f"agentsweep.job={job}") == []
+    assert nothing_left_of(ids) == []
     assert slurm.jobs() == []
 
 
@@ -265,6 +357,7 @@ def test_an_interrupted_docker_cell_leaves_no_engine_container(slurm, podman_doc
             interval=0.5,
         )
         running = container_image.containers("agentsweep.job", running_only=True)
+        ids = container_image.container_ids(podman_docker.image, "agentsweep.job")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -275,6 +368,7 @@ def test_an_interrupted_docker_cell_leaves_no_engine_container(slurm, podman_doc
     job = re.search(r"Granted job allocation (\d+)", err).group(1)  # type: ignore[union-attr]
     assert all(name.endswith((f"-{job}-0", f"-{job}-1")) for name in running), running
     assert container_image.containers(f"agentsweep.job={job}") == []
+    assert len(ids) == 2 and nothing_left_of(ids) == []
     assert slurm.jobs() == []
 
 
@@ -311,12 +405,25 @@ def test_a_two_node_cell_under_docker_makes_its_slurm_calls_on_the_host(slurm2, 
     env["PATH"] = f"{podman_docker.bin_dir}{os.pathsep}{env['PATH']}"
     env["AGENTSWEEP_DOCKER_DEVICES"] = ""
     env["AGENTSWEEP_SHM_SIZE"] = ""
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         ["bash", str(REPO / "runners" / "launch_mi355x.sh")],
-        env=env, capture_output=True, text=True, cwd=REPO, timeout=240,
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    job = re.search(r"Granted job allocation (\d+)", proc.stderr).group(1)  # type: ignore[union-attr]
+    ids: set[str] = set()
+
+    def done() -> bool:
+        ids.update(container_image.container_ids(podman_docker.image, "agentsweep.job"))
+        return proc.poll() is not None
+
+    try:
+        poll_until(done, timeout=240, interval=0.5)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    job = re.search(r"Granted job allocation (\d+)", err).group(1)  # type: ignore[union-attr]
     record = json.loads((result / "cell.json").read_text())
     assert record["status"] == "SUCCESS", (result / "status.txt").read_text()
     so = record["scaleout"]
@@ -329,4 +436,5 @@ def test_a_two_node_cell_under_docker_makes_its_slurm_calls_on_the_host(slurm2, 
         assert f"--nodelist={inst['node']}" in inst["command"] and "docker" in inst["command"]
     assert [r["node"] for r in so["replicas"]] == ["gpunode1", "gpunode2"]
     assert container_image.containers(f"agentsweep.job={job}") == []
+    assert len(ids) == 2 and nothing_left_of(ids) == []  # neither node's engine, nor its conmon
     assert slurm2.jobs() == []

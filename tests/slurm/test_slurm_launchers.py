@@ -166,7 +166,7 @@ run)
   echo $! >"$state/$name.pid"
   wait $!
   ;;
-stop | rm)
+stop | rm | kill)
   for arg in "$@"; do
     [[ -f $state/$arg.pid ]] && kill "$(cat "$state/$arg.pid")" 2>/dev/null
   done
@@ -235,7 +235,7 @@ def test_mi355x_interrupt_stops_only_this_cells_container(slurm, cell_env, make_
     (pid_file,) = state.glob("*.pid")
     name = pid_file.stem
     calls = (state / "calls.log").read_text().splitlines()
-    stops = [c for c in calls if c.split()[0] in ("stop", "rm")]
+    stops = [c for c in calls if c.split()[0] in ("stop", "rm", "kill")]
     assert stops, err
     assert all(c.split()[-1] == name for c in stops), stops
     assert not any("ps" in c.split()[:1] for c in calls)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -359,7 +360,8 @@ def render(registry: CollectorRegistry) -> bytes:
 # -- the simulated GPUs: DCGM exporter metrics ------------------------------------------------------
 #
 # The simulated engine is a GPU too. Each of its tensor-parallel GPUs draws idle power plus a share of
-# the rest of its board power that follows the simulated load of the last interval, from the step model:
+# the rest of its board power that follows the simulated load of each stretch between two reads of
+# /metrics, from the step model:
 #
 #     compute load = (b x prompt tokens computed + c x tokens generated) / elapsed   (tensor cores)
 #     memory load  = steps x (time to read the weights every token uses) / elapsed  (HBM)
@@ -369,10 +371,10 @@ def render(registry: CollectorRegistry) -> bytes:
 # A GPU running only prefill compute reaches its board power; decoding, bound by the weight reads, draws
 # about 60 % of the range above idle. These two shares are assumptions of the model, not measurements.
 # Energy is the integral of that power over the engine's own clock (the counter counts engine seconds, as
-# every other figure of a sped-up simulated engine does); utilisation is the busy share of the interval
-# (steps x a + the compute above); temperature approaches 33 + 32 x power / board power °C with a 20 s
-# time constant (recorded: an H100 36 °C idle, 63 °C after 15 s at its 700 W limit; an H200 41 °C and
-# 64 °C); memory used is the
+# every other figure of a sped-up simulated engine does); utilisation is the busy share (steps x a + the
+# compute above); the power and utilisation served are means over the last POWER_AVERAGE_S (GpuMeter);
+# temperature approaches 33 + 32 x power / board power °C with a 20 s time constant (recorded: an H100
+# 36 °C idle, 63 °C after 15 s at its 700 W limit; an H200 41 °C and 64 °C); memory used is the
 # weights, the activation reserve and the KV pool, allocated at start as a serving engine does.
 COMPUTE_SHARE = 1.0
 MEMORY_SHARE = 0.6
@@ -380,6 +382,10 @@ TEMP_BASE_C = 33.0
 TEMP_RANGE_C = 32.0
 TEMP_TIME_CONSTANT_S = 20.0
 MIN_INTERVAL_S = 1e-3  # engine seconds: two scrapes closer than this read the same figures
+# Power and utilisation are means over the last this many wall seconds (NVML averages a board's power
+# over its last second), so over ``speed`` times as many seconds of a sped-up engine's clock: a sampler
+# on the wall clock sees a sped-up simulated GPU as it would a real one.
+POWER_AVERAGE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,20 +414,33 @@ class GpuModel:
 
 
 class GpuMeter:
-    """Integrates the simulated GPUs' power over the engine's clock, one reading per scrape.
+    """Integrates the simulated GPUs' power over the engine's clock; power and utilisation are read off
+    those integrals as means over the last ``window_s`` of the engine's clock.
+
+    Any read of /metrics brings the integrals up to now (the load of each stretch between two reads
+    follows from the work done in it). A reading then depends only on when it is taken, not on who
+    else reads: the cell's metrics collector scraping the same /metrics between two power samples
+    changes neither, and the power samples and the energy counter describe the same draw. (Had power
+    been the mean since the last read by anyone, a sample taken just after the collector's would
+    stand for that short stretch alone, not for the time since the previous sample.)
 
     The GPUs of a tensor-parallel group share every step, so all of them read the same figures.
     """
 
-    def __init__(self, model: GpuModel, work: Callable[[], GpuWork]) -> None:
+    def __init__(self, model: GpuModel, work: Callable[[], GpuWork], window_s: float) -> None:
         self.model = model
         self.work = work
+        self.window_s = window_s
         first = work()
         self._last = first
         self.energy_j = 0.0  # per GPU, since the engine started
+        self.busy_s = 0.0  # engine seconds of work, since the engine started
         self.power_w = model.idle_power_w
         self.util = 0.0
         self.temp_c = TEMP_BASE_C + TEMP_RANGE_C * model.idle_power_w / model.board_power_w
+        # (engine_s, energy_j, busy_s) at each read reaching back to the window's start: between two
+        # reads the draw is constant, so the integrals are exact by linear interpolation.
+        self._history: deque[tuple[float, float, float]] = deque([(first.engine_s, 0.0, 0.0)])
 
     def read(self) -> GpuMeter:
         now = self.work()
@@ -436,13 +455,28 @@ class GpuMeter:
         compute = min(1.0, compute_s / dt)
         memory = min(1.0, steps * m.weight_read_s / dt)
         load = min(1.0, COMPUTE_SHARE * compute + MEMORY_SHARE * memory)
-        self.power_w = m.idle_power_w + (m.board_power_w - m.idle_power_w) * load
-        self.energy_j += self.power_w * dt
-        self.util = min(1.0, (steps * m.step_s + compute_s) / dt)
-        target = TEMP_BASE_C + TEMP_RANGE_C * self.power_w / m.board_power_w
+        power_w = m.idle_power_w + (m.board_power_w - m.idle_power_w) * load
+        self.energy_j += power_w * dt
+        self.busy_s += min(1.0, (steps * m.step_s + compute_s) / dt) * dt
+        target = TEMP_BASE_C + TEMP_RANGE_C * power_w / m.board_power_w
         self.temp_c = target + (self.temp_c - target) * math.exp(-dt / TEMP_TIME_CONSTANT_S)
         self._last = now
+        self._window_means(now.engine_s)
         return self
+
+    def _window_means(self, t: float) -> None:
+        history = self._history
+        history.append((t, self.energy_j, self.busy_s))
+        start = t - self.window_s
+        while len(history) > 2 and history[1][0] <= start:
+            history.popleft()
+        (t0, e0, b0), (t1, e1, b1) = history[0], history[1]
+        if t0 < start:  # the window starts between the two oldest reads
+            share = (start - t0) / (t1 - t0)
+            t0, e0, b0 = start, e0 + (e1 - e0) * share, b0 + (b1 - b0) * share
+        span = t - t0  # the whole window once the engine has run that long
+        self.power_w = (self.energy_j - e0) / span
+        self.util = min(1.0, (self.busy_s - b0) / span)
 
 
 class DcgmCollector(Collector):
@@ -520,6 +554,6 @@ def add_simulated_gpus(
         st = engine.stats
         return GpuWork(float(engine.clock.now()), st.prompt_local_compute, st.generation_tokens, engine.steps)
 
-    meter = GpuMeter(model, work)
+    meter = GpuMeter(model, work, POWER_AVERAGE_S * float(engine.clock.speed))
     registry.register(DcgmCollector(meter, f"GPU-sim-{os.getpid()}"))
     return meter
