@@ -37,8 +37,8 @@ from agentsweep.engine_sim.profiles import deploy
 
 CHUNK = 16384  # --chunked-prefill-size of the simulated engine in calibration runs
 START_TIMEOUT_S = 30.0
-# Request cycles per user a real-path row runs after the first wave: fewer than the stand-in's ten, to
-# keep each row's clock speed-up (and the simulator's late steps) low in the wall seconds it is given.
+# Request cycles per user a real-path row runs, the first wave included: fewer than the stand-in's ten,
+# to keep each row's clock speed-up (and the simulator's late steps) low in the wall seconds it is given.
 CYCLES = 3
 _URL = re.compile(r"Uvicorn running on (http://\S+)")
 _LATE = re.compile(
