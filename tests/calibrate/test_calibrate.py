@@ -265,3 +265,26 @@ def test_real_path_agrees_with_the_stand_in_and_reports_rows_that_cannot_run(tmp
     # real path's median TTFT agrees with the stand-in's (0.159 s against 0.153-0.155 s here; with
     # +/-2% output lengths only, it read 20-30% above it).
     assert within(got["pred_median_ttft_s"], [d.median_ttft_s for d in draws], 0.10), got
+
+
+def test_a_decode_run_ends_at_the_step_where_a_waiting_request_can_be_taken() -> None:
+    """The stand-in runs decode steps alike in one go while a request waits out its overhead; the run
+    ends with the first step at whose end the wait is over, as one step at a time would find it."""
+    import random
+
+    from agentsweep.calibrate.steady import _steps_to_reach
+    from agentsweep.engine_sim.profiles import StepCost
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        cost = StepCost(a=5e-3, b=1e-5, c=1e-6, d=rng.choice([0.0, 1e-9, 3e-8]))
+        step, batch, kv = rng.uniform(2e-3, 3e-2), rng.randint(1, 256), rng.randint(0, 10**6)
+        gap = rng.uniform(0.0, 2.0)
+        k = _steps_to_reach(cost, gap, step, batch, kv)
+        elapsed, steps = 0.0, 0
+        while True:  # one step at a time, each reading `batch` more KV tokens than the one before
+            elapsed += cost.time(0, batch, kv + steps * batch) - cost.time(0, batch, kv) + step
+            steps += 1
+            if elapsed >= gap:
+                break
+        assert k == steps or abs(cost.decode_run(k, step, batch, kv) - gap) < 1e-12, (k, steps)

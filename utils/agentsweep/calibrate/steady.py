@@ -12,6 +12,7 @@ decode steps are summed in closed form, so a row costs milliseconds. ``agentswee
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from dataclasses import dataclass
@@ -116,9 +117,11 @@ def closed_loop(
             kv += r.computed + n
         dt = cost.time(prefill, decode, kv, pairs)
         k = 1
-        if not prefill and not waiting and len(sched) == len(running):
-            # identical decode steps until the next request finishes (no arrival can come before)
+        if not prefill and len(sched) == len(running):
+            # decode steps alike until the next request finishes or the next arrival can be taken
             k = min(r.osl - r.generated for r, _ in sched)
+            if waiting:
+                k = min(k, _steps_to_reach(cost, waiting[0].arrival + cost.admit_s - t, dt, decode, kv))
         total = cost.decode_run(k, dt, decode, kv) if k > 1 else dt
         t += total
         finished = []
@@ -150,6 +153,24 @@ def closed_loop(
         _median(ttfts),
         len(steady),
     )
+
+
+def _steps_to_reach(cost: StepCost, gap: float, step: float, batch: int, kv: int) -> int:
+    """The fewest decode steps in a row (the first taking ``step``) that last at least ``gap``: the
+    step at whose start a waiting request can be taken, as one step at a time would find it."""
+    if gap <= step:
+        return 1
+    grow = cost.d * batch  # each step reads ``batch`` more KV tokens than the one before
+    if grow > 0:
+        k = math.ceil((-(step - grow / 2) + math.sqrt((step - grow / 2) ** 2 + 2 * grow * gap)) / grow)
+    else:
+        k = math.ceil(gap / step)
+    k = max(k, 1)
+    while k > 1 and cost.decode_run(k - 1, step, batch, kv) >= gap:
+        k -= 1
+    while cost.decode_run(k, step, batch, kv) < gap:
+        k += 1
+    return k
 
 
 def closed_loop_throughput(users: int, tokens: int, busy_s: float) -> float:
