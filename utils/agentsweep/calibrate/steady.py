@@ -5,9 +5,10 @@ It mirrors ``engine_sim.scheduler.Engine`` for what a random-prompt benchmark ex
 hits, a pool large enough not to preempt): each step, running requests first (a decode takes one
 token, a prefill a chunk of the remaining budget), then waiting requests in arrival order while the
 token budget lasts. A user whose request finishes sends the next one at once; it arrives while the
-next step is already under way (as over HTTP), so it waits for that step to end. Runs of identical
-decode steps are summed in closed form, so a row costs milliseconds. ``agentsweep calibrate
---fit`` fits against this; ``agentsweep calibrate`` then checks the result through the real path.
+next step is already under way (as over HTTP), so it waits for that step to end. Runs of decode steps
+alike (until a request finishes or a waiting one can be taken) are summed in closed form, so a row
+costs tens of milliseconds. ``agentsweep calibrate --fit`` fits against this; ``agentsweep calibrate``
+then checks the result through the real path.
 """
 
 from __future__ import annotations
