@@ -277,20 +277,17 @@ def test_the_task_epilog_ends_an_engine_container_well_within_the_kill_wait(podm
         subprocess.run(["podman", "rm", "--force", "--time", "0", cid], capture_output=True, timeout=60)
 
 
-@pytest.mark.slurm
-@pytest.mark.slow
-def test_a_routed_cell_under_docker_runs_its_router_on_the_host_and_engines_in_containers(
-    slurm, podman_docker, make_runners, tmp_path
-):
-    """The MI355X launcher, runtime docker (podman here), two simulated replicas behind smg: the engines
-    run in containers of the image (seen while the cell runs, each named for its job and instance),
-    the router with the runner's interpreter; every check passes and no container outlives the cell."""
-    cell, runners = make_cell(make_runners, tmp_path, "mi355x", "docker", podman_docker.image)
-    result = tmp_path / "result"
-    env = launcher_env(cell, runners, result, slurm.env)
-    env["PATH"] = f"{podman_docker.bin_dir}{os.pathsep}{env['PATH']}"
-    env["AGENTSWEEP_DOCKER_DEVICES"] = ""  # no GPU devices on this machine
-    env["AGENTSWEEP_SHM_SIZE"] = ""  # podman refuses --shm-size beside --ipc host
+def launch_watching_containers(
+    env: dict[str, str], podman_docker: container_image.PodmanDocker
+) -> tuple[str, set[str], set[str]]:
+    """Run the MI355X launcher with docker (podman here) to the end, watching its containers: the job
+    id, the names of the engine containers seen running, and the ids of every container it started."""
+    env = {
+        **env,
+        "PATH": f"{podman_docker.bin_dir}{os.pathsep}{env['PATH']}",
+        "AGENTSWEEP_DOCKER_DEVICES": "",  # no GPU devices on this machine
+        "AGENTSWEEP_SHM_SIZE": "",  # podman refuses --shm-size beside --ipc host
+    }
     proc = subprocess.Popen(
         ["bash", str(REPO / "runners" / "launch_mi355x.sh")],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
@@ -312,6 +309,20 @@ def test_a_routed_cell_under_docker_runs_its_router_on_the_host_and_engines_in_c
             proc.communicate()
     assert proc.returncode == 0, err[-3000:]
     job = re.search(r"Granted job allocation (\d+)", err).group(1)  # type: ignore[union-attr]
+    return job, seen, ids
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_routed_cell_under_docker_runs_its_router_on_the_host_and_engines_in_containers(
+    slurm, podman_docker, make_runners, tmp_path
+):
+    """The MI355X launcher, runtime docker (podman here), two simulated replicas behind smg: the engines
+    run in containers of the image (seen while the cell runs, each named for its job and instance),
+    the router with the runner's interpreter; every check passes and no container outlives the cell."""
+    cell, runners = make_cell(make_runners, tmp_path, "mi355x", "docker", podman_docker.image)
+    result = tmp_path / "result"
+    job, seen, ids = launch_watching_containers(launcher_env(cell, runners, result, slurm.env), podman_docker)
     assert (result / "status.txt").read_text().splitlines()[0] == "SUCCESS"
     record = json.loads((result / "cell.json").read_text())
     so = record["scaleout"]
@@ -401,29 +412,7 @@ def test_a_two_node_cell_under_docker_makes_its_slurm_calls_on_the_host(slurm2, 
     )  # fmt: skip
     assert no_slurm.returncode != 0 and no_slurm.stdout == ""
     result = tmp_path / "result"
-    env = launcher_env(cell, runners, result, slurm2.env)
-    env["PATH"] = f"{podman_docker.bin_dir}{os.pathsep}{env['PATH']}"
-    env["AGENTSWEEP_DOCKER_DEVICES"] = ""
-    env["AGENTSWEEP_SHM_SIZE"] = ""
-    proc = subprocess.Popen(
-        ["bash", str(REPO / "runners" / "launch_mi355x.sh")],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-    )  # fmt: skip
-    ids: set[str] = set()
-
-    def done() -> bool:
-        ids.update(container_image.container_ids(podman_docker.image, "agentsweep.job"))
-        return proc.poll() is not None
-
-    try:
-        poll_until(done, timeout=240, interval=0.5)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, err[-3000:]
-    job = re.search(r"Granted job allocation (\d+)", err).group(1)  # type: ignore[union-attr]
+    job, _, ids = launch_watching_containers(launcher_env(cell, runners, result, slurm2.env), podman_docker)
     record = json.loads((result / "cell.json").read_text())
     assert record["status"] == "SUCCESS", (result / "status.txt").read_text()
     so = record["scaleout"]
