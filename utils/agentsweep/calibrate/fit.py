@@ -134,6 +134,8 @@ def _loss(points: Sequence[Point], eff_of: Callable[[Point], Efficiency], shared
             total += sum(abs(e) for e in log_errors(p, predict(p, eff_of(p), shared)))
         except (ValueError, ZeroDivisionError, OverflowError):
             return math.inf
+    if math.isnan(total):  # a figure the stand-in could not measure
+        return math.inf
     return total / max(1, len(points))
 
 

@@ -28,9 +28,11 @@ from kv_cache_tester.traces.synth import LengthSpec, synth_workload
 from agentsweep.calibrate.points import Point
 from agentsweep.calibrate.steady import (
     KV_CACHE_DTYPE,
+    Timeline,
     closed_loop,
-    closed_loop_throughput,
+    figures,
     length_bounds,
+    measured,
 )
 from agentsweep.cell.watchdog import die_with_parent
 from agentsweep.engine_sim.profiles import deploy
@@ -62,12 +64,6 @@ class RowResult:
     wall_s: float = 0.0
 
 
-def _median(values: list[float]) -> float:
-    s = sorted(values)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
-
-
 def choose_speed(p: Point, seconds: float) -> float:
     """A clock speed-up that fits the first wave plus a few steady cycles into ``seconds`` of wall time."""
     dep = deploy(p.model, p.hardware, p.tp, KV_CACHE_DTYPE, p.precision, ep=p.ep, generation=p.generation)
@@ -79,21 +75,21 @@ def choose_speed(p: Point, seconds: float) -> float:
 def measure(log: Path, users: int, gpus: int) -> tuple[float, float, float, int, int]:
     """(tput per GPU, median interactivity, median TTFT, requests, preemptions) from a request log."""
     recs = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    if not recs:
-        return math.nan, math.nan, math.nan, 0, 0
-    first_finish = min(r["finish_s"] for r in recs)
-    steady = [r for r in recs if r["arrival_s"] >= first_finish] or recs
-    tokens = sum(r["prompt_tokens"] + r["output_tokens"] for r in steady)
-    busy = sum(r["finish_s"] - r["arrival_s"] for r in steady)
-    ttft = [r["first_token_s"] - r["arrival_s"] for r in steady]
-    intv = [
-        (r["output_tokens"] - 1) / (r["finish_s"] - r["first_token_s"])
-        for r in steady
-        if r["output_tokens"] > 1 and r["finish_s"] > r["first_token_s"]
-    ]
-    pre = sum(r["preemptions"] for r in steady)
-    tput = closed_loop_throughput(users, tokens, busy) / gpus if busy > 0 else math.nan
-    return tput, _median(intv) if intv else math.nan, _median(ttft), len(steady), pre
+    steady = measured(
+        [
+            Timeline(r["arrival_s"], r["first_token_s"], r["finish_s"], r["prompt_tokens"], r["output_tokens"],
+                     r["preemptions"])
+            for r in recs
+        ]
+    )  # fmt: skip
+    got = figures(steady, users, gpus)
+    return (
+        got.tput_per_gpu,
+        got.median_intvty,
+        got.median_ttft_s,
+        got.requests,
+        sum(r.preemptions for r in steady),
+    )
 
 
 def _engine_argv(p: Point, speed: float, log: Path) -> list[str]:

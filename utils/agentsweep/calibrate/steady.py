@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentsweep.engine_sim.profiles import StepCost
@@ -59,10 +61,53 @@ class _Req:
     first_token: float = -1.0
 
 
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """One finished request as a calibration figure needs it (simulated seconds)."""
+
+    arrival: float
+    first_token: float
+    finish: float
+    prompt_tokens: int
+    output_tokens: int
+    preemptions: int = 0
+
+
+def measured(requests: Sequence[Timeline]) -> list[Timeline]:
+    """The requests a row's figures are taken over: those that arrived once the first had finished
+    (the first wave, every user arriving at once, is left out), or all of them if there are none."""
+    if not requests:
+        return []
+    first_finish = min(r.finish for r in requests)
+    return [r for r in requests if r.arrival >= first_finish] or list(requests)
+
+
+def figures(requests: Sequence[Timeline], users: int, gpus: int) -> Prediction:
+    """A row's figures over its measured requests, the same for the stand-in and the real path.
+
+    Throughput is that of ``users`` users that always have a request in flight: each user's requests
+    follow one another, so the rate is ``users`` x tokens per request-second (Little's law). A window
+    from the first measured arrival to the last finish would undercount: requests still in flight at
+    either edge use the engine there but are not measured, and with lengths that vary no two users'
+    requests line up with the window's edges. A figure nothing measures is NaN."""
+    tokens = sum(r.prompt_tokens + r.output_tokens for r in requests)
+    busy = sum(r.finish - r.arrival for r in requests)
+    intv = [
+        (r.output_tokens - 1) / (r.finish - r.first_token)
+        for r in requests
+        if r.output_tokens > 1 and r.finish > r.first_token
+    ]
+    ttft = [r.first_token - r.arrival for r in requests]
+    return Prediction(
+        users * tokens / busy / gpus if busy > 0 else math.nan,
+        _median(intv),
+        _median(ttft),
+        len(requests),
+    )
+
+
 def _median(values: list[float]) -> float:
-    s = sorted(values)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+    return statistics.median(values) if values else math.nan
 
 
 def closed_loop(
@@ -140,19 +185,8 @@ def closed_loop(
             running.remove(r)
             done.append((r, t))
             waiting.append(request(t + 1e-9))  # lands during the next step
-    first_finish = done[0][1]
-    steady = [(r, end) for r, end in done if r.arrival >= first_finish]
-    if not steady:  # one request per user in the window: fall back to everything
-        steady = done
-    tokens = sum(r.isl + r.osl for r, _ in steady)
-    busy = sum(e - r.arrival for r, e in steady)
-    ttfts = [r.first_token - r.arrival for r, _ in steady]
-    intv = [(r.osl - 1) / (e - r.first_token) for r, e in steady if r.osl > 1 and e > r.first_token]
-    return Prediction(
-        closed_loop_throughput(users, tokens, busy) / gpus,
-        _median(intv) if intv else 0.0,
-        _median(ttfts),
-        len(steady),
+    return figures(
+        measured([Timeline(r.arrival, r.first_token, end, r.isl, r.osl) for r, end in done]), users, gpus
     )
 
 
@@ -172,13 +206,3 @@ def _steps_to_reach(cost: StepCost, gap: float, step: float, batch: int, kv: int
     while cost.decode_run(k, step, batch, kv) < gap:
         k += 1
     return k
-
-
-def closed_loop_throughput(users: int, tokens: int, busy_s: float) -> float:
-    """Tokens/s of ``users`` users that always have a request in flight, from requests carrying
-    ``tokens`` in all over ``busy_s`` summed request time (arrival to last token): each user's
-    requests follow one another, so the rate is ``users`` x tokens per request-second (Little's law).
-    A window from the first measured arrival to the last finish would undercount: requests still in
-    flight at either edge use the engine there but are not measured, and with lengths that vary no
-    two users' requests line up with the window's edges."""
-    return users * tokens / busy_s if busy_s > 0 else 0.0
