@@ -8,7 +8,9 @@ the simulated engine with a pool nothing is evicted from: the mean, over the run
 every session still in flight or to come back (docs/engine-sim.md). Each oversubscription ratio
 (working set / pool: 0.5, 0.7, 1.0, 1.4, 2.0 by default) runs three times on vLLM, to measure its own
 spread, and three times on the simulated engine. Per ratio the comparison gives the GPU prefix hit rate
-(the server's hit tokens over its query tokens, /metrics) and the preemptions.
+(the server's hit tokens over its query tokens, /metrics) and the preemptions; and, to tell the cache
+from the pace, the simulated engine's cache serving each vLLM run's own recorded timeline
+(timeline_replay.py), checked by the same replay of the simulator's own runs.
 
 vLLM runs first in each repeat, and the simulated engine's step model is fitted to vLLM's own request
 times (`fitted_step_coefficients`, passed as `engine-sim --step-coefficients`): both engines then serve
@@ -38,7 +40,7 @@ import shutil
 import statistics
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -54,8 +56,10 @@ from agentsweep.contract.resultdir import (  # noqa: E402
     read_status,
 )
 from agentsweep.metrics.scrapes import read_scrapes  # noqa: E402
+from kv_cache_tester.errors import TraceError  # noqa: E402
 from kv_cache_tester.replay import RequestRecord, accepted, read_records  # noqa: E402
 from run_check import BLOCK_SIZE, DEFAULT_VENV, run_command  # noqa: E402
+from timeline_replay import TraceIndex, replay_hit_rate  # noqa: E402
 
 # Eight real traces whose first requests fit 32,768 tokens (--max-context 2048 after --scale 16: the
 # replayer cuts each trace before its first longer request, so each play is a short session and the users
@@ -111,6 +115,8 @@ class Run:
     cell: str
     e2e_median_s: float | None = None  # the client's median request time (dispatch to last token)
     step_coefficients: str = ""  # the simulated engine's, as its start-up settings state them
+    # The simulated engine's cache serving this run's own request timeline (timeline_replay.py)
+    replayed_hit: float | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,13 @@ class Row:
     why: str
     vllm_requests: float | None = None  # mean requests finished per run
     sim_requests: float | None = None
+    # The simulator's cache on vLLM's own timelines (mean over vLLM's runs), its gap to vLLM's hit rate
+    # and whether that gap is within the limit; and the replay's own check, the largest difference
+    # between the simulator's counted hit rate and its cache replayed on its own timeline.
+    cache_hit: float | None = None
+    cache_gap_pp: float | None = None
+    cache_ok: bool = False
+    replay_check_pp: float | None = None
 
 
 # --- the traces -----------------------------------------------------------------------------------
@@ -210,10 +223,19 @@ def pool_blocks(working_set_blocks: float, ratio: float, min_blocks: int) -> int
     return blocks
 
 
-def measure(cell: Path, engine: str, ratio: float, repeat: int, pool: int) -> Run:
+def measure(
+    cell: Path,
+    engine: str,
+    ratio: float,
+    repeat: int,
+    pool: int,
+    replay: Callable[[Sequence[RequestRecord], int], float | None] | None = None,
+) -> Run:
+    """One run's figures from its cell; ``replay`` (records, pool -> hit rate) also serves its own
+    timeline through the simulated engine's cache."""
     found = read_status(cell)
     status = found.verdict if found is not None else "no status.txt"
-    hit = preempt = None
+    hit = preempt = replayed = None
     requests, ws = 0, 0.0
     if status in ("SUCCESS", "INVALID") and (cell / SERVER_METRICS_CSV).is_file():
         scrapes = read_scrapes(cell / SERVER_METRICS_CSV)
@@ -231,6 +253,8 @@ def measure(cell: Path, engine: str, ratio: float, repeat: int, pool: int) -> Ru
         ws = working_set_tokens(records) / BLOCK_SIZE if requests else 0.0
         e2e = [r["e2e_s"] for r in records if r.get("e2e_s") is not None and r.get("phase") != "warmup"]
         e2e_median = statistics.median(e2e) if e2e else None
+        if replay is not None and requests:
+            replayed = replay(records, pool)
     return Run(
         engine,
         ratio,
@@ -244,6 +268,7 @@ def measure(cell: Path, engine: str, ratio: float, repeat: int, pool: int) -> Ru
         cell.name,
         e2e_median,
         _coefficients_of(cell),
+        replayed,
     )
 
 
@@ -374,9 +399,17 @@ def compare(runs: Sequence[Run], unpressured: float | None) -> list[Row]:
         s_pre = _mean([r.preemptions for r in at if r.engine == "sim" and r.preemptions is not None])
         v_req = _mean([r.requests for r in at if r.engine == "vllm" and r.hit_rate is not None])
         s_req = _mean([r.requests for r in at if r.engine == "sim" and r.hit_rate is not None])
+        cache = _mean([r.replayed_hit for r in at if r.engine == "vllm" and r.replayed_hit is not None])
+        cache_gap = None if cache is None or v_mean is None else 100 * abs(cache - v_mean)
+        checks = [
+            100 * abs(r.replayed_hit - r.hit_rate)
+            for r in at
+            if r.engine == "sim" and r.replayed_hit is not None and r.hit_rate is not None
+        ]
         rows.append(
             Row(ratio, at[0].pool_blocks, v_mean, v_spread, len(vllm), s_mean, _spread(sim), len(sim), gap,
-                limit, v_pre, s_pre, v_side, s_side, not why, why, v_req, s_req)
+                limit, v_pre, s_pre, v_side, s_side, not why, why, v_req, s_req, cache, cache_gap,
+                cache_gap is not None and cache_gap <= limit, max(checks) if checks else None)
         )  # fmt: skip
     return rows
 
@@ -406,6 +439,24 @@ def markdown(rows: Sequence[Row], unpressured: float | None, ws_blocks: float, t
             f"| {_num(r.vllm_preemptions)} / {_num(r.sim_preemptions)} "
             f"| {_num(r.vllm_requests)} / {_num(r.sim_requests)} | {'ok' if r.ok else r.why} |"
         )
+    if any(r.cache_hit is not None for r in rows):
+        lines += [
+            "",
+            "The simulator's cache on vLLM's own timelines (timeline_replay.py): each vLLM run's requests, "
+            "admitted and finished when vLLM did, served by the simulated engine's KV cache at the same pool, "
+            "so that only the cache differs, not the pace. The replay's check: the same replay of the "
+            "simulator's own runs against the hit rate its server counted (the largest difference).\n",
+            "| working set / pool | vLLM hit rate | simulator's cache on vLLM's timelines | gap (limit) "
+            "| replay check | verdict |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            gap = "-" if r.cache_gap_pp is None else f"{r.cache_gap_pp:.1f} pp ({r.limit_pp:.1f})"
+            check = "-" if r.replay_check_pp is None else f"{r.replay_check_pp:.1f} pp"
+            verdict = "ok" if r.cache_ok else ("-" if r.cache_gap_pp is None else "apart")
+            lines.append(
+                f"| {r.ratio:g} | {_pct(r.vllm_hit)} | {_pct(r.cache_hit)} | {gap} | {check} | {verdict} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -507,6 +558,12 @@ def plot(runs: Sequence[Run], rows: Sequence[Row], path: Path) -> None:
         ax.fill_between([x for x, _ in v], lo, hi, color="tab:blue", alpha=0.12, label="target band")
     if s:
         ax.plot(*zip(*s, strict=True), color="tab:orange", linestyle="--", label="simulator mean")
+    c = [(r.ratio, 100 * r.cache_hit) for r in rows if r.cache_hit is not None]
+    if c:
+        ax.scatter(
+            *zip(*c, strict=True), marker="x", s=40, color="tab:green",
+            label="simulator's cache on vLLM's timelines",
+        )  # fmt: skip
     ax.set_xscale("log")
     ax.minorticks_off()
     ax.set_xticks(xs, [f"{x:g}" for x in xs])
@@ -680,8 +737,29 @@ def _main(args: argparse.Namespace) -> int:
                 if cell is not None:
                     yield i, engine, ratio, cell
 
+    try:
+        index = TraceIndex(traces, args.max_context)
+    except TraceError as err:
+        raise InputError(f"{traces}: {err}") from None
+
     def judged() -> list[Run]:
-        return [measure(cell, engine, ratio, i, pools[ratio]) for i, engine, ratio, cell in cells()]
+        vllm_records = [
+            list(read_records(c / REQUESTS_JSONL))
+            for _, e, _, c in cells()
+            if e == "vllm" and (c / REQUESTS_JSONL).is_file()
+        ]
+        try:  # vLLM's wait before its scheduler takes a request: when a replayed request is admitted
+            wait = fitted_step_coefficients(vllm_records)["r"]
+        except InputError:
+            wait = 0.0
+
+        def replay(records: Sequence[RequestRecord], pool: int) -> float | None:
+            try:
+                return replay_hit_rate(records, index, pool, BLOCK_SIZE, wait)
+            except KeyError as err:  # a record naming a request the run's traces do not hold
+                raise InputError(f"replaying a run's timeline: {err.args[0]}") from None
+
+        return [measure(cell, engine, ratio, i, pools[ratio], replay) for i, engine, ratio, cell in cells()]
 
     def write_config(coefficients: str) -> None:
         config.write_text(

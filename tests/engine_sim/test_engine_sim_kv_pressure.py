@@ -165,3 +165,47 @@ def test_reuse_distance_is_what_others_allocated_while_a_session_was_idle(kvp) -
     )
     assert "| 1 | 0.25-0.5 | 2 | 85.7% | 0 | - |" in text  # 6/20 and 7/20 of the pool; (8 + 4) / (10 + 4)
     assert "| 1 | >= 1 | 0 | - | 1 | 0.0% |" in text
+
+
+def _trace(path: Path, name: str, prompts: list[list[int]]) -> None:
+    """A trace whose parent sends prompts of these hash ids (64 tokens each), 8 tokens out."""
+    reqs = [
+        {"t": float(i), "type": "n", "in": 64 * len(ids), "out": 8, "hash_ids": ids}
+        for i, ids in enumerate(prompts)
+    ]
+    doc = {"id": name, "block_size": 64, "hash_id_scope": "local", "requests": reqs}
+    (path / f"{name}.json").write_text(json.dumps(doc))
+
+
+def _played(trace: str, turn: int, t: float, prompt: int, done: float, cached: int = 0) -> dict:
+    return {
+        "trace_id": trace, "session_id": trace, "turn": turn, "play": 0, "salt": "", "user": 0,
+        "request_id": f"{trace}#{turn}", "t_dispatch": t, "ttft_s": 0.1, "t_done": done,
+        "prompt_tokens": prompt, "output_tokens": 8, "cached_tokens": cached, "status": "ok", "accepted": True,
+    }  # fmt: skip
+
+
+def test_a_runs_timeline_replays_through_the_simulated_engines_cache(kvp, tmp_path: Path) -> None:
+    """Session a's second turn extends its first (4 blocks + 4 new); session b's prompt (7 blocks) runs
+    while a thinks. With room for both, a's second turn hits its 4 blocks. In a pool of 10, b takes 8
+    (its prompt and the first token's slot): the 6 free and 2 of a's, evicted tail first, so a's second
+    turn finds its first 2. Sent while a's first turn still runs, it hits the blocks that turn cached
+    when it was scheduled."""
+    import timeline_replay as tr
+
+    _trace(tmp_path, "a", [[1, 2, 3, 4], [1, 2, 3, 4, 5, 6, 7, 8]])
+    _trace(tmp_path, "b", [[11, 12, 13, 14, 15, 16, 17]])
+    index = tr.TraceIndex(tmp_path, 4096)
+    a0, a1 = _played("a", 0, 0.0, 4 * 64, 1.0), _played("a", 1, 3.0, 8 * 64, 4.0)
+    b0 = _played("b", 0, 1.5, 7 * 64, 2.5)
+    assert index.prompt_blocks(a1, 64)[:4] == index.prompt_blocks(a0, 64)
+    assert set(index.prompt_blocks(b0, 64)).isdisjoint(index.prompt_blocks(a1, 64))
+    prompts = (4 + 8 + 7) * 64
+    ample = tr.replay_hit_rate([a0, b0, a1], index, 100, 64, 0.05)
+    assert ample == pytest.approx(4 * 64 / prompts)
+    assert tr.replay_hit_rate([a0, b0, a1], index, 10, 64, 0.05) == pytest.approx(2 * 64 / prompts)
+    overlapping = _played("a", 1, 0.5, 8 * 64, 4.0)  # sent while turn 0 still ran: cached when scheduled
+    assert tr.replay_hit_rate([a0, overlapping], index, 100, 64, 0.05) == pytest.approx(4 * 64 / (12 * 64))
+    unknown = {**a0, "trace_id": "c", "session_id": "c"}
+    with pytest.raises(KeyError, match="'c' is not among the run's traces"):
+        tr.replay_hit_rate([unknown], index, 100, 64, 0.05)
