@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from agentsweep.calibrate.points import DEFAULT_POINTS, MODEL_NAME, read_points
 from agentsweep.calibrate.run import CYCLES as RUN_CYCLES
 from agentsweep.calibrate.steady import KV_CACHE_DTYPE, closed_loop, length_bounds
 from agentsweep.engine_sim import cli as sim_cli
-from agentsweep.engine_sim.profiles import Calibration, Efficiency, deploy, load_calibrations
+from agentsweep.engine_sim.profiles import Calibration, Efficiency, Shared, deploy, load_calibrations
 from agentsweep.errors import InputError
 
 HEADER = "hardware,precision,isl,osl,tp,ep,conc,tput_per_gpu,median_intvty,median_ttft_s,run_url\n"
@@ -44,13 +45,14 @@ def test_shipped_points_read_with_provenance() -> None:
         "b200/fp8@pre-v0.5.12",
         "h200/fp8",
         "mi355x/fp4",
+        "mi355x/fp4@pre-v0.5.9",
         "mi355x/fp8",
     }
 
 
-def test_b200_points_are_grouped_by_software_generation(tmp_path: Path) -> None:
-    """B200 rows from images before SGLang v0.5.12 (or naming none) get their own coefficients; the
-    other hardware keeps one group per precision whatever the image."""
+def test_points_are_grouped_by_software_generation(tmp_path: Path) -> None:
+    """B200 rows from images before SGLang v0.5.12 (or naming none) get their own coefficients, MI355X
+    rows before v0.5.9 theirs; the other hardware keeps one group per precision whatever the image."""
     header = "hardware,precision,isl,osl,tp,ep,conc,tput_per_gpu,median_intvty,median_ttft_s,image\n"
     path = tmp_path / "p.csv"
     rows = [
@@ -59,6 +61,8 @@ def test_b200_points_are_grouped_by_software_generation(tmp_path: Path) -> None:
         "b200,fp8,1024,1024,8,8,64,1,1,1,lmsysorg/sglang:v0.5.9-cu130",
         "b200,fp8,1024,1024,8,8,64,1,1,1,",
         "h200,fp8,1024,1024,8,1,64,1,1,1,lmsysorg/sglang:v0.5.9-cu130",
+        "mi355x,fp8,1024,1024,8,1,64,1,1,1,lmsysorg/sglang:v0.5.9-rocm700-mi35x",
+        "mi355x,fp4,1024,1024,8,1,64,1,1,1,",
     ]
     path.write_text(header + "".join(r + "\n" for r in rows))
     _, points = read_points(path)
@@ -68,6 +72,8 @@ def test_b200_points_are_grouped_by_software_generation(tmp_path: Path) -> None:
         "b200/fp8@pre-v0.5.12",
         "b200/fp8@pre-v0.5.12",
         "h200/fp8",
+        "mi355x/fp8",
+        "mi355x/fp4@pre-v0.5.9",
     ]
     assert points[2].label.endswith("(pre-v0.5.12)") and points[4].generation == ""
 
@@ -128,6 +134,45 @@ def test_stand_in_reacts_to_the_coefficients_as_physics_says() -> None:
     mean_in, mean_out = sum(length_bounds(1024)) / 2, sum(length_bounds(512)) / 2
     cycle = low.median_ttft_s + (mean_out - 1) / low.median_intvty
     assert low.tput_per_gpu == pytest.approx(4 * (mean_in + mean_out) / cycle / 8, rel=0.05)
+
+
+def test_an_all_reduce_costs_per_peer_rank() -> None:
+    """Two all-reduces per layer at TP > 1, each the shared per-peer cost times TP - 1: TP 8 pays 7/3 of
+    what TP 4 pays, one GPU none."""
+    base = Efficiency(5e-3, 0.6, 0.3, 0.02)
+    shared = Shared(per_seq_s=1e-6, ep_layer_s=2e-5, allreduce_peer_s=2e-6)
+
+    def cost(tp: int, sh: Shared = shared):
+        cal = Calibration("h200/fp8", base, sh, 0, "test")
+        return deploy(MODEL_NAME, "h200", tp, "fp8", "fp8", calibration=cal).cost
+
+    layers = 61  # DeepSeek-R1
+    free = replace(shared, allreduce_peer_s=0.0)
+    assert cost(8).a - cost(8, free).a == pytest.approx(2 * layers * 7 * 2e-6)
+    assert cost(4).a - cost(4, free).a == pytest.approx(2 * layers * 3 * 2e-6)
+    assert cost(1).a == cost(1, free).a
+
+
+def test_leave_one_out_predicts_a_lone_older_point_from_its_current_generation(tmp_path: Path) -> None:
+    """A group of one point has nothing left to refit without it: its hardware/precision's current
+    coefficients predict it (not the defaults, which no data chose)."""
+    header = "hardware,precision,isl,osl,tp,ep,conc,tput_per_gpu,median_intvty,median_ttft_s,image\n"
+    path = tmp_path / "p.csv"
+    path.write_text(header + "mi355x,fp4,1024,1024,8,1,8,180,90,0.1,\n")
+    _, (point,) = read_points(path)
+    current, older = Efficiency(4e-3, 0.7, 0.2, 0.03), Efficiency(9e-3, 0.3, 0.1, 0.2)
+    full = F.FitResult({"mi355x/fp4": current, point.group: older}, F.DEFAULT_SHARED)
+    ((_, loo),) = F.leave_one_out([point], full)
+    assert loo == F.predict(point, current, F.DEFAULT_SHARED)
+    assert loo != F.predict(point, F.DEFAULT_EFFICIENCY, F.DEFAULT_SHARED)
+
+
+def test_shared_coefficients_round_trip_and_older_files_read_with_defaults() -> None:
+    sh = Shared(per_seq_s=1e-6, ep_layer_s=2e-5, allreduce_peer_s=3e-6)
+    assert Shared.from_dict(sh.to_dict()) == sh
+    assert F.x_to_shared(F.shared_to_x(sh)).to_dict() == pytest.approx(sh.to_dict())
+    older = Shared.from_dict({"per_seq_s": 1e-6, "ep_layer_s": 2e-5})  # a file from before the all-reduce
+    assert older.allreduce_peer_s == pytest.approx(12e-6 / 7)  # the constant 12 us at TP 8 it replaced
 
 
 def test_request_overhead_delays_only_its_own_request() -> None:

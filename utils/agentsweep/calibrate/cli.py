@@ -277,8 +277,10 @@ def _fit(args: argparse.Namespace, points: list[Point]) -> int:
             f"  {g:<11} step overhead {e.step_overhead_s * 1e3:.2f} ms, HBM {e.hbm_eff:.2f}, MFU {e.mfu:.2f}, "
             f"prefill step +{e.prefill_overhead_s * 1e3:.1f} ms, request +{e.request_overhead_s * 1e3:.1f} ms"
         )
+    sh = res.shared
     print(
-        f"  shared      {res.shared.per_seq_s * 1e6:.1f} us per decoding sequence, EP {res.shared.ep_layer_s * 1e6:.1f} us per MoE layer"
+        f"  shared      {sh.per_seq_s * 1e6:.1f} us per decoding sequence, EP {sh.ep_layer_s * 1e6:.1f} us per MoE "
+        f"layer, all-reduce {sh.allreduce_peer_s * 1e6:.2f} us per peer rank"
     )
     print("median absolute error of the fit (closed-loop stand-in):")
     fit_lines = error_table(pairs)
@@ -342,9 +344,6 @@ def calibration_document(
         "(see docs/engine-sim.md). Each group lists the published points it was fitted to (with their run "
         "URL), and the fit's and the leave-one-out prediction of (tput_per_gpu, median_intvty, median_ttft_s).",
         "source": f"{source.name}: InferenceX published results, {MODEL_NAME} on SGLang",
-        "shared": {
-            "per_seq_s": round(res.shared.per_seq_s, 12),
-            "ep_layer_s": round(res.shared.ep_layer_s, 12),
-        },
+        "shared": res.shared.to_dict(),
         "groups": groups,
     }

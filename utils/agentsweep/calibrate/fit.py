@@ -1,7 +1,8 @@
 """Fitting the step model's coefficients to published points (``agentsweep calibrate --fit``).
 
 Per hardware x precision (B200: also per serving-software generation, ``Point.group``) five coefficients (step overhead, achieved HBM fraction, MFU, prefill-step
-overhead, request overhead before the scheduler takes a request); over all hardware two (per-sequence bookkeeping, expert-parallel cost per MoE layer). The
+overhead, request overhead before the scheduler takes a request); over all hardware three (per-sequence
+bookkeeping, expert-parallel cost per MoE layer, all-reduce cost per peer rank). The
 objective is the mean absolute log error of the three measures (throughput per GPU, median
 interactivity, median TTFT) over the points, as predicted by the closed-loop stand-in
 (:mod:`agentsweep.calibrate.steady`), plus a weak pull of each coefficient toward the defaults so a
@@ -84,11 +85,20 @@ def x_to_eff(x: np.ndarray) -> Efficiency:
 
 
 def shared_to_x(s: Shared) -> np.ndarray:
-    return np.array([math.log(s.per_seq_s), math.log(s.ep_layer_s)])
+    return np.array([math.log(s.per_seq_s), math.log(s.ep_layer_s), math.log(s.allreduce_peer_s)])
 
 
 def x_to_shared(x: np.ndarray) -> Shared:
-    return Shared(per_seq_s=min(math.exp(x[0]), 1e-3), ep_layer_s=min(math.exp(x[1]), 1e-3))
+    return Shared(
+        per_seq_s=min(math.exp(x[0]), 1e-3),
+        ep_layer_s=min(math.exp(x[1]), 1e-3),
+        allreduce_peer_s=min(math.exp(x[2]), 1e-4),
+    )
+
+
+# The shared coefficients the prior pulls toward their defaults (the all-reduce cost; the older two were
+# fitted without one and are far from theirs).
+_SHARED_PRIOR_DIMS = [2]
 
 
 def nelder_mead(
@@ -140,6 +150,8 @@ def _loss(points: Sequence[Point], eff_of: Callable[[Point], Efficiency], shared
 
 
 _PRIOR_X = eff_to_x(DEFAULT_EFFICIENCY)
+_SHARED_PRIOR_X = shared_to_x(DEFAULT_SHARED)
+SHARED_ITERS = 60  # Nelder-Mead iterations over the three shared coefficients per round
 
 
 def fit_group(points: Sequence[Point], shared: Shared, start: Efficiency) -> Efficiency:
@@ -193,9 +205,10 @@ def fit(points: Sequence[Point], start: FitResult | None = None, shared_fixed: b
             break
 
         def f(x: np.ndarray) -> float:
-            return _loss(points, lambda p: groups[p.group], x_to_shared(x))
+            pull = PRIOR_WEIGHT * float(np.sum((x - _SHARED_PRIOR_X)[_SHARED_PRIOR_DIMS] ** 2))
+            return _loss(points, lambda p: groups[p.group], x_to_shared(x)) + pull
 
-        shared = x_to_shared(nelder_mead(f, shared_to_x(shared), step=1.0, iters=40))
+        shared = x_to_shared(nelder_mead(f, shared_to_x(shared), step=1.0, iters=SHARED_ITERS))
     return FitResult(groups, shared)
 
 
@@ -208,10 +221,15 @@ def _start_of(group: str, start: FitResult | None) -> Efficiency:
 
 
 def leave_one_out(points: Sequence[Point], full: FitResult) -> list[tuple[Point, Prediction]]:
-    """Each point predicted by its group's coefficients refitted without it (shared ones kept)."""
+    """Each point predicted by its group's coefficients refitted without it (shared ones kept). The
+    only point of its group (an older software generation's) is predicted by its hardware/precision's
+    current coefficients, the nearest the remaining data come to it."""
     out = []
     for i, p in enumerate(points):
         rest = [q for j, q in enumerate(points) if j != i and q.group == p.group]
-        eff = fit_group(rest, full.shared, full.groups[p.group]) if rest else DEFAULT_EFFICIENCY
+        if rest:
+            eff = fit_group(rest, full.shared, full.groups[p.group])
+        else:
+            eff = full.groups.get(p.group.split("@")[0], DEFAULT_EFFICIENCY)
         out.append((p, predict(p, eff, full.shared)))
     return out

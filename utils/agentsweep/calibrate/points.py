@@ -37,13 +37,13 @@ BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "n
 # AMD's MXFP4 quantizes every linear layer, so each is read from its own config.
 FP4_CHECKPOINTS = {"mi355x": "amd/DeepSeek-R1-0528-MXFP4-Preview"}
 FP4_CHECKPOINT_NVIDIA = "nvidia/DeepSeek-R1-0528-FP4-V2"
-# Hardware whose points are fitted per serving-software generation: B200's SGLang (Blackwell kernels)
-# changed so much between the images of the data set that one set of coefficients cannot describe
-# both (docs/engine-sim.md, "Calibration"); its points from images before CURRENT_SGLANG (or with no
-# image stated: runs of 2025) form their own group, ``<hardware>/<precision>@<OLDER_GENERATION>``.
-SPLIT_BY_GENERATION = ("b200",)
-CURRENT_SGLANG = (0, 5, 12)
-OLDER_GENERATION = "pre-v0.5.12"
+# Hardware whose points are fitted per serving-software generation, with the first SGLang image of the
+# current one: B200's SGLang (Blackwell kernels) changed so much between the images of the data set
+# that one set of coefficients cannot describe both, and MI355X's 2025 run (no image stated) decodes at
+# half the rate its 2026 runs reach at the same TP and concurrency (docs/engine-sim.md, "Calibration").
+# Points from images before the cut (or with no image stated: runs of 2025) form their own group,
+# ``<hardware>/<precision>@pre-v<cut>``.
+CURRENT_GENERATION_FROM = {"b200": (0, 5, 12), "mi355x": (0, 5, 9)}
 _SGLANG_IMAGE = re.compile(r"sglang:v(\d+)\.(\d+)\.(\d+)")
 
 
@@ -64,12 +64,13 @@ class Point:
 
     @property
     def generation(self) -> str:
-        """ "" for the current serving software, else OLDER_GENERATION (only where the hardware is split)."""
-        if self.hardware not in SPLIT_BY_GENERATION:
+        """ "" for the current serving software, else ``pre-v<cut>`` (only where the hardware is split)."""
+        cut = CURRENT_GENERATION_FROM.get(self.hardware)
+        if cut is None:
             return ""
         m = _SGLANG_IMAGE.search(self.row.get("image") or "")
         version = tuple(int(x) for x in m.groups()) if m else (0, 0, 0)
-        return "" if version >= CURRENT_SGLANG else OLDER_GENERATION
+        return "" if version >= cut else "pre-v" + ".".join(map(str, cut))
 
     @property
     def group(self) -> str:

@@ -10,7 +10,7 @@ and each request waits ``r`` after it arrives before the scheduler can take it (
 tokenization and the hand-off to the scheduler; in its TTFT, but no step's cost).
 
 * ``a``: fixed per-step cost: the calibrated step overhead (launches, scheduling, sampling: it does
-  not scale with bandwidth), two all-reduces per layer when TP > 1, one read of the weights every
+  not scale with bandwidth), two all-reduces per layer when TP > 1 (each a fitted cost per peer rank), one read of the weights every
   token uses (all of a dense model; attention, shared experts and embeddings of a MoE), and with
   expert parallelism a dispatch + combine per MoE layer.
 * ``a_p``: the extra fixed cost of a step that prefills (no CUDA graph, larger kernels).
@@ -131,7 +131,6 @@ HARDWARE: dict[str, Hardware] = {
     ),
 }  # fmt: skip
 
-ALLREDUCE_S = 12e-6  # one small all-reduce over NVLink / Infinity Fabric (two per layer when TP > 1)
 ACTIVATION_RESERVE_BYTES = 4 * GB  # per GPU: activations, CUDA graphs, workspace
 
 
@@ -173,6 +172,17 @@ class Shared:
 
     per_seq_s: float  # bookkeeping per decoding sequence per step
     ep_layer_s: float  # expert-parallel dispatch + combine, per MoE layer per step
+    # One small all-reduce (two per layer when TP > 1) costs this per peer rank: each rank reads the other
+    # TP - 1 ranks' partial sums, so TP 8 pays more than TP 4 (12 us at TP 8 before it was fitted).
+    allreduce_peer_s: float = 12e-6 / 7
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Shared:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: float(v) for k, v in d.items() if k in known})
+
+    def to_dict(self) -> dict[str, float]:
+        return {f.name: round(float(getattr(self, f.name)), 12) for f in dataclasses.fields(self)}
 
 
 # Used where no calibration applies (and as the fitter's starting point).
@@ -221,7 +231,7 @@ def load_calibrations(path: str = str(CALIBRATION_FILE)) -> dict[str, Calibratio
     if not file.is_file():
         return {}
     data = json.loads(file.read_text())
-    shared = Shared(float(data["shared"]["per_seq_s"]), float(data["shared"]["ep_layer_s"]))
+    shared = Shared.from_dict(data["shared"])
     out: dict[str, Calibration] = {}
     for key, group in data["groups"].items():
         out[key] = Calibration(
@@ -421,7 +431,7 @@ def step_cost(
     n_layers_all = model.all_layers or model.layers
     a = eff.step_overhead_s + dense_bytes / tp / bw
     if tp > 1:
-        a += 2 * n_layers_all * ALLREDUCE_S
+        a += 2 * n_layers_all * shared.allreduce_peer_s * (tp - 1)
     if ep > 1 and model.experts:
         a += model.moe_layers * shared.ep_layer_s
     b = 2 * model.active_params / (tp * flops)
