@@ -737,19 +737,22 @@ def _main(args: argparse.Namespace) -> int:
                 if cell is not None:
                     yield i, engine, ratio, cell
 
+    def vllm_records() -> list[list[RequestRecord]]:
+        """Every vLLM run's request records found in --work."""
+        return [
+            list(read_records(c / REQUESTS_JSONL))
+            for _, e, _, c in cells()
+            if e == "vllm" and (c / REQUESTS_JSONL).is_file()
+        ]
+
     try:
         index = TraceIndex(traces, args.max_context)
     except TraceError as err:
         raise InputError(f"{traces}: {err}") from None
 
     def judged() -> list[Run]:
-        vllm_records = [
-            list(read_records(c / REQUESTS_JSONL))
-            for _, e, _, c in cells()
-            if e == "vllm" and (c / REQUESTS_JSONL).is_file()
-        ]
         try:  # vLLM's wait before its scheduler takes a request: when a replayed request is admitted
-            wait = fitted_step_coefficients(vllm_records)["r"]
+            wait = fitted_step_coefficients(vllm_records())["r"]
         except InputError:
             wait = 0.0
 
@@ -774,10 +777,7 @@ def _main(args: argparse.Namespace) -> int:
             _sweep(config, "kvp-vllm-*", work / f"run{i}", env)
         if "sim" in engines:
             if coefficients is None:
-                runs_records = [
-                    list(read_records(c / REQUESTS_JSONL)) for _, e, _, c in cells() if e == "vllm"
-                ]
-                coefficients = coefficients_text(fitted_step_coefficients(runs_records))
+                coefficients = coefficients_text(fitted_step_coefficients(vllm_records()))
                 print(
                     f"kv-pressure: the simulated engine's step model fitted to vLLM's request times: {coefficients}"
                 )

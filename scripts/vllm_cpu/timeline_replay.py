@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentsweep.engine_sim.kv_cache import KVCache
+from agentsweep.engine_sim.kv_cache import KVCache, Node
 from kv_cache_tester.replay import RequestRecord, accepted
 from kv_cache_tester.traces.loaders import load_traces
 from kv_cache_tester.traces.model import Request, Trace
@@ -103,7 +103,8 @@ def replay_hit_rate(
         events.append((rec["t_done"], 0, k))  # at the same instant a free goes before an admission
     heapq.heapify(events)
     kv = KVCache(pool_blocks)
-    held: dict[int, tuple[object, int]] = {}
+    held: dict[int, tuple[Node, int]] = {}  # admitted: its deepest cached node, its blocks without a hash
+    blocks_of: dict[int, list[int]] = {}  # a waiting request's prompt blocks, worked out once
     waiting: deque[int] = deque()  # admissions the pool had no room for yet, first come first served
     hit_tokens = prompt_tokens = 0
 
@@ -111,7 +112,9 @@ def replay_hit_rate(
         nonlocal hit_tokens, prompt_tokens
         rec = done[k]
         prompt = int(rec["prompt_tokens"])
-        blocks = index.prompt_blocks(rec, block_size)
+        blocks = blocks_of.get(k)
+        if blocks is None:
+            blocks = blocks_of[k] = index.prompt_blocks(rec, block_size)
         hit = kv.lookup(blocks, (prompt - 1) // block_size)
         new = -(-(prompt + 1) // block_size) - hit.gpu_blocks  # the prompt and the first token's slot
         if new > kv.available - hit.reclaim:
@@ -119,7 +122,8 @@ def replay_hit_rate(
         node = kv.acquire(hit)
         kv.allocate(new)
         node, _ = kv.register(node, blocks[hit.gpu_blocks :])  # a copy another request cached is freed
-        held[k] = (node, new - (len(blocks) - hit.gpu_blocks))  # and the blocks that hold no hash
+        held[k] = (node, new - (len(blocks) - hit.gpu_blocks))
+        blocks_of.pop(k, None)
         hit_tokens += hit.gpu_blocks * block_size
         prompt_tokens += prompt
         return True

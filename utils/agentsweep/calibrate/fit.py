@@ -1,8 +1,9 @@
 """Fitting the step model's coefficients to published points (``agentsweep calibrate --fit``).
 
-Per hardware x precision (B200: also per serving-software generation, ``Point.group``) five coefficients (step overhead, achieved HBM fraction, MFU, prefill-step
-overhead, request overhead before the scheduler takes a request); over all hardware three (per-sequence
-bookkeeping, expert-parallel cost per MoE layer, all-reduce cost per peer rank). The
+Per hardware x precision (B200 and MI355X: also per serving-software generation, ``Point.group``) five
+coefficients (step overhead, achieved HBM fraction, MFU, prefill-step overhead, request overhead before
+the scheduler takes a request); over all hardware three (per-sequence bookkeeping, expert-parallel cost
+per MoE layer, all-reduce cost per peer rank). The
 objective is the mean absolute log error of the three measures (throughput per GPU, median
 interactivity, median TTFT) over the points, as predicted by the closed-loop stand-in
 (:mod:`agentsweep.calibrate.steady`), plus a weak pull of each coefficient toward the defaults so a

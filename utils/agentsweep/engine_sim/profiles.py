@@ -10,9 +10,9 @@ and each request waits ``r`` after it arrives before the scheduler can take it (
 tokenization and the hand-off to the scheduler; in its TTFT, but no step's cost).
 
 * ``a``: fixed per-step cost: the calibrated step overhead (launches, scheduling, sampling: it does
-  not scale with bandwidth), two all-reduces per layer when TP > 1 (each a fitted cost per peer rank), one read of the weights every
-  token uses (all of a dense model; attention, shared experts and embeddings of a MoE), and with
-  expert parallelism a dispatch + combine per MoE layer.
+  not scale with bandwidth), two all-reduces per layer when TP > 1 (each a fitted cost per peer rank),
+  one read of the weights every token uses (all of a dense model; attention, shared experts and
+  embeddings of a MoE), and with expert parallelism a dispatch + combine per MoE layer.
 * ``a_p``: the extra fixed cost of a step that prefills (no CUDA graph, larger kernels).
 * ``b``: compute per prefill token, 2 x active parameters FLOPs over TP x dense peak x MFU.
 * ``c``: per decoding sequence, the same compute plus per-sequence bookkeeping.
@@ -26,8 +26,9 @@ tokenization and the hand-off to the scheduler; in its TTFT, but no step's cost)
 
 The achieved fractions (HBM bandwidth, MFU) and the two overheads are fitted per hardware x
 precision to published serving measurements (``calibration.json`` beside this file, written by
-``agentsweep calibrate --fit``; ``docs/engine-sim.md`` shows the fit and its error); B200's older
-serving-software generation has its own group (``b200/fp4@pre-v0.5.12``), used only when asked for
+``agentsweep calibrate --fit``; ``docs/engine-sim.md`` shows the fit and its error); B200's and
+MI355X's older serving-software generations have their own groups (``b200/fp4@pre-v0.5.12``,
+``mi355x/fp4@pre-v0.5.9``), used only when asked for
 (``engine-sim --calibration-generation``). A hardware x precision without published points uses the
 defaults and says so at startup.
 
@@ -132,6 +133,8 @@ HARDWARE: dict[str, Hardware] = {
 }  # fmt: skip
 
 ACTIVATION_RESERVE_BYTES = 4 * GB  # per GPU: activations, CUDA graphs, workspace
+# One small all-reduce per peer rank before it was fitted: the constant 12 us it replaced, at TP 8.
+ALLREDUCE_PEER_S = 12e-6 / 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,13 +176,17 @@ class Shared:
     per_seq_s: float  # bookkeeping per decoding sequence per step
     ep_layer_s: float  # expert-parallel dispatch + combine, per MoE layer per step
     # One small all-reduce (two per layer when TP > 1) costs this per peer rank: each rank reads the other
-    # TP - 1 ranks' partial sums, so TP 8 pays more than TP 4 (12 us at TP 8 before it was fitted).
-    allreduce_peer_s: float = 12e-6 / 7
+    # TP - 1 ranks' partial sums, so TP 8 pays more than TP 4.
+    allreduce_peer_s: float = ALLREDUCE_PEER_S
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Shared:
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: float(v) for k, v in d.items() if k in known})
+        """From calibration.json; a file written before the all-reduce was fitted has the constant."""
+        return cls(
+            float(d["per_seq_s"]),
+            float(d["ep_layer_s"]),
+            float(d.get("allreduce_peer_s", ALLREDUCE_PEER_S)),
+        )
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: round(float(getattr(self, f.name)), 12) for f in dataclasses.fields(self)}
