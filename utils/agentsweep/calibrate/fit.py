@@ -41,7 +41,9 @@ def predict(p: Point, eff: Efficiency, shared: Shared, seed: int = 0) -> Predict
     """The stand-in's figures for a point (``seed`` draws the output lengths)."""
     cal = Calibration(p.group, eff, shared, 0, "fit")
     dep = deploy(p.model, p.hardware, p.tp, KV_CACHE_DTYPE, p.precision, ep=p.ep, calibration=cal)
-    return closed_loop(dep.cost, p.conc, p.isl, p.osl, p.tp, budget=CHUNK, seed=seed)
+    return closed_loop(
+        dep.cost, p.conc, p.isl, p.osl, p.tp, budget=CHUNK, seed=seed, recv_interval=p.recv_interval
+    )
 
 
 def log_errors(p: Point, pred: Prediction) -> tuple[float, float, float]:
@@ -156,10 +158,10 @@ SHARED_ITERS = 60  # Nelder-Mead iterations over the three shared coefficients p
 
 
 def fit_group(points: Sequence[Point], shared: Shared, start: Efficiency) -> Efficiency:
-    """All five coefficients at once. A TTFT the steps do not explain (B200's published TTFTs are
-    0.4-0.7 s for 1k prompts where H200's are 0.09 s) can go into the request overhead, a wait that
-    delays only its own request, or into the prefill-step overhead, which stalls every decode of that
-    step as well; fitted together, throughput and interactivity decide between them (fitted one after
+    """All five coefficients at once. A TTFT the steps and the recipe's receive interval do not explain
+    (B200's published TTFTs are 0.4-0.7 s for 1k prompts where H200's are 0.09 s) can go into the request
+    overhead, a wait that delays only its own request, or into the prefill-step overhead, which stalls
+    every decode of that step as well; fitted together, throughput and interactivity decide between them (fitted one after
     the other, the step coefficients had already taken the TTFT into the prefill step)."""
 
     def objective(x: np.ndarray) -> float:

@@ -29,7 +29,7 @@ DEFAULT_POINTS = DATA_DIR / "inferencex_dsr1_sglang.csv"
 MODEL_NAME = "deepseek-ai/DeepSeek-R1"  # the model every point of the shipped data set measured
 # Stated limits of a point (docs/engine-sim.md, "Calibration"): beyond them a row would take hours of
 # simulated serving or a trace file past the replayer's limits, so it is refused, not run.
-LIMITS = {"isl": 131072, "osl": 32768, "tp": 64, "ep": 64, "conc": 1024}
+LIMITS = {"isl": 131072, "osl": 32768, "tp": 64, "ep": 64, "conc": 1024, "scheduler_recv_interval": 1000}
 MAX_POINTS_BYTES = 16 << 20
 MAX_FIELD_CHARS = 4096
 BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
@@ -61,6 +61,9 @@ class Point:
     median_intvty: float
     median_ttft_s: float
     line: int  # line in the CSV (for messages)
+    # SGLang's --scheduler-recv-interval in the run's recipe (InferenceX's B200 recipes set 10, or 30 from
+    # concurrency 16; 1, the default, elsewhere): new requests wait up to that many decode steps
+    recv_interval: int = 1
 
     @property
     def generation(self) -> str:
@@ -169,6 +172,9 @@ def read_points(path: Path) -> tuple[list[str], list[Point]]:
                 median_intvty=number("median_intvty"),
                 median_ttft_s=number("median_ttft_s"),
                 line=line,
+                recv_interval=integer("scheduler_recv_interval")
+                if (row.get("scheduler_recv_interval") or "").strip()
+                else 1,
             )
         )
     if not points:

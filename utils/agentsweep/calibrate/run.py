@@ -67,7 +67,7 @@ class RowResult:
 def choose_speed(p: Point, seconds: float) -> float:
     """A clock speed-up that fits the first wave plus a few steady cycles into ``seconds`` of wall time."""
     dep = deploy(p.model, p.hardware, p.tp, KV_CACHE_DTYPE, p.precision, ep=p.ep, generation=p.generation)
-    pred = closed_loop(dep.cost, p.conc, p.isl, p.osl, p.tp, budget=CHUNK)
+    pred = closed_loop(dep.cost, p.conc, p.isl, p.osl, p.tp, budget=CHUNK, recv_interval=p.recv_interval)
     cycle = pred.median_ttft_s + (p.osl - 1) / pred.median_intvty
     return max(1.0, (CYCLES + 0.7) * cycle / seconds)
 
@@ -99,6 +99,7 @@ def _engine_argv(p: Point, speed: float, log: Path) -> list[str]:
         "--hardware", p.hardware, "--tp-size", str(p.tp), "--ep-size", str(p.ep),
         "--quantization", p.precision, "--chunked-prefill-size", str(CHUNK), "--kv-cache-dtype", KV_CACHE_DTYPE,
         "--speed", f"{speed:.6g}", "--request-log", str(log),
+        "--scheduler-recv-interval", str(p.recv_interval),
     ] + (["--calibration-generation", p.generation] if p.generation else [])  # fmt: skip
 
 

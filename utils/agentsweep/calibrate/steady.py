@@ -4,7 +4,8 @@ HTTP, replayer or wall clock, driven by a closed loop of users in simulated time
 It mirrors ``engine_sim.scheduler.Engine`` for what a random-prompt benchmark exercises (no prefix
 hits, a pool large enough not to preempt): each step, running requests first (a decode takes one
 token, a prefill a chunk of the remaining budget), then waiting requests in arrival order while the
-token budget lasts. A user whose request finishes sends the next one at once; it arrives while the
+token budget lasts (those the scheduler has taken in: with a receive interval, only at its receive
+points). A user whose request finishes sends the next one at once; it arrives while the
 next step is already under way (as over HTTP), so it waits for that step to end. Runs of decode steps
 alike (until a request finishes or a waiting one can be taken) are summed in closed form, so a row
 costs tens of milliseconds. ``agentsweep calibrate --fit`` fits against this; ``agentsweep calibrate``
@@ -119,9 +120,14 @@ def closed_loop(
     budget: int = 16384,
     seed: int = 0,
     cycles: int = CYCLES,
+    recv_interval: int = 1,
 ) -> Prediction:
     """Steady-state figures of ``users`` users sending prompts of about ``isl`` tokens for about ``osl``
-    tokens each (drawn as the published client draws them, :func:`length_bounds`)."""
+    tokens each (drawn as the published client draws them, :func:`length_bounds`).
+
+    ``recv_interval`` is SGLang's ``--scheduler-recv-interval``: while only decode steps run, the
+    scheduler takes in new requests once every that many steps; after a step with a prefill, or idle,
+    at once (its receive skipper's weights)."""
     rng = random.Random(f"closed-loop:{seed}")
     in_lo, in_hi = length_bounds(isl)
     out_lo, out_hi = length_bounds(osl)
@@ -134,7 +140,17 @@ def closed_loop(
     done: list[tuple[_Req, float]] = []
     t = 0.0
     target = users * cycles
+    received = 0.0  # requests that arrived by then (plus the admission delay) have been taken in
+    since_recv = 0  # decode steps since the scheduler last took requests in
+    decode_only = False  # the last step ran decodes only
     while len(done) < target:
+        if not decode_only:
+            received, since_recv = t, 0
+        elif since_recv >= recv_interval:
+            # a run of decode steps may have passed receive points with nothing to take in: keep the phase
+            since_recv %= recv_interval
+            if not since_recv:
+                received = t
         room = budget
         sched: list[tuple[_Req, int]] = []
         for r in running:
@@ -143,14 +159,15 @@ def closed_loop(
             n = 1 if r.computed >= r.isl else min(r.isl - r.computed, room)
             sched.append((r, n))
             room -= n
-        while waiting and room > 0 and waiting[0].arrival + cost.admit_s <= t:
+        while waiting and room > 0 and waiting[0].arrival + cost.admit_s <= received:
             r = waiting.popleft()
             n = min(r.isl, room)
             running.append(r)
             sched.append((r, n))
             room -= n
         if not sched:
-            t = waiting[0].arrival + cost.admit_s
+            t = max(t, waiting[0].arrival + cost.admit_s)
+            decode_only = False  # idle: the next loop takes the request in
             continue
         prefill = decode = kv = 0
         pairs = 0.0
@@ -167,9 +184,14 @@ def closed_loop(
             # decode steps alike until the next request finishes or the next arrival can be taken
             k = min(r.osl - r.generated for r, _ in sched)
             if waiting:
-                k = min(k, _steps_to_reach(cost, waiting[0].arrival + cost.admit_s - t, dt, decode, kv))
+                reach = _steps_to_reach(cost, waiting[0].arrival + cost.admit_s - t, dt, decode, kv)
+                # the first step at whose start the scheduler takes requests in, once it has arrived
+                reach += -(since_recv + reach) % recv_interval
+                k = min(k, reach)
         total = cost.decode_run(k, dt, decode, kv) if k > 1 else dt
         t += total
+        decode_only = not prefill
+        since_recv = since_recv + k if decode_only else 0
         finished = []
         for r, n in sched:
             was_decoding = r.computed >= r.isl

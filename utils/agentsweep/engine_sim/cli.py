@@ -2,8 +2,8 @@
 
 SGLang spellings are accepted where they map cleanly (--model-path, --tp-size,
 --disable-radix-cache, --enable-hierarchical-cache with --hicache-size / --hicache-ratio /
---hicache-write-policy, --chunked-prefill-size, --max-running-requests, --mem-fraction-static,
---context-length). The dialect picks the cache policy: vLLM's (kv_cache.py) or SGLang's (radix_cache.py).
+--hicache-write-policy, --chunked-prefill-size, --max-running-requests, --scheduler-recv-interval,
+--mem-fraction-static, --context-length). The dialect picks the cache policy: vLLM's (kv_cache.py) or SGLang's (radix_cache.py).
 """
 
 from __future__ import annotations
@@ -92,6 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-num-batched-tokens", "--chunked-prefill-size", dest="max_batched", type=int, default=8192
     )
     p.add_argument("--max-num-seqs", "--max-running-requests", dest="max_seqs", type=int, default=1024)
+    p.add_argument(
+        "--scheduler-recv-interval",
+        dest="recv_interval",
+        type=int,
+        default=1,
+        help="SGLang: while only decodes run, take new requests in every N steps",
+    )
     p.add_argument("--max-model-len", "--context-length", dest="max_model_len", type=int, default=None)
     p.add_argument(
         "--num-gpu-blocks-override", type=int, default=None, help="fix the GPU pool size in blocks"
@@ -216,6 +223,7 @@ def _check(args: argparse.Namespace) -> None:
         ("--max-model-len", args.max_model_len),
         ("--num-gpu-blocks-override", args.num_gpu_blocks_override),
         ("--ep-size", args.ep),
+        ("--scheduler-recv-interval", args.recv_interval),
     ):
         if value is not None and value < 1:
             raise bad(flag, f"must be >= 1, got {value}")
@@ -334,6 +342,7 @@ def build_server(args: argparse.Namespace, setup: Setup) -> SimServer:
         max_num_batched_tokens=args.max_batched,
         max_num_seqs=args.max_seqs,
         host_link_bw=dep.hardware.host_link_bw * args.tp,
+        recv_interval=args.recv_interval,
     )
     role = Disagg(
         DisaggConfig(
