@@ -12,7 +12,7 @@ import pytest
 from agentsweep.calibrate import fit as F
 from agentsweep.calibrate.points import DEFAULT_POINTS, MODEL_NAME, read_points
 from agentsweep.calibrate.run import CYCLES as RUN_CYCLES
-from agentsweep.calibrate.steady import KV_CACHE_DTYPE, closed_loop, length_bounds
+from agentsweep.calibrate.steady import CHUNK, KV_CACHE_DTYPE, closed_loop, length_bounds
 from agentsweep.engine_sim import cli as sim_cli
 from agentsweep.engine_sim.profiles import Calibration, Efficiency, Shared, deploy, load_calibrations
 from agentsweep.errors import InputError
@@ -199,7 +199,7 @@ def test_a_scheduler_recv_interval_delays_requests_that_arrive_during_decodes() 
     dep = deploy(MODEL_NAME, "b200", 8, "fp8", "fp4", ep=8, calibration=cal)
 
     def pred(conc: int, interval: int):
-        return closed_loop(dep.cost, conc, 1024, 1024, 8, budget=F.CHUNK, recv_interval=interval)
+        return closed_loop(dep.cost, conc, 1024, 1024, 8, budget=CHUNK, recv_interval=interval)
 
     base, every30 = pred(64, 1), pred(64, 30)
     tpot = 1 / base.median_intvty
@@ -207,7 +207,7 @@ def test_a_scheduler_recv_interval_delays_requests_that_arrive_during_decodes() 
     # Requests taken in together prefill together: fewer prefill steps stall the decodes.
     assert every30.median_intvty > base.median_intvty
     assert pred(1, 10) == pred(1, 1)  # alone, every request finds the engine idle
-    assert pred(64, 1) == closed_loop(dep.cost, 64, 1024, 1024, 8, budget=F.CHUNK)  # 1: the default
+    assert pred(64, 1) == closed_loop(dep.cost, 64, 1024, 1024, 8, budget=CHUNK)  # 1: the default
 
 
 def test_request_overhead_delays_only_its_own_request() -> None:
@@ -340,7 +340,7 @@ def test_real_path_agrees_with_the_stand_in_and_reports_rows_that_cannot_run(tmp
         dep = deploy(p.model, p.hardware, p.tp, KV_CACHE_DTYPE, p.precision, ep=p.ep, calibration=cal)
         draws = [
             closed_loop(
-                dep.cost, p.conc, p.isl, p.osl, p.tp, budget=F.CHUNK, seed=seed, cycles=RUN_CYCLES,
+                dep.cost, p.conc, p.isl, p.osl, p.tp, budget=CHUNK, seed=seed, cycles=RUN_CYCLES,
                 recv_interval=p.recv_interval,
             )
             for seed in range(5)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from agentsweep.calibrate.points import Point
-from agentsweep.calibrate.steady import KV_CACHE_DTYPE, Prediction, closed_loop
+from agentsweep.calibrate.steady import KV_CACHE_DTYPE, Prediction, point_figures
 from agentsweep.engine_sim.profiles import (
     DEFAULT_EFFICIENCY,
     DEFAULT_SHARED,
@@ -31,7 +31,6 @@ from agentsweep.engine_sim.profiles import (
 )
 
 PRIOR_WEIGHT = 0.02  # per coefficient, on its log distance from the default (a weak pull)
-CHUNK = 16384  # the simulator's --chunked-prefill-size in calibration runs
 ROUNDS = 2  # alternations between the per-hardware and the shared coefficients
 # The request overhead is fitted on a linear scale in units of this (its prior pulls toward 0, not a log).
 REQUEST_SCALE_S = 0.1
@@ -41,9 +40,7 @@ def predict(p: Point, eff: Efficiency, shared: Shared, seed: int = 0) -> Predict
     """The stand-in's figures for a point (``seed`` draws the output lengths)."""
     cal = Calibration(p.group, eff, shared, 0, "fit")
     dep = deploy(p.model, p.hardware, p.tp, KV_CACHE_DTYPE, p.precision, ep=p.ep, calibration=cal)
-    return closed_loop(
-        dep.cost, p.conc, p.isl, p.osl, p.tp, budget=CHUNK, seed=seed, recv_interval=p.recv_interval
-    )
+    return point_figures(p, dep.cost, seed=seed)
 
 
 def log_errors(p: Point, pred: Prediction) -> tuple[float, float, float]:
@@ -161,8 +158,9 @@ def fit_group(points: Sequence[Point], shared: Shared, start: Efficiency) -> Eff
     """All five coefficients at once. A TTFT the steps and the recipe's receive interval do not explain
     (B200's published TTFTs are 0.4-0.7 s for 1k prompts where H200's are 0.09 s) can go into the request
     overhead, a wait that delays only its own request, or into the prefill-step overhead, which stalls
-    every decode of that step as well; fitted together, throughput and interactivity decide between them (fitted one after
-    the other, the step coefficients had already taken the TTFT into the prefill step)."""
+    every decode of that step as well; fitted together, throughput and interactivity decide between them
+    (fitted one after the other, the step coefficients had already taken the TTFT into the prefill
+    step)."""
 
     def objective(x: np.ndarray) -> float:
         eff = x_to_eff(x)

@@ -27,17 +27,17 @@ from kv_cache_tester.traces.synth import LengthSpec, synth_workload
 
 from agentsweep.calibrate.points import Point
 from agentsweep.calibrate.steady import (
+    CHUNK,
     KV_CACHE_DTYPE,
     Timeline,
-    closed_loop,
     figures,
     length_bounds,
     measured,
+    point_figures,
 )
 from agentsweep.cell.watchdog import die_with_parent
 from agentsweep.engine_sim.profiles import deploy
 
-CHUNK = 16384  # --chunked-prefill-size of the simulated engine in calibration runs
 START_TIMEOUT_S = 30.0
 # Request cycles per user a real-path row runs, the first wave included: fewer than the stand-in's ten,
 # to keep each row's clock speed-up (and the simulator's late steps) low in the wall seconds it is given.
@@ -67,7 +67,7 @@ class RowResult:
 def choose_speed(p: Point, seconds: float) -> float:
     """A clock speed-up that fits the first wave plus a few steady cycles into ``seconds`` of wall time."""
     dep = deploy(p.model, p.hardware, p.tp, KV_CACHE_DTYPE, p.precision, ep=p.ep, generation=p.generation)
-    pred = closed_loop(dep.cost, p.conc, p.isl, p.osl, p.tp, budget=CHUNK, recv_interval=p.recv_interval)
+    pred = point_figures(p, dep.cost)
     cycle = pred.median_ttft_s + (p.osl - 1) / pred.median_intvty
     return max(1.0, (CYCLES + 0.7) * cycle / seconds)
 

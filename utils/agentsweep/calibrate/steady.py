@@ -20,8 +20,13 @@ import statistics
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agentsweep.engine_sim.profiles import StepCost
+from agentsweep.engine_sim.scheduler import ReceiveSkipper
+
+if TYPE_CHECKING:
+    from agentsweep.calibrate.points import Point
 
 # Request cycles per user simulated (the first, all users arriving at once, is left out): the published
 # client sends ten times the concurrency in prompts, so ten per user.
@@ -32,6 +37,7 @@ CYCLES = 10
 # users stay phase-locked in groups that always prefill together. The real-path runs draw the same way.
 RANGE_RATIO = 0.8
 KV_CACHE_DTYPE = "fp8"  # the rows do not say; BF16 would not hold the largest rows' users in the pool
+CHUNK = 16384  # the simulated engine's --chunked-prefill-size in calibration runs
 # The first wave's requests arrive this far apart (user i at i times it), as a client's do: it opens
 # its users' requests one after another (the replayer about 0.3 ms apart on the calibration path).
 # With lengths that vary by up to 20% it moves no row's figures by more than 1%.
@@ -140,17 +146,9 @@ def closed_loop(
     done: list[tuple[_Req, float]] = []
     t = 0.0
     target = users * cycles
-    received = 0.0  # requests that arrived by then (plus the admission delay) have been taken in
-    since_recv = 0  # decode steps since the scheduler last took requests in
-    decode_only = False  # the last step ran decodes only
+    recv = ReceiveSkipper(recv_interval)
     while len(done) < target:
-        if not decode_only:
-            received, since_recv = t, 0
-        elif since_recv >= recv_interval:
-            # a run of decode steps may have passed receive points with nothing to take in: keep the phase
-            since_recv %= recv_interval
-            if not since_recv:
-                received = t
+        recv.look(t)
         room = budget
         sched: list[tuple[_Req, int]] = []
         for r in running:
@@ -159,7 +157,7 @@ def closed_loop(
             n = 1 if r.computed >= r.isl else min(r.isl - r.computed, room)
             sched.append((r, n))
             room -= n
-        while waiting and room > 0 and waiting[0].arrival + cost.admit_s <= received:
+        while waiting and room > 0 and waiting[0].arrival + cost.admit_s <= recv.received:
             r = waiting.popleft()
             n = min(r.isl, room)
             running.append(r)
@@ -167,7 +165,7 @@ def closed_loop(
             room -= n
         if not sched:
             t = max(t, waiting[0].arrival + cost.admit_s)
-            decode_only = False  # idle: the next loop takes the request in
+            recv.idle()
             continue
         prefill = decode = kv = 0
         pairs = 0.0
@@ -186,12 +184,10 @@ def closed_loop(
             if waiting:
                 reach = _steps_to_reach(cost, waiting[0].arrival + cost.admit_s - t, dt, decode, kv)
                 # the first step at whose start the scheduler takes requests in, once it has arrived
-                reach += -(since_recv + reach) % recv_interval
-                k = min(k, reach)
+                k = min(k, recv.steps_to_receive(reach))
         total = cost.decode_run(k, dt, decode, kv) if k > 1 else dt
         t += total
-        decode_only = not prefill
-        since_recv = since_recv + k if decode_only else 0
+        recv.ran(k, prefill > 0)
         finished = []
         for r, n in sched:
             was_decoding = r.computed >= r.isl
@@ -209,6 +205,22 @@ def closed_loop(
             waiting.append(request(t + 1e-9))  # lands during the next step
     return figures(
         measured([Timeline(r.arrival, r.first_token, end, r.isl, r.osl) for r, end in done]), users, gpus
+    )
+
+
+def point_figures(p: Point, cost: StepCost, seed: int = 0, cycles: int = CYCLES) -> Prediction:
+    """The stand-in's figures for a calibration row, run as a calibration run serves it (its chunk, its
+    recipe's receive interval) with the step costs ``cost``."""
+    return closed_loop(
+        cost,
+        p.conc,
+        p.isl,
+        p.osl,
+        p.tp,
+        budget=CHUNK,
+        seed=seed,
+        cycles=cycles,
+        recv_interval=p.recv_interval,
     )
 
 

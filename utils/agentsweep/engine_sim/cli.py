@@ -3,7 +3,8 @@
 SGLang spellings are accepted where they map cleanly (--model-path, --tp-size,
 --disable-radix-cache, --enable-hierarchical-cache with --hicache-size / --hicache-ratio /
 --hicache-write-policy, --chunked-prefill-size, --max-running-requests, --scheduler-recv-interval,
---mem-fraction-static, --context-length). The dialect picks the cache policy: vLLM's (kv_cache.py) or SGLang's (radix_cache.py).
+--mem-fraction-static, --context-length). The dialect picks the cache policy: vLLM's (kv_cache.py) or
+SGLang's (radix_cache.py).
 """
 
 from __future__ import annotations

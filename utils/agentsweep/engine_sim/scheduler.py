@@ -69,6 +69,44 @@ class _Step:
     left: int  # the fewest tokens a decoding sequence still has to generate
 
 
+class ReceiveSkipper:
+    """SGLang's ``--scheduler-recv-interval``: when the scheduler takes new requests in. At the top of
+    each loop it looks for them after a step with a prefill, or idle, and while only decodes run once
+    every ``interval`` decode steps (its receive skipper weighs a decode step 1, a prefill 1000). A run
+    of decode steps with nothing waiting may pass a receive point; the count keeps its phase. Shared by
+    the engine and the calibration stand-in, so both take requests in alike."""
+
+    __slots__ = ("decode_only", "interval", "received", "since")
+
+    def __init__(self, interval: int = 1) -> None:
+        self.interval = interval
+        self.received = 0.0  # requests that arrived by then (plus the admission delay) were taken in
+        self.since = 0  # decode steps since requests were last taken in
+        self.decode_only = False  # the last step ran decodes only
+
+    def look(self, t: float) -> None:
+        """The top of a loop at simulated time ``t``."""
+        if not self.decode_only:
+            self.received, self.since = t, 0
+        elif self.since >= self.interval:
+            self.since %= self.interval
+            if not self.since:
+                self.received = t
+
+    def ran(self, steps: int, prefill: bool) -> None:
+        """A step ran (``steps`` decode steps alike, or one with a prefill)."""
+        self.decode_only = not prefill
+        self.since = self.since + steps if self.decode_only else 0
+
+    def idle(self) -> None:
+        """Nothing ran: the next loop takes requests in at once."""
+        self.decode_only = False
+
+    def steps_to_receive(self, steps: int) -> int:
+        """The fewest decode steps, at least ``steps``, after which the next loop takes requests in."""
+        return steps + -(self.since + steps) % self.interval
+
+
 class SimClock:
     """Simulated seconds = wall seconds since start x speed."""
 
@@ -122,12 +160,7 @@ class Engine:
         self.max_batched = max_num_batched_tokens
         self.max_seqs = max_num_seqs
         self.host_link_bw = host_link_bw  # bytes/s for all ranks together
-        # SGLang's --scheduler-recv-interval: while only decodes run, new requests are taken in once
-        # every that many steps (after a step with a prefill, or idle, at once).
-        self.recv_interval = recv_interval
-        self._received = 0.0  # requests that arrived by then (plus the admission delay) were taken in
-        self._since_recv = 0  # decode steps since requests were last taken in
-        self._decode_only = False  # the last step ran decodes only
+        self.recv = ReceiveSkipper(recv_interval)
         self.transfer: Transfer | None = None  # the prefill or decode role's part, if the engine has one
         self.stats = stats or EngineStats()
         self.waiting: deque[SimRequest] = deque()
@@ -238,14 +271,14 @@ class Engine:
                 continue
             if not self.running and not self.loading:
                 self.t = max(self.t, self.waiting[0].arrival + self.cost.admit_s)
-                self._decode_only = False  # idle: the loop takes requests in at once
-            self._take_in()
+                self.recv.idle()
+            self.recv.look(self.t)
             self._promote_loaded()
             step = self._schedule()
             sched = step.sched
             if not sched:
-                if self._decode_only:  # idle now: the next loop takes waiting requests in at once
-                    self._decode_only = False
+                if self.recv.decode_only:  # idle now: the next loop takes waiting requests in at once
+                    self.recv.idle()
                     continue
                 nxt = [r.ready_at for r in self.loading]
                 arrival = self._next_arrival()
@@ -281,20 +314,8 @@ class Engine:
                 burst_start = time.perf_counter()
             start, self.t = self.t, end
             self.steps += k
-            self._decode_only = not step.prefill
-            self._since_recv = self._since_recv + k if self._decode_only else 0
+            self.recv.ran(k, step.prefill > 0)
             self._apply(sched, k, total / k, start)
-
-    def _take_in(self) -> None:
-        """SGLang's receive skipper: requests are taken in after a step with a prefill (or idle), and
-        every ``recv_interval`` decode steps. A run of decode steps with nothing waiting may pass a
-        receive point; the count keeps its phase."""
-        if not self._decode_only:
-            self._received, self._since_recv = self.t, 0
-        elif self._since_recv >= self.recv_interval:
-            self._since_recv %= self.recv_interval
-            if not self._since_recv:
-                self._received = self.t
 
     def _flush_streams(self) -> None:
         """Before the loop yields: streams get the tokens produced since they were last written."""
@@ -399,7 +420,7 @@ class Engine:
         if not preempted:
             while self.waiting and budget > 0 and len(running) + len(self.loading) < self.max_seqs:
                 r = self.waiting[0]
-                if r.arrival + self.cost.admit_s > self._received:
+                if r.arrival + self.cost.admit_s > self.recv.received:
                     break
                 n = self._admit(r, budget)
                 if n < 0:
@@ -507,8 +528,8 @@ class Engine:
         if limit - self.t <= dt:
             return 1
         k = min(MAX_BATCHED_STEPS, 1 + int((limit - self.t) / dt), step.left)
-        if self.waiting and self.recv_interval > 1:  # end at the next receive point: one may be due
-            k = min(k, self.recv_interval - self._since_recv)
+        if self.waiting and self.recv.interval > 1:  # end at the next receive point: one may be due
+            k = min(k, self.recv.steps_to_receive(1))
         # Drop steps that would start after the limit (step i reads i*batch more KV tokens).
         while k > 1 and self.t + self.cost.decode_run(k - 1, dt, step.decode, step.kv_read) > limit:
             k = max(1, k // 2)
