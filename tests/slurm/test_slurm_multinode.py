@@ -303,7 +303,15 @@ def test_terminating_an_instances_srun_ends_its_step_on_the_node(slurm2, tmp_pat
         proc = subprocess.Popen(argv, env=slurm2.env, start_new_session=True)
         poll_until(lambda: steps(slurm2, job), timeout=30, interval=0.2)
         assert steps(slurm2, job) == [(f"{job}.0", "gpunode2")]
-        assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0
+        # squeue lists a step before slurmstepd has started it, and srun's own command line holds
+        # the marker too (every node runs on this host): wait for the step's program itself, or
+        # the signal lands mid-launch and Slurm leaves the half-launched step behind for a while.
+        step_program = rf"^\S*bash -c sleep 120; : {marker}$"  # slurmstepd runs it by full path
+        assert poll_until(
+            lambda: subprocess.run(["pgrep", "-f", step_program], capture_output=True).returncode == 0,
+            timeout=30,
+            interval=0.2,
+        )
         os.killpg(proc.pid, signal.SIGTERM)  # what the cell does to stop an instance
         proc.wait(timeout=30)
         poll_until(lambda: not steps(slurm2, job), timeout=15, interval=0.2)
