@@ -8,8 +8,10 @@ the simulated engine with a pool nothing is evicted from: the mean, over the run
 every session still in flight or to come back (docs/engine-sim.md). Each oversubscription ratio
 (working set / pool: 0.5, 0.7, 1.0, 1.4, 2.0 by default) runs three times on vLLM, to measure its own
 spread, and three times on the simulated engine. Per ratio the comparison gives the GPU prefix hit rate
-(the server's hit tokens over its query tokens, /metrics) and the preemptions; and, to tell the cache
-from the pace, the simulated engine's cache serving each vLLM run's own recorded timeline
+(the server's hit tokens over its query tokens, /metrics), the preemptions and the evicted blocks (cached
+blocks the pool handed out for new content: vLLM's BlockRemoved KV-cache events, counted by
+kv_events.py from `--kv-events-config`; the simulated engine's evicted_tokens_total); and, to tell the
+cache from the pace, the simulated engine's cache serving each vLLM run's own recorded timeline
 (timeline_replay.py), checked by the same replay of the simulator's own runs.
 
 vLLM runs first in each repeat, and the simulated engine's step model is fitted to vLLM's own request
@@ -37,10 +39,13 @@ import json
 import math
 import os
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -59,7 +64,7 @@ from agentsweep.metrics.scrapes import read_scrapes  # noqa: E402
 from kv_cache_tester.errors import TraceError  # noqa: E402
 from kv_cache_tester.replay import RequestRecord, accepted, read_records  # noqa: E402
 from run_check import BLOCK_SIZE, DEFAULT_VENV, run_command  # noqa: E402
-from timeline_replay import TraceIndex, replay_hit_rate  # noqa: E402
+from timeline_replay import Replayed, TraceIndex, replay_timeline  # noqa: E402
 
 # Eight real traces whose first requests fit 32,768 tokens (--max-context 2048 after --scale 16: the
 # replayer cuts each trace before its first longer request, so each play is a short session and the users
@@ -117,6 +122,10 @@ class Run:
     step_coefficients: str = ""  # the simulated engine's, as its start-up settings state them
     # The simulated engine's cache serving this run's own request timeline (timeline_replay.py)
     replayed_hit: float | None = None
+    # Cached blocks evicted for new content (vLLM: its KV-cache events, None when they are not whole),
+    # and by the simulated engine's cache serving this run's timeline
+    evicted_blocks: float | None = None
+    replayed_evicted: float | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +155,9 @@ class Row:
     cache_gap_pp: float | None = None
     cache_ok: bool = False
     replay_check_pp: float | None = None
+    vllm_evicted: float | None = None  # mean evicted blocks per run
+    sim_evicted: float | None = None
+    cache_evicted: float | None = None  # the simulator's cache on vLLM's timelines
 
 
 # --- the traces -----------------------------------------------------------------------------------
@@ -229,13 +241,15 @@ def measure(
     ratio: float,
     repeat: int,
     pool: int,
-    replay: Callable[[Sequence[RequestRecord], int], float | None] | None = None,
+    replay: Callable[[Sequence[RequestRecord], int], Replayed] | None = None,
+    events: Path | None = None,
 ) -> Run:
-    """One run's figures from its cell; ``replay`` (records, pool -> hit rate) also serves its own
-    timeline through the simulated engine's cache."""
+    """One run's figures from its cell; ``replay`` (records, pool) also serves its own timeline
+    through the simulated engine's cache; ``events``: vLLM's KV-cache event counts of the run
+    (kv_events.py), where its evictions are counted."""
     found = read_status(cell)
     status = found.verdict if found is not None else "no status.txt"
-    hit = preempt = replayed = None
+    hit = preempt = replayed = evicted = replayed_evicted = None
     requests, ws = 0, 0.0
     if status in ("SUCCESS", "INVALID") and (cell / SERVER_METRICS_CSV).is_file():
         scrapes = read_scrapes(cell / SERVER_METRICS_CSV)
@@ -248,13 +262,18 @@ def measure(
         queries, hits = delta("prefix_cache_queries_total"), delta("prefix_cache_hits_total")
         hit = hits / queries if queries and hits is not None else None
         preempt = delta("preemptions_total")
+        if engine == "vllm":
+            evicted = evicted_from_events(events)
+        else:
+            tokens = delta("evicted_tokens_total")
+            evicted = None if tokens is None else tokens / BLOCK_SIZE
         records = [r for r in read_records(cell / REQUESTS_JSONL) if accepted(r)]
         requests = len(records)
         ws = working_set_tokens(records) / BLOCK_SIZE if requests else 0.0
         e2e = [r["e2e_s"] for r in records if r.get("e2e_s") is not None and r.get("phase") != "warmup"]
         e2e_median = statistics.median(e2e) if e2e else None
         if replay is not None and requests:
-            replayed = replay(records, pool)
+            replayed, replayed_evicted = replay(records, pool)
     return Run(
         engine,
         ratio,
@@ -269,7 +288,23 @@ def measure(
         e2e_median,
         _coefficients_of(cell),
         replayed,
+        evicted,
+        replayed_evicted,
     )
+
+
+def evicted_from_events(path: Path | None) -> float | None:
+    """The blocks vLLM evicted from its GPU pool in one run, from kv_events.py's counts; None when
+    there are none or they are not whole (a message lost or not read)."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        counts = json.loads(path.read_text())
+        if not isinstance(counts, dict):
+            raise TypeError(f"a {type(counts).__name__}, not an object")
+        return float(counts["removed_blocks"]) if counts.get("whole") else None
+    except (ValueError, KeyError, TypeError) as err:
+        raise InputError(f"{path}: not kv_events.py's counts ({err})") from None
 
 
 def _coefficients_of(cell: Path) -> str:
@@ -399,7 +434,16 @@ def compare(runs: Sequence[Run], unpressured: float | None) -> list[Row]:
         s_pre = _mean([r.preemptions for r in at if r.engine == "sim" and r.preemptions is not None])
         v_req = _mean([r.requests for r in at if r.engine == "vllm" and r.hit_rate is not None])
         s_req = _mean([r.requests for r in at if r.engine == "sim" and r.hit_rate is not None])
+        v_evicted = _mean(
+            [r.evicted_blocks for r in at if r.engine == "vllm" and r.evicted_blocks is not None]
+        )
+        s_evicted = _mean(
+            [r.evicted_blocks for r in at if r.engine == "sim" and r.evicted_blocks is not None]
+        )
         cache = _mean([r.replayed_hit for r in at if r.engine == "vllm" and r.replayed_hit is not None])
+        cache_evicted = _mean(
+            [r.replayed_evicted for r in at if r.engine == "vllm" and r.replayed_evicted is not None]
+        )
         cache_gap = None if cache is None or v_mean is None else 100 * abs(cache - v_mean)
         checks = [
             100 * abs(r.replayed_hit - r.hit_rate)
@@ -409,7 +453,8 @@ def compare(runs: Sequence[Run], unpressured: float | None) -> list[Row]:
         rows.append(
             Row(ratio, at[0].pool_blocks, v_mean, v_spread, len(vllm), s_mean, _spread(sim), len(sim), gap,
                 limit, v_pre, s_pre, v_side, s_side, not why, why, v_req, s_req, cache, cache_gap,
-                cache_gap is not None and cache_gap <= limit, max(checks) if checks else None)
+                cache_gap is not None and cache_gap <= limit, max(checks) if checks else None, v_evicted,
+                s_evicted, cache_evicted)
         )  # fmt: skip
     return rows
 
@@ -422,13 +467,18 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _count(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
 def markdown(rows: Sequence[Row], unpressured: float | None, ws_blocks: float, timing: str = "") -> str:
     head = (
         f"Working set {ws_blocks:,.0f} blocks of {BLOCK_SIZE} tokens; unpressured hit rate "
         f"{_pct(unpressured)} (the cliff: below {CLIFF:.0%} of it).{(' ' + timing) if timing else ''}\n\n"
         "| working set / pool | pool (blocks) | vLLM hit rate (spread, runs) | simulator hit rate (spread, runs) "
-        "| gap (limit) | preemptions vLLM / sim | requests per run vLLM / sim | verdict |\n"
-        "|---|---|---|---|---|---|---|---|"
+        "| gap (limit) | preemptions vLLM / sim | evicted blocks vLLM / sim | requests per run vLLM / sim "
+        "| verdict |\n"
+        "|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in rows:
@@ -437,7 +487,7 @@ def markdown(rows: Sequence[Row], unpressured: float | None, ws_blocks: float, t
             f"| {r.ratio:g} | {r.pool_blocks:,} | {_pct(r.vllm_hit)} ({_pct(r.vllm_spread)}, {r.vllm_runs}) "
             f"| {_pct(r.sim_hit)} ({_pct(r.sim_spread)}, {r.sim_runs}) | {gap} "
             f"| {_num(r.vllm_preemptions)} / {_num(r.sim_preemptions)} "
-            f"| {_num(r.vllm_requests)} / {_num(r.sim_requests)} | {'ok' if r.ok else r.why} |"
+            f"| {_count(r.vllm_evicted)} / {_count(r.sim_evicted)} | {_num(r.vllm_requests)} / {_num(r.sim_requests)} | {'ok' if r.ok else r.why} |"
         )
     if any(r.cache_hit is not None for r in rows):
         lines += [
@@ -445,17 +495,19 @@ def markdown(rows: Sequence[Row], unpressured: float | None, ws_blocks: float, t
             "The simulator's cache on vLLM's own timelines (timeline_replay.py): each vLLM run's requests, "
             "admitted and finished when vLLM did, served by the simulated engine's KV cache at the same pool, "
             "so that only the cache differs, not the pace. The replay's check: the same replay of the "
-            "simulator's own runs against the hit rate its server counted (the largest difference).\n",
+            "simulator's own runs against the hit rate its server counted (the largest difference). Evicted "
+            "blocks per run: vLLM's (its KV-cache events) and the simulator's cache on the same timelines.\n",
             "| working set / pool | vLLM hit rate | simulator's cache on vLLM's timelines | gap (limit) "
-            "| replay check | verdict |",
-            "|---|---|---|---|---|---|",
+            "| replay check | evicted blocks vLLM / simulator's cache | verdict |",
+            "|---|---|---|---|---|---|---|",
         ]
         for r in rows:
             gap = "-" if r.cache_gap_pp is None else f"{r.cache_gap_pp:.1f} pp ({r.limit_pp:.1f})"
             check = "-" if r.replay_check_pp is None else f"{r.replay_check_pp:.1f} pp"
             verdict = "ok" if r.cache_ok else ("-" if r.cache_gap_pp is None else "apart")
             lines.append(
-                f"| {r.ratio:g} | {_pct(r.vllm_hit)} | {_pct(r.cache_hit)} | {gap} | {check} | {verdict} |"
+                f"| {r.ratio:g} | {_pct(r.vllm_hit)} | {_pct(r.cache_hit)} | {gap} | {check} "
+                f"| {_count(r.vllm_evicted)} / {_count(r.cache_evicted)} | {verdict} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -588,10 +640,14 @@ def _entry(
     model: Path,
     traces: Path,
     coefficients: str = "",
+    events_endpoint: str = "",
 ) -> str:
     vllm = engine == "vllm"
     if vllm:
         extra = ', --dtype, bfloat16, --served-model-name, "' + str(model) + '"'
+        if events_endpoint:  # vLLM's publisher connects to kv_events.py's socket (no "*" in it)
+            events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": events_endpoint}
+            extra += ", --kv-events-config, '" + json.dumps(events, separators=(",", ":")) + "'"
     else:
         extra = f', --step-coefficients, "{coefficients}"' if coefficients else ""
     return ENTRY.format(
@@ -612,6 +668,32 @@ def _sweep(config: Path, pattern: str, results: Path, env: dict[str, str]) -> No
         check=False,
     )  # fmt: skip
     print(f"kv-pressure: sweep {pattern} -> {results} exited {code}", flush=True)
+
+
+@contextmanager
+def kv_events(python: Path, out: Path, names: Sequence[str]) -> Iterator[dict[str, str]]:
+    """kv_events.py counting the KV-cache events of the servers ``names`` into ``out/NAME.json`` while
+    the block runs; yields each name's endpoint. It stops (and writes its counts) on leaving."""
+    argv = [str(python), str(Path(__file__).resolve().parent / "kv_events.py"), "--out", str(out), *names]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        try:
+            endpoints = json.loads(line)
+        except ValueError:
+            raise InputError(
+                f"kv_events.py gave no endpoints (exit {proc.poll()}): {line.strip()!r}"
+            ) from None
+        yield endpoints
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _timing(runs: Sequence[Run], reference: Run) -> str:
@@ -756,25 +838,41 @@ def _main(args: argparse.Namespace) -> int:
         except InputError:
             wait = 0.0
 
-        def replay(records: Sequence[RequestRecord], pool: int) -> float | None:
+        def replay(records: Sequence[RequestRecord], pool: int) -> Replayed:
             try:
-                return replay_hit_rate(records, index, pool, BLOCK_SIZE, wait)
+                return replay_timeline(records, index, pool, BLOCK_SIZE, wait)
             except KeyError as err:  # a record naming a request the run's traces do not hold
                 raise InputError(f"replaying a run's timeline: {err.args[0]}") from None
 
-        return [measure(cell, engine, ratio, i, pools[ratio], replay) for i, engine, ratio, cell in cells()]
+        return [
+            measure(
+                cell,
+                engine,
+                ratio,
+                i,
+                pools[ratio],
+                replay,
+                work / f"run{i}" / "kv-events" / f"{keys[engine, ratio]}.json",
+            )
+            for i, engine, ratio, cell in cells()
+        ]
 
-    def write_config(coefficients: str) -> None:
+    def write_config(coefficients: str, endpoints: dict[str, str] | None = None) -> None:
         config.write_text(
             "# Written by scripts/vllm_cpu/kv_pressure.py.\n"
-            + "".join(_entry(k, e, pools[r], args, model, traces, coefficients) for (e, r), k in keys.items())
+            + "".join(
+                _entry(k, e, pools[r], args, model, traces, coefficients, (endpoints or {}).get(k, ""))
+                for (e, r), k in keys.items()
+            )
         )
 
     # vLLM first in each repeat: the simulated engine's step model is fitted to its request times.
     for i in range(1, args.repeats + 1):
         if "vllm" in engines:
-            write_config(coefficients or "")
-            _sweep(config, "kvp-vllm-*", work / f"run{i}", env)
+            names = [k for (e, _), k in keys.items() if e == "vllm"]
+            with kv_events(vpy, work / f"run{i}" / "kv-events", names) as endpoints:
+                write_config(coefficients or "", endpoints)
+                _sweep(config, "kvp-vllm-*", work / f"run{i}", env)
         if "sim" in engines:
             if coefficients is None:
                 coefficients = coefficients_text(fitted_step_coefficients(vllm_records()))

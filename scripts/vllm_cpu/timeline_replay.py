@@ -24,6 +24,7 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from agentsweep.engine_sim.kv_cache import KVCache, Node
 from kv_cache_tester.replay import RequestRecord, accepted
@@ -83,15 +84,20 @@ def _own(rec: RequestRecord) -> tuple[object, ...]:
     return (rec.get("request_id"), rec.get("play"), rec.get("user"), rec.get("t_dispatch"))
 
 
-def replay_hit_rate(
+class Replayed(NamedTuple):
+    hit_rate: float | None  # hit tokens over prompt tokens; None when no request ran
+    evicted_blocks: int  # cached blocks the pool gave up for new content
+
+
+def replay_timeline(
     records: Sequence[RequestRecord],
     index: TraceIndex,
     pool_blocks: int,
     block_size: int,
     admit_wait_s: float,
-) -> float | None:
-    """Hit tokens over prompt tokens of the run's accepted requests when ``KVCache`` of
-    ``pool_blocks`` serves them on the run's own timeline (module docstring); None when none ran."""
+) -> Replayed:
+    """What ``KVCache`` of ``pool_blocks`` keeps of the run's accepted requests when it serves them on
+    the run's own timeline (module docstring)."""
     events: list[tuple[float, int, int]] = []
     done = [
         r for r in records
@@ -151,4 +157,4 @@ def replay_hit_rate(
         kv.release(node, private)
         while waiting and admit(waiting[0]):
             waiting.popleft()
-    return hit_tokens / prompt_tokens if prompt_tokens else None
+    return Replayed(hit_tokens / prompt_tokens if prompt_tokens else None, kv.evicted_blocks)

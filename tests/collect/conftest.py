@@ -174,6 +174,7 @@ def server_rows(spec: Spec, interval: float = 1.0) -> list[list[str]]:
             "offload_bytes_gpu_to_cpu_total": 1e6 * inside if spec.offload == "on" else None,
             "offload_bytes_cpu_to_gpu_total": 5e5 * inside if spec.offload == "on" else None,
             "requests_finished_total": float(int(spec.users * (before + inside))),
+            "evicted_tokens_total": None,  # vLLM exports no eviction counter
         }
         rows.append([f"{t:.3f}"] + ["" if values[c] is None else repr(values[c]) for c in COLUMNS[1:]])
         t += interval

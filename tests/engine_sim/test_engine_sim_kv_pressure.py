@@ -77,14 +77,17 @@ def test_pools_put_the_working_set_at_each_ratio(kvp) -> None:
         kvp.pool_blocks(100, 2.0, 64)
 
 
-def _run(kvp, engine: str, ratio: float, hit: float | None, repeat: int = 1):  # type: ignore[no-untyped-def]
-    return kvp.Run(engine, ratio, repeat, 100, "SUCCESS", hit, 0.0, 50, 80.0, f"{engine}-{ratio}")
+def _run(kvp, engine: str, ratio: float, hit: float | None, repeat: int = 1, evicted: float | None = None):  # type: ignore[no-untyped-def]
+    return kvp.Run(
+        engine, ratio, repeat, 100, "SUCCESS", hit, 0.0, 50, 80.0, f"{engine}-{ratio}", evicted_blocks=evicted
+    )
 
 
 def test_the_verdict_per_ratio(kvp) -> None:
     runs = [
         # 0.5: within 2 pp
-        _run(kvp, "vllm", 0.5, 0.60), _run(kvp, "vllm", 0.5, 0.61, 2), _run(kvp, "sim", 0.5, 0.62),
+        _run(kvp, "vllm", 0.5, 0.60, evicted=100), _run(kvp, "vllm", 0.5, 0.61, 2, 300),
+        _run(kvp, "sim", 0.5, 0.62, evicted=250),
         # 1.0: 5 pp apart, but vLLM's own spread is 6 pp: within it
         _run(kvp, "vllm", 1.0, 0.30), _run(kvp, "vllm", 1.0, 0.36, 2), _run(kvp, "sim", 1.0, 0.38),
         # 1.4: close in points, but the simulator is past the cliff (below half of 0.62) and vLLM is not
@@ -102,7 +105,20 @@ def test_the_verdict_per_ratio(kvp) -> None:
     assert not rows[0.7].ok and rows[0.7].why == "no hit rate from vLLM"
     text = kvp.markdown(list(rows.values()), 0.62, 231.0)
     assert "| 0.5 | 100 | 60.5% (1.0%, 2) | 62.0% (0.0%, 1) | 1.5 pp (2.0) |" in text
-    assert "| 0.0 / 0.0 | 50.0 / 50.0 | ok |" in text  # preemptions, then requests per run
+    assert "| 0.0 / 0.0 | 200 / 250 | 50.0 / 50.0 | ok |" in text  # preemptions, evictions, requests
+    assert "| 0.0 / 0.0 | - / - | 50.0 / 50.0 |" in text  # a ratio without eviction counts
+
+
+def test_vllms_evictions_come_from_whole_event_counts_only(kvp, tmp_path: Path) -> None:
+    counts = {"removed_blocks": 1234, "whole": True}
+    (tmp_path / "whole.json").write_text(json.dumps(counts))
+    (tmp_path / "lost.json").write_text(json.dumps({**counts, "whole": False}))
+    (tmp_path / "junk.json").write_text("[1, 2]")
+    assert kvp.evicted_from_events(tmp_path / "whole.json") == 1234
+    assert kvp.evicted_from_events(tmp_path / "lost.json") is None  # a message lost: no figure
+    assert kvp.evicted_from_events(tmp_path / "absent.json") is None
+    with pytest.raises(kvp.InputError, match=r"junk\.json: not kv_events\.py's counts \(a list"):
+        kvp.evicted_from_events(tmp_path / "junk.json")
 
 
 def _timed(t: float, prompt: int, cached: int, ttft: float, tpot: float, ok: bool = True) -> dict:
@@ -201,11 +217,13 @@ def test_a_runs_timeline_replays_through_the_simulated_engines_cache(kvp, tmp_pa
     assert index.prompt_blocks(a1, 64)[:4] == index.prompt_blocks(a0, 64)
     assert set(index.prompt_blocks(b0, 64)).isdisjoint(index.prompt_blocks(a1, 64))
     prompts = (4 + 8 + 7) * 64
-    ample = tr.replay_hit_rate([a0, b0, a1], index, 100, 64, 0.05)
-    assert ample == pytest.approx(4 * 64 / prompts)
-    assert tr.replay_hit_rate([a0, b0, a1], index, 10, 64, 0.05) == pytest.approx(2 * 64 / prompts)
+    assert tr.replay_timeline([a0, b0, a1], index, 100, 64, 0.05) == (pytest.approx(4 * 64 / prompts), 0)
+    # Evicted: b's 2 of a's blocks, then a's second turn (9 blocks, 2 hit) takes the 1 free and 6 cached
+    assert tr.replay_timeline([a0, b0, a1], index, 10, 64, 0.05) == (pytest.approx(2 * 64 / prompts), 8)
     overlapping = _played("a", 1, 0.5, 8 * 64, 4.0)  # sent while turn 0 still ran: cached when scheduled
-    assert tr.replay_hit_rate([a0, overlapping], index, 100, 64, 0.05) == pytest.approx(4 * 64 / (12 * 64))
+    assert tr.replay_timeline([a0, overlapping], index, 100, 64, 0.05).hit_rate == pytest.approx(
+        4 * 64 / (12 * 64)
+    )
     unknown = {**a0, "trace_id": "c", "session_id": "c"}
     with pytest.raises(KeyError, match="'c' is not among the run's traces"):
-        tr.replay_hit_rate([unknown], index, 100, 64, 0.05)
+        tr.replay_timeline([unknown], index, 100, 64, 0.05)

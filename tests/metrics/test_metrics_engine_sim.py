@@ -78,3 +78,32 @@ def test_scrape_simulated_engine(tmp_path, dialect, engine_sim_factory):
     assert 0 < hits <= queries
     assert float(last["generation_tokens_total"]) >= 3
     assert all(r["kv_cache_usage"] != "" for r in rows)
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_evicted_tokens_count_the_cached_blocks_a_small_pool_gives_up(dialect, engine_sim_factory):
+    """Five distinct 600-token prompts through a 100-block pool: the ones after the second take cached
+    blocks (evictions, in whole blocks); the first two fit the empty pool and evict nothing."""
+    from agentsweep.metrics.dialects import map_text_sources
+
+    def evicted(base: str) -> tuple[float | None, str]:
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as resp:
+            _, values, sources = map_text_sources(resp.read().decode())
+        return values["evicted_tokens_total"], sources["evicted_tokens_total"]
+
+    flags = ("--dialect", dialect, "--speed", "50", "--num-gpu-blocks-override", "100", "--block-size", "16")
+    with engine_sim_factory(*flags) as base:
+        counts = []
+        for k in range(5):
+            prompt = " ".join(f"p{k}w{i}" for i in range(600))
+            body = json.dumps({"model": "sim-model", "prompt": prompt, "max_tokens": 8}).encode()
+            req = urllib.request.Request(f"{base}/v1/completions", body, {"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                assert resp.status == 200
+            counts.append(evicted(base))
+    source = counts[0][1]
+    assert source == ("engine_sim:evicted_tokens" if dialect == "vllm" else "sglang:evicted_tokens")
+    values = [v for v, _ in counts]
+    assert values[:2] == [0, 0]  # 2 x 38 blocks fit the empty pool of 100
+    assert 0 < values[2] <= values[3] <= values[4] and all(v % 16 == 0 for v in values)  # type: ignore[operator]
+    assert values[4] >= 2 * 600 - 16  # by then the pool has given up at least two prompts' worth

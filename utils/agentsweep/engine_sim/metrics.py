@@ -207,6 +207,12 @@ class VllmCollector(_Base):
         yield self._counter(
             "vllm:num_preemptions", "Cumulative number of preemption from the engine.", st.preemptions
         )
+        # vLLM publishes evictions only as KV-cache events (BlockRemoved); the simulator counts them.
+        yield self._counter(
+            "engine_sim:evicted_tokens",
+            "Tokens of cached blocks evicted from the device cache for new content (sim-only).",
+            s.evicted_tokens,
+        )
         yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.", st.prompt_tokens)
         yield self._counter(
             "vllm:generation_tokens", "Number of generation tokens processed.", st.generation_tokens

