@@ -92,6 +92,16 @@ class Counts:
             raise ValueError(kind)
 
 
+def drain(sock: zmq.Socket, counts: Counts) -> None:
+    """Count every message waiting on ``sock``."""
+    while True:
+        try:
+            frames = sock.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        counts.take(frames)
+
+
 def write(path: Path, counts: Counts) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({**asdict(counts), "whole": counts.whole()}, indent=1) + "\n")
@@ -135,25 +145,15 @@ def main(argv: list[str] | None = None) -> int:
     last_write = 0.0
     while not stop:
         for sock, _ in poller.poll(200):
-            name = sockets[sock]
-            while True:
-                try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                counts[name].take(frames)
-                dirty.add(name)
+            drain(sock, counts[sockets[sock]])
+            dirty.add(sockets[sock])
         if dirty and time.monotonic() - last_write >= 1.0:
             for name in dirty:
                 write(args.out / f"{name}.json", counts[name])
             dirty.clear()
             last_write = time.monotonic()
-    for sock in sockets:  # what arrived before the signal
-        while True:
-            try:
-                counts[sockets[sock]].take(sock.recv_multipart(zmq.NOBLOCK))
-            except zmq.Again:
-                break
+    for sock, name in sockets.items():  # what arrived before the signal
+        drain(sock, counts[name])
     for name in args.names:
         write(args.out / f"{name}.json", counts[name])
     context.destroy(linger=0)

@@ -412,6 +412,11 @@ def _side(hit: float | None, unpressured: float | None) -> str:
     return "past the cliff" if hit < CLIFF * unpressured else "before the cliff"
 
 
+def _engine_mean(runs: Sequence[Run], engine: str, figure: str) -> float | None:
+    """The mean of one figure over ``engine``'s runs that have it."""
+    return _mean([v for r in runs if r.engine == engine and (v := getattr(r, figure)) is not None])
+
+
 def compare(runs: Sequence[Run], unpressured: float | None) -> list[Row]:
     """One row per ratio: both engines' mean hit rates, vLLM's spread, and whether the target holds."""
     rows = []
@@ -430,20 +435,13 @@ def compare(runs: Sequence[Run], unpressured: float | None) -> list[Row]:
             why = f"{gap:.1f} pp apart (limit {limit:.1f})"
         elif v_side != s_side:
             why = f"vLLM {v_side}, the simulator {s_side}"
-        v_pre = _mean([r.preemptions for r in at if r.engine == "vllm" and r.preemptions is not None])
-        s_pre = _mean([r.preemptions for r in at if r.engine == "sim" and r.preemptions is not None])
+        v_pre, s_pre = _engine_mean(at, "vllm", "preemptions"), _engine_mean(at, "sim", "preemptions")
         v_req = _mean([r.requests for r in at if r.engine == "vllm" and r.hit_rate is not None])
         s_req = _mean([r.requests for r in at if r.engine == "sim" and r.hit_rate is not None])
-        v_evicted = _mean(
-            [r.evicted_blocks for r in at if r.engine == "vllm" and r.evicted_blocks is not None]
-        )
-        s_evicted = _mean(
-            [r.evicted_blocks for r in at if r.engine == "sim" and r.evicted_blocks is not None]
-        )
-        cache = _mean([r.replayed_hit for r in at if r.engine == "vllm" and r.replayed_hit is not None])
-        cache_evicted = _mean(
-            [r.replayed_evicted for r in at if r.engine == "vllm" and r.replayed_evicted is not None]
-        )
+        v_evicted = _engine_mean(at, "vllm", "evicted_blocks")
+        s_evicted = _engine_mean(at, "sim", "evicted_blocks")
+        cache = _engine_mean(at, "vllm", "replayed_hit")
+        cache_evicted = _engine_mean(at, "vllm", "replayed_evicted")
         cache_gap = None if cache is None or v_mean is None else 100 * abs(cache - v_mean)
         checks = [
             100 * abs(r.replayed_hit - r.hit_rate)
