@@ -2,13 +2,16 @@
 
 Opening a FIFO for reading blocks until a writer appears, and a character device such as /dev/zero
 never ends, so every input is checked with ``os.stat`` before it is opened (and again with ``fstat``
-on a non-blocking descriptor, in case it was swapped in between). Problems are raised as
+on a non-blocking descriptor, in case it was swapped in between). A reader of untrusted results
+passes ``follow_links=False``: a symbolic link is then refused rather than read through (a link in a
+result directory could point anywhere on the machine that reads it). Problems are raised as
 :class:`InputFileProblem` whose message says what is wrong without the path; the caller prefixes the
 name it shows (a file, a config key) and raises its own error type.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from typing import BinaryIO
@@ -52,30 +55,41 @@ def _kind(mode: int) -> str:
     return "not a file"
 
 
-def check_regular(path: str | os.PathLike[str]) -> os.stat_result:
-    """``os.stat`` of a regular file (links followed); anything else raises InputFileProblem."""
+def check_regular(path: str | os.PathLike[str], *, follow_links: bool = True) -> os.stat_result:
+    """``os.stat`` of a regular file; anything else raises InputFileProblem. Links are followed
+    unless ``follow_links`` is False, when a link is refused whatever it points to."""
     try:
-        st = os.stat(path)
+        st = os.stat(path) if follow_links else os.lstat(path)
     except FileNotFoundError:
         if os.path.islink(path):
             raise InputFileProblem(f"broken symbolic link (to {os.readlink(path)!r})") from None
         raise InputFileProblem("file not found") from None
     except OSError as err:
         raise InputFileProblem(f"cannot read: {err.strerror or err}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise InputFileProblem(f"a symbolic link (to {os.readlink(path)!r}); only regular files are read")
     if not stat.S_ISREG(st.st_mode):
         raise InputFileProblem(f"not a regular file ({_kind(st.st_mode)})")
     return st
 
 
-def open_regular(path: str | os.PathLike[str], limit: int | None = None) -> BinaryIO:
+def open_regular(
+    path: str | os.PathLike[str], limit: int | None = None, *, follow_links: bool = True
+) -> BinaryIO:
     """Open a regular file for binary reading without ever blocking on a FIFO.
 
-    With ``limit``, a file larger than ``limit`` bytes is refused before anything is read.
+    With ``limit``, a file larger than ``limit`` bytes is refused before anything is read. With
+    ``follow_links=False`` a symbolic link is refused (also one swapped in after the check).
     """
-    check_regular(path)
+    check_regular(path, follow_links=follow_links)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags)
     except OSError as err:
+        if err.errno == errno.ELOOP:  # O_NOFOLLOW met a link swapped in after the check
+            raise InputFileProblem("a symbolic link; only regular files are read") from None
         raise InputFileProblem(f"cannot read: {err.strerror or err}") from None
     try:
         st = os.fstat(fd)
@@ -90,9 +104,9 @@ def open_regular(path: str | os.PathLike[str], limit: int | None = None) -> Bina
         raise
 
 
-def read_limited(path: str | os.PathLike[str], limit: int) -> bytes:
+def read_limited(path: str | os.PathLike[str], limit: int, *, follow_links: bool = True) -> bytes:
     """All bytes of a regular file of at most ``limit`` bytes (checked again while reading)."""
-    with open_regular(path, limit) as fh:
+    with open_regular(path, limit, follow_links=follow_links) as fh:
         try:
             data = fh.read(limit + 1)
         except OSError as err:

@@ -49,13 +49,15 @@ def _rows(out):
         return list(csv.DictReader(fh))
 
 
-def test_a_summary_linked_to_an_endless_device_is_refused(tmp_path, cell_factory, spec_cls):
+def test_a_summary_linked_to_an_endless_device_is_refused_unread(tmp_path, cell_factory, spec_cls):
     path = cell_factory(tmp_path, spec_cls(tp=1, users=2, offload="off"))
     (path / "summary.json").unlink()
     (path / "summary.json").symlink_to("/dev/zero")
     df = to_frame(build_rows(find_cells(tmp_path)))
     assert df.iloc[0]["status"] == "MALFORMED"
-    assert df.iloc[0]["reason"] == "summary.json: not a regular file (a character device)"
+    assert (
+        df.iloc[0]["reason"] == "summary.json: a symbolic link (to '/dev/zero'); only regular files are read"
+    )
 
 
 @pytest.mark.integration

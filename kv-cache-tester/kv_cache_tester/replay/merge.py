@@ -70,7 +70,9 @@ def read_client(path: Path) -> ClientRun:
     """A client's directory (run_meta.json and summary.json); ResultError naming the file and field."""
     where = f"{path.name}/{RUN_META_FILE}"
     try:
-        doc = json.loads(read_limited(path / RUN_META_FILE, RUN_META_MAX_BYTES).decode("utf-8"))
+        doc = json.loads(
+            read_limited(path / RUN_META_FILE, RUN_META_MAX_BYTES, follow_links=False).decode("utf-8")
+        )
     except InputFileProblem as err:
         raise ResultError(f"{where}: {err}") from None
     except (UnicodeDecodeError, ValueError) as err:

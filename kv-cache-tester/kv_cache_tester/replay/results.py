@@ -520,7 +520,7 @@ def load_summary(
     if not path.exists() and not path.is_symlink():
         raise ResultError(f"{where} missing")
     try:
-        raw = read_limited(path, SUMMARY_MAX_BYTES)
+        raw = read_limited(path, SUMMARY_MAX_BYTES, follow_links=False)
     except InputFileProblem as err:
         raise ResultError(f"{where}: {err}") from None
     try:
@@ -594,7 +594,7 @@ class RecordReader:
         """(line number, record) of every good line; ResultError when the file cannot be opened."""
         self._reset()
         try:
-            fh = open_regular(self.path)
+            fh = open_regular(self.path, follow_links=False)
         except InputFileProblem as err:
             raise ResultError(f"{self.where}: {err}") from None
         required = self.required

@@ -211,6 +211,10 @@ def test_a_summary_round_trips_and_a_broken_one_names_what_broke(tmp_path: Path)
         load_summary(tmp_path)
     assert load_summary(tmp_path, required=("counts",))["counts"] == {"sent": 1}
     (tmp_path / "summary.json").unlink()
-    (tmp_path / "summary.json").symlink_to("/dev/zero")
-    with pytest.raises(ResultError, match=r"^summary.json: not a regular file \(a character device\)$"):
+    (tmp_path / "summary.json").symlink_to("/dev/zero")  # a link is refused, never read through
+    with pytest.raises(ResultError, match=r"^summary.json: a symbolic link \(to '/dev/zero'\)"):
+        load_summary(tmp_path)
+    (tmp_path / "summary.json").unlink()
+    os.mkfifo(tmp_path / "summary.json")  # nor does a FIFO block the reader
+    with pytest.raises(ResultError, match=r"^summary.json: not a regular file \(a FIFO\)$"):
         load_summary(tmp_path)

@@ -101,4 +101,16 @@ def _steps(cell: FoundCell) -> list[FoundCell]:
     return [
         FoundCell(cell.path / step.dir, _exp_name(cell.path / step.dir), cell.exp_name)
         for step in record.steps
+        if not _leaves_through_a_link(cell.path, step.dir)
     ]
+
+
+def _leaves_through_a_link(result_dir: Path, rel: str) -> bool:
+    """True when a folder on the way from ``result_dir`` to ``rel`` is a link: a step is read only
+    inside its capacity cell's directory."""
+    here = result_dir
+    for part in Path(rel).parts:
+        here = here / part
+        if here.is_symlink():
+            return True
+    return False

@@ -20,12 +20,14 @@ import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from kv_cache_tester.inputfiles import InputFileProblem, open_regular
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentsweep.contract.cell import Cell
@@ -153,7 +155,11 @@ def file_entry(path: Path) -> FileEntry:
         digest.update(b"link:" + data)
         return FileEntry(sha256=digest.hexdigest(), size=len(data))
     size = 0
-    with path.open("rb") as fh:
+    try:
+        fh = open_regular(path, follow_links=False)  # never blocks on a FIFO swapped in
+    except InputFileProblem as err:
+        raise ReceiptError(f"{path}: {err}") from None
+    with fh:
         while chunk := fh.read(HASH_CHUNK):
             digest.update(chunk)
             size += len(chunk)
@@ -318,7 +324,7 @@ def read_receipt(result_dir: Path) -> Receipt:
 class Problem:
     """One way a result directory departs from its receipt."""
 
-    kind: Literal["changed", "missing", "extra", "non-finite"]
+    kind: Literal["changed", "missing", "extra", "non-finite", "link", "not a file"]
     path: str  # relative to the result directory
     detail: str
 
@@ -326,12 +332,34 @@ class Problem:
         return f"{result_dir / self.path}: {self.kind}: {self.detail}"
 
 
+def _not_regular(path: Path, rel: str) -> Problem | None:
+    """A link or anything but a regular file, as a Problem: a result directory holds regular files
+    only, so nothing is followed out of it (a link to /proc/self/environ) and nothing blocks its
+    reader (a FIFO)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as err:
+        return Problem("changed", rel, f"unreadable ({err.strerror or err})")
+    if stat.S_ISLNK(mode):
+        return Problem(
+            "link", rel, f"a symbolic link (to {os.readlink(path)!r}); result files are regular files"
+        )
+    if not stat.S_ISREG(mode):
+        return Problem("not a file", rel, "not a regular file (a FIFO, device or socket); not read")
+    return None
+
+
 def compare_files(receipt: Receipt, result_dir: Path) -> list[Problem]:
-    """Changed, missing and extra files against the receipt, in path order."""
+    """Changed, missing and extra files against the receipt, and every entry that is not a regular
+    file (a link, a FIFO) whatever the receipt says, in path order."""
     problems: list[Problem] = []
     seen = {rel for rel, _ in _walk(result_dir)}
     for rel in sorted(set(receipt.files) | seen):
         want = receipt.files.get(rel)
+        odd = _not_regular(result_dir / rel, rel) if rel in seen else None
+        if odd is not None:
+            problems.append(odd)
+            continue
         if want is None:
             problems.append(Problem("extra", rel, "not in the receipt (added after the cell ended)"))
             continue

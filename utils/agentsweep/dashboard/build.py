@@ -44,6 +44,19 @@ def _js(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
+def _drilldown(point_id: int, raw: bytes) -> dict[str, Any]:
+    """A stored drill-down payload, decoded; InputError when it is not one JSON object."""
+    try:
+        payload = loads(raw)
+    except (ValueError, RecursionError) as err:
+        raise InputError(
+            f"store: point {point_id}'s drill-down is not JSON ({err}); the store was changed"
+        ) from None
+    if not isinstance(payload, dict):
+        raise InputError(f"store: point {point_id}'s drill-down is not a JSON object; the store was changed")
+    return payload
+
+
 def _check_target(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise InputError(f"{out}: exists and is not a folder")
@@ -66,12 +79,14 @@ def build(store: Store, out: Path) -> dict[str, int]:
             idx = data.index(conn)
             exp_names = {p["id"]: p["exp_name"] for p in idx["points"]}
             for point_id, raw in data.drilldowns(conn):
-                # The payload as ingest wrote it (compact JSON is a JavaScript value): not decoded
-                # and encoded again, only read for its capacity results.
+                # The payload as ingest wrote it, written as it is once it decodes as one JSON object
+                # (the decoder takes exactly one value, so what goes into the script is data, never
+                # code, whatever the store holds); read for its capacity results.
+                payload = _drilldown(point_id, raw)
                 with (work / "data" / "points" / f"{point_id}.js").open("wb") as fh:
                     fh.write(b"agentsweepPoint(%d," % point_id + raw + b");\n")
                 drilled += 1
-                found = loads(raw).get("capacity")
+                found = payload.get("capacity")
                 if found is not None:
                     capacity.append(
                         {"point": point_id, "exp_name": exp_names.get(point_id), "capacity": found}

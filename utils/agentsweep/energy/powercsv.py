@@ -177,7 +177,7 @@ class PowerCsvReader:
         if not self.path.exists() and not self.path.is_symlink():
             raise ResultFileError(f"{self.name} missing")
         try:
-            fh = open_regular(self.path)
+            fh = open_regular(self.path, follow_links=False)
         except InputFileProblem as err:
             raise ResultFileError(f"{self.name}: {err}") from None
         with fh:

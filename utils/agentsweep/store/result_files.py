@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
+from kv_cache_tester.inputfiles import InputFileProblem, open_regular
 from kv_cache_tester.replay import RecordReader, RequestRecord, ResultError, Summary, load_summary
 from kv_cache_tester.replay.jsonfast import dumps
 
@@ -44,6 +45,7 @@ from agentsweep.contract.resultdir import (
     read_router,
     result_file,
 )
+from agentsweep.contract.resultdir.fileio import exists
 from agentsweep.errors import InputError, ResultFileError
 from agentsweep.metrics.scrapes import FIGURES, ScrapeReader
 
@@ -265,15 +267,22 @@ def kept_files(path: Path, names: Iterable[str]) -> list[str]:
             declared = result_file(name)
         except KeyError:
             continue
-        if declared in KEPT and "/" not in name and (path / name).is_file():
+        if declared in KEPT and "/" not in name and exists(path / name):  # read_parts refuses a link
             out.append(name)
     return out
 
 
 def read_parts(path: Path, part_bytes: int) -> Iterator[bytes]:
     """A file's bytes in pieces of about ``part_bytes``, each ending at a line end (a record is never
-    split): the store copies a kept file as it is, whatever it holds, like the receipt hashes it."""
-    with path.open("rb") as fh:
+    split): the store copies a kept file as it is, whatever it holds, like the receipt hashes it.
+
+    Only a regular file is read: a link (to /proc/self/environ, say) is refused, never read through;
+    InputError names it."""
+    try:
+        fh = open_regular(path, follow_links=False)
+    except InputFileProblem as err:
+        raise InputError(f"{path}: {err}; not stored") from None
+    with fh:
         carry = b""
         while True:
             chunk = fh.read(part_bytes)

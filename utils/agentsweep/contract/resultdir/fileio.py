@@ -44,14 +44,15 @@ def exists(path: Path) -> bool:
 
 
 def read_bytes(result_dir: Path, name: str) -> bytes | None:
-    """The whole of a declared file, None when absent; at most its declared size, regular files only."""
+    """The whole of a declared file, None when absent; at most its declared size, regular files only
+    (a link is refused, never read through)."""
     path = result_dir / name
     if not exists(path):
         return None
     limit = result_file(name).max_bytes
     assert limit is not None, f"{name} is streamed, not read whole"
     try:
-        return read_limited(path, limit)
+        return read_limited(path, limit, follow_links=False)
     except InputFileProblem as err:
         raise ResultFileError(f"{name}: {err}") from None
 

@@ -61,9 +61,33 @@
     if (typeof v === "number") return Math.abs(v) >= 1000 ? v.toFixed(0) : v.toPrecision(4);
     return String(v);
   }
+
+  // --- the one rendering layer -------------------------------------------------------------------
+  // Everything in AGENTSWEEP_INDEX and a point's drill-down was read from result directories that
+  // anyone can prepare: it is text, never markup. Markup reaches the page only through html`...`,
+  // which escapes every value it is given unless that value is itself html`...` (or a list of
+  // them), and through setHTML, which takes nothing else. Plotly draws a subset of HTML in trace
+  // names, hover text and tick labels, so a value bound for Plotly goes through plotText.
+  const ENTITIES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;" };
+  function escapeText(v) { return String(v === null || v === undefined ? "" : v).replace(/[&<>"']/g, (c) => ENTITIES[c]); }
+  class Markup { constructor(text) { this.text = text; } }
+  function renderValue(v) {
+    if (v instanceof Markup) return v.text;
+    if (Array.isArray(v)) return v.map(renderValue).join("");
+    return escapeText(v);
+  }
+  function html(strings, ...values) {
+    let out = strings[0];
+    values.forEach((v, i) => { out += renderValue(v) + strings[i + 1]; });
+    return new Markup(out);
+  }
+  function setHTML(element, markup) {
+    if (!(markup instanceof Markup)) throw new TypeError("setHTML takes html`...` markup only");
+    element.innerHTML = markup.text;
+  }
+  const plotText = escapeText;
   // Resolves once the browser has painted what was drawn (two animation frames later).
   function painted() { return new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done))); }
-  function escapeText(s) { const d = document.createElement("div"); d.textContent = s; return d.innerHTML; }
 
   // --- which points ---------------------------------------------------------------------------
   function latestRuns() {
@@ -126,7 +150,7 @@
         const f = frontier(members, xKey, mode.higher_better);
         traces.push({
           x: f.map((p) => p.m[xKey]), y: f.map((p) => p.m[state.y]), mode: "lines", type: "scatter",
-          line: { color, width: 1.5 }, legendgroup: name, showlegend: false, hoverinfo: "skip",
+          line: { color, width: 1.5 }, legendgroup: plotText(name), showlegend: false, hoverinfo: "skip",
         });
       }
     }
@@ -139,15 +163,20 @@
     return { traces, missing, plotted };
   }
   function markerTrace(points, name, color, xKey) {
-    return {
+    const lines = points.map((p) => [p.exp_name, `${runLabel(p.run)} · ${p.status}`]
+      .concat(p.status === "INVALID" ? [String(p.reason || "").slice(0, 120)] : []));
+    const trace = {
       x: points.map((p) => p.m[xKey]), y: points.map((p) => p.m[state.y]),
       customdata: points.map((p) => p.id),
-      text: points.map((p) => `${p.exp_name}<br>${runLabel(p.run)} · ${p.status}` +
-        (p.status === "INVALID" ? `<br>${escapeText(p.reason).slice(0, 120)}` : "")),
+      text: lines.map((l) => l.map(plotText).join("<br>")),
       hovertemplate: "%{text}<br>x %{x:.4g}<br>y %{y:.4g}<extra></extra>",
-      mode: "markers", type: "scatter", name, legendgroup: name,
+      mode: "markers", type: "scatter", name: plotText(name), legendgroup: plotText(name),
       marker: { color, size: 9, line: { width: 1, color: "#333" } },
     };
+    // The unescaped name and hover lines, for the SVG preview (which escapes them itself); not
+    // enumerable, so Plotly never sees them.
+    Object.defineProperty(trace, "raw", { value: { name, lines } });
+    return trace;
   }
   function axesLayout(title) {
     const mode = xModes.get(state.x);
@@ -226,27 +255,27 @@
     await plotly();
     if (!group) {
       await Plotly.react(gd, [], { title: { text: "No SUCCESS points in the store yet" } }, CONFIG);
-      table.innerHTML = "";
+      setHTML(table, html``);
       return;
     }
     const lines = group.metrics[state.historyMetric] || [];
     const traces = [], flaggedX = [], flaggedY = [], flaggedText = [];
-    const rows = ["<tr><th>point</th><th>run</th><th>date</th><th>engine</th><th>value</th><th>change</th>" +
-      "<th>flag</th><th>noise</th></tr>"];
+    const rows = [html`<tr><th>point</th><th>run</th><th>date</th><th>engine</th><th>value</th><th>change</th>
+      <th>flag</th><th>noise</th></tr>`];
     lines.forEach((line, i) => {
       traces.push({
-        x: line.entries.map((e) => e.when), y: line.entries.map((e) => e.value), name: line.label,
+        x: line.entries.map((e) => e.when), y: line.entries.map((e) => e.value), name: plotText(line.label),
         mode: "lines+markers", type: "scatter", line: { color: PALETTE[i % PALETTE.length] },
-        text: line.entries.map((e) => `${runLabel(e.run)} · engine ${e.engine_version}`),
-        hovertemplate: "%{text}<br>%{y:.4g}<extra>" + escapeText(line.label) + "</extra>",
+        text: line.entries.map((e) => plotText(`${runLabel(e.run)} · engine ${e.engine_version}`)),
+        hovertemplate: "%{text}<br>%{y:.4g}<extra>" + plotText(line.label) + "</extra>",
       });
       for (const e of line.entries) {
-        if (e.flag) { flaggedX.push(e.when); flaggedY.push(e.value); flaggedText.push(`${line.label}: ${e.direction}`); }
+        if (e.flag) { flaggedX.push(e.when); flaggedY.push(e.value); flaggedText.push(plotText(`${line.label}: ${e.direction}`)); }
         const flag = e.flag === null ? (e.noise ? "not judged" : "") : e.flag ? `CHANGED ${e.direction}` : "within noise";
-        rows.push(`<tr><td>${escapeText(line.label)}</td><td>${escapeText(runLabel(e.run))}</td>` +
-          `<td>${escapeText(e.when || "")}</td><td>${escapeText(e.engine_version)}</td><td>${fmt(e.value)}</td>` +
-          `<td>${e.change === null ? "" : (100 * e.change).toFixed(1) + " %"}</td>` +
-          `<td class="${e.flag ? "fail" : ""}">${flag}</td><td>${escapeText(e.noise)}</td></tr>`);
+        rows.push(html`<tr><td>${line.label}</td><td>${runLabel(e.run)}</td>
+          <td>${e.when || ""}</td><td>${e.engine_version}</td><td>${fmt(e.value)}</td>
+          <td>${e.change === null ? "" : (100 * e.change).toFixed(1) + " %"}</td>
+          <td class="${e.flag ? "fail" : ""}">${flag}</td><td>${e.noise}</td></tr>`);
       }
     });
     if (flaggedX.length) {
@@ -258,7 +287,7 @@
       xaxis: { title: { text: "run date" } }, yaxis: { title: { text: state.historyMetric } },
       margin: { t: 40 }, legend: { orientation: "h", y: -0.25 },
     }, CONFIG);
-    table.innerHTML = rows.join("");
+    setHTML(table, html`${rows}`);
     hook.drawn += 1;
   }
 
@@ -266,13 +295,13 @@
   function drawCapacity() {
     const box = $("capacity");
     if (!IDX.capacity.length) {
-      box.innerHTML = "<p class='note'>No capacity results in this store: capacity cells write " +
-        "capacity.json (per SLO tier the boundary, agents per GPU and the binding constraint), and their " +
-        "points appear here once ingested.</p>";
+      setHTML(box, html`<p class='note'>No capacity results in this store: capacity cells write
+        capacity.json (per SLO tier the boundary, agents per GPU and the binding constraint), and their
+        points appear here once ingested.</p>`);
       return;
     }
-    box.innerHTML = IDX.capacity.map((c) => `<h3>${escapeText(c.exp_name || String(c.point))}</h3>` +
-      `<pre>${escapeText(JSON.stringify(c.capacity, null, 1))}</pre>`).join("");
+    setHTML(box, html`${IDX.capacity.map((c) => html`<h3>${c.exp_name || String(c.point)}</h3>
+      <pre>${JSON.stringify(c.capacity, null, 1)}</pre>`)}`);
   }
 
   // --- Drill-down -----------------------------------------------------------------------------
@@ -432,24 +461,25 @@
     if (d.router && d.router.over_time) {
       routerTitle = "Requests the router sent each instance (cumulative)";
       for (const [name, counts] of Object.entries(d.router.over_time.instances)) {
-        rt.push({ x: d.router.over_time.t, y: counts, name, mode: "lines", type: "scatter" });
+        rt.push({ x: d.router.over_time.t, y: counts, name: plotText(name), mode: "lines", type: "scatter" });
       }
     } else if (d.router && d.router.totals) {
       routerTitle = "Requests the router sent each instance (run total)";
       for (const [key, counts] of Object.entries(d.router.totals)) {
-        rt.push({ x: counts.map((_, i) => `${key.replace("requests_by_", "")} ${i}`), y: counts, name: key, type: "bar" });
+        rt.push({ x: counts.map((_, i) => plotText(`${key.replace("requests_by_", "")} ${i}`)), y: counts,
+          name: plotText(key), type: "bar" });
       }
     }
     const routerLayout = base(routerTitle, "requests");
     if (!(d.router && d.router.over_time)) { routerLayout.xaxis = {}; routerLayout.shapes = []; }
     draws.push(Plotly.react($("drill-router"), rt, routerLayout, CONFIG));
-    const rows = ["<tr><th>check</th><th>value</th><th>limit</th><th>result</th><th>reason</th></tr>"];
+    const rows = [html`<tr><th>check</th><th>value</th><th>limit</th><th>result</th><th>reason</th></tr>`];
     for (const c of d.checks) {
-      rows.push(`<tr><td>${escapeText(c.name)}</td><td>${fmt(c.value)}</td><td>${fmt(c.limit)}</td>` +
-        `<td class="${c.ok ? "ok" : "fail"}">${c.ok ? "pass" : "FAIL"}</td><td>${escapeText(c.reason || "")}</td></tr>`);
+      rows.push(html`<tr><td>${c.name}</td><td>${fmt(c.value)}</td><td>${fmt(c.limit)}</td>
+        <td class="${c.ok ? "ok" : "fail"}">${c.ok ? "pass" : "FAIL"}</td><td>${c.reason || ""}</td></tr>`);
     }
-    if (!d.checks.length) rows.push("<tr><td colspan=5>no checks recorded in summary.json</td></tr>");
-    $("drill-checks").innerHTML = rows.join("");
+    if (!d.checks.length) rows.push(html`<tr><td colspan=5>no checks recorded in summary.json</td></tr>`);
+    setHTML($("drill-checks"), html`${rows}`);
     await Promise.all(draws);
     await painted();
     const section = $("drilldown");
@@ -523,8 +553,8 @@
     const m = { l: 70, r: 10, t: 40, b: 60 + 18 * Math.ceil(series.length / 3) };
     const w = width - m.l - m.r, h = height - m.t - m.b;
     const xs = series.flatMap((t) => t.x), ys = series.flatMap((t) => t.y);
-    const out = [`<svg class="preview" width="${width}" height="${height}" font-size="11">`,
-      `<text x="${m.l}" y="24" font-size="14">Throughput per GPU against interactivity / latency</text>`];
+    const out = [html`<svg class="preview" width="${width}" height="${height}" font-size="11">`,
+      html`<text x="${m.l}" y="24" font-size="14">Throughput per GPU against interactivity / latency</text>`];
     if (xs.length) {
       let x0 = Math.min(...xs), x1 = Math.max(...xs);
       const pad = (x1 - x0) * 0.05 || Math.abs(x1) * 0.1 || 1;
@@ -534,37 +564,36 @@
       const px = (x) => (m.l + ((x - x0) / (x1 - x0)) * w).toFixed(1);
       const py = (y) => (m.t + h - (y / y1) * h).toFixed(1);
       for (const t of ticks(x0, x1, 6)) {
-        out.push(`<line x1="${px(t)}" x2="${px(t)}" y1="${m.t}" y2="${m.t + h}" stroke="#eee"/>`,
-          `<text x="${px(t)}" y="${m.t + h + 14}" text-anchor="middle" fill="#444">${fmt(t)}</text>`);
+        out.push(html`<line x1="${px(t)}" x2="${px(t)}" y1="${m.t}" y2="${m.t + h}" stroke="#eee"/>`,
+          html`<text x="${px(t)}" y="${m.t + h + 14}" text-anchor="middle" fill="#444">${fmt(t)}</text>`);
       }
       for (const t of ticks(0, y1, 6)) {
-        out.push(`<line x1="${m.l}" x2="${m.l + w}" y1="${py(t)}" y2="${py(t)}" stroke="#eee"/>`,
-          `<text x="${m.l - 6}" y="${+py(t) + 4}" text-anchor="end" fill="#444">${fmt(t)}</text>`);
+        out.push(html`<line x1="${m.l}" x2="${m.l + w}" y1="${py(t)}" y2="${py(t)}" stroke="#eee"/>`,
+          html`<text x="${m.l - 6}" y="${+py(t) + 4}" text-anchor="end" fill="#444">${fmt(t)}</text>`);
       }
       const layout = axesLayout("");
-      out.push(`<text x="${m.l + w / 2}" y="${m.t + h + 32}" text-anchor="middle" font-size="12">` +
-        `${escapeText(layout.xaxis.title.text)}</text>`,
-        `<text x="16" y="${m.t + h / 2}" text-anchor="middle" font-size="12" ` +
-        `transform="rotate(-90 16 ${m.t + h / 2})">${escapeText(layout.yaxis.title.text)}</text>`);
+      out.push(html`<text x="${m.l + w / 2}" y="${m.t + h + 32}" text-anchor="middle" font-size="12">${
+        layout.xaxis.title.text}</text>`,
+        html`<text x="16" y="${m.t + h / 2}" text-anchor="middle" font-size="12"
+          transform="rotate(-90 16 ${m.t + h / 2})">${layout.yaxis.title.text}</text>`);
       for (const t of traces) {
         if (t.mode !== "lines") continue;
         const line = t.x.map((x, i) => `${px(x)},${py(t.y[i])}`).join(" ");
-        out.push(`<polyline points="${line}" fill="none" stroke="${t.line.color}" stroke-width="1.5"/>`);
+        out.push(html`<polyline points="${line}" fill="none" stroke="${t.line.color}" stroke-width="1.5"/>`);
       }
       series.forEach((t, k) => {
-        out.push(`<g fill="${t.marker.color}" stroke="#333">`);
-        t.x.forEach((x, i) => {
-          const name = escapeText(t.text[i].replace(/<br>/g, " · "));
-          out.push(`<circle cx="${px(x)}" cy="${py(t.y[i])}" r="4.5" data-point="${t.customdata[i]}">` +
-            `<title>${name}</title></circle>`);
-        });
+        const circles = t.x.map((x, i) => html`<circle cx="${px(x)}" cy="${py(t.y[i])}" r="4.5"
+          data-point="${t.customdata[i]}"><title>${t.raw.lines[i].join(" · ")}</title></circle>`);
         const lx = m.l + (k % 3) * (w / 3), ly = m.t + h + 48 + 18 * Math.floor(k / 3);
-        out.push(`</g><rect x="${lx}" y="${ly - 9}" width="10" height="10" fill="${t.marker.color}"/>`,
-          `<text x="${lx + 14}" y="${ly}">${escapeText(t.name)}</text>`);
+        out.push(html`<g fill="${t.marker.color}" stroke="#333">${circles}</g>`,
+          html`<rect x="${lx}" y="${ly - 9}" width="10" height="10" fill="${t.marker.color}"/>`,
+          html`<text x="${lx + 14}" y="${ly}">${t.raw.name}</text>`);
       });
     }
-    out.push("</svg>");
-    gd.insertAdjacentHTML("beforeend", out.join(""));
+    out.push(html`</svg>`);
+    const holder = document.createElement("div");
+    setHTML(holder, html`${out}`);
+    gd.appendChild(holder.firstElementChild);
     hook.preview = { points: xs.length, series: series.map((t) => t.name) };
     gd.querySelector(".preview").addEventListener("click", (ev) => {
       const id = ev.target.dataset && ev.target.dataset.point;
