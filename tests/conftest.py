@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from tests.support import MarkedTree, running_engine_sim
+from tests.support.skips import SkipSummary
 from tests.support.tiers import guarded
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(SkipSummary(), "agentsweep-skip-summary")
+
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_TRACES = REPO_ROOT / "kv-cache-tester" / "sample_traces"
@@ -25,6 +31,24 @@ def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     with guarded(item):
         return (yield)
+
+
+def xdist_group(item: pytest.Item) -> str | None:
+    """The group of tests that share one expensive service and so run on one xdist worker
+    (``--dist loadgroup``): the session's Slurm clusters, the session's PostgreSQL server."""
+    if item.get_closest_marker("slurm") is not None:
+        return "slurm"
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("db_url") == "postgresql":
+        return "postgres"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture

@@ -158,6 +158,7 @@ def test_a_router_missing_from_the_cells_interpreter_is_named_before_anything_st
     reason = missing_router(Absent(), sys.executable)
     assert reason == (
         f"router smg is not installed in {sys.executable}: "
-        "pip install 'agentsweep-test-no-such-router' (or agentsweep's [routers] extra)"
+        "scale-out cells need the routers: pip install 'agentsweep[routers]' "
+        "(or 'agentsweep-test-no-such-router' alone)"
     )
     assert missing_router(Absent(), "/opt/other/python") is None  # another interpreter: not ours to say

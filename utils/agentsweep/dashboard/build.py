@@ -37,7 +37,9 @@ def plotly_js() -> bytes:
     try:
         return (resources.files("plotly") / "package_data" / "plotly.min.js").read_bytes()
     except (ModuleNotFoundError, FileNotFoundError) as err:
-        raise InputError(f"plotly's bundled plotly.min.js not found ({err}); reinstall agentsweep") from None
+        raise InputError(
+            f"the dashboard needs plotly's bundled plotly.min.js ({err}): pip install 'agentsweep[dashboard]'"
+        ) from None
 
 
 def _js(value: Any) -> str:
@@ -67,6 +69,7 @@ def _check_target(out: Path) -> None:
 def build(store: Store, out: Path) -> dict[str, int]:
     """Write the dashboard of ``store`` into ``out``; returns counts of what it holds."""
     _check_target(out)
+    bundle = plotly_js()  # first: a missing extra is said before anything is written
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     work.chmod(0o755)  # a site to share, not a private temporary folder
@@ -93,7 +96,7 @@ def build(store: Store, out: Path) -> dict[str, int]:
                     )
         idx["capacity"] = capacity
         (work / "data" / "index.js").write_text(f"window.AGENTSWEEP_INDEX={_js(idx)};\n", encoding="utf-8")
-        (work / "assets" / "plotly.min.js").write_bytes(plotly_js())
+        (work / "assets" / "plotly.min.js").write_bytes(bundle)
         package = resources.files("agentsweep.dashboard") / "assets"
         for name in ASSETS:
             target = work / name if name == "index.html" else work / "assets" / name

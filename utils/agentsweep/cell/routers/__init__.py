@@ -146,7 +146,7 @@ def missing_router(recipe: RouterRecipe, python: str) -> str | None:
         return None
     return (
         f"router {recipe.program} is not installed in {sys.executable}: "
-        f"pip install '{recipe.distribution}' (or agentsweep's [routers] extra)"
+        f"scale-out cells need the routers: pip install 'agentsweep[routers]' (or '{recipe.distribution}' alone)"
     )
 
 
