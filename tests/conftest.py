@@ -34,13 +34,21 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 
 
 def xdist_group(item: pytest.Item) -> str | None:
-    """The group of tests that share one expensive service and so run on one xdist worker
-    (``--dist loadgroup``): the session's Slurm clusters, the session's PostgreSQL server."""
+    """The group of tests that share one expensive fixture and so run on one xdist worker
+    (``--dist loadgroup``): the session's Slurm clusters, the session's PostgreSQL server, and a
+    module's own module-scoped fixture (a real cell or sweep it builds once), which two workers would
+    each build."""
     if item.get_closest_marker("slurm") is not None:
         return "slurm"
     callspec = getattr(item, "callspec", None)
     if callspec is not None and callspec.params.get("db_url") == "postgresql":
         return "postgres"
+    info = getattr(item, "_fixtureinfo", None)
+    if info is not None:
+        for name in info.names_closure:
+            defs = info.name2fixturedefs.get(name)
+            if defs and defs[-1].scope in ("module", "package") and "tests" in Path(defs[-1].baseid).parts[:2]:
+                return f"module:{Path(defs[-1].baseid).as_posix()}"
     return None
 
 
