@@ -47,7 +47,11 @@ def xdist_group(item: pytest.Item) -> str | None:
     if info is not None:
         for name in info.names_closure:
             defs = info.name2fixturedefs.get(name)
-            if defs and defs[-1].scope in ("module", "package") and "tests" in Path(defs[-1].baseid).parts[:2]:
+            if (
+                defs
+                and defs[-1].scope in ("module", "package")
+                and "tests" in Path(defs[-1].baseid).parts[:2]
+            ):
                 return f"module:{Path(defs[-1].baseid).as_posix()}"
     return None
 

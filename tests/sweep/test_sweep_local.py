@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -41,9 +40,11 @@ LAUNCHER = textwrap.dedent(
     print(c["exp_name"], c["offload"], c["users"])')
     echo "$EXP_NAME $OFFLOAD $USERS $RESULT_DIR" >> "$LAUNCH_LOG"
     mkdir -p "$RESULT_DIR"
-    trap 'printf "FAILED\\ninterrupted by SIGTERM\\n" > "$RESULT_DIR/status.txt"; exit 1' TERM
-    trap 'printf "FAILED\\ninterrupted by SIGINT\\n" > "$RESULT_DIR/status.txt"; exit 1' INT
-    sleep "${SLEEP_S:-0}" & wait $!
+    sleep "${SLEEP_S:-0}" &
+    trap 'kill $! 2>/dev/null; printf "FAILED\\ninterrupted by SIGTERM\\n" > "$RESULT_DIR/status.txt"; exit 1' TERM
+    trap 'kill $! 2>/dev/null; printf "FAILED\\ninterrupted by SIGINT\\n" > "$RESULT_DIR/status.txt"; exit 1' INT
+    : > "$RESULT_DIR/.traps-set"
+    wait $!
     case " ${FAIL_CELLS:-} " in
       *" $EXP_NAME "*) printf 'FAILED\\nengine exited with status 1\\n' > "$RESULT_DIR/status.txt"; exit 1 ;;
     esac
@@ -157,8 +158,7 @@ def test_ctrl_c_stops_the_current_cell_cleanly_and_still_collects(setup, tmp_pat
         text=True,
     )
     try:
-        poll_until(log.exists, timeout=20)
-        time.sleep(0.3)
+        poll_until((key_dir / "mini-tp1-ep1-u1-on" / ".traps-set").exists, timeout=20)
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -198,7 +198,7 @@ def test_a_second_sweep_into_the_same_results_is_refused_naming_the_holder(setup
         stderr=subprocess.STDOUT,
     )
     try:
-        poll_until(log.exists, timeout=20)
+        poll_until((key_dir / "mini-tp1-ep1-u1-on" / ".traps-set").exists, timeout=20)
         second = subprocess.run(
             [sys.executable, "-m", "agentsweep.cli", *base, "--force"],
             env=env, capture_output=True, text=True, timeout=60,
