@@ -1,10 +1,13 @@
-"""`agentsweep export` on collect's synthetic sweeps: which cells become rows, older summaries,
-bad input and points measured differently."""
+"""`agentsweep export` on collect's synthetic sweeps: which cells become rows, older summaries, bad
+input, cells that depart from their receipts and points measured differently."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pandas as pd
+import pytest
 from agentsweep.cli import main
 from agentsweep.export.schema import problems
 
@@ -58,6 +61,53 @@ def test_two_replayer_versions_are_refused_unless_allowed(tmp_path, capsys):
     assert _export(tmp_path / "a", tmp_path / "rows.json") == 2
     err = capsys.readouterr().err.strip()
     assert "replayer versions differ" in err and "--allow-mixed" in err
+    assert not (tmp_path / "rows.json").exists()
+    assert _export(tmp_path / "a", tmp_path / "rows.json", "--allow-mixed") == 0
+    assert len(json.loads((tmp_path / "rows.json").read_text())) == len(SMALL)
+
+
+def _break_receipt(kind: str, path: Path) -> str:
+    """Make ``path`` depart from its receipt as ``kind`` says; what the row's reason then names."""
+    if kind == "extra":
+        (path / "notes.txt").write_text("added after the cell ended")
+        return "does not match its receipt.json: notes.txt: extra"
+    if kind == "missing":
+        (path / "server_metrics.csv").unlink()
+        return "does not match its receipt.json: server_metrics.csv: missing"
+    if kind == "renamed":
+        (path / "server_metrics.csv").rename(path / "server_metrics.old.csv")
+        return "does not match its receipt.json: server_metrics.csv: missing"
+    if kind == "changed":
+        with (path / "requests.jsonl").open("a") as fh:
+            fh.write("\n")
+        return "does not match its receipt.json: requests.jsonl: changed"
+    (path / "receipt.json").write_text("{ not json")
+    return "receipt.json: not JSON"
+
+
+@pytest.mark.parametrize("kind", ["extra", "missing", "renamed", "changed", "unreadable receipt"])
+def test_a_cell_that_departs_from_its_receipt_is_not_exported(tmp_path, capsys, kind):
+    paths = make_sweep(tmp_path / "a", SMALL)
+    reason = _break_receipt(kind, paths[2])
+    name = SMALL[2].exp_name
+    assert _export(tmp_path / "a", tmp_path / "rows.json", "--include-invalid") == 0
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert sorted(r["exp_name"] for r in rows) == sorted(s.exp_name for s in SMALL if s.exp_name != name)
+    assert f"export: {name}: MALFORMED, not exported" in capsys.readouterr().err
+    # collect says the same of it, and why.
+    assert main(["collect", str(tmp_path / "a"), str(tmp_path / "out"), "--no-plots"]) == 1
+    table = pd.read_csv(tmp_path / "out" / "summary.csv").set_index("exp_name")
+    assert table.loc[name, "status"] == "MALFORMED" and reason in table.loc[name, "reason"]
+    assert set(table.drop(name)["status"]) == {"SUCCESS"}
+
+
+def test_a_point_without_receipt_beside_receipted_ones_is_refused_unless_allowed(tmp_path, capsys):
+    paths = make_sweep(tmp_path / "a", SMALL)
+    (paths[1] / "receipt.json").unlink()
+    assert _export(tmp_path / "a", tmp_path / "rows.json") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--allow-mixed" in err
+    assert f"1 point(s) without a receipt.json beside points with one ({SMALL[1].exp_name})" in err
     assert not (tmp_path / "rows.json").exists()
     assert _export(tmp_path / "a", tmp_path / "rows.json", "--allow-mixed") == 0
     assert len(json.loads((tmp_path / "rows.json").read_text())) == len(SMALL)

@@ -33,7 +33,7 @@ from agentsweep.collect.columns import (
 from agentsweep.collect.discover import FoundCell
 from agentsweep.collect.kv_cliff import cliff_columns, kv_pool_tokens
 from agentsweep.collect.power import power_columns
-from agentsweep.collect.provenance import receipt_values
+from agentsweep.collect.provenance import ReceiptMismatch, receipt_values
 from agentsweep.collect.routed import routed_figures
 from agentsweep.collect.routed_checks import routed_artifact_problems
 from agentsweep.collect.stream import RequestStats, stream_requests
@@ -223,7 +223,10 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
     row.values["agentsweep_version"] = _flat(record.versions.get("agentsweep"))
     row.values["start_utc"] = record.start_utc
     row.values["end_utc"] = record.end_utc
-    provenance, note = receipt_values(path)
+    try:
+        provenance, note = receipt_values(path)
+    except ReceiptMismatch as err:
+        raise Malformed(str(err)) from None
     row.values.update(provenance)
     if note:
         row.notes.append(note)
