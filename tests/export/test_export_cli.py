@@ -1,5 +1,6 @@
-"""`agentsweep export` on collect's synthetic sweeps: which cells become rows, older summaries, bad
-input, cells that depart from their receipts and points measured differently."""
+"""`agentsweep export` on collect's synthetic sweeps: which cells become rows (a capacity cell's steps,
+not the cell), older summaries, bad input, cells that depart from their receipts and points measured
+differently."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from agentsweep.cli import main
 from agentsweep.export.schema import problems
 
+from ..capacity.synthetic import capacity_dir
 from ..collect.test_collect_provenance import reseal
 from ..store.conftest import SMALL, make_sweep
 
@@ -64,6 +66,19 @@ def test_two_replayer_versions_are_refused_unless_allowed(tmp_path, capsys):
     assert not (tmp_path / "rows.json").exists()
     assert _export(tmp_path / "a", tmp_path / "rows.json", "--allow-mixed") == 0
     assert len(json.loads((tmp_path / "rows.json").read_text())) == len(SMALL)
+
+
+def test_a_capacity_cell_exports_its_steps_not_itself(tmp_path, capsys):
+    path = capacity_dir(tmp_path / "a")
+    record = json.loads((path / "capacity.json").read_text())
+    assert _export(tmp_path / "a", tmp_path / "rows.json") == 0
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert sorted((r["exp_name"], r["conc"]) for r in rows) == sorted(
+        (s["exp_name"], s["users"]) for s in record["steps"]
+    )
+    assert all(r["p90_ttft"] is not None and r["tput_per_gpu"] > 0 for r in rows)
+    err = capsys.readouterr().err
+    assert "demo-tp1-ep1-u1to8-on: a capacity cell, not a point itself: its 6 steps are points" in err
 
 
 def _break_receipt(kind: str, path: Path) -> str:
