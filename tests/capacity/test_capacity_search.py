@@ -213,7 +213,7 @@ def test_agents_per_mw_where_a_step_measured_power() -> None:
     assert tier_results(capacity, steps, gpus=1)[1][0].agents_per_mw is None
 
 
-@pytest.mark.parametrize("ended", ["interrupted", "engine failed"])
+@pytest.mark.parametrize("ended", ["interrupted", "engine failed", "step failed"])
 def test_the_step_a_search_was_cut_short_in_is_not_judged(ended: str) -> None:
     capacity = spec({"t": ["ttft p90 <= 10 s"]})
     steps = search(capacity, smooth_ttft, budget=3)  # 2, 4, 8: all meet the tier

@@ -29,6 +29,7 @@ StopReason = Literal[
     "budget spent",  # the next step would not fit the job's time limit
     "interrupted",  # SIGTERM/SIGINT/SIGHUP: the finished steps stand
     "engine failed",  # the engine died (or never came up): the finished steps stand
+    "step failed",  # a step measured nothing (its replayer died, say): the steps before it stand
 ]
 STOP_REASONS: tuple[str, ...] = get_args(StopReason)
 # smooth: the statistic crosses the line gradually; cliff: it jumps by more than the cliff factor
