@@ -386,3 +386,39 @@ def test_a_capacity_sweep_passes_verify_ingest_and_export(repo_root: Path, tmp_p
     rows = json.loads((tmp_path / "rows.json").read_text())
     assert sorted((r["exp_name"], r["conc"]) for r in rows) == [(s.exp_name, s.users) for s in record.steps]
     assert all(r["p90_ttft"] is not None for r in rows)
+
+
+def test_resume_keeps_the_measured_steps_and_measures_only_the_missing_ones(
+    repo_root: Path, tmp_path: Path, process_tree
+) -> None:
+    results = tmp_path / "results"
+    config = sweep_config(repo_root, tmp_path, high=4)
+    rd = results / "cap" / "cap-tp1-ep1-u1to4-off"
+    proc = sweep(repo_root, config, results, "--no-collect", env=process_tree.env)
+    try:
+        wait_until(lambda: (rd / "steps" / "1" / "requests.jsonl").exists(), timeout=120, what="step 1's replay",
+                   process=proc)  # fmt: skip
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, out
+    assert process_tree.wait_until_gone(30.0) == {}
+    first = {p.name: p.read_bytes() for p in (rd / "steps" / "0").iterdir()}
+    assert (rd / "steps" / "1" / "status.txt").read_text().splitlines()[0] == "FAILED"
+
+    again = sweep(repo_root, config, results, "--resume", "--no-collect")
+    out, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, out
+    assert "--resume keeps 1 measured step(s) (users 1)" in out
+    assert "resuming: 1 measured step(s) stand (users 1); not measured again" in out
+    assert "step 0: 1 users\n" not in out and "step 1: 2 users" in out
+    assert {p.name: p.read_bytes() for p in (rd / "steps" / "0").iterdir()} == first  # not measured again
+    record = read_capacity(rd)
+    assert record is not None and record.stop_reason != "interrupted"
+    assert [s.users for s in record.steps][:2] == [1, 2] and all(s.status != "FAILED" for s in record.steps)
+    assert (rd / "status.txt").read_text() == "SUCCESS\n"
+    verified = subprocess.run([sys.executable, "-m", "agentsweep.cli", "verify", str(rd.parent)],
+                              capture_output=True, text=True, timeout=120, cwd=repo_root)  # fmt: skip
+    assert verified.returncode == 0, verified.stderr

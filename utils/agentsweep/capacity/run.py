@@ -11,7 +11,8 @@ search stops with "budget spent"; a time limit that holds no step fails the cell
 starts. capacity.json is rewritten after every step (stop reason "interrupted" until the search
 ends), so the finished steps always stand: SIGTERM writes it with "interrupted", an engine that dies
 with "engine failed", a FAILED step (a replayer that died, say: nothing measured) with "step
-failed"; the cell is then FAILED with the reason.
+failed"; the cell is then FAILED with the reason. A search resumed (``agentsweep sweep --resume``)
+starts from the steps of its result directory that stand (``agentsweep.capacity.steps``).
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from agentsweep.capacity.engine_state import reset_prefix_cache, wait_idle
 from agentsweep.capacity.power import step_power_w
 from agentsweep.capacity.search import next_step, tier_results
-from agentsweep.capacity.steps import step_cell, step_record
+from agentsweep.capacity.steps import leftovers, measured_steps, step_cell, step_record
 from agentsweep.cell import record
 from agentsweep.cell.allocation import StepBudget, step_budget
 from agentsweep.cell.engine_process import EngineFailed, copy_log_section, log_size
@@ -44,6 +46,7 @@ from agentsweep.contract.resultdir import (
 from agentsweep.contract.resultdir.capacity import StopReason
 from agentsweep.contract.slo import CapacitySpec
 from agentsweep.contract.verdict import Verdict
+from agentsweep.errors import InputError
 
 # Seconds the engine may take to finish (or abort) what the last step left in flight, and to accept
 # the prefix-cache reset.
@@ -100,7 +103,7 @@ class CapacityRun:
         self.say = say
         self.watchdog = watchdog
         self.versions = versions
-        self.steps: list[StepRecord] = []
+        self.steps: list[StepRecord] = []  # the steps so far (those a resumed search kept first)
         self.measured_here = 0  # steps this start of the engine measured
         self.started = time.monotonic()  # the cell's start: the job's time limit counts from about here
         self.engine_started: float | None = None  # engine-seconds: from the engines' start to their stop
@@ -168,7 +171,7 @@ class CapacityRun:
                 extra={"scaleout": plan.scaleout_record()} if plan.router is not None else None,
             )
             # A step is a result directory of its own: sealed with its receipt as soon as its verdict
-            # is written (verify, ingest and export read it as any cell's).
+            # is written (verify, ingest, export and --resume read it as any cell's).
             seal(sdir, cell, self.versions.get("engine"), self.say)
         step = step_record(
             self.plan.result_dir,
@@ -276,6 +279,10 @@ def run_capacity_cell(
     watchdog = Watchdog(plan.result_dir)
     group = EngineGroup(plan, options, versions, say, watchdog)
     search = CapacityRun(plan, options, group, budget, say, watchdog, versions)
+    search.steps, _why = measured_steps(cell, plan.result_dir)
+    if search.steps:
+        counts = ", ".join(str(s.users) for s in search.steps)
+        say(f"resuming: {len(search.steps)} measured step(s) stand (users {counts}); not measured again")
     try:
         watchdog.start()
         if budget.steps == 0:
@@ -331,6 +338,19 @@ def run_capacity_cell(
 
 class NoStep(Exception):
     """The job's time limit holds no step: the engine is not started."""
+
+
+def check_resumable(cell: Cell, result_dir: Path) -> None:
+    """InputError when ``result_dir/steps/`` holds anything but steps this search stands on (a step
+    measured again must not land among another run's files); say which and how to go on."""
+    kept, why = measured_steps(cell, result_dir)
+    extra = leftovers(result_dir, len(kept))
+    if extra:
+        because = f" ({why})" if why else ""
+        raise InputError(
+            f"RESULT_DIR={result_dir}: {extra[0]} is not a finished step of this search{because}; use an "
+            "empty directory, or `agentsweep sweep --resume`, which keeps the steps that stand"
+        )
 
 
 def _extra(plan: CellPlan, group: EngineGroup) -> dict[str, object] | None:
