@@ -236,6 +236,16 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
         raise Malformed(f"{STATUS_TXT} missing")
     if status.verdict != record.status:
         raise Malformed(f"{STATUS_TXT} says {status.verdict} but {CELL_JSON} says {record.status}")
+    capacity = None
+    if cell is not None and cell.capacity is not None:
+        # Held to its own contract, its cell and its steps whatever the verdict: a capacity.json that
+        # breaks them never reaches capacity.csv.
+        capacity = read_capacity(path)
+        if capacity is None and status.verdict != "FAILED":
+            raise Malformed("capacity.json missing")
+        problem = capacity.check_against(cell, status.verdict, path) if capacity is not None else None
+        if problem:
+            raise Malformed(problem)
     if status.verdict == "FAILED":
         row.status = "FAILED"
         row.reason = "; ".join(status.reasons) or (record.reason or "") or "no reason given"
@@ -244,10 +254,7 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
         row.status = "INVALID"
         row.reason = "; ".join(status.reasons) or "no reason given"
     assert cell is not None  # only a FAILED record may hold a cell that does not parse
-    if cell.capacity is not None:
-        capacity = read_capacity(path)
-        if capacity is None:
-            raise Malformed("capacity.json missing")
+    if capacity is not None:
         row.notes.append(f"capacity cell: {len(capacity.steps)} steps, stopped: {capacity.stop_reason}")
         return
     summary = load_summary(path)
