@@ -179,3 +179,61 @@ def test_the_allocation_asks_for_the_capacity_cells_time_limit_and_states_its_bu
     plain = runner_assignments("local", ordinary, env, None)
     # 60 s + 120 s + 300 s, in whole minutes: an ordinary cell's limit follows its duration.
     assert (plain["AS_TIME_LIMIT_MIN"], plain["AS_STEP_BUDGET"]) == ("8", "")
+
+
+@pytest.mark.parametrize(
+    ("users", "runners", "expected"),
+    [
+        (
+            "{search: [2, 16], time_limit_min: 8}",
+            "",
+            "config error: c.yaml:k.search_space.tp1.users.time_limit_min: a time limit of 8 min holds no "
+            "search step: each takes about 70 s after 120 s start-up, and 300 s drain stay aside; give it "
+            "at least 9 min (cell k-tp1-ep1-u2to16-off)",
+        ),
+        (
+            "{search: [2, 16]}",
+            "time_limit_min: 7",
+            "config error: c.yaml:k.runner: 'local' time_limit_min 7: a time limit of 7 min holds no search "
+            "step: each takes about 70 s after 120 s start-up, and 300 s drain stay aside; give it at least "
+            "9 min (cell k-tp1-ep1-u2to16-off); users.time_limit_min gives the search its own",
+        ),
+    ],
+    ids=["the search's", "the runner's"],
+)
+def test_a_time_limit_that_holds_no_step_is_refused_by_the_matrix(
+    agentsweep,
+    in_tmp: Path,
+    repo_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    users: str,
+    runners: str,
+    expected: str,
+) -> None:
+    (in_tmp / "c.yaml").write_text(entry(users=users, duration=60))
+    if runners:  # the shipped runners, the local one's time limit changed
+        shipped = (repo_root / "configs" / "runners.yaml").read_text()
+        local = shipped.index("\nlocal:")
+        changed = shipped[:local] + shipped[local:].replace("time_limit_min: 60", runners, 1)
+        (in_tmp / "runners.yaml").write_text(changed)
+        monkeypatch.setenv("AGENTSWEEP_RUNNERS", str(in_tmp / "runners.yaml"))
+    for command in ("matrix", "preflight"):
+        refused = agentsweep(command, "--config", "c.yaml", "--key", "k")
+        assert (refused.rc, refused.err.strip()) == (2, expected)
+
+
+def test_preflight_of_a_capacity_cell_says_whether_its_time_limit_holds_a_step(in_tmp: Path) -> None:
+    from agentsweep.preflight.run import capacity_checks
+
+    (in_tmp / "c.yaml").write_text(entry(users="{search: [2, 16], time_limit_min: 30}", duration=60))
+    (cell,) = expand(load_sweep("c.yaml", "k"), load_runners())
+    (ok,) = capacity_checks([cell, cell.replace(capacity=None)], {})
+    assert (ok.name, ok.status) == ("capacity", "PASS") and "step budget 19 steps" in ok.detail
+    assert cell.capacity is not None
+    short = cell.replace(capacity=cell.capacity.model_copy(update={"time_limit_min": 8}))
+    (bad,) = capacity_checks([short], {})
+    assert (bad.name, bad.status) == ("capacity", "FAIL")
+    assert "a time limit of 8 min holds no search step" in bad.detail and "time_limit_min" in bad.fix
+    # The margins are the node's: with none for start-up and drain, 8 min hold six steps of 70 s.
+    (fits,) = capacity_checks([short], {"AGENTSWEEP_STARTUP_MARGIN_S": "0", "AGENTSWEEP_DRAIN_MARGIN_S": "0"})
+    assert fits.status == "PASS" and "step budget 6 steps" in fits.detail

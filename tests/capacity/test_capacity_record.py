@@ -1,4 +1,6 @@
-"""capacity.json and steps/ in the result directory: declared first, one typed model, writer and reader."""
+"""capacity.json and steps/ in the result directory: declared first, one typed model, writer and reader;
+a record whose figures its steps do not back (a boundary outside the range, agents per GPU that are not
+its users over its GPUs, a boundary without its steps) is refused in one line."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from agentsweep.capacity.search import tier_results
 from agentsweep.contract.resultdir import (
     CAPACITY_JSON,
     CapacityRecord,
@@ -18,6 +21,8 @@ from agentsweep.contract.resultdir import (
     write_capacity,
 )
 from agentsweep.errors import ResultFileError
+
+from tests.capacity.test_capacity_search import search, smooth_ttft, spec
 
 
 def record(**changes: object) -> CapacityRecord:
@@ -87,3 +92,97 @@ def test_a_fifo_is_refused_not_read(tmp_path: Path) -> None:
 def test_not_a_number_is_refused_in_writing() -> None:
     with pytest.raises(ValueError):
         record(engine_s=float("nan"))
+
+
+def searched() -> CapacityRecord:
+    """capacity.json as the search writes it: made-up steps (TTFT p90 = users / 2 s) searching 2..64,
+    tier t ends at 20 users (smooth, bound at 21), tier all still holds at 64."""
+    capacity = spec({"t": ["ttft p90 <= 10 s"], "all": ["ttft p90 <= 1000 s"]})
+    steps = search(capacity, smooth_ttft)
+    reason, tiers = tier_results(capacity, steps, gpus=1)
+    return CapacityRecord(
+        exp_name="c", gpus=1, low=2, high=64, resolution=0.0, repeats=1, cliff_factor=3.0,
+        time_limit_s=3600.0, step_budget=40, stop_reason=reason, tiers=tuple(tiers), steps=tuple(steps),
+    )  # fmt: skip
+
+
+def _step_at(data: dict, users: int) -> dict:
+    return next(s for s in data["steps"] if s["users"] == users)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            lambda d: d["tiers"][0].update(boundary_users=80, agents_per_gpu=80.0),
+            "tiers 't': boundary 80 users above the searched range 2..64",
+        ),
+        (
+            lambda d: d["tiers"][0].update(agents_per_gpu=40.0),
+            "tiers 't': 40.0 agents per GPU for 20 users on 1 GPU(s)",
+        ),
+        (lambda d: d.update(gpus=2), "tiers 't': 20.0 agents per GPU for 20 users on 2 GPU(s)"),
+        (lambda d: d.update(steps=[]), "tiers 't': bound at 21 users, where no step ran"),
+        (
+            lambda d: _step_at(d, 20).update(status="INVALID", reasons=["x"]),
+            "tiers 't': boundary 20 users has no SUCCESS step in 2..63",
+        ),
+        (
+            lambda d: d.update(high=128),
+            "tiers 'all': 'at least' needs boundary 128 with a SUCCESS step there",
+        ),
+        (
+            lambda d: d["tiers"][0].update(
+                cliff={
+                    "below_users": 20,
+                    "above_users": 21,
+                    "statistic": "TTFT p90",
+                    "below_value": 10.0,
+                    "above_value": 10.5,
+                    "factor": 1.05,
+                }
+            ),
+            "tiers 't': a smooth boundary with cliff (20, 21)",
+        ),
+        (
+            lambda d: d["tiers"][0].update(stop_reason="budget spent"),
+            "tiers 't': a smooth boundary stopped by 'budget spent'",
+        ),
+        (
+            lambda d: d["tiers"][0].update(boundary_type="unresolved", stop_reason="converged"),
+            "stop_reason 'converged' with a tier unresolved",
+        ),
+        (lambda d: d["steps"][0].update(index=1), "steps[0]: index 1 in steps/0, expected 0 in steps/0"),
+        (
+            lambda d: d["steps"][0].update(users=1),
+            "steps[0]: 1 users outside the searched range 2..64",
+        ),
+        (
+            lambda d: d["tiers"][0].update(interval_users=[21, 30]),
+            "tiers 't': interval 21..30 does not hold boundary 20 within 0..64",
+        ),
+    ],
+    ids=[
+        "boundary above range",
+        "agents per gpu",
+        "gpus",
+        "no steps",
+        "boundary at an invalid step",
+        "at least below high",
+        "cliff on a smooth boundary",
+        "stop reason of a tier",
+        "converged unresolved",
+        "steps out of order",
+        "step outside range",
+        "interval",
+    ],
+)
+def test_a_capacity_json_its_steps_do_not_back_is_refused_in_one_line(
+    tmp_path: Path, change, expected
+) -> None:
+    data = json.loads(searched().to_json())
+    change(data)
+    (tmp_path / CAPACITY_JSON).write_text(json.dumps(data))
+    with pytest.raises(ResultFileError) as err:
+        read_capacity(tmp_path)
+    assert str(err.value) == f"capacity.json: {expected}"

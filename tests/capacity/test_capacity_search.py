@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from agentsweep.capacity.isotonic import monotone, nondecreasing
 from agentsweep.capacity.search import next_users, tier_results
-from agentsweep.contract.resultdir import StepRecord, TierResult
+from agentsweep.contract.resultdir import CapacityRecord, StepRecord, TierResult
 from agentsweep.contract.slo import CapacitySpec, parse_tiers
 
 Measure = Callable[[int, int], tuple[str, dict[str, float | None]]]
@@ -213,7 +213,7 @@ def test_agents_per_mw_where_a_step_measured_power() -> None:
     assert tier_results(capacity, steps, gpus=1)[1][0].agents_per_mw is None
 
 
-@pytest.mark.parametrize("ended", ["interrupted", "engine failed"])
+@pytest.mark.parametrize("ended", ["interrupted", "engine failed", "step failed"])
 def test_the_step_a_search_was_cut_short_in_is_not_judged(ended: str) -> None:
     capacity = spec({"t": ["ttft p90 <= 10 s"]})
     steps = search(capacity, smooth_ttft, budget=3)  # 2, 4, 8: all meet the tier
@@ -226,3 +226,54 @@ def test_the_step_a_search_was_cut_short_in_is_not_judged(ended: str) -> None:
     # A search that went on past a FAILED step counts it as missing the tier, as every FAILED step.
     spent = tier_results(capacity, cut, gpus=1, ended="budget spent")[1][0]
     assert (spent.boundary_users, spent.interval_users, spent.binding) == (8, (8, 15), "validity")
+
+
+def _cliff(users: int, _repeat: int) -> tuple[str, dict[str, float | None]]:
+    return "SUCCESS", {"ttft:p90": 2.0 if users <= 20 else 40.0}
+
+
+def _invalid_above_11(users: int, _repeat: int) -> tuple[str, dict[str, float | None]]:
+    return ("INVALID" if users >= 12 else "SUCCESS"), {"ttft:p90": 0.1}
+
+
+def _noisy(users: int, repeat: int) -> tuple[str, dict[str, float | None]]:
+    return "SUCCESS", {"ttft:p90": 0.5 * users * (0.85, 1.0, 1.15)[repeat % 3]}
+
+
+@pytest.mark.parametrize(
+    ("tiers", "options", "measure"),
+    [
+        ({"t": ["ttft p90 <= 10 s"], "all": ["ttft p90 <= 1000 s"]}, {}, smooth_ttft),
+        ({"t": ["ttft p90 <= 10 s"]}, {}, _cliff),
+        ({"t": ["ttft p90 <= 10 s"]}, {}, _invalid_above_11),
+        ({"t": ["ttft p90 <= 0.5 s"], "u": ["speed p25 >= 1 tok/s"]}, {}, smooth_ttft),
+        ({"t": ["ttft p90 <= 10 s"]}, {"repeats": 3}, _noisy),
+        ({"t": ["ttft p90 <= 10 s"]}, {"resolution": 0.25}, smooth_ttft),
+    ],
+    ids=["smooth and at least", "cliff", "invalid steps", "none and speed", "bootstrap", "resolution"],
+)
+@pytest.mark.parametrize("gpus", [1, 8])
+def test_every_record_the_search_writes_is_one_its_reader_takes(tiers, options, measure, gpus) -> None:
+    """capacity.json is rewritten after every step (stopped "interrupted" until the end), cut short
+    by a FAILED step, spent: each of those records passes the checks its reader makes."""
+    capacity = spec(tiers, **options)
+    steps = search(capacity, measure)
+
+    def record(done: list[StepRecord], ended: str | None) -> CapacityRecord:
+        reason, results = tier_results(capacity, done, gpus=gpus, ended=ended)  # type: ignore[arg-type]
+        return CapacityRecord(
+            exp_name="c", gpus=gpus, low=capacity.low, high=capacity.high, resolution=capacity.resolution,
+            repeats=capacity.repeats, cliff_factor=capacity.cliff_factor, time_limit_s=3600.0,
+            step_budget=40, stop_reason=reason, tiers=tuple(results), steps=tuple(done),
+        )  # fmt: skip
+
+    for n in range(len(steps) + 1):
+        for ended in ("interrupted", "budget spent"):
+            CapacityRecord.model_validate_json(record(steps[:n], ended).to_json())
+        failed = steps[n - 1].model_copy(update={"status": "FAILED", "reasons": ("died",)}) if n else None
+        if failed is not None:
+            for ended in ("interrupted", "engine failed", "step failed"):
+                CapacityRecord.model_validate_json(record([*steps[: n - 1], failed], ended).to_json())
+    final = record(steps, None)
+    assert final.stop_reason in ("converged", "lowest count fails", "highest count passes")
+    assert CapacityRecord.model_validate_json(final.to_json()) == final

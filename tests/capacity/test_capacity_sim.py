@@ -253,3 +253,172 @@ def test_the_demo_ends_a_tier_at_its_kv_cliff_and_the_client_is_never_the_limit(
     for check in ("client_cpu_share", "dispatch_lag_p99"):
         assert validity[check]["ok"] is True, (check, validity[check])
     assert (results / "demo-capacity" / "aggregated" / "capacity.csv").stat().st_size > 0
+
+
+def test_a_replayer_killed_mid_step_stops_the_search_as_failed(
+    repo_root: Path, tmp_path: Path, process_tree
+) -> None:
+    """The step measured nothing: the search stops with "step failed" and the cell is FAILED, never
+    "converged" with a capacity bound by that step's "validity"."""
+    rd = tmp_path / "cap"
+    cell = capacity_cell(repo_root, {"roomy": [constraint("ttft p90 <= 1000 s")]}, 1, 8, duration=8)
+    proc = start(repo_root, rd, cell, **process_tree.env)
+    try:
+        wait_until(lambda: (rd / "steps" / "1" / "requests.jsonl").exists(), timeout=120, what="step 1's replay",
+                   process=proc)  # fmt: skip
+        replayers = [pid for pid, cmd in process_tree.marked().items() if "kv_cache_tester.cli replay" in cmd]
+        assert len(replayers) == 1, process_tree.marked()
+        os.kill(replayers[0], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out
+    status = (rd / "status.txt").read_text().splitlines()
+    assert status[0] == "FAILED" and status[1].startswith(
+        "step 1 (2 users) FAILED: replayer exited with status -9"
+    )
+    record = read_capacity(rd)
+    assert record is not None and record.stop_reason == "step failed"
+    assert [(s.users, s.status) for s in record.steps] == [(1, "SUCCESS"), (2, "FAILED")]
+    (tier,) = record.tiers
+    assert (tier.boundary_users, tier.boundary_type, tier.stop_reason, tier.binding) == (
+        1, "unresolved", "step failed", None,
+    )  # fmt: skip
+    assert "capacity search stopped: step failed after 2 step(s)" in out
+    assert process_tree.wait_until_gone(30.0) == {}
+
+
+def test_a_time_limit_that_holds_no_step_fails_before_the_engine_starts(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    rd = tmp_path / "cap"
+    cell = capacity_cell(repo_root, {"roomy": [constraint("ttft p90 <= 1000 s")]}, 1, 16)
+    cell["capacity"]["time_limit_min"] = 1  # 60 s: less than the start-up and drain margins alone
+    code, out = run(repo_root, rd, cell)
+    assert code == 1, out
+    assert "starting engine" not in out
+    status = (rd / "status.txt").read_text().splitlines()
+    assert status[0] == "FAILED" and status[1].startswith("the job's time limit holds no step: step budget 0")
+    record = read_capacity(rd)
+    assert record is not None and (record.stop_reason, record.steps, record.step_budget) == (
+        "budget spent",
+        (),
+        0,
+    )
+    assert (rd / "receipt.json").exists()
+
+
+def test_a_budget_spent_before_the_first_step_is_not_success(repo_root: Path, tmp_path: Path) -> None:
+    rd = tmp_path / "cap"
+    cell = capacity_cell(repo_root, {"roomy": [constraint("ttft p90 <= 1000 s")]}, 1, 16)
+    cell["capacity"]["time_limit_min"] = 1
+    # 60 s of job, none for start-up, 45 s to drain: 15 s of steps, each reckoned at 5 + 10 s. One step
+    # on paper; none once the engine's start took its first second.
+    code, out = run(repo_root, rd, cell, AGENTSWEEP_STARTUP_MARGIN_S="0", AGENTSWEEP_DRAIN_MARGIN_S="45")
+    assert code == 1, out
+    assert "step budget 1 steps of about 15 s" in out and "starting engine" in out
+    status = (rd / "status.txt").read_text().splitlines()
+    assert status == ["FAILED", "budget spent before the first step: no step fits the time left"]
+    record = read_capacity(rd)
+    assert record is not None and record.stop_reason == "budget spent" and record.steps == ()
+
+
+SWEEP_KEY = """\
+cap:
+  runner: local
+  engine: sim
+  model: meta-llama/Llama-3.3-70B-Instruct
+  precision: fp8
+  image: ""
+  duration: {duration}
+  speed: 50
+  traces: {traces}
+  engine_args: [--num-gpu-blocks-override, "16000"]
+  replay: {{max_context: 65536, advance_max: 0.5}}
+  validity: {{max_dispatch_lag_p99_s: 2.0, max_throughput_drift: 5.0}}
+  slo:
+    roomy: ["ttft p90 <= 1000 s"]
+  search_space:
+    tp1: {{users: {{search: [1, {high}]}}, offload: [off]}}
+"""
+
+
+def sweep_config(repo_root: Path, tmp_path: Path, high: int, duration: int = 4) -> Path:
+    path = tmp_path / "cap.yaml"
+    traces = repo_root / "kv-cache-tester" / "sample_traces"
+    path.write_text(SWEEP_KEY.format(duration=duration, traces=traces, high=high))
+    return path
+
+
+def sweep(repo_root: Path, config: Path, results: Path, *extra: str, env: dict[str, str] | None = None):
+    base = {k: v for k, v in os.environ.items() if k not in (CELL_ENV_VAR, "RESULT_DIR", "PORT")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentsweep.cli", "sweep", "--config", str(config), "--key", "cap",
+         "--results", str(results), *extra],
+        cwd=repo_root, env={**base, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def test_a_capacity_sweep_passes_verify_ingest_and_export(repo_root: Path, tmp_path: Path) -> None:
+    """Its steps are result directories with receipts: verify matches all, the store takes the cell and
+    its steps, export writes the steps (the capacity cell is no row)."""
+    results = tmp_path / "results"
+    proc = sweep(repo_root, sweep_config(repo_root, tmp_path, high=2), results)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    key = results / "cap"
+    rd = key / "cap-tp1-ep1-u1to2-off"
+    record = read_capacity(rd)
+    assert record is not None and len(record.steps) == 2
+    assert all((rd / s.dir / "receipt.json").is_file() for s in record.steps)
+
+    def agentsweep(*argv: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "agentsweep.cli", *argv]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=repo_root)
+
+    verified = agentsweep("verify", str(key))
+    assert verified.returncode == 0 and "3 result directories match their receipts" in verified.stderr
+    ingested = agentsweep("results", "ingest", "--db", f"sqlite:///{tmp_path / 'store.db'}", str(key))
+    assert ingested.returncode == 0 and "3 points added" in ingested.stderr, ingested.stderr
+    exported = agentsweep("export", str(key), "-o", str(tmp_path / "rows.json"))
+    assert exported.returncode == 0, exported.stderr
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert sorted((r["exp_name"], r["conc"]) for r in rows) == [(s.exp_name, s.users) for s in record.steps]
+    assert all(r["p90_ttft"] is not None for r in rows)
+
+
+def test_resume_keeps_the_measured_steps_and_measures_only_the_missing_ones(
+    repo_root: Path, tmp_path: Path, process_tree
+) -> None:
+    results = tmp_path / "results"
+    config = sweep_config(repo_root, tmp_path, high=4)
+    rd = results / "cap" / "cap-tp1-ep1-u1to4-off"
+    proc = sweep(repo_root, config, results, "--no-collect", env=process_tree.env)
+    try:
+        wait_until(lambda: (rd / "steps" / "1" / "requests.jsonl").exists(), timeout=120, what="step 1's replay",
+                   process=proc)  # fmt: skip
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, out
+    assert process_tree.wait_until_gone(30.0) == {}
+    first = {p.name: p.read_bytes() for p in (rd / "steps" / "0").iterdir()}
+    assert (rd / "steps" / "1" / "status.txt").read_text().splitlines()[0] == "FAILED"
+
+    again = sweep(repo_root, config, results, "--resume", "--no-collect")
+    out, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, out
+    assert "--resume keeps 1 measured step(s) (users 1)" in out
+    assert "resuming: 1 measured step(s) stand (users 1); not measured again" in out
+    assert "step 0: 1 users\n" not in out and "step 1: 2 users" in out
+    assert {p.name: p.read_bytes() for p in (rd / "steps" / "0").iterdir()} == first  # not measured again
+    record = read_capacity(rd)
+    assert record is not None and record.stop_reason != "interrupted"
+    assert [s.users for s in record.steps][:2] == [1, 2] and all(s.status != "FAILED" for s in record.steps)
+    assert (rd / "status.txt").read_text() == "SUCCESS\n"
+    verified = subprocess.run([sys.executable, "-m", "agentsweep.cli", "verify", str(rd.parent)],
+                              capture_output=True, text=True, timeout=120, cwd=repo_root)  # fmt: skip
+    assert verified.returncode == 0, verified.stderr

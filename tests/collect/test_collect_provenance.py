@@ -78,12 +78,24 @@ def test_one_curve_of_two_engine_versions_is_refused_two_curves_are_not(tmp_path
     )
 
 
-def test_a_point_without_receipt_is_not_judged(tmp_path):
-    root = tmp_path / "a"
-    paths = make_sweep(root, SMALL)
+def test_a_point_without_receipt_beside_receipted_ones_is_refused_unless_allowed(tmp_path, capsys):
+    root, out = tmp_path / "a", tmp_path / "out"
+    paths = make_sweep(root, SMALL, failed=(SMALL[3].exp_name,))
+    # A FAILED cell that died before its receipt is no point: nothing of it is compared.
+    (paths[3] / "receipt.json").unlink()
+    assert main(["collect", str(root), str(out), "--no-plots"]) == 1
+    capsys.readouterr()
+    # A point without one beside points with one: what measured it cannot be told.
     reseal(paths[1], replayer="9.9.9")
-    (paths[1] / "receipt.json").unlink()  # a cell that died before its receipt: no provenance
-    assert main(["collect", str(root), str(tmp_path / "out"), "--no-plots"]) == 0
+    (paths[1] / "receipt.json").unlink()
+    assert main(["collect", str(root), str(out), "--no-plots"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--allow-mixed" in err
+    assert f"1 point(s) without a receipt.json beside points with one ({SMALL[1].exp_name})" in err
+    assert main(["collect", str(root), str(out), "--no-plots", "--allow-mixed"]) == 1
+    table = pd.read_csv(out / "summary.csv").set_index("exp_name")
+    assert table.loc[SMALL[1].exp_name, "status"] == "SUCCESS"
+    assert "no receipt.json: not checked against one" in table.loc[SMALL[1].exp_name, "notes"]
 
 
 def _collected(tmp_path: Path, name: str, **sweep) -> Path:

@@ -1,13 +1,18 @@
-"""`agentsweep export` on collect's synthetic sweeps: which cells become rows, older summaries,
-bad input and points measured differently."""
+"""`agentsweep export` on collect's synthetic sweeps: which cells become rows (a capacity cell's steps,
+not the cell), older summaries, bad input, cells that depart from their receipts and points measured
+differently."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pandas as pd
+import pytest
 from agentsweep.cli import main
 from agentsweep.export.schema import problems
 
+from ..capacity.synthetic import capacity_dir
 from ..collect.test_collect_provenance import reseal
 from ..store.conftest import SMALL, make_sweep
 
@@ -58,6 +63,66 @@ def test_two_replayer_versions_are_refused_unless_allowed(tmp_path, capsys):
     assert _export(tmp_path / "a", tmp_path / "rows.json") == 2
     err = capsys.readouterr().err.strip()
     assert "replayer versions differ" in err and "--allow-mixed" in err
+    assert not (tmp_path / "rows.json").exists()
+    assert _export(tmp_path / "a", tmp_path / "rows.json", "--allow-mixed") == 0
+    assert len(json.loads((tmp_path / "rows.json").read_text())) == len(SMALL)
+
+
+def test_a_capacity_cell_exports_its_steps_not_itself(tmp_path, capsys):
+    path = capacity_dir(tmp_path / "a")
+    record = json.loads((path / "capacity.json").read_text())
+    assert _export(tmp_path / "a", tmp_path / "rows.json") == 0
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert sorted((r["exp_name"], r["conc"]) for r in rows) == sorted(
+        (s["exp_name"], s["users"]) for s in record["steps"]
+    )
+    assert all(r["p90_ttft"] is not None and r["tput_per_gpu"] > 0 for r in rows)
+    err = capsys.readouterr().err
+    assert "demo-tp1-ep1-u1to8-on: a capacity cell, not a point itself: its 6 steps are points" in err
+
+
+def _break_receipt(kind: str, path: Path) -> str:
+    """Make ``path`` depart from its receipt as ``kind`` says; what the row's reason then names."""
+    if kind == "extra":
+        (path / "notes.txt").write_text("added after the cell ended")
+        return "does not match its receipt.json: notes.txt: extra"
+    if kind == "missing":
+        (path / "server_metrics.csv").unlink()
+        return "does not match its receipt.json: server_metrics.csv: missing"
+    if kind == "renamed":
+        (path / "server_metrics.csv").rename(path / "server_metrics.old.csv")
+        return "does not match its receipt.json: server_metrics.csv: missing"
+    if kind == "changed":
+        with (path / "requests.jsonl").open("a") as fh:
+            fh.write("\n")
+        return "does not match its receipt.json: requests.jsonl: changed"
+    (path / "receipt.json").write_text("{ not json")
+    return "receipt.json: not JSON"
+
+
+@pytest.mark.parametrize("kind", ["extra", "missing", "renamed", "changed", "unreadable receipt"])
+def test_a_cell_that_departs_from_its_receipt_is_not_exported(tmp_path, capsys, kind):
+    paths = make_sweep(tmp_path / "a", SMALL)
+    reason = _break_receipt(kind, paths[2])
+    name = SMALL[2].exp_name
+    assert _export(tmp_path / "a", tmp_path / "rows.json", "--include-invalid") == 0
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert sorted(r["exp_name"] for r in rows) == sorted(s.exp_name for s in SMALL if s.exp_name != name)
+    assert f"export: {name}: MALFORMED, not exported" in capsys.readouterr().err
+    # collect says the same of it, and why.
+    assert main(["collect", str(tmp_path / "a"), str(tmp_path / "out"), "--no-plots"]) == 1
+    table = pd.read_csv(tmp_path / "out" / "summary.csv").set_index("exp_name")
+    assert table.loc[name, "status"] == "MALFORMED" and reason in table.loc[name, "reason"]
+    assert set(table.drop(name)["status"]) == {"SUCCESS"}
+
+
+def test_a_point_without_receipt_beside_receipted_ones_is_refused_unless_allowed(tmp_path, capsys):
+    paths = make_sweep(tmp_path / "a", SMALL)
+    (paths[1] / "receipt.json").unlink()
+    assert _export(tmp_path / "a", tmp_path / "rows.json") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--allow-mixed" in err
+    assert f"1 point(s) without a receipt.json beside points with one ({SMALL[1].exp_name})" in err
     assert not (tmp_path / "rows.json").exists()
     assert _export(tmp_path / "a", tmp_path / "rows.json", "--allow-mixed") == 0
     assert len(json.loads((tmp_path / "rows.json").read_text())) == len(SMALL)

@@ -4,6 +4,7 @@
   smoothing, bootstrap interval, cliffs); ``isotonic`` the smoothing itself.
 - ``measure``: a run's SLO statistics (through ``kv_cache_tester.metrics``), throughput and KV figures.
 - ``run``: the capacity cell (one engine start, steps in ``steps/<n>/``, capacity.json).
+- ``steps``: a step's cell and record, and which steps an interrupted search's ``--resume`` keeps.
 - ``engine_state``: idle wait and prefix-cache reset between steps.
 - ``grid``: the capacity read off an ordinary sweep's cells (interpolated).
 - ``lines``: the one plain line per tier; ``power``: the agents-per-MW hook.

@@ -4,12 +4,15 @@ write capacity.json and one plain line per SLO tier.
 Each step is a complete measured run, as an ordinary cell at one user count would make it, in
 ``steps/<n>/`` of the cell's result directory: the engine goes idle and its prefix cache is reset
 (vLLM ``/reset_prefix_cache``, SGLang ``/flush_cache``), the collectors and the replayer run (warm-up,
-measurement window), the full validity checks judge it, and the step gets its own cell.json and
-status.txt (a step's cell is the capacity cell at that user count). Before each step the job's time
-limit must still hold it (``agentsweep.cell.allocation.step_budget``), else the search stops with
-"budget spent". capacity.json is rewritten after every step (stop reason "interrupted" until the
-search ends), so the finished steps always stand: SIGTERM writes it with "interrupted", an engine
-that dies with "engine failed"; the cell is then FAILED with the reason.
+measurement window), the full validity checks judge it, and the step gets its own cell.json,
+status.txt (a step's cell is the capacity cell at that user count) and receipt.json. Before each
+step the job's time limit must still hold it (``agentsweep.cell.allocation.step_budget``), else the
+search stops with "budget spent"; a time limit that holds no step fails the cell before the engine
+starts. capacity.json is rewritten after every step (stop reason "interrupted" until the search
+ends), so the finished steps always stand: SIGTERM writes it with "interrupted", an engine that dies
+with "engine failed", a FAILED step (a replayer that died, say: nothing measured) with "step
+failed"; the cell is then FAILED with the reason. A search resumed (``agentsweep sweep --resume``)
+starts from the steps of its result directory that stand (``agentsweep.capacity.steps``).
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from agentsweep.capacity.engine_state import reset_prefix_cache, wait_idle
-from agentsweep.capacity.measure import run_figures
 from agentsweep.capacity.power import step_power_w
-from agentsweep.capacity.search import next_users, tier_results
+from agentsweep.capacity.search import next_step, tier_results
+from agentsweep.capacity.steps import leftovers, measured_steps, step_cell, step_record
 from agentsweep.cell import record
 from agentsweep.cell.allocation import StepBudget, step_budget
 from agentsweep.cell.engine_process import EngineFailed, copy_log_section, log_size
@@ -42,6 +46,7 @@ from agentsweep.contract.resultdir import (
 from agentsweep.contract.resultdir.capacity import StopReason
 from agentsweep.contract.slo import CapacitySpec
 from agentsweep.contract.verdict import Verdict
+from agentsweep.errors import InputError
 
 # Seconds the engine may take to finish (or abort) what the last step left in flight, and to accept
 # the prefix-cache reset.
@@ -53,9 +58,9 @@ class EngineDied(Exception):
     """An engine instance or the router exited during a step; the message is the reason."""
 
 
-def step_cell(cell: Cell, index: int, users: int) -> Cell:
-    """The ordinary cell a step runs: the capacity cell at ``users``, named after the step."""
-    return cell.replace(users=users, capacity=None, exp_name=f"{cell.exp_name}-step{index}-u{users}")
+class StepFailed(Exception):
+    """A step ended FAILED (its replayer died, its outputs are missing, the cache reset failed): it
+    measured nothing, so the search cannot go on honestly. The message is the cell's reason."""
 
 
 def describe(cell: Cell) -> list[str]:
@@ -98,7 +103,8 @@ class CapacityRun:
         self.say = say
         self.watchdog = watchdog
         self.versions = versions
-        self.steps: list[StepRecord] = []
+        self.steps: list[StepRecord] = []  # the steps so far (those a resumed search kept first)
+        self.measured_here = 0  # steps this start of the engine measured
         self.started = time.monotonic()  # the cell's start: the job's time limit counts from about here
         self.engine_started: float | None = None  # engine-seconds: from the engines' start to their stop
         self.engine_stopped: float | None = None
@@ -106,19 +112,21 @@ class CapacityRun:
     def run(self) -> StopReason | None:
         """Run steps until no tier needs another or the budget is spent; the stop reason when the
         search ended before resolving every tier, else None."""
-        while (users := next_users(self.spec, self.steps)) is not None:
-            for repeat in range(self.spec.repeats):
-                longest = max((s.wall_s for s in self.steps), default=0.0)
-                elapsed = time.monotonic() - self.started
-                if not self.budget.fits(elapsed, longest):
-                    self.say(
-                        f"budget spent: {elapsed:.0f} s used, a step takes about "
-                        f"{max(longest, self.budget.step_s):.0f} s and the job's time limit is "
-                        f"{self.budget.time_limit_s / 60:g} min"
-                    )
-                    return "budget spent"
-                self._step(users, repeat)
-                self.write("interrupted")
+        self.measured_here = 0
+        while (step := next_step(self.spec, self.steps)) is not None:
+            users, repeat = step
+            longest = max((s.wall_s for s in self.steps), default=0.0)
+            elapsed = time.monotonic() - self.started
+            if not self.budget.fits(elapsed, longest):
+                self.say(
+                    f"budget spent: {elapsed:.0f} s used, a step takes about "
+                    f"{max(longest, self.budget.step_s):.0f} s and the job's time limit is "
+                    f"{self.budget.time_limit_s / 60:g} min"
+                )
+                return "budget spent"
+            self._step(users, repeat)
+            self.measured_here += 1
+            self.write("interrupted")
         return None
 
     def _step(self, users: int, repeat: int) -> None:
@@ -162,21 +170,18 @@ class CapacityRun:
                 reasons=reasons,
                 extra={"scaleout": plan.scaleout_record()} if plan.router is not None else None,
             )
-        figures = run_figures(sdir, cell, self.spec.constraints)
-        step = StepRecord(
+            # A step is a result directory of its own: sealed with its receipt as soon as its verdict
+            # is written (verify, ingest, export and --resume read it as any cell's).
+            seal(sdir, cell, self.versions.get("engine"), self.say)
+        step = step_record(
+            self.plan.result_dir,
+            self.spec,
+            cell,
             index=index,
-            users=users,
             repeat=repeat,
-            dir=sdir.relative_to(self.plan.result_dir).as_posix(),
-            exp_name=cell.exp_name,
             status=status,
-            reasons=tuple(" ".join(r.split()) for r in reasons),
-            statistics=figures.statistics,
-            output_tok_per_s_per_gpu=figures.output_tok_per_s_per_gpu,
-            total_tok_per_s_per_gpu=figures.total_tok_per_s_per_gpu,
-            kv_working_set_tokens=figures.kv_working_set_tokens,
-            kv_pool_tokens=figures.kv_pool_tokens,
-            wall_s=round(time.monotonic() - start, 3),
+            reasons=reasons,
+            wall_s=time.monotonic() - start,
             start_utc=start_utc,
             end_utc=record.utc_now(),
         )
@@ -186,6 +191,8 @@ class CapacityRun:
             raise interrupted
         if died:
             raise EngineDied(died)
+        if status == "FAILED":
+            raise StepFailed(f"step {index} ({users} users) FAILED: {step.reasons[0]}")
 
     def _prepare(self) -> str | None:
         """Idle engine, cold prefix cache; why the step cannot start cleanly, or None."""
@@ -272,8 +279,14 @@ def run_capacity_cell(
     watchdog = Watchdog(plan.result_dir)
     group = EngineGroup(plan, options, versions, say, watchdog)
     search = CapacityRun(plan, options, group, budget, say, watchdog, versions)
+    search.steps, _why = measured_steps(cell, plan.result_dir)
+    if search.steps:
+        counts = ", ".join(str(s.users) for s in search.steps)
+        say(f"resuming: {len(search.steps)} measured step(s) stand (users {counts}); not measured again")
     try:
         watchdog.start()
+        if budget.steps == 0:
+            raise NoStep(f"the job's time limit holds no step: {budget.describe()}")
         missing = group.missing_router()
         if missing:
             raise EngineDied(missing)
@@ -282,8 +295,14 @@ def run_capacity_cell(
             ended = search.run()
         search.engine_stopped = time.monotonic()
         status, reasons = "SUCCESS", []
+        if ended == "budget spent" and not search.measured_here:
+            status, reasons = "FAILED", ["budget spent before the first step: no step fits the time left"]
+    except NoStep as err:
+        ended, reasons = "budget spent", [str(err)]
     except CellInterrupted as err:
         ended, reasons = "interrupted", [str(err)]
+    except StepFailed as err:
+        ended, reasons = "step failed", [str(err)]
     except (EngineFailed, EngineDied) as err:
         ended, reasons = "engine failed", [str(err)]
         show_tail(plan.result_dir / SERVER_LOG, say)
@@ -315,6 +334,23 @@ def run_capacity_cell(
             seal(plan.result_dir, cell, versions.get("engine"), say)
             say(status + (f": {'; '.join(reasons)}" if reasons else ""))
     return status, "; ".join(reasons) or None
+
+
+class NoStep(Exception):
+    """The job's time limit holds no step: the engine is not started."""
+
+
+def check_resumable(cell: Cell, result_dir: Path) -> None:
+    """InputError when ``result_dir/steps/`` holds anything but steps this search stands on (a step
+    measured again must not land among another run's files); say which and how to go on."""
+    kept, why = measured_steps(cell, result_dir)
+    extra = leftovers(result_dir, len(kept))
+    if extra:
+        because = f" ({why})" if why else ""
+        raise InputError(
+            f"RESULT_DIR={result_dir}: {extra[0]} is not a finished step of this search{because}; use an "
+            "empty directory, or `agentsweep sweep --resume`, which keeps the steps that stand"
+        )
 
 
 def _extra(plan: CellPlan, group: EngineGroup) -> dict[str, object] | None:

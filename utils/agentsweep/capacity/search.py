@@ -179,6 +179,18 @@ def next_users(spec: CapacitySpec, steps: Sequence[StepRecord]) -> int | None:
     return min((s.next_users for s in unresolved if s.next_users is not None), default=None)
 
 
+def next_step(spec: CapacitySpec, steps: Sequence[StepRecord]) -> tuple[int, int] | None:
+    """(users, repeat) of the next step: the remaining runs of the last count (``repeats``), else the
+    first run of ``next_users``; None when the search is done."""
+    if steps:
+        last = steps[-1].users
+        done = sum(1 for s in steps if s.users == last)
+        if done < spec.repeats:
+            return last, done
+    users = next_users(spec, steps)
+    return None if users is None else (users, 0)
+
+
 def _bootstrap_interval(
     spec: CapacitySpec, tier: SloTier, points: Sequence[Point]
 ) -> tuple[int, int | None] | None:
@@ -300,11 +312,13 @@ def tier_results(
     """(the search's stop reason, one result per tier) for the steps so far.
 
     ``ended`` is how the search stopped when it did not run out of counts to measure (budget spent,
-    interrupted, engine failed); a FAILED last step of an interrupted search, or of one whose engine
-    died, was cut short and is not judged (it stays in the step history). ``power_w(users)`` is the
-    cell's mean GPU power in watts at a count (None where it was not measured): it gives agents per MW.
+    interrupted, engine failed, step failed); a FAILED last step of an interrupted search, of one whose
+    engine died, or the FAILED step that stopped it, measured nothing and is not judged (it stays in
+    the step history). ``power_w(users)`` is the cell's mean GPU power in watts at a count (None where
+    it was not measured): it gives agents per MW.
     """
-    if ended in ("interrupted", "engine failed") and steps and steps[-1].status == "FAILED":
+    cut_short = ("interrupted", "engine failed", "step failed")
+    if ended in cut_short and steps and steps[-1].status == "FAILED":
         steps = steps[:-1]  # the step the search was cut short in measured nothing
     points = points_of(steps)
     states = [tier_state(spec, t, points) for t in spec.tiers]

@@ -111,6 +111,20 @@ def step_budget(cell: Cell, env: Mapping[str, str] = os.environ) -> StepBudget:
     return StepBudget(time_limit_s=limit, startup_s=startup, drain_s=drain, step_s=step_s, steps=steps)
 
 
+def no_step_reason(cell: Cell, env: Mapping[str, str] = os.environ) -> str | None:
+    """Why a capacity cell's job time limit holds no search step (it would start its engine and measure
+    nothing), or None when it holds at least one."""
+    budget = step_budget(cell, env)
+    if budget.steps > 0:
+        return None
+    need = math.ceil((budget.startup_s + budget.drain_s + budget.step_s) / 60)
+    return (
+        f"a time limit of {budget.time_limit_s / 60:g} min holds no search step: each takes about "
+        f"{budget.step_s:.0f} s after {budget.startup_s} s start-up, and {budget.drain_s} s drain stay "
+        f"aside; give it at least {need} min"
+    )
+
+
 def mem_gb(cpu_dram_gb: float, env: Mapping[str, str]) -> int:
     """Host memory to ask Slurm for (GiB); 0 = leave it to the cluster's default (no offload)."""
     if cpu_dram_gb <= 0:

@@ -67,6 +67,10 @@ def run(args: argparse.Namespace) -> int:
         cell = _cell(args.cell, env)
         port = _port(env, args.dry_run)
         plan = plan_cell(cell, result_dir, port=port)
+        if cell.capacity is not None and not args.dry_run:
+            from agentsweep.capacity.run import check_resumable
+
+            check_resumable(cell, result_dir)
     except AgentsweepError as err:
         if not args.dry_run:
             _record_refusal(result_dir, args, err)

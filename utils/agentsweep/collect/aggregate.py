@@ -33,7 +33,7 @@ from agentsweep.collect.columns import (
 from agentsweep.collect.discover import FoundCell
 from agentsweep.collect.kv_cliff import cliff_columns, kv_pool_tokens
 from agentsweep.collect.power import power_columns
-from agentsweep.collect.provenance import receipt_values
+from agentsweep.collect.provenance import ReceiptMismatch, receipt_values
 from agentsweep.collect.routed import routed_figures
 from agentsweep.collect.routed_checks import routed_artifact_problems
 from agentsweep.collect.stream import RequestStats, stream_requests
@@ -223,7 +223,10 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
     row.values["agentsweep_version"] = _flat(record.versions.get("agentsweep"))
     row.values["start_utc"] = record.start_utc
     row.values["end_utc"] = record.end_utc
-    provenance, note = receipt_values(path)
+    try:
+        provenance, note = receipt_values(path)
+    except ReceiptMismatch as err:
+        raise Malformed(str(err)) from None
     row.values.update(provenance)
     if note:
         row.notes.append(note)
@@ -233,6 +236,16 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
         raise Malformed(f"{STATUS_TXT} missing")
     if status.verdict != record.status:
         raise Malformed(f"{STATUS_TXT} says {status.verdict} but {CELL_JSON} says {record.status}")
+    capacity = None
+    if cell is not None and cell.capacity is not None:
+        # Held to its own contract, its cell and its steps whatever the verdict: a capacity.json that
+        # breaks them never reaches capacity.csv.
+        capacity = read_capacity(path)
+        if capacity is None and status.verdict != "FAILED":
+            raise Malformed("capacity.json missing")
+        problem = capacity.check_against(cell, status.verdict, path) if capacity is not None else None
+        if problem:
+            raise Malformed(problem)
     if status.verdict == "FAILED":
         row.status = "FAILED"
         row.reason = "; ".join(status.reasons) or (record.reason or "") or "no reason given"
@@ -241,10 +254,7 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
         row.status = "INVALID"
         row.reason = "; ".join(status.reasons) or "no reason given"
     assert cell is not None  # only a FAILED record may hold a cell that does not parse
-    if cell.capacity is not None:
-        capacity = read_capacity(path)
-        if capacity is None:
-            raise Malformed("capacity.json missing")
+    if capacity is not None:
         row.notes.append(f"capacity cell: {len(capacity.steps)} steps, stopped: {capacity.stop_reason}")
         return
     summary = load_summary(path)

@@ -10,8 +10,13 @@ and compare put points side by side, so they refuse, unless told ``--allow-mixed
 - in compare, a cell of A and its match in B with different recipes.
 
 Each refusal names what differs (the replayer versions, or the engine version, image or client
-version of the recipes) and where. A point without a receipt (an older result, a cell whose process
-died before its verdict) has no provenance to compare and is left out of these checks.
+version of the recipes) and where. A point without a receipt (an older result) has no provenance to
+compare: beside points that have one it is refused the same way, named; a sweep where no point has a
+receipt has nothing to compare. A capacity cell is no point itself (its steps are).
+
+Before any of this, each result directory is checked against its receipt as `agentsweep verify` checks
+it (``receipt_values``): a file changed, missing, added or unreadable since the cell ended, a
+non-finite number, or a receipt that cannot be read makes its row MALFORMED, never SUCCESS.
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ from typing import Any
 
 import pandas as pd
 
-from agentsweep.contract.receipt import FINGERPRINT_EXCLUDED, ReceiptError, read_receipt
+from agentsweep.contract.receipt import FINGERPRINT_EXCLUDED, ReceiptError, read_receipt, verify
 from agentsweep.contract.resultdir import RECEIPT_JSON
+from agentsweep.contract.resultdir.fileio import exists
 from agentsweep.errors import InputError
 
 # summary.csv columns taken from the receipt (engine_version and image are columns already).
@@ -44,15 +50,35 @@ class MixedError(InputError):
     """Points measured differently would be put side by side. Message: what differs and where."""
 
 
+NO_RECEIPT_NOTE = f"no {RECEIPT_JSON}: not checked against one"
+
+
+class ReceiptMismatch(InputError):
+    """A result directory does not match its receipt, or its receipt cannot be read (what `agentsweep
+    verify` says of it). Message: the first problem, relative to the directory, and how many more."""
+
+
 def receipt_values(path: Path) -> tuple[dict[str, Any], str | None]:
-    """The receipt's columns for one result directory (empty when it has no receipt), and a note when
-    the receipt cannot be read."""
-    if not (path / RECEIPT_JSON).exists():
-        return {}, None
+    """The receipt's columns for one result directory and a note (``NO_RECEIPT_NOTE`` when it has no
+    receipt: the columns are then empty). ReceiptMismatch when the receipt cannot be read, or when a
+    file changed, went missing, was added or cannot be read since the cell ended, or a data file holds
+    a non-finite number."""
+    if not exists(path / RECEIPT_JSON):
+        return {}, NO_RECEIPT_NOTE
     try:
         receipt = read_receipt(path)
+        problems = verify(path)
     except ReceiptError as err:
-        return {}, f"{RECEIPT_JSON} unreadable ({str(err).removeprefix(f'{path / RECEIPT_JSON}: ')})"
+        raise ReceiptMismatch(str(err).replace(f"{path}/", "", 1)) from None
+    except OSError as err:
+        where = Path(err.filename).relative_to(path) if err.filename else path.name
+        raise ReceiptMismatch(f"{where}: unreadable ({err.strerror or err})") from None
+    if problems:
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ReceiptMismatch(
+            f"does not match its {RECEIPT_JSON}: {first.path}: {first.kind}: {first.detail}{more}"
+        )
     return {
         "replayer_version": receipt.replayer_version,
         "client_version": receipt.recipe.client_version,
@@ -71,12 +97,24 @@ def _named(names: Sequence[str]) -> str:
     return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
 
 
-def _points(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """The rows that are points and carry a receipt."""
-    if "recipe_fingerprint" not in df.columns:
+def _all_points(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows that are points (a capacity cell is not: its steps are), with a receipt or not."""
+    if "status" not in df.columns:
         return []
     rows = df.to_dict("records")
-    return [r for r in rows if r.get("status") in POINT_STATUSES and _text(r.get("recipe_fingerprint"))]
+    return [r for r in rows if r.get("status") in POINT_STATUSES and not _text(r.get("capacity"))]
+
+
+def _points(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows that are points and carry a receipt."""
+    return [r for r in _all_points(df) if _text(r.get("recipe_fingerprint"))]
+
+
+def _unreceipted(df: pd.DataFrame) -> list[str]:
+    """The points without a receipt, when some other point has one (else there is nothing to compare)."""
+    rows = _all_points(df)
+    bare = [_text(r.get("exp_name")) for r in rows if not _text(r.get("recipe_fingerprint"))]
+    return bare if len(bare) < len(rows) else []
 
 
 def _replayers(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
@@ -106,10 +144,17 @@ def curve_key(row: Mapping[str, Any], cell_fields: Iterable[str]) -> str:
 
 
 def mixed_in_sweep(df: pd.DataFrame, cell_fields: Iterable[str]) -> list[str]:
-    """Within one collected sweep: different replayer versions, and curves whose points have
-    different recipes. One line per difference; none when the points agree."""
+    """Within one collected sweep: points without a receipt beside points with one, different replayer
+    versions, and curves whose points have different recipes. One line per difference; none when the
+    points agree."""
     points = _points(df)
     problems = []
+    bare = _unreceipted(df)
+    if bare:
+        problems.append(
+            f"{len(bare)} point(s) without a {RECEIPT_JSON} beside points with one ({_named(bare)}): "
+            "what measured them cannot be compared"
+        )
     replayers = _replayers(points)
     if len(replayers) > 1:
         problems.append(

@@ -195,7 +195,7 @@ def expand(
                 if name in cells:
                     continue
                 gpus = sum(point.instance_tps)
-                cells[name] = _cell(
+                cell = cells[name] = _cell(
                     spec,
                     point,
                     config_key=spec.key,
@@ -217,7 +217,27 @@ def expand(
                     **replay,
                     **validity,
                 )
+                if point_search is not None:
+                    _check_budget(spec, point, cell, point_search, runner)
     return list(cells.values())
+
+
+def _check_budget(
+    spec: SweepSpec, point: SearchPoint, cell: Cell, search: UserSearch, runner: RunnerSpec
+) -> None:
+    """A capacity cell whose job time limit holds no step is refused here, not started."""
+    from agentsweep.cell.allocation import no_step_reason
+
+    reason = no_step_reason(cell)
+    if reason is None:
+        return
+    sep = "" if point.label.startswith("[") else "."
+    if search.time_limit_min:
+        where, hint = f"{spec.source}:{spec.key}.search_space{sep}{point.label}.users.time_limit_min", ""
+    else:
+        where = f"{spec.source}:{spec.key}.runner: '{spec.runner}' time_limit_min {runner.time_limit_min}"
+        hint = "; users.time_limit_min gives the search its own"
+    raise ConfigError(f"{where}: {reason} (cell {cell.exp_name}){hint}")
 
 
 def _cell(spec: SweepSpec, point: SearchPoint, **fields: Any) -> Cell:

@@ -1,9 +1,12 @@
 """`agentsweep export --format inferencex DIR -o FILE [--shape flat|nested] [--include-invalid]`.
 
 Writes one JSON array: one InferenceX agentic row per SUCCESS point of the sweep under DIR (INVALID
-and FAILED cells only with --include-invalid, each with its ``outcome``; MALFORMED directories never).
-Points of different replayer versions, or one curve of different recipes, are refused (exit 2, naming
-what differs) unless --allow-mixed, as in collect.
+and FAILED cells only with --include-invalid, each with its ``outcome``; MALFORMED directories never:
+a directory that no longer matches its receipt reads MALFORMED, as collect reads it). A capacity
+cell's steps are points like any cell; the capacity cell itself is not a row (its figures are its
+steps' and capacity.json's).
+Points of different replayer versions, one curve of different recipes, or points without a receipt
+beside points with one, are refused (exit 2, naming what differs) unless --allow-mixed, as in collect.
 Every row is checked against the shipped JSON Schema of its shape before the file is written; a row
 that breaks it is an error naming the cell and the field, and nothing is written. Exit 0 on success,
 2 on bad input (no cells, an output path that cannot be written).
@@ -79,6 +82,14 @@ def points(results: Path, include_invalid: bool, allow_mixed: bool = True) -> li
     for cell_dir, row in loaded:
         if row.status not in wanted:
             print(f"export: {row.exp_name}: {row.status}, not exported", file=sys.stderr)
+            continue
+        if row.values.get("capacity"):
+            steps = sum(1 for c, _ in loaded if c.step_of == row.exp_name)
+            print(
+                f"export: {row.exp_name}: a capacity cell, not a point itself: its {steps} steps are "
+                "points of their own, its capacity is in its capacity.json",
+                file=sys.stderr,
+            )
             continue
         record = read_cell_record(cell_dir.path)
         try:

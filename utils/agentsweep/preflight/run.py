@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from agentsweep.cell.allocation import mem_gb
+from agentsweep.cell.allocation import mem_gb, no_step_reason, step_budget
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.placement import node_gpus
 from agentsweep.config.schema import RunnerSpec
@@ -118,6 +118,28 @@ def probe_nodes(spec: NodeSpec, need: SlurmNeed, wait_s: int, run: Run) -> list[
     ]
 
 
+def capacity_checks(cells: Sequence[Cell], environ: Mapping[str, str]) -> list[Check]:
+    """Each capacity cell's job time limit holds at least one search step (else it would start its
+    engine and measure nothing)."""
+    checks = []
+    for cell in cells:
+        if cell.capacity is None:
+            continue
+        reason = no_step_reason(cell, environ)
+        if reason is None:
+            checks.append(passed("capacity", f"{cell.exp_name}: {step_budget(cell, environ).describe()}"))
+        else:
+            checks.append(
+                failed(
+                    "capacity",
+                    f"{cell.exp_name}: {reason}",
+                    "raise the search's time_limit_min (users: {search: [...], time_limit_min: N}), or "
+                    "shorten its duration",
+                )
+            )
+    return checks
+
+
 def run_preflight(
     subject: str,
     cells: Sequence[Cell],
@@ -139,6 +161,7 @@ def run_preflight(
             f"{len(cells)} cells on runner {runner_key} ({', '.join(engines)}, {first.model}, image {first.image or '-'})",
         )
     ]
+    checks += capacity_checks(cells, env)
     slurm_runner = runner.launcher != LOCAL_LAUNCHER
     spec = node_spec(cells, runner_key, runner, env)
     need = SlurmNeed(

@@ -6,8 +6,10 @@ with the artifact's files at its root; ``gh run download`` leaves them extracted
 source becomes one run of the store.
 
 Before anything is written every result directory must have a receipt and match it: a changed,
-missing or added file refuses the whole ingest, naming the file. A point whose receipt id is in the
-store already is skipped (ingesting twice adds nothing). Everything else goes in one transaction.
+missing or added file refuses the whole ingest, naming the file. A capacity cell's steps are result
+directories of their own (with receipts), each a point noted as its cell's step. A point whose
+receipt id is in the store already is skipped (ingesting twice adds nothing). Everything else goes in
+one transaction.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class Source:
 class Checked:
     path: Path
     receipt: Receipt
+    step_of: str = ""  # a capacity cell's step: that cell's exp_name
 
 
 @dataclass
@@ -130,11 +133,12 @@ def check_source(
 ) -> list[Checked]:
     """Every result directory of the source with its receipt; ReceiptError for the first that no
     longer matches it, or that has none (unless ``unreceipted`` is given: then its line goes there)."""
-    dirs = [d for root in roots for d in result_files.find_result_dirs(root)[0]]
-    if not dirs:
+    found = [cell for root in roots for cell in result_files.find_result_cells(root)[0]]
+    if not found:
         raise InputError(f"{source.origin}: no cell result directories found (looked for cell.json...)")
     checked = []
-    for path in dirs:
+    for cell in found:
+        path = cell.path
         if unreceipted is not None and not (path / RECEIPT_FILE).exists():
             unreceipted.append(f"{path / RECEIPT_FILE}: no receipt; not ingested")
             continue
@@ -145,7 +149,7 @@ def check_source(
             raise ReceiptError(
                 f"{problems[0].line(path)}{more}; refused: the result no longer matches its receipt"
             )
-        checked.append(Checked(path, receipt))
+        checked.append(Checked(path, receipt, cell.step_of))
     return checked
 
 
@@ -198,9 +202,9 @@ class Prepared:
     blobs: list[tuple[str, list[tuple[int, bytes]]]]  # (name, [(raw size, zlib data)] per part)
 
 
-def prepare(path: Path, names: list[str]) -> Prepared:
+def prepare(path: Path, names: list[str], step_of: str = "") -> Prepared:
     """Read one result directory: its figures, the files kept whole, its drill-down payload."""
-    facts = result_files.read_point(path)
+    facts = result_files.read_point(path, step_of)
     blobs = []
     for name in result_files.kept_files(path, names):
         parts = result_files.read_parts(path / name, PART_BYTES)
@@ -226,7 +230,7 @@ def prepared(items: Sequence[Checked], workers: int) -> Iterator[tuple[Checked, 
     each in flight, so memory stays bounded). The workers never touch the database."""
     if workers <= 1 or len(items) <= 1:
         for item in items:
-            yield item, prepare(item.path, sorted(item.receipt.files))
+            yield item, prepare(item.path, sorted(item.receipt.files), item.step_of)
         return
     context = (
         multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
@@ -235,13 +239,18 @@ def prepared(items: Sequence[Checked], workers: int) -> Iterator[tuple[Checked, 
         pending: deque[tuple[Checked, Future[Prepared]]] = deque()
         queue = iter(items)
         for item in itertools.islice(queue, 2 * workers):
-            pending.append((item, pool.submit(prepare, item.path, sorted(item.receipt.files))))
+            pending.append((item, pool.submit(prepare, item.path, sorted(item.receipt.files), item.step_of)))
         while pending:
             item, future = pending.popleft()
             following = next(queue, None)
             if following is not None:
                 pending.append(
-                    (following, pool.submit(prepare, following.path, sorted(following.receipt.files)))
+                    (
+                        following,
+                        pool.submit(
+                            prepare, following.path, sorted(following.receipt.files), following.step_of
+                        ),
+                    )
                 )
             yield item, future.result()
 

@@ -65,6 +65,9 @@ class Point:
     metrics: dict[str, float] = field(default_factory=dict)
     noise: dict[str, tuple[float, float]] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    # A capacity cell: its figures are its steps' (points of their own) and its capacity.json; it
+    # lies on no curve, in no history and in no diff itself.
+    capacity: bool = False
 
     @property
     def facts(self) -> dict[str, Any]:
@@ -175,6 +178,7 @@ def load_points(
             recipe_fingerprint=row["recipe_fingerprint"],
             noise={k: (float(v[0]), float(v[1])) for k, v in (extra.get("ranges") or {}).items()},
             labels=dict(extra.get("labels") or {}),
+            capacity=_is_capacity(row["cell_json"]),
         )
     if points:
         mq = select(m.c.point_id, m.c.name, m.c.value)
@@ -185,6 +189,19 @@ def load_points(
             for found in conn.execute(mq.where(m.c.point_id.in_(ids[i : i + 500]))):
                 points[int(found.point_id)].metrics[str(found.name)] = float(found.value)
     return sorted(points.values(), key=lambda pt: (pt.when, pt.exp_name))
+
+
+def _is_capacity(cell_json: str | None) -> bool:
+    try:
+        cell = json.loads(cell_json or "{}")
+    except ValueError:
+        return False
+    return isinstance(cell, dict) and bool(cell.get("capacity"))
+
+
+def measured(points: Iterable[Point]) -> list[Point]:
+    """The points that carry figures of their own: every point but the capacity cells."""
+    return [p for p in points if not p.capacity]
 
 
 # --- curves -----------------------------------------------------------------------------------
@@ -201,7 +218,7 @@ class Curve:
 def curves(points: Sequence[Point], latest: bool = False) -> list[Curve]:
     """Points grouped by (scope, run); with ``latest`` only each scope's newest run."""
     grouped: dict[tuple[str, int], list[Point]] = defaultdict(list)
-    for point in points:
+    for point in measured(points):
         grouped[(point.scope_key, point.run.id)].append(point)
     out = [
         Curve(
@@ -316,8 +333,8 @@ def diff(
     base: Sequence[Point], head: Sequence[Point], metrics: Sequence[str], pool: Sequence[Point]
 ) -> list[Pair]:
     """Base and head points paired by identity (a point on one side only is listed alone)."""
-    by_base = {p.identity: p for p in base}
-    by_head = {p.identity: p for p in head}
+    by_base = {p.identity: p for p in measured(base)}
+    by_head = {p.identity: p for p in measured(head)}
     pairs = []
     for key in sorted(set(by_base) | set(by_head)):
         b, h = by_base.get(key), by_head.get(key)
@@ -337,7 +354,7 @@ class HistoryLine:
 
 def history(points: Sequence[Point], metric: str) -> list[HistoryLine]:
     by_identity: dict[tuple[str, ...], list[Point]] = defaultdict(list)
-    for point in points:
+    for point in measured(points):
         by_identity[point.identity].append(point)
     lines = []
     for key, pts in sorted(by_identity.items()):

@@ -157,11 +157,16 @@ class PointFacts:
         return (disagg or f"r{replicas}") + (f"@{nodes}n" if nodes != 1 else "")
 
 
-def find_result_dirs(root: Path) -> tuple[list[Path], list[str]]:
-    """Every cell result directory under ``root`` (download-artifact or local layout), and notes on
-    what was not followed."""
+def find_result_cells(root: Path) -> tuple[list[FoundCell], list[str]]:
+    """Every cell result directory under ``root`` (download-artifact or local layout; a capacity
+    cell's steps right after it, each naming its cell), and notes on what was not followed."""
     skipped: list[str] = []
-    found = find_cells(root, skipped)
+    return find_cells(root, skipped), skipped
+
+
+def find_result_dirs(root: Path) -> tuple[list[Path], list[str]]:
+    """The paths of ``find_result_cells``."""
+    found, skipped = find_result_cells(root)
     return [cell.path for cell in found], skipped
 
 
@@ -171,9 +176,10 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def read_point(path: Path) -> PointFacts:
-    """The figures, verdict, provenance and request timeline of one result directory; InputError
-    naming the directory when it breaks the result-directory contract."""
+def read_point(path: Path, step_of: str = "") -> PointFacts:
+    """The figures, verdict, provenance and request timeline of one result directory (``step_of``: the
+    capacity cell it is a step of); InputError naming the directory when it breaks the
+    result-directory contract."""
     try:
         record = read_cell_record(path)
     except ResultFileError as err:
@@ -181,7 +187,9 @@ def read_point(path: Path) -> PointFacts:
     if record is None:
         raise InputError(f"{path}: not a readable result ({CELL_JSON} missing)")
     timeline = RequestTimeline()
-    row = load_cell(FoundCell(path, record.exp_name or path.name), observe=timeline.add)
+    row = load_cell(FoundCell(path, record.exp_name or path.name, step_of), observe=timeline.add)
+    if step_of:
+        row.notes.insert(0, f"step of capacity cell {step_of}")
     if row.status == "MALFORMED":
         raise InputError(f"{path}: not a readable result ({row.reason})")
     if "req_records" not in row.values:  # collect did not recount the records (a FAILED cell)
@@ -198,7 +206,9 @@ def read_point(path: Path) -> PointFacts:
             if number is not None:
                 metrics[column.name] = number
     summary: Summary | None = None
-    if row.status != "FAILED":
+    # A capacity cell replays nothing itself: its figures are its steps' (points of their own) and
+    # capacity.json's (kept, and in the drill-down).
+    if row.status != "FAILED" and not row.values.get("capacity"):
         try:
             summary = load_summary(path)
         except ResultError as err:

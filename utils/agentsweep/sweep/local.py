@@ -1,7 +1,8 @@
 """The local sweep: a key's cells one after another through a launcher, then collect.
 
 Results go to ``<results>/<config_key>/<exp_name>/``; a cell is done when its status.txt says SUCCESS.
-Reusing a results directory needs ``resume`` (rerun only unfinished cells) or ``force`` (start over).
+Reusing a results directory needs ``resume`` (rerun only unfinished cells; an unfinished capacity
+cell keeps the steps it measured and measures only the missing ones) or ``force`` (start over).
 """
 
 from __future__ import annotations
@@ -92,12 +93,21 @@ def check_reuse(plans: Sequence[SweepPlan], *, resume: bool, force: bool) -> Non
 
 
 def prepare(plans: Sequence[SweepPlan], *, force: bool) -> None:
-    """Clear what will be rerun: every selected cell with --force, unfinished ones with --resume."""
+    """Clear what will be rerun: every selected cell with --force, unfinished ones with --resume. An
+    unfinished capacity cell keeps the steps it measured that stand (``agentsweep.capacity.steps``):
+    its search goes on from them."""
     for plan in plans:
         for run in plan.runs:
             if force:
                 run.state = "pending"
-            if run.state == "pending" and run.result_dir.exists():
+            if run.state != "pending" or not run.result_dir.exists():
+                continue
+            if run.cell.capacity is not None and not force and run.result_dir.is_dir():
+                from agentsweep.capacity.steps import keep_measured
+
+                for line in keep_measured(run.cell, run.result_dir):
+                    print(f"sweep: {run.exp_name}: {line}", flush=True)
+            else:
                 shutil.rmtree(run.result_dir)
         if force and (plan.key_dir / "aggregated").exists():
             shutil.rmtree(plan.key_dir / "aggregated")

@@ -144,8 +144,8 @@ RESULT_FILES: tuple[ResultFile, ...] = (
     ResultFile(
         f"{STEPS_DIR}/",
         "one complete result directory per search step (steps/<n>/: cell.json, status.txt, "
-        "requests.jsonl, summary.json, server_metrics.csv, logs), each an ordinary cell at one user "
-        "count; capacity.json lists them",
+        "requests.jsonl, summary.json, server_metrics.csv, logs, its own receipt.json), each an ordinary "
+        "cell at one user count; capacity.json lists them",
         "agentsweep.capacity.run writes them; agentsweep.contract.resultdir.capacity names them (step_dir)",
         None,
         when="capacity cells",
