@@ -58,3 +58,23 @@ def test_a_reader_that_stops_reading_is_no_traceback(repo_root):
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141 and err == ""
+
+
+def test_one_error_family_from_the_replayer_up(monkeypatch, capsys):
+    """agentsweep's errors derive from the replayer's, so a replayer error raised inside an agentsweep
+    command (a trace loaded in-process, say) is one line and its exit status, never a traceback."""
+    import agentsweep.config.cli as matrix_cli
+    from agentsweep.errors import AgentsweepError, InputError, WriteError
+    from kv_cache_tester.errors import KVTesterError, TraceError, WriteFailed
+
+    assert issubclass(AgentsweepError, KVTesterError) and issubclass(WriteError, WriteFailed)
+    full = WriteError("out/x.csv", OSError(28, "No space left on device"))
+    assert str(full) == "out/x.csv: cannot write: no space left on device" and full.exit_code == 2
+    assert InputError("x").render() == "input error: x"
+
+    def broken(args):
+        raise TraceError("traces/a.json: request 3: input_length: not a number")
+
+    monkeypatch.setattr(matrix_cli, "run", broken)
+    assert agentsweep_main(["matrix", "--key", "demo"]) == 2
+    assert capsys.readouterr().err == "trace error: traces/a.json: request 3: input_length: not a number\n"

@@ -1,6 +1,7 @@
 """Errors the replayer reports as one line and exit status 2 (bad input) or 1 (broken run).
 
-Kept independent of agentsweep: the replayer installs and runs on its own.
+Kept independent of agentsweep: the replayer installs and runs on its own. agentsweep's error family
+(``agentsweep.errors``) derives from this one.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import errno
 
 
 class KVTesterError(Exception):
+    """Base class: `prefix: message` on stderr, then exit with `exit_code`."""
+
     exit_code = 1
     prefix = "error"
 

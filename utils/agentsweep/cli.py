@@ -12,8 +12,9 @@ import sys
 import traceback
 from typing import NoReturn
 
+from kv_cache_tester.errors import KVTesterError
+
 from agentsweep import __version__
-from agentsweep.errors import AgentsweepError
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -83,7 +84,7 @@ def _top_help() -> str:
 def _report(err: BaseException, debug: bool) -> None:
     if debug:
         traceback.print_exception(err)
-    line = err.render() if isinstance(err, AgentsweepError) else f"error: {err}"
+    line = err.render() if isinstance(err, KVTesterError) else f"error: {err}"
     # A refused input may hold a secret (a token in engine_args, the environment's HF_TOKEN in a URL):
     # the line goes to logs before any mask is registered, so it is masked here.
     from agentsweep.cell.record import mask_text
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(rest)
     try:
         return int(module.run(args) or 0)
-    except AgentsweepError as err:
+    except KVTesterError as err:  # agentsweep's errors and the replayer's, raised in this process
         _report(err, debug)
         return err.exit_code
     except KeyboardInterrupt:

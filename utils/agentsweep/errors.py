@@ -1,20 +1,21 @@
 """The project's error family, rendered once at the CLI boundary (see agentsweep.cli.main).
 
 Bad input of any kind (a config, a trace, an artifact, a server reply) exits 2 with one line that
-names what and where; a run that broke exits 1.
+names what and where; a run that broke exits 1. The family's base is the replayer's
+(``kv_cache_tester.errors``): agentsweep runs the replayer's code in-process too (trace loading,
+result files), and one ``except KVTesterError`` at each boundary renders either kind as one line.
 """
 
 from __future__ import annotations
 
+from kv_cache_tester.errors import KVTesterError, WriteFailed
 
-class AgentsweepError(Exception):
+
+class AgentsweepError(KVTesterError):
     """Base class: `prefix: message` on stderr, then exit with `exit_code`."""
 
     exit_code = 1
     prefix = "error"
-
-    def render(self) -> str:
-        return f"{self.prefix}: {self}"
 
 
 class ConfigError(AgentsweepError):
@@ -44,19 +45,13 @@ class ResultFileError(InputError):
     prefix = "result error"
 
 
-class WriteError(AgentsweepError):
+class WriteError(WriteFailed, AgentsweepError):
     """A file could not be written (a full disk, say). Message: `<path>: cannot write: <why>`; exit 2,
-    as bad input: what was asked for was not made, and nothing written stands as complete."""
+    as bad input: what was asked for was not made, and nothing written stands as complete. The
+    message and the disk-full wording are the replayer's ``WriteFailed``."""
 
     exit_code = 2
     prefix = "write error"
-
-    def __init__(self, path: object, err: OSError) -> None:
-        import errno
-
-        why = "no space left on device" if err.errno == errno.ENOSPC else (err.strerror or str(err)).lower()
-        super().__init__(f"{path}: cannot write: {why}")
-        self.errno = err.errno
 
     @classmethod
     def after(cls, err: WriteError, what: str) -> WriteError:

@@ -6,7 +6,7 @@ Each step is a complete measured run, as an ordinary cell at one user count woul
 (vLLM ``/reset_prefix_cache``, SGLang ``/flush_cache``), the collectors and the replayer run (warm-up,
 measurement window), the full validity checks judge it, and the step gets its own cell.json,
 status.txt (a step's cell is the capacity cell at that user count) and receipt.json. Before each
-step the job's time limit must still hold it (``agentsweep.cell.allocation.step_budget``), else the
+step the job's time limit must still hold it (``agentsweep.cell.step_budget.step_budget``), else the
 search stops with "budget spent"; a time limit that holds no step fails the cell before the engine
 starts. capacity.json is rewritten after every step (stop reason "interrupted" until the search
 ends), so the finished steps always stand: SIGTERM writes it with "interrupted", an engine that dies
@@ -27,12 +27,12 @@ from agentsweep.capacity.power import step_power_w
 from agentsweep.capacity.search import next_step, tier_results
 from agentsweep.capacity.steps import leftovers, measured_steps, step_cell, step_record
 from agentsweep.cell import record
-from agentsweep.cell.allocation import StepBudget, step_budget
 from agentsweep.cell.engine_process import EngineFailed, copy_log_section, log_size
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.executor import EngineGroup, replay, show_tail
 from agentsweep.cell.lifecycle import CellInterrupted, cell_voice, check_outputs, judge, seal, start_versions
 from agentsweep.cell.plan import CellOptions, CellPlan
+from agentsweep.cell.step_budget import StepBudget, step_budget
 from agentsweep.cell.watchdog import Watchdog
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.resultdir import (

@@ -21,35 +21,16 @@ import os
 import shlex
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.placement import cell_on_host, node_gpus
+from agentsweep.cell.step_budget import DRAIN_MARGIN_S, env_int, step_budget
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import AgentsweepError, ConfigError, InputError
 
-# Seconds added to the replay duration for the allocation's time limit: the engine recipe's start-up
-# margin (pulling or importing the image, loading weights, compiling/capturing graphs, the warmup
-# requests) and this drain margin (in-flight requests finishing, stopping the engine, writing results).
-DRAIN_MARGIN_S = 300
 # Host memory asked for on top of the offload budget (engine process, weights staging, the client).
 MEM_OVERHEAD_GB = 32
-
-
-def _int(env: Mapping[str, str], name: str, *, minimum: int, default: int | None = None) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        if default is None:
-            raise InputError(f"cell env {name} is not set (the launcher needs it)")
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InputError(f"cell env {name}={raw!r}: not an integer") from None
-    if value < minimum:
-        raise InputError(f"cell env {name}={raw!r}: must be >= {minimum}")
-    return value
 
 
 def time_limit_min(duration_s: int, engine: str, env: Mapping[str, str], default_min: int) -> int:
@@ -59,8 +40,8 @@ def time_limit_min(duration_s: int, engine: str, env: Mapping[str, str], default
     """
     if duration_s <= 0:
         return default_min
-    startup = _int(env, "AGENTSWEEP_STARTUP_MARGIN_S", minimum=0, default=recipe(engine).startup_margin_s)
-    drain = _int(env, "AGENTSWEEP_DRAIN_MARGIN_S", minimum=0, default=DRAIN_MARGIN_S)
+    startup = env_int(env, "AGENTSWEEP_STARTUP_MARGIN_S", minimum=0, default=recipe(engine).startup_margin_s)
+    drain = env_int(env, "AGENTSWEEP_DRAIN_MARGIN_S", minimum=0, default=DRAIN_MARGIN_S)
     return max(1, math.ceil((duration_s + startup + drain) / 60))
 
 
@@ -72,64 +53,11 @@ def cell_time_limit_min(cell: Cell, env: Mapping[str, str], default_min: int) ->
     return time_limit_min(cell.duration, cell.engine, env, default_min)
 
 
-@dataclass(frozen=True)
-class StepBudget:
-    """How many measured steps a capacity cell's job time limit holds, as planned before it starts.
-
-    The start-up and drain margins (as for any cell's allocation) come off the time limit; each step is
-    reckoned at its replay duration plus the engine's step overhead. The cell also checks, before every
-    step, that the next one fits the time left by the longest step it has seen (``fits``).
-    """
-
-    time_limit_s: int
-    startup_s: int
-    drain_s: int
-    step_s: float
-    steps: int
-
-    def fits(self, elapsed_s: float, next_step_s: float) -> bool:
-        """Whether a step of ``next_step_s`` started ``elapsed_s`` after the cell began ends in time."""
-        return elapsed_s + max(next_step_s, self.step_s) <= self.time_limit_s - self.drain_s
-
-    def describe(self) -> str:
-        return (
-            f"step budget {self.steps} steps of about {self.step_s:.0f} s within the job's "
-            f"{self.time_limit_s / 60:g} min time limit (start-up {self.startup_s} s and drain "
-            f"{self.drain_s} s kept aside)"
-        )
-
-
-def step_budget(cell: Cell, env: Mapping[str, str] = os.environ) -> StepBudget:
-    """The step budget of a capacity cell (its ``capacity`` must be set)."""
-    assert cell.capacity is not None, "only a capacity cell has a step budget"
-    engine = recipe(cell.engine)
-    startup = _int(env, "AGENTSWEEP_STARTUP_MARGIN_S", minimum=0, default=engine.startup_margin_s)
-    drain = _int(env, "AGENTSWEEP_DRAIN_MARGIN_S", minimum=0, default=DRAIN_MARGIN_S)
-    limit = cell.capacity.time_limit_min * 60
-    step_s = cell.duration + engine.step_overhead_s
-    steps = max(0, math.floor((limit - startup - drain) / step_s))
-    return StepBudget(time_limit_s=limit, startup_s=startup, drain_s=drain, step_s=step_s, steps=steps)
-
-
-def no_step_reason(cell: Cell, env: Mapping[str, str] = os.environ) -> str | None:
-    """Why a capacity cell's job time limit holds no search step (it would start its engine and measure
-    nothing), or None when it holds at least one."""
-    budget = step_budget(cell, env)
-    if budget.steps > 0:
-        return None
-    need = math.ceil((budget.startup_s + budget.drain_s + budget.step_s) / 60)
-    return (
-        f"a time limit of {budget.time_limit_s / 60:g} min holds no search step: each takes about "
-        f"{budget.step_s:.0f} s after {budget.startup_s} s start-up, and {budget.drain_s} s drain stay "
-        f"aside; give it at least {need} min"
-    )
-
-
 def mem_gb(cpu_dram_gb: float, env: Mapping[str, str]) -> int:
     """Host memory to ask Slurm for (GiB); 0 = leave it to the cluster's default (no offload)."""
     if cpu_dram_gb <= 0:
         return 0
-    overhead = _int(env, "AGENTSWEEP_MEM_OVERHEAD_GB", minimum=0, default=MEM_OVERHEAD_GB)
+    overhead = env_int(env, "AGENTSWEEP_MEM_OVERHEAD_GB", minimum=0, default=MEM_OVERHEAD_GB)
     return math.ceil(cpu_dram_gb) + overhead
 
 

@@ -226,7 +226,7 @@ def _check_budget(
     spec: SweepSpec, point: SearchPoint, cell: Cell, search: UserSearch, runner: RunnerSpec
 ) -> None:
     """A capacity cell whose job time limit holds no step is refused here, not started."""
-    from agentsweep.cell.allocation import no_step_reason
+    from agentsweep.cell.step_budget import no_step_reason
 
     reason = no_step_reason(cell)
     if reason is None:

@@ -17,9 +17,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from agentsweep.cell.allocation import mem_gb, no_step_reason, step_budget
+from agentsweep.cell.allocation import mem_gb
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.placement import node_gpus
+from agentsweep.cell.step_budget import no_step_reason, step_budget
 from agentsweep.config.schema import RunnerSpec
 from agentsweep.contract.cell import Cell
 from agentsweep.preflight import container, hub
