@@ -24,8 +24,9 @@ def _serve(interval: int, after_tokens: int) -> tuple[SimRequest, SimRequest]:
         engine.start()
         try:
             a = engine.submit(list(range(64)), 120)
-            while a.generated < after_tokens:
-                await asyncio.sleep(0.0005)
+            while a.generated < after_tokens:  # woken by A's every token, not by polling a wall clock
+                a.event.clear()
+                await a.event.wait()
             b = engine.submit(list(range(1000, 1064)), 4)
             for r in (a, b):
                 while r.status != FINISHED:
