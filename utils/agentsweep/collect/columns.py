@@ -211,6 +211,7 @@ POWER: tuple[Column, ...] = (
     Column("peak_temp_c", Unit.CELSIUS),
     Column("avg_util_pct", Unit.PERCENT),
     Column("power_reasons", Unit.JSON),  # a list of one-line reasons
+    Column("power_reason_codes", Unit.JSON),  # one code per reason (energy.summary.REASON_CODES)
     Column("power_audit", Unit.JSON),
 )
 

@@ -250,6 +250,9 @@ class EngineSettings(Frozen):
     # (kv_cache_tester.replay.merge): past what one client node drives. At most the nodes of the
     # cell's allocation and its users (the cell's plan refuses more).
     client_nodes: Annotated[int, Field(gt=0, le=MAX_NODES)] = 1
+    # The model's key on InferenceX (its ``infmax_model_prefix``, e.g. llama70b) for the export; ""
+    # takes it from the shipped map of model names (agentsweep.export.inferencex).
+    infmax_model_prefix: Annotated[str, Field(pattern=r"^([a-z0-9][a-z0-9._-]*)?$", max_length=64)] = ""
 
     @property
     def engine_env_dict(self) -> dict[str, str]:
