@@ -18,7 +18,9 @@ Read in SemiAnalysisAI/InferenceX-app at these commits (each file's own stored v
   @ 250052d4e22766cebe69231bce0c54747b02a22c: parallelism and GPU counts;
 - packages/db/src/etl/benchmark-ingest.ts @ 01668b8719f1d9013a456fdbaa8fc914f9329465: a point's identity;
 - packages/constants/src/gpu-keys.ts @ 0c8d27926279eb875d6260c2b6ec5e2fa26ba7de,
-  framework-aliases.ts @ 08913cc7d303be60e289d8e2e4068cd711820d62, models.ts (model keys).
+  framework-aliases.ts @ 08913cc7d303be60e289d8e2e4068cd711820d62, models.ts @
+  1127bd242f32f83727565ae6d6accf9b753038a8 (the database's model keys; later versions add keys, the
+  union of the versions read is kept here).
 
 Nothing here imports the exporter: the tests map what it wrote with these rules and compare the
 result with figures read from the result directories themselves.
