@@ -295,3 +295,13 @@ def test_a_row_that_breaks_the_schema_is_named_field_by_field() -> None:
     found = problems(flat, "flat")
     assert any(line.startswith("conc:") for line in found)
     assert any("tput_per_gpu" in line for line in found)
+
+
+def test_a_run_that_departs_from_its_preset_says_so_by_name_in_its_row() -> None:
+    cell = _cell(preset="agentx", duration=900)
+    departs = ["test_duration 900 (InferenceX 3600)"]
+    for model in (flat_row, nested_row):
+        row = row_json(model(_point(cell, preset_deviations=json.dumps(departs))))
+        assert row["replay_preset"] == {"name": "agentx", "deviations": departs}
+    plain = row_json(flat_row(_point()))
+    assert plain["replay_preset"] == {"name": "none", "deviations": []}

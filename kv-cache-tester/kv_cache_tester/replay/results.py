@@ -244,6 +244,7 @@ class SelfAudit(TypedDict):
     abandoned_in_flight: int
     idle_lanes: int
     unsent_requests: int  # requests of started plays never dispatched (a run cut short)
+    idle_advanced_s: NotRequired[float]  # wall seconds --system-idle-cap advanced the pending delays
     # A run made by several client processes (merge.py), by client index; client_cpu_share is then
     # the busiest client's.
     clients: NotRequired[dict[str, ClientAudit]]
@@ -294,6 +295,13 @@ class Stability(TypedDict):
     root_trajectory_largest_share: float | None
 
 
+class PresetUsed(TypedDict):
+    """The replay option set a run used (``--preset``) and where the run departs from it."""
+
+    name: str
+    deviations: list[str]  # "name value (preset|InferenceX value)" each
+
+
 class Summary(TypedDict):
     schema_version: int
     counts: Counts
@@ -312,6 +320,7 @@ class Summary(TypedDict):
     validity: NotRequired[dict[str, Any]]
     # InferenceX's stability keys over the steady window (replay/stability.py), seconds and tok/s.
     stability: NotRequired[Stability]
+    preset: NotRequired[PresetUsed]  # a run with --preset
 
 
 # What a summary must hold to be read at all; every other key may be absent.

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kv_cache_tester.metrics import interactivity_stats, record_full_response_itl_s, stats_of
+from kv_cache_tester.replay.presets import PRESETS, deviations
 from kv_cache_tester.replay.results import (
     SCHEMA_VERSION,
     Cache,
@@ -66,6 +67,7 @@ class RunMeta:
     errors: list[str] = field(default_factory=list)  # lanes or sub-agents that raised
     planned: int = 0  # requests in the plays that were started, from their start point
     sent: int = 0  # requests dispatched (each has a line in requests.jsonl)
+    idle_advanced_s: float = 0.0  # wall seconds --system-idle-cap advanced the pending delays by
 
 
 def _rate(num: float, dur: float) -> float | None:
@@ -103,6 +105,9 @@ def build_summary(
         "options": options,
         "stability": stability_block(in_win, window.start, window.stop, stability_subwindow_s),
     }
+    preset = options.get("preset")
+    if isinstance(preset, str) and preset in PRESETS:
+        summary["preset"] = {"name": preset, "deviations": deviations(preset, options)}
     engine = _engine_clock(ok, in_win, window.duration)
     if engine is not None:
         summary["engine_clock"] = engine
@@ -330,6 +335,7 @@ def _self_audit(records: list[RequestRecord], metas: list[RunMeta]) -> SelfAudit
         "abandoned_in_flight": sum(m.abandoned for m in metas),
         "idle_lanes": sum(m.idle_lanes for m in metas),
         "unsent_requests": sum(m.planned - m.sent for m in metas),
+        "idle_advanced_s": math.fsum(m.idle_advanced_s for m in metas),
     }
 
 

@@ -112,6 +112,9 @@ SUMMARY: tuple[Column, ...] = (
     Column("client_hit_rate", Unit.FRACTION, "cache.client_hit_rate"),
     Column("dispatch_lag_p99_s", Unit.WALL_SECONDS, "self_audit.dispatch_lag_s.p99"),
     Column("client_cpu_share", Unit.FRACTION, "self_audit.client_cpu_share"),
+    Column("idle_advanced_s", Unit.WALL_SECONDS, "self_audit.idle_advanced_s"),
+    # Where a run departs from its replay preset (a JSON list, by name; docs/replay-parity.md).
+    Column("preset_deviations", Unit.JSON, "preset.deviations"),
 )
 
 # Derived from the summary columns and the cell's GPU count (aggregate.derived_columns): per GPU over

@@ -165,6 +165,12 @@ class ReplayOptions(Frozen):
     ignore_eos: bool = True
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
     warmup_requests: Annotated[int, Field(ge=0, le=MAX_WARMUP_REQUESTS)] = 1
+    # Warm-up requests after a lane's first ask for one output token and skip their delays.
+    warmup_one_token: bool = False
+    # With nothing in flight, pending delays advance so the next request leaves within this many
+    # trace seconds (0: off); more than this share of profiled requests failing ends the run (0: never).
+    system_idle_cap: Annotated[float, Field(ge=0, le=MAX_DELAY_S)] = 0.0
+    failed_request_threshold: Annotated[float, Field(ge=0, lt=1)] = 0.0
     api: Api = "chat"
     preset: Preset = "none"
 

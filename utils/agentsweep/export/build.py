@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kv_cache_tester.metrics import interactivity_tok_s
@@ -75,7 +75,6 @@ class Point:
     values: Mapping[str, Any]
     versions: Mapping[str, str | None]
     reason: str = ""  # why the cell is not SUCCESS (collect's reason)
-    deviations: tuple[str, ...] = field(default=())  # where the run departs from its preset
 
 
 def _num(value: Any) -> float | None:
@@ -150,6 +149,12 @@ def _stability(values: Mapping[str, Any], flat: str) -> float | int | None:
 
 def _window_range(values: Mapping[str, Any], metric: str, stat: str, end: str) -> float | None:
     return _num(values.get(f"stability_{stat}_{metric}_{end}"))
+
+
+def _deviations(values: Mapping[str, Any]) -> list[str]:
+    """Where the run departs from its replay preset (summary.json ``preset.deviations``)."""
+    found = _json(values.get("preset_deviations"), [])
+    return [str(d) for d in found] if isinstance(found, list) else []
 
 
 def _outcome(point: Point) -> dict[str, Any]:
@@ -229,7 +234,7 @@ def identity(point: Point) -> dict[str, Any]:
         "num_requests_total": _int(values.get("req_records")),
         "num_requests_successful": _int(values.get("requests_ok")),
         "duration_seconds": _duration(values),
-        "replay_preset": {"name": cell.preset, "deviations": list(point.deviations)},
+        "replay_preset": {"name": cell.preset, "deviations": _deviations(values)},
         "kv_cache_pool_tokens": _int(values.get("kv_pool_tokens")),
     }
     if cell.prefill is not None and cell.decode is not None:
