@@ -42,6 +42,8 @@ def _values() -> dict[str, Any]:
     for stat in ("mean", "p50", "p75", "p90", "p95", "p99", "p999"):
         values[f"interactivity_{stat}_tok_per_s"] = 1 / values[f"full_response_itl_{stat}_s"]
     values["interactivity_std_tok_per_s"] = 7.5
+    for j, stat in enumerate(("mean", "p50", "p75", "p90", "p95", "p99", "p999", "std")):
+        values[f"e2e_norm_interactivity_{stat}_tok_per_s"] = 20.0 - j
     values.update(
         input_tok_per_s=900.0,
         output_tok_per_s=100.0,
@@ -305,3 +307,14 @@ def test_a_run_that_departs_from_its_preset_says_so_by_name_in_its_row() -> None
         assert row["replay_preset"] == {"name": "agentx", "deviations": departs}
     plain = row_json(flat_row(_point()))
     assert plain["replay_preset"] == {"name": "none", "deviations": []}
+
+
+def test_e2e_normalised_interactivity_is_a_field_of_both_shapes() -> None:
+    flat = row_json(flat_row(_point()))
+    nested = row_json(nested_row(_point()))
+    assert (
+        flat["p90_e2e_norm_intvty"] == nested["request_metrics"]["latency"]["e2e_norm_intvty"]["p90"] == 17.0
+    )
+    assert flat["median_e2e_norm_intvty"] == 19.0 and flat["std_e2e_norm_intvty"] == 13.0
+    # Their ingest keeps it as a metric of its own (their flattener reads no such block: the flat key).
+    assert map_row(flat).metrics["p90_e2e_norm_intvty"] == 17.0

@@ -108,6 +108,11 @@ def test_interactivity_and_throughput_per_gpu_by_hand_from_requests_jsonl(cell_d
     for pct, key in ((50, "median_intvty"), (90, "p90_intvty"), (99, "p99_intvty")):
         assert flat[key] == pytest.approx(1 / np.percentile(itls, pct), rel=1e-9)
     assert flat["p90_intvty"] < flat["median_intvty"]  # the slow tail
+    # E2E-normalised interactivity: 1 / pXX of E2E per output token, the engine's E2E and tokens.
+    per_token = [e["e2e_s"] / e["output_tokens"] for e in engine if e["output_tokens"] >= 1]
+    for pct, key in ((50, "median_e2e_norm_intvty"), (90, "p90_e2e_norm_intvty")):
+        assert flat[key] == pytest.approx(1 / np.percentile(per_token, pct), rel=1e-9)
+    assert flat["p90_e2e_norm_intvty"] < flat["p90_intvty"]  # it charges each request its TTFT
     # Throughput per GPU: prompt (cached included) + output tokens of the requests that finished in
     # the steady window, per engine second, over both GPUs.
     inside = [r for r in ok if window["start_s"] <= r["t_done"] <= window["end_s"]]

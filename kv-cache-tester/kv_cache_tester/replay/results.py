@@ -202,6 +202,8 @@ class Latency(TypedDict):
     full_response_itl_s: NotRequired[Distribution]
     plain_interactivity_tok_per_s: NotRequired[Distribution]  # 1 / ITL of the token gaps
     output_speed_tok_per_s: NotRequired[Distribution]
+    e2e_per_output_token_s: NotRequired[Distribution]  # E2E / output tokens per request
+    e2e_norm_interactivity_tok_per_s: NotRequired[Distribution]  # 1 / E2E per output token
 
 
 class Slo(TypedDict):

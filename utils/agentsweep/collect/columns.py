@@ -85,6 +85,15 @@ SUMMARY: tuple[Column, ...] = (
         for stat in LATENCY_STATS
     ),
     Column("interactivity_std_tok_per_s", Unit.TOKENS_PER_S_PER_USER, "latency.interactivity_tok_per_s.std"),
+    # E2E-normalised interactivity: 1 / E2E per output token at each statistic (kv_cache_tester.metrics).
+    *(
+        Column(
+            f"e2e_norm_interactivity_{stat.replace('.', '')}_tok_per_s",
+            Unit.TOKENS_PER_S_PER_USER,
+            f"latency.e2e_norm_interactivity_tok_per_s.{stat}",
+        )
+        for stat in LATENCY_STATS
+    ),
     *(
         Column(f"stability_{key}", unit, f"stability.{key}")
         for key, unit in (

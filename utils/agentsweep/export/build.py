@@ -104,6 +104,13 @@ def _interactivity(values: Mapping[str, Any]) -> Statistics:
     )
 
 
+def _e2e_norm_interactivity(values: Mapping[str, Any]) -> Statistics:
+    """1 / E2E per output token at each statistic (collect's E2E-normalised interactivity columns)."""
+    return Statistics.model_validate(
+        {s: _num(values.get(f"e2e_norm_interactivity_{_col(s)}_tok_per_s")) for s in LATENCY_STATS}
+    )
+
+
 def _token_gap_interactivity(values: Mapping[str, Any]) -> Statistics:
     """1 / token-gap ITL at each statistic; no std (the token gaps are not per-request speeds)."""
     figures = {s: interactivity_tok_s(_num(values.get(f"itl_{_col(s)}_s"))) for s in LATENCY_STATS}
@@ -275,6 +282,7 @@ def nested_row(point: Point) -> NestedRow:
                     intvty=full_intvty,
                     full_response_itl=full_itl,
                     full_response_intvty=full_intvty,
+                    e2e_norm_intvty=_e2e_norm_interactivity(v),
                     token_gap_itl=_latency(v, "itl"),
                     token_gap_intvty=_token_gap_interactivity(v),
                 ),
@@ -338,6 +346,7 @@ def flat_row(point: Point) -> BaseModel:
     }
     sources["full_response_itl"] = sources["itl"]
     sources["full_response_intvty"] = sources["intvty"]
+    sources["e2e_norm_intvty"] = lambda s: _num(v.get(f"e2e_norm_interactivity_{s}_tok_per_s"))
     for metric, _ in FLAT_METRICS:
         for prefix, key in STATS:
             out[f"{prefix}_{metric}"] = sources[metric](_col(key))

@@ -50,6 +50,7 @@ FLAT_METRICS: tuple[tuple[str, str], ...] = (
     ("intvty", "intvty"),
     ("full_response_itl", "full_response_itl"),
     ("full_response_intvty", "full_response_intvty"),
+    ("e2e_norm_intvty", "e2e_norm_intvty"),
 )
 WINDOW_RANGES: tuple[tuple[str, str, str], ...] = tuple(
     (metric, stat, end)
@@ -226,6 +227,9 @@ class Latency(_Model):
     intvty: Statistics = Field(description="1 / full-response ITL")
     full_response_itl: Statistics
     full_response_intvty: Statistics
+    e2e_norm_intvty: Statistics = Field(
+        description="E2E-normalised interactivity: 1 / (E2E / output tokens) at each statistic"
+    )
     token_gap_itl: Statistics = Field(description="the gaps between streamed tokens")
     token_gap_intvty: Statistics = Field(description="1 / token-gap ITL")
 
