@@ -18,7 +18,7 @@ machine's noise, from /proc/stat, this benchmark's own processes excluded where 
    step model grew (``--before``, default the parent of the commit that fitted it), alternating, the
    server pinned to one core: server CPU per request (ms) and requests/s.
 
-4. ``agents per client core``: the replayer at the agentic preset's settings against the instant
+4. ``agents per client core``: the replayer at agentic settings (docs/scaleout.md) against the instant
    server (``agents_part``): its CPU share of its core and the users one core drives.
 
     .venv/bin/python scripts/bench_load_path.py                # everything (about 15 minutes)
@@ -283,11 +283,12 @@ def sim_part(args: argparse.Namespace, work: Path) -> None:
 
 
 def agents_part(args: argparse.Namespace, work: Path) -> None:
-    """The replayer at the agentx preset's settings (start 25-75% into each trace after a warm-up
-    request, gaps capped at 10 s, outputs to the trace's length) against the instant server streaming
-    one token every --agent-itl-ms with no prefill time (so each agent asks as often as it can: a
-    conservative figure), for --agent-duration s (shorter than the preset's 900 s minimum, so the
-    flags are given one by one): the replayer's CPU share of its core, and users / that share."""
+    """The replayer at agentic settings (start 25-75% into each trace after a warm-up request, gaps
+    capped at 10 s, outputs to the trace's length: the agentx preset before it took InferenceX's
+    current settings, docs/replay-parity.md) against the instant server streaming one token every
+    --agent-itl-ms with no prefill time (so each agent asks as often as it can: a conservative
+    figure), for --agent-duration s (the flags given one by one): the replayer's CPU share of its
+    core, and users / that share."""
     from kv_cache_tester.replay import load_summary
 
     print(f"\n== agents per client core, agentic settings ({args.agent_users} users) ==", flush=True)

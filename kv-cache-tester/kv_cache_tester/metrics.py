@@ -15,6 +15,9 @@ Per request (seconds, tokens):
   first). Kept as its own key because the replayer reports it per request.
 - Output speed: ``1 / full-response ITL`` = ``(output tokens - 1) / (E2E - TTFT)``, tokens per second
   one user sees once the first token arrived.
+- E2E per output token: ``E2E / output tokens``, the seconds a user waited per token delivered, the
+  wait for the first one included (InferenceX's MODELS.md, "E2E normalized interactivity"); defined
+  for a request with a positive E2E and at least one output token.
 
 Per run, at percentile pXX (0-100 scale, linear interpolation between closest ranks):
 
@@ -22,6 +25,9 @@ Per run, at percentile pXX (0-100 scale, linear interpolation between closest ra
   gap is a low interactivity, so p90 interactivity is what the slowest tenth of requests saw. It is
   NOT the pXX of per-request speeds (that would be the fast tail); taking the percentile of a
   per-request rate the wrong way is a known way to report figures many times too optimistic.
+- E2E-normalised interactivity at pXX = ``1 / (pXX of E2E per output token)``: the slow tail, as
+  interactivity; it charges each request its queueing and prefill time (about
+  ``1 / (TPOT + TTFT / output tokens)``), and is InferenceX's headline x-axis of agentic rows (at p90).
 - Throughput per GPU = total tokens per second (input, cached input included, plus output) divided
   by every GPU of the cell; output and input per GPU beside it (``per_gpu``).
 - Every latency is reported as a ``Distribution`` (``stats_of``): mean, p50/p75/p90/p95/p99/p99.9 and the population
@@ -82,6 +88,19 @@ def record_output_speed_tok_s(record: Mapping[str, Any]) -> float | None:
     return output_speed_tok_s(record.get("e2e_s"), record.get("ttft_s"), record.get("output_tokens"))
 
 
+def e2e_per_output_token_s(e2e_s: Any, output_tokens: Any) -> float | None:
+    """``E2E / output tokens``; None without a positive E2E and at least one output token."""
+    e2e, out = _finite(e2e_s), _finite(output_tokens)
+    if e2e is None or out is None or e2e <= 0 or out <= 0:
+        return None
+    return e2e / out
+
+
+def record_e2e_per_output_token_s(record: Mapping[str, Any]) -> float | None:
+    """The E2E per output token of one requests.jsonl record (or an engine timeline)."""
+    return e2e_per_output_token_s(record.get("e2e_s"), record.get("output_tokens"))
+
+
 def interactivity_tok_s(itl_at_percentile_s: float | None) -> float | None:
     """Interactivity at a percentile from the ITL at that percentile: ``1 / ITL`` (None for none or 0)."""
     return 1.0 / itl_at_percentile_s if itl_at_percentile_s else None
@@ -123,6 +142,13 @@ def interactivity_stats(itl: Distribution, speeds: Iterable[float] = ()) -> Dist
     out: dict[str, float | None] = {key: interactivity_tok_s(source.get(key)) for key in STAT_KEYS}
     out["std"] = stats_of(speeds)["std"]
     return cast(Distribution, out)
+
+
+def e2e_norm_interactivity_stats(per_output_token_s: Iterable[float]) -> Distribution:
+    """E2E-normalised interactivity from the requests' E2E per output token: ``1 /`` its mean and each
+    percentile (the slow tail); ``std`` of the per-request rates ``output tokens / E2E``."""
+    values = list(per_output_token_s)
+    return interactivity_stats(stats_of(values), (1.0 / v for v in values if v > 0))
 
 
 # --- throughput per GPU ------------------------------------------------------------------------

@@ -4,9 +4,12 @@ import math
 
 import pytest
 from kv_cache_tester.metrics import (
+    e2e_norm_interactivity_stats,
+    e2e_per_output_token_s,
     full_response_itl_s,
     interactivity_at,
     output_speed_tok_s,
+    record_e2e_per_output_token_s,
     record_full_response_itl_s,
     record_output_speed_tok_s,
 )
@@ -51,3 +54,22 @@ def test_interactivity_is_the_inverse_of_the_itl_percentile_the_slow_tail() -> N
     wrong_way = speeds[int(0.9 * (len(speeds) - 1))]  # the p90 of per-request speeds: the fast tail
     assert wrong_way == pytest.approx(100.0) and p90 < wrong_way
     assert interactivity_at([], 90) is None
+
+
+def test_e2e_normalised_interactivity_is_one_over_the_percentile_of_e2e_per_output_token() -> None:
+    # InferenceX's MODELS.md: r_i = E2EL_i / OSL_i, and at percentile q, 1 / percentile_q(r).
+    assert e2e_per_output_token_s(10.0, 200) == pytest.approx(0.05)
+    assert record_e2e_per_output_token_s({"e2e_s": 3.0, "output_tokens": 60}) == pytest.approx(0.05)
+    for e2e, out in ((None, 10), (1.0, 0), (0.0, 10), (1.0, None), (math.inf, 5)):
+        assert e2e_per_output_token_s(e2e, out) is None
+    # Nine quick requests (0.02 s per token) and one that waited 10 s for its first token.
+    per_token = [0.02] * 9 + [(10.0 + 0.02 * 100) / 100]
+    stats = e2e_norm_interactivity_stats(per_token)
+    ordered = sorted(per_token)
+    p90 = ordered[8] + 0.1 * (ordered[9] - ordered[8])  # linear between closest ranks
+    assert stats["p90"] == pytest.approx(1 / p90) and stats["p90"] < 50.0  # the slow tail
+    assert stats["p50"] == pytest.approx(50.0)
+    assert stats["mean"] == pytest.approx(1 / (sum(per_token) / 10))
+    rates = [1 / v for v in per_token]
+    mean_rate = sum(rates) / 10
+    assert stats["std"] == pytest.approx(math.sqrt(sum((r - mean_rate) ** 2 for r in rates) / 10))

@@ -71,3 +71,29 @@ def test_frontier_table_per_series_and_pooled():
     assert by_series["vllm offload=off"] == ["d"]  # c is slower and lower than d
     assert by_series["vllm offload=on tp=1"] == ["a"]
     assert by_series["all cells"] == ["a", "b", "d"]  # e FAILED: never on a frontier
+
+
+def test_e2e_normalised_interactivity_at_p90_is_an_axis_higher_is_better():
+    df = pd.DataFrame(
+        {
+            "exp_name": ["a", "b", "c"],
+            "status": ["SUCCESS"] * 3,
+            "engine": ["vllm"] * 3,
+            "offload": ["off"] * 3,
+            "tp": [1, 1, 1],
+            "users": [2, 4, 8],
+            "e2e_norm_interactivity_p90_tok_per_s": [30.0, 20.0, 25.0],
+            "output_tok_per_s_per_gpu": [100.0, 150.0, 120.0],
+        }
+    )
+    table = frontier_table(df)
+    sub = table[
+        (table.x_metric == "e2e_norm_interactivity_p90_tok_per_s")
+        & (table.y_metric == "output_tok_per_s_per_gpu")
+        & (table.series == "all cells")
+    ]
+    assert sorted(sub.exp_name) == ["a", "b", "c"]  # none is both faster per user and higher per GPU
+    df.loc[2, "e2e_norm_interactivity_p90_tok_per_s"] = 19.0  # c: slower than b and lower: dominated
+    table = frontier_table(df)
+    sub = table[(table.x_metric == "e2e_norm_interactivity_p90_tok_per_s") & (table.series == "all cells")]
+    assert sorted(sub[sub.y_metric == "output_tok_per_s_per_gpu"].exp_name) == ["a", "b"]

@@ -15,7 +15,7 @@ from agentsweep.contract.cell import Cell
 from agentsweep.energy import power_summary
 from agentsweep.energy.nvidia_smi import parse_line
 from agentsweep.energy.powercsv import GpuReading, PowerCsvWriter, PowerRow, read_power
-from agentsweep.energy.summary import Window, Work, integrate, summarize
+from agentsweep.energy.summary import REASON_CODES, Window, Work, integrate, summarize
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOOP_FIELDS = (
@@ -147,9 +147,13 @@ def steady(gpus=("0", "1"), times=range(0, 21), node="n"):  # type: ignore[no-un
     return [PowerRow(float(t), node, g, 400.0, None, 50.0, 90.0, 1000.0) for t in times for g in gpus]
 
 
-def assert_withheld(summary, reason: str) -> None:  # type: ignore[no-untyped-def]
+def assert_withheld(summary, reason: str, code: str) -> None:  # type: ignore[no-untyped-def]
+    """Withheld for ``reason`` (a part of one line), whose code is ``code`` (one code per line)."""
     assert not summary.power_valid
     assert any(reason in r for r in summary.reasons), summary.reasons
+    assert len(summary.reason_codes) == len(summary.reasons)
+    assert summary.reason_codes[next(i for i, r in enumerate(summary.reasons) if reason in r)] == code
+    assert set(summary.reason_codes) <= set(REASON_CODES)
     for name in (
         "avg_power_w", "p90_power_w", "total_gpu_energy_j", "joules_per_output_token", "joules_per_total_token",
         "joules_per_successful_query", "avg_temp_c", "peak_temp_c", "avg_util_pct",
@@ -161,7 +165,9 @@ def assert_withheld(summary, reason: str) -> None:  # type: ignore[no-untyped-de
 def test_a_gap_in_the_samples():
     rows = [r for r in steady() if not 8 < r.time_s < 14]
     summary = run(rows, 1.0, 19.0, gpus=2, interval=1.0)
-    assert_withheld(summary, "largest gap between power samples is 6.00 s (GPU n/0; at most 5 s)")
+    assert_withheld(
+        summary, "largest gap between power samples is 6.00 s (GPU n/0; at most 5 s)", "sampling_gap_exceeded"
+    )
     assert summary.audit.largest_gap_s == pytest.approx(6.0)
 
 
@@ -173,7 +179,7 @@ def test_a_gpu_that_disappears_part_way_with_the_samplers_fault():
         )
     )
     summary = run(rows, 1.0, 19.0, gpus=2, interval=1.0)
-    assert_withheld(summary, "[GPU is lost]")
+    assert_withheld(summary, "[GPU is lost]", "sampler_fault")
     assert any("largest gap" in r and "GPU n/1" in r for r in summary.reasons)
 
 
@@ -184,25 +190,29 @@ def test_a_counter_that_goes_backwards():
     ]
     summary = run(rows, 1.0, 19.0, interval=1.0)
     assert_withheld(
-        summary, "energy counter of GPU n/0 went backwards at +11.0 s of the window (9400 J -> 5800 J)"
+        summary,
+        "energy counter of GPU n/0 went backwards at +11.0 s of the window (9400 J -> 5800 J)",
+        "negative_delta_gpus",
     )
 
 
 def test_fewer_gpus_than_the_cell_has():
     summary = run(steady(gpus=("0",)), 1.0, 19.0, gpus=2, interval=1.0)
-    assert_withheld(summary, "power samples of 1 of the cell's 2 GPUs in the window (n/0)")
+    assert_withheld(
+        summary, "power samples of 1 of the cell's 2 GPUs in the window (n/0)", "expected_gpu_count_mismatch"
+    )
 
 
 def test_a_gpu_reporting_na_power():
     rows = steady(gpus=("0",)) + [PowerRow(float(t), "n", "1", None, None, 40.0) for t in range(21)]
     summary = run(rows, 1.0, 19.0, gpus=2, interval=1.0)
-    assert_withheld(summary, "GPU n/1 reports no power")
+    assert_withheld(summary, "GPU n/1 reports no power", "no_usable_power_samples")
 
 
 def test_a_missing_tool_leaves_only_its_fault_which_is_the_reason():
     rows = [PowerRow(0.2, "n", "", fault="nvidia-smi on n: cannot run nvidia-smi: No such file or directory")]
     summary = run(rows, 1.0, 19.0, gpus=1, interval=1.0)
-    assert_withheld(summary, "cannot run nvidia-smi: No such file or directory")
+    assert_withheld(summary, "cannot run nvidia-smi: No such file or directory", "sampler_fault")
     assert summary.audit.faults == 1 and summary.audit.observed_gpus == 0
 
 
@@ -248,10 +258,12 @@ def test_the_file_round_trips_and_the_result_directory_gives_the_summary(tmp_pat
     assert summary.joules_per_successful_query == pytest.approx(2 * 400.0 * 18.0 / 9.0)
     assert summary.audit.source == "nvidia-smi" and summary.to_dict()["audit"]["expected_gpus"] == 2
     (rd / "power.csv").unlink()
-    assert_withheld(power_summary(rd), "power.csv missing")
+    assert_withheld(power_summary(rd), "power.csv missing", "telemetry_file_missing")
     none = cell.replace(power_source="none").model_dump(mode="json")
     (rd / "cell.json").write_text(json.dumps({**json.loads((rd / "cell.json").read_text()), "cell": none}))
-    assert_withheld(power_summary(rd), "runner h200 samples no power (power_source none)")
+    assert_withheld(
+        power_summary(rd), "runner h200 samples no power (power_source none)", "power_not_sampled"
+    )
 
 
 def test_unreadable_rows_are_counted_and_spoil_the_measurement(tmp_path):

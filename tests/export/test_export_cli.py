@@ -1,6 +1,6 @@
-"""`agentsweep export` on collect's synthetic sweeps: which cells become rows (a capacity cell's steps,
-not the cell), older summaries, bad input, cells that depart from their receipts and points measured
-differently."""
+"""`agentsweep export` on synthetic sweeps: the files laid out as InferenceX's collector and ingest read
+them, which cells become rows (a capacity cell's steps, not the cell), cells that depart from their
+receipts, points measured differently, and bad input (one line, exit status 2, nothing written)."""
 
 from __future__ import annotations
 
@@ -13,66 +13,135 @@ from agentsweep.cli import main
 from agentsweep.export.schema import problems
 
 from ..capacity.synthetic import capacity_dir
+from ..collect.conftest import Spec
 from ..collect.test_collect_provenance import reseal
-from ..store.conftest import SMALL, make_sweep
+from .inferencex_ingest import Skipped, map_row, read_artifacts
+from .sweeps import sweep
+
+SMALL = [Spec(tp=1, users=u, offload=o) for u in (2, 8) for o in ("on", "off")]
 
 
-def _export(root, out, *extra: str) -> int:
+def _export(root: Path, out: Path, *extra: str) -> int:
     return main(["export", "--format", "inferencex", str(root), "-o", str(out), *extra])
 
 
-def test_only_success_points_unless_include_invalid_then_with_their_outcome(tmp_path, capsys):
-    failed = SMALL[1].exp_name
-    make_sweep(tmp_path / "a", SMALL, failed=[failed])
-    assert _export(tmp_path / "a", tmp_path / "rows.json") == 0
-    rows = json.loads((tmp_path / "rows.json").read_text())
-    assert sorted(r["exp_name"] for r in rows) == sorted(s.exp_name for s in SMALL if s.exp_name != failed)
-    assert {r["outcome"] for r in rows} == {"SUCCESS"}
+def _rows(out: Path) -> list[dict]:
+    return json.loads((out / "results_bmk" / "agg_bmk.json").read_text())
+
+
+def _one_line_exit_2(capsys: pytest.CaptureFixture[str], code: int, out: Path) -> str:
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and err.startswith("input error: ")
+    assert not out.exists() and not any(out.parent.glob(f".{out.name}.tmp-*"))
+    return err
+
+
+def test_the_files_are_laid_out_as_their_collector_and_ingest_read_them(tmp_path):
+    sweep(tmp_path / "a", SMALL)
+    assert _export(tmp_path / "a", tmp_path / "out") == 0
+    files = read_artifacts(tmp_path / "out")
+    names = sorted(s.exp_name for s in SMALL)
+    per_job = [f for f in files if f.path.startswith("bmk_agentic_")]
+    assert [f.path for f in per_job] == [f"bmk_agentic_{n}/{n}.json" for n in names]
+    assert all(len(f.rows) == 1 and f.non_object_rows == 0 for f in per_job)
+    (aggregate,) = [f for f in files if f.path == "results_bmk/agg_bmk.json"]
+    assert aggregate.rows == [f.rows[0] for f in per_job] and aggregate.non_object_rows == 0
+    for name in names:
+        raw = tmp_path / "out" / f"agentic_{name}" / "aiperf_artifacts"
+        server = json.loads((raw / "server_metrics_export.json").read_text())["metrics"]
+        assert server["vllm:kv_cache_usage_perc"]["series"][0]["stats"]["max"] <= 1.0
+        assert (raw / "profile_export.jsonl").is_file()
+
+
+def test_only_success_points_unless_include_invalid_and_those_stay_out_of_their_curves(tmp_path, capsys):
+    failed, invalid = SMALL[1].exp_name, SMALL[2].exp_name
+    sweep(tmp_path / "a", SMALL, failed=[failed], invalid=[invalid])
+    assert _export(tmp_path / "a", tmp_path / "out") == 0
+    rows = _rows(tmp_path / "out")
+    assert sorted(r["exp_name"] for r in rows) == sorted(
+        s.exp_name for s in SMALL if s.exp_name not in (failed, invalid)
+    )
+    assert {r["benchmark_outcome"]["status"] for r in rows} == {"passed"}
     assert f"{failed}: FAILED, not exported" in capsys.readouterr().err
     for shape in ("flat", "nested"):
-        out = tmp_path / f"{shape}.json"
+        out = tmp_path / shape
         assert _export(tmp_path / "a", out, "--shape", shape, "--include-invalid") == 0
-        rows = json.loads(out.read_text())
-        assert len(rows) == len(SMALL)
-        assert {r["exp_name"]: r["outcome"] for r in rows}[failed] == "FAILED"
-        assert all(problems(r, shape) == [] for r in rows)
+        rows = _rows(out)
+        assert len(rows) == len(SMALL) and all(problems(r, shape) == [] for r in rows)
+        by_name = {r["exp_name"]: r for r in rows}
+        assert by_name[invalid]["benchmark_outcome"]["reasons"] == ["dispatch lag p99 3.1 s > 2 s"]
+        for name in (failed, invalid):
+            with pytest.raises(Skipped, match="failedRun"):
+                map_row(by_name[name])
 
 
-def test_a_summary_written_before_the_new_figures_still_exports(tmp_path):
-    # The synthetic cells' summaries hold no p75, std, full-response ITL, steady-window bounds or
-    # stability block: those are null, interactivity comes from TPOT (the same figure per request).
-    make_sweep(tmp_path / "a", SMALL[:1])
-    assert _export(tmp_path / "a", tmp_path / "rows.json") == 0
-    (row,) = json.loads((tmp_path / "rows.json").read_text())
-    assert row["p75_ttft"] is None and row["std_e2el"] is None and row["observed_window_count"] is None
-    assert row["median_intvty"] == 1 / row["median_tpot"]
-    assert row["median_itl"] is None and row["tput_per_gpu"] > 0
+def test_an_unmapped_model_is_one_line_naming_the_field_unless_allowed(tmp_path, capsys):
+    sweep(tmp_path / "a", SMALL, model="Qwen/Qwen3-32B")
+    err = _one_line_exit_2(capsys, _export(tmp_path / "a", tmp_path / "out"), tmp_path / "out")
+    assert "infmax_model_prefix" in err and "Qwen/Qwen3-32B" in err and "(and 3 more)" in err
+    assert _export(tmp_path / "a", tmp_path / "out", "--allow-unmapped") == 0
+    assert {r["infmax_model_prefix"] for r in _rows(tmp_path / "out")} == {None}
+    # The config entry names the key.
+    sweep(tmp_path / "b", SMALL, model="Qwen/Qwen3-32B", infmax_model_prefix="qwen3.5")
+    assert _export(tmp_path / "b", tmp_path / "out-b") == 0
+    assert {map_row(r).model for r in _rows(tmp_path / "out-b")} == {"qwen3.5"}
+
+
+def test_a_runner_without_a_known_gpu_is_unmapped_hardware(tmp_path, capsys):
+    sweep(tmp_path / "a", SMALL[:1], engine="vllm", image="vllm/vllm-openai:v1")
+    err = _one_line_exit_2(capsys, _export(tmp_path / "a", tmp_path / "out"), tmp_path / "out")
+    assert "hw 'local'" in err and "runners.yaml" in err
 
 
 def test_no_cells_is_one_line_and_status_2(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    assert _export(tmp_path / "empty", tmp_path / "rows.json") == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and err.startswith("input error: ") and "no cell result directories" in err
-    assert not (tmp_path / "rows.json").exists()
+    err = _one_line_exit_2(capsys, _export(tmp_path / "empty", tmp_path / "out"), tmp_path / "out")
+    assert "no cell result directories" in err
 
 
 def test_two_replayer_versions_are_refused_unless_allowed(tmp_path, capsys):
-    paths = make_sweep(tmp_path / "a", SMALL)
+    paths = sweep(tmp_path / "a", SMALL)
     reseal(paths[1], replayer="9.9.9")
-    assert _export(tmp_path / "a", tmp_path / "rows.json") == 2
+    err = capsys.readouterr().err + " "
+    code = _export(tmp_path / "a", tmp_path / "out")
     err = capsys.readouterr().err.strip()
-    assert "replayer versions differ" in err and "--allow-mixed" in err
-    assert not (tmp_path / "rows.json").exists()
-    assert _export(tmp_path / "a", tmp_path / "rows.json", "--allow-mixed") == 0
-    assert len(json.loads((tmp_path / "rows.json").read_text())) == len(SMALL)
+    assert code == 2 and err.count("\n") == 0 and "replayer versions differ" in err and "--allow-mixed" in err
+    assert not (tmp_path / "out").exists()
+    assert _export(tmp_path / "a", tmp_path / "out", "--allow-mixed") == 0
+    assert len(_rows(tmp_path / "out")) == len(SMALL)
+
+
+def test_rows_their_store_would_merge_are_refused(tmp_path, capsys):
+    # Without receipts the off and noprefix cells have no recipe fingerprint to tell them apart.
+    from ..collect.conftest import write_cell
+
+    for spec in (Spec(tp=1, users=2, offload="off"), Spec(tp=1, users=2, offload="noprefix")):
+        path = write_cell(tmp_path / "a", spec)
+        doc = json.loads((path / "cell.json").read_text())
+        doc["cell"]["model"] = "meta-llama/Llama-3.3-70B-Instruct"
+        (path / "cell.json").write_text(json.dumps(doc))
+    err = _one_line_exit_2(capsys, _export(tmp_path / "a", tmp_path / "out"), tmp_path / "out")
+    assert "one point to InferenceX" in err
+
+
+@pytest.mark.parametrize("target", ["rows.json", "full"])
+def test_an_output_that_is_a_file_name_or_not_empty_is_refused(tmp_path, capsys, target):
+    sweep(tmp_path / "a", SMALL[:1])
+    out = tmp_path / target
+    if target == "full":
+        out.mkdir()
+        (out / "keep").write_text("x")
+    code = _export(tmp_path / "a", out)
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and err.startswith("input error: ") and ("directory" in err or "not empty" in err)
+    assert (out / "keep").read_text() == "x" if target == "full" else not out.exists()
 
 
 def test_a_capacity_cell_exports_its_steps_not_itself(tmp_path, capsys):
     path = capacity_dir(tmp_path / "a")
     record = json.loads((path / "capacity.json").read_text())
-    assert _export(tmp_path / "a", tmp_path / "rows.json") == 0
-    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert _export(tmp_path / "a", tmp_path / "out", "--allow-unmapped") == 0
+    rows = _rows(tmp_path / "out")
     assert sorted((r["exp_name"], r["conc"]) for r in rows) == sorted(
         (s["exp_name"], s["users"]) for s in record["steps"]
     )
@@ -102,11 +171,11 @@ def _break_receipt(kind: str, path: Path) -> str:
 
 @pytest.mark.parametrize("kind", ["extra", "missing", "renamed", "changed", "unreadable receipt"])
 def test_a_cell_that_departs_from_its_receipt_is_not_exported(tmp_path, capsys, kind):
-    paths = make_sweep(tmp_path / "a", SMALL)
+    paths = sweep(tmp_path / "a", SMALL)
     reason = _break_receipt(kind, paths[2])
     name = SMALL[2].exp_name
-    assert _export(tmp_path / "a", tmp_path / "rows.json", "--include-invalid") == 0
-    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert _export(tmp_path / "a", tmp_path / "rows", "--include-invalid") == 0
+    rows = _rows(tmp_path / "rows")
     assert sorted(r["exp_name"] for r in rows) == sorted(s.exp_name for s in SMALL if s.exp_name != name)
     assert f"export: {name}: MALFORMED, not exported" in capsys.readouterr().err
     # collect says the same of it, and why.
@@ -117,12 +186,12 @@ def test_a_cell_that_departs_from_its_receipt_is_not_exported(tmp_path, capsys, 
 
 
 def test_a_point_without_receipt_beside_receipted_ones_is_refused_unless_allowed(tmp_path, capsys):
-    paths = make_sweep(tmp_path / "a", SMALL)
+    paths = sweep(tmp_path / "a", SMALL)
     (paths[1] / "receipt.json").unlink()
-    assert _export(tmp_path / "a", tmp_path / "rows.json") == 2
+    assert _export(tmp_path / "a", tmp_path / "rows") == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--allow-mixed" in err
     assert f"1 point(s) without a receipt.json beside points with one ({SMALL[1].exp_name})" in err
-    assert not (tmp_path / "rows.json").exists()
-    assert _export(tmp_path / "a", tmp_path / "rows.json", "--allow-mixed") == 0
-    assert len(json.loads((tmp_path / "rows.json").read_text())) == len(SMALL)
+    assert not (tmp_path / "rows").exists()
+    assert _export(tmp_path / "a", tmp_path / "rows", "--allow-mixed") == 0
+    assert len(_rows(tmp_path / "rows")) == len(SMALL)

@@ -1,4 +1,6 @@
-"""The two row shapes: shipped schemas equal the generated ones, rows validate, nested flattens to flat."""
+"""The two row shapes: shipped schemas equal the generated ones, rows validate, nested flattens to flat,
+and both shapes map through InferenceX's ingest (restated in inferencex_ingest.py) to the same point
+with the same figures."""
 
 from __future__ import annotations
 
@@ -8,17 +10,19 @@ from typing import Any
 import pytest
 from agentsweep.contract.cell import Cell
 from agentsweep.export.build import Point, flat_row, nested_row
-from agentsweep.export.models import flatten
+from agentsweep.export.models import flatten, row_json
 from agentsweep.export.schema import SCHEMA_DIR, SCHEMA_FILES, generated, problems, render, shipped
+
+from .inferencex_ingest import Skipped, map_row
 
 
 def _cell(**extra: Any) -> Cell:
     fields: dict[str, Any] = {
         "exp_name": "x-tp2-u4-on",
         "engine": "sim",
-        "model": "m",
+        "model": "meta-llama/Llama-3.3-70B-Instruct",
         "precision": "fp8",
-        "image": "img:1",
+        "image": "",
         "duration": 60,
         "traces": "t",
         "tp": 2,
@@ -35,8 +39,11 @@ def _values() -> dict[str, Any]:
     for i, metric in enumerate(("ttft", "e2e", "itl", "tpot", "full_response_itl")):
         for j, stat in enumerate(("mean", "p50", "p75", "p90", "p95", "p99", "p999", "std")):
             values[f"{metric}_{stat}_s"] = 0.01 * (i + 1) * (j + 1)
-    for stat in ("mean", "p50", "p75", "p90", "p95", "p99", "p999", "std"):
+    for stat in ("mean", "p50", "p75", "p90", "p95", "p99", "p999"):
         values[f"interactivity_{stat}_tok_per_s"] = 1 / values[f"full_response_itl_{stat}_s"]
+    values["interactivity_std_tok_per_s"] = 7.5
+    for j, stat in enumerate(("mean", "p50", "p75", "p90", "p95", "p99", "p999", "std")):
+        values[f"e2e_norm_interactivity_{stat}_tok_per_s"] = 20.0 - j
     values.update(
         input_tok_per_s=900.0,
         output_tok_per_s=100.0,
@@ -48,6 +55,7 @@ def _values() -> dict[str, Any]:
         gpu_hit_rate=0.4,
         cpu_hit_rate=0.05,
         kv_usage_mean=0.3,
+        kv_usage_peak=0.83,
         server_prompt_tok_per_s=900.0,
         server_generation_tok_per_s=100.0,
         requests_ok=40,
@@ -88,8 +96,8 @@ AUDIT: dict[str, Any] = {
     "faults": 0,
     "bad_rows": 0,
 }
-POWER_FIGURES = {
-    "avg_power_w": 1200.0,
+POWER = {
+    "avg_power_w": 1200.0,  # collect's: the whole cell
     "p90_power_w": 1300.0,
     "avg_power_per_gpu_w": 600.0,
     "total_gpu_energy_j": 24000.0,
@@ -102,12 +110,13 @@ POWER_FIGURES = {
 }
 
 
-def _power_values(*, valid: bool, reasons: tuple[str, ...] = ()) -> dict[str, Any]:
+def _power_values(*, valid: bool, reasons: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
     """collect's power columns of a cell (every figure empty while power is invalid)."""
     return {
         "power_valid": valid,
-        **{name: value if valid else None for name, value in POWER_FIGURES.items()},
-        "power_reasons": json.dumps(list(reasons)),
+        **{name: value if valid else None for name, value in POWER.items()},
+        "power_reasons": json.dumps([text for _, text in reasons]),
+        "power_reason_codes": json.dumps([code for code, _ in reasons]),
         "power_audit": json.dumps(AUDIT, sort_keys=True, separators=(",", ":")),
     }
 
@@ -117,8 +126,12 @@ def _powered(**extra: Any) -> Cell:
     return _cell(power_source="dcgm", power_endpoint="engine", **extra)
 
 
-def _point(cell: Cell | None = None, outcome: str = "SUCCESS", **values: Any) -> Point:
-    return Point("x", outcome, cell or _cell(), {**_values(), **values}, {"router": None})  # type: ignore[arg-type]
+def _point(cell: Cell | None = None, outcome: str = "SUCCESS", reason: str = "", **values: Any) -> Point:
+    return Point("x", outcome, cell or _cell(), {**_values(), **values}, {"router": None}, reason)  # type: ignore[arg-type]
+
+
+DISAGG = {"tp": 1, "prefill": {"tp": 1}, "decode": {"replicas": 2, "tp": 1}, "router": "round_robin"}
+GAP = ("sampling_gap_exceeded", "largest gap between power samples is 12.00 s (GPU 0; at most 2.5 s)")
 
 
 @pytest.mark.parametrize("shape", ["flat", "nested"])
@@ -127,56 +140,158 @@ def test_the_shipped_schema_is_the_one_the_models_generate(shape) -> None:
     assert (SCHEMA_DIR / SCHEMA_FILES[shape]).read_text() == render(generated(shape))
 
 
-@pytest.mark.parametrize(
-    ("cell", "power"),
-    [
-        (_cell(), {}),
-        (_cell(offload="noprefix"), {}),
-        (_cell(tp=1, prefill={"tp": 1}, decode={"replicas": 2, "tp": 1}, router="round_robin", gpus=3), {}),
-        (_powered(), {}),
-        (_powered(), _power_values(valid=False, reasons=("a gap of 12.0 s in GPU 0's samples",))),
-    ],
-    ids=["one-engine", "noprefix", "disaggregated", "with-power", "power-withheld"],
-)
+CASES = [
+    (_cell(), {}),
+    (_cell(offload="noprefix"), {}),
+    (_cell(**DISAGG), {}),
+    (_powered(), {}),
+    (_powered(), _power_values(valid=False, reasons=(GAP,))),
+]
+IDS = ["one-engine", "noprefix", "disaggregated", "with-power", "power-withheld"]
+
+
+@pytest.mark.parametrize(("cell", "power"), CASES, ids=IDS)
 def test_a_nested_row_flattens_to_the_flat_row_and_both_validate(cell, power) -> None:
     point = _point(cell, **power)
-    nested = nested_row(point).model_dump(mode="json", by_alias=True)
-    flat = flat_row(point).model_dump(mode="json", by_alias=True)
+    nested = row_json(nested_row(point))
+    flat = row_json(flat_row(point))
     assert problems(nested, "nested") == []
     assert problems(flat, "flat") == []
-    assert flatten(nested_row(point)).model_dump(mode="json", by_alias=True) == flat
+    assert row_json(flatten(nested_row(point))) == flat
     assert json.dumps(flat, allow_nan=False)
 
 
+@pytest.mark.parametrize(("cell", "power"), CASES, ids=IDS)
+def test_both_shapes_map_to_one_point_with_the_same_figures_through_their_ingest(cell, power) -> None:
+    point = _point(cell, **power)
+    flat, nested = map_row(row_json(flat_row(point))), map_row(row_json(nested_row(point)))
+    assert flat.key() == nested.key()
+    shared = set(flat.metrics) & set(nested.metrics)
+    for key in (
+        "median_ttft",
+        "p90_itl",
+        "p90_intvty",
+        "std_intvty",
+        "tput_per_gpu",
+        "gpu_kv_cache_usage_pct",
+    ):
+        assert key in shared, key
+    assert {k: flat.metrics[k] for k in shared} == {k: nested.metrics[k] for k in shared}
+    # What the nested row's latency gives their flattener is the full-response interactivity too.
+    assert nested.metrics["p90_intvty"] == pytest.approx(1 / _values()["full_response_itl_p90_s"])
+
+
 def test_flat_keys_are_inferencex_names_and_agentic_rows_use_the_full_response_itl() -> None:
-    flat = flat_row(_point()).model_dump(mode="json", by_alias=True)
+    flat = row_json(flat_row(_point()))
     values = _values()
-    assert flat["median_itl"] == values["full_response_itl_p50_s"]
+    assert flat["median_itl"] == flat["median_full_response_itl"] == values["full_response_itl_p50_s"]
     assert flat["p99.9_intvty"] == pytest.approx(1 / values["full_response_itl_p999_s"])
-    assert flat["tput_per_gpu"] == 500.0 and flat["conc"] == 4 and flat["num_gpus"] == 2
+    assert flat["tput_per_gpu"] == 500.0 and flat["conc"] == flat["users"] == 4 and flat["num_gpus"] == 2
     assert flat["offload_mode"] == "on" and flat["dp_attention"] == "false"
     assert flat["duration_seconds"] == 20.0  # the window in the engine's clock
     assert flat["total_prompt_tokens"] == 18000  # 900 tok/s over 20 s
-    nested = nested_row(_point()).model_dump(mode="json", by_alias=True)
+    assert flat["observed_window_seconds"] == 6.0 and flat["observed_window_expected_count"] == 3
+    nested = row_json(nested_row(_point()))
     latency = nested["request_metrics"]["latency"]
-    assert latency["itl"]["p50"] == values["itl_p50_s"]  # the plain ITL beside the full-response one
-    assert latency["intvty"]["p90"] == pytest.approx(1 / values["itl_p90_s"])
+    assert latency["token_gap_itl"]["p50"] == values["itl_p50_s"]  # the token gaps beside the full ITL
+    assert latency["token_gap_intvty"]["p90"] == pytest.approx(1 / values["itl_p90_s"])
+    assert latency["itl"] == latency["full_response_itl"]
     assert nested["request_accounting"]["error_categories"] == {"timeout": 2}
     assert nested["server_metrics"]["cache"]["overall_cache_hit_rate"] == pytest.approx(0.45)
+    assert nested["request_metrics"]["throughput"]["duration_seconds"] == 20.0
 
 
-def test_noprefix_is_offload_off_without_prefix_caching_and_disagg_rows_name_their_roles() -> None:
-    flat = flat_row(_point(_cell(offload="noprefix"))).model_dump(by_alias=True)
-    assert flat["offload_mode"] == "off" and flat["prefix_caching"] == "false"
-    assert flat["allocated_cpu_dram_gb"] == 0.0 and flat["kv_offload_backend"] == "none"
-    cell = _cell(tp=1, prefill={"tp": 1}, decode={"replicas": 2, "tp": 1}, router="round_robin", gpus=3)
-    flat = flat_row(_point(cell)).model_dump(by_alias=True)
-    assert flat["disagg"] is True and flat["num_gpus"] == 3
-    assert (flat["num_prefill_gpu"], flat["decode_num_workers"], flat["num_decode_gpu"]) == (1, 2, 2)
+def test_kv_usage_is_the_peak_fraction_of_the_window() -> None:
+    flat = row_json(flat_row(_point()))
+    assert flat["gpu_kv_cache_usage_pct"] == 0.83  # kv_usage_peak, not the mean 0.3, not x 100
+    assert map_row(flat).metrics["gpu_kv_cache_usage_pct"] == 0.83
+
+
+def test_the_model_key_comes_from_the_shipped_map_or_the_config_entry() -> None:
+    assert row_json(flat_row(_point()))["infmax_model_prefix"] == "llama70b"
+    other = _cell(model="Qwen/Qwen3-32B")
+    assert row_json(flat_row(_point(other)))["infmax_model_prefix"] is None
+    with pytest.raises(Skipped, match="unmappedModel"):
+        map_row(row_json(flat_row(_point(other))))
+    named = _cell(model="Qwen/Qwen3-32B", infmax_model_prefix="qwen3.5")
+    assert map_row(row_json(flat_row(_point(named)))).model == "qwen3.5"
+
+
+def test_a_simulated_cell_never_reads_as_measured_hardware() -> None:
+    sim = map_row(row_json(flat_row(_point())))
+    real = map_row(
+        row_json(flat_row(_point(_cell(engine="vllm", image="vllm/vllm-openai:v1", hardware="h200"))))
+    )
+    assert sim.hardware == real.hardware == "h200"
+    assert sim.framework == "sim" and real.framework == "vllm"
+    assert sim.key() != real.key()
+    assert sim.metrics["simulated"] == 1.0 and real.metrics["simulated"] == 0.0
+    assert row_json(flat_row(_point()))["hw"] == "h200-sim"
+
+
+def test_only_a_disaggregated_cell_carries_role_keys_and_tp2_reads_as_tp2() -> None:
+    one = row_json(flat_row(_point()))
+    assert not any(key.startswith(("prefill_", "decode_", "num_prefill", "num_decode")) for key in one)
+    topo = map_row(one).topology
+    assert (topo.disagg, topo.prefill_tp, topo.decode_tp, topo.num_decode_gpu) == (False, 2, 2, 2)
+    pd = map_row(row_json(flat_row(_point(_cell(**DISAGG))))).topology
+    assert pd.disagg is True and (pd.prefill_tp, pd.num_prefill_gpu) == (1, 1)
+    assert (pd.decode_tp, pd.decode_workers, pd.num_decode_gpu) == (1, 2, 2)
+
+
+def test_noprefix_is_offload_off_and_a_point_of_its_own_by_its_recipe() -> None:
+    off = _point(_cell(offload="off"), recipe_fingerprint="aa" * 32)
+    noprefix = _point(_cell(offload="noprefix"), recipe_fingerprint="bb" * 32)
+    rows = [row_json(flat_row(p)) for p in (off, noprefix)]
+    assert rows[1]["offload_mode"] == "off" and rows[1]["prefix_caching"] == "false"
+    assert rows[1]["allocated_cpu_dram_gb"] == 0.0 and rows[1]["kv_offload_backend"] == "none"
+    a, b = (map_row(r) for r in rows)
+    assert a.offload_mode == b.offload_mode == "off" and a.key() != b.key()
+
+
+def test_power_is_their_schema_2_per_gpu_with_codes() -> None:
+    flat = row_json(flat_row(_point(_powered())))
+    assert flat["power_metric_schema_version"] == 2 and flat["power_valid"] == 1
+    assert flat["avg_power_w"] == 600.0 and flat["avg_total_gpu_power_w"] == 1200.0
+    assert flat["p90_power_w"] == 650.0 and flat["p90_total_gpu_power_w"] == 1300.0
+    assert flat["power_invalid_reasons"] == []
+    assert flat["power_audit"]["expected_gpu_count"] == 2 and flat["power_audit"]["source"] == "power.csv"
+    mapped = map_row(flat)
+    assert mapped.metrics["power_valid"] == 1.0 and mapped.metrics["power_metric_schema_version"] == 2.0
+    assert mapped.metrics["avg_power_w"] == 600.0 and mapped.metrics["joules_per_output_token"] == 12.0
+    assert mapped.power_audit is not None and mapped.power_audit["sample_count"] == 42
+
+
+def test_withheld_power_is_zero_with_its_codes_and_no_sampling_has_no_power_keys() -> None:
+    withheld = row_json(flat_row(_point(_powered(), **_power_values(valid=False, reasons=(GAP,)))))
+    assert withheld["power_valid"] == 0 and "avg_power_w" not in withheld
+    assert withheld["power_invalid_reasons"] == ["sampling_gap_exceeded"]
+    assert withheld["power_audit"]["reasons"] == [GAP[1]]
+    mapped = map_row(withheld)
+    assert mapped.metrics["power_valid"] == 0.0 and "joules_per_output_token" not in mapped.metrics
+    assert mapped.power_invalid_reasons == ["sampling_gap_exceeded"]
+    # A runner with power_source none: no power key at all (their ingest reads no verdict).
+    none = row_json(flat_row(_point(_cell())))
+    assert not any(key.startswith("power_") or key.startswith("joules_") for key in none)
+    assert "power_valid" not in map_row(none).metrics
+    assert problems(none, "flat") == []
+
+
+def test_an_invalid_cell_is_a_failed_benchmark_outcome_their_ingest_leaves_out() -> None:
+    row = row_json(flat_row(_point(outcome="INVALID", reason="dispatch lag p99 3.1 s > 2 s; collect: x")))
+    assert row["benchmark_outcome"] == {
+        "status": "failed",
+        "verdict": "INVALID",
+        "reasons": ["dispatch lag p99 3.1 s > 2 s", "collect: x"],
+        "failed_requests": 2,
+    }
+    with pytest.raises(Skipped, match="failedRun"):
+        map_row(row)
+    assert row_json(flat_row(_point()))["benchmark_outcome"]["status"] == "passed"
 
 
 def test_a_row_that_breaks_the_schema_is_named_field_by_field() -> None:
-    flat = flat_row(_point()).model_dump(mode="json", by_alias=True)
+    flat = row_json(flat_row(_point()))
     flat["conc"] = "four"
     del flat["tput_per_gpu"]
     found = problems(flat, "flat")
@@ -184,38 +299,22 @@ def test_a_row_that_breaks_the_schema_is_named_field_by_field() -> None:
     assert any("tput_per_gpu" in line for line in found)
 
 
-def test_power_is_collects_columns_in_both_shapes() -> None:
-    flat = flat_row(_point(_powered())).model_dump(mode="json", by_alias=True)
-    nested = nested_row(_point(_powered())).model_dump(mode="json", by_alias=True)["power"]
-    assert flat["power_valid"] is True and nested["valid"] is True
-    for name in (
-        "avg_power_w",
-        "total_gpu_energy_j",
-        "joules_per_output_token",
-        "joules_per_total_token",
-        "joules_per_successful_query",
-        "avg_temp_c",
-        "peak_temp_c",
-        "avg_util_pct",
-    ):
-        assert flat[name] == nested[name] == POWER_FIGURES[name], name
-    assert flat["power_reasons"] == nested["reasons"] == []
-    assert flat["power_audit"] == nested["audit"] == AUDIT
-    assert "p90_power_w" not in flat and "p90_power_w" not in nested
+def test_a_run_that_departs_from_its_preset_says_so_by_name_in_its_row() -> None:
+    cell = _cell(preset="agentx", duration=900)
+    departs = ["test_duration 900 (InferenceX 3600)"]
+    for model in (flat_row, nested_row):
+        row = row_json(model(_point(cell, preset_deviations=json.dumps(departs))))
+        assert row["replay_preset"] == {"name": "agentx", "deviations": departs}
+    plain = row_json(flat_row(_point()))
+    assert plain["replay_preset"] == {"name": "none", "deviations": []}
 
 
-def test_withheld_power_keeps_its_reasons_and_audit_and_no_sampling_is_null() -> None:
-    reasons = ("GPUs: 1 of 2 reported samples in the window", "a gap of 12.0 s in GPU 0's samples")
-    withheld = _point(_powered(), **_power_values(valid=False, reasons=reasons))
-    flat = flat_row(withheld).model_dump(mode="json", by_alias=True)
-    assert flat["power_valid"] is False and flat["power_reasons"] == list(reasons)
-    assert flat["avg_power_w"] is None and flat["joules_per_output_token"] is None
-    assert flat["power_audit"] == AUDIT and flat["outcome"] == "SUCCESS"  # the point itself stands
-    assert nested_row(withheld).model_dump(mode="json", by_alias=True)["power"]["reasons"] == list(reasons)
-    # A runner with power_source none: collect says "samples no power"; the export says null.
-    none = _point(_cell(), **_power_values(valid=False, reasons=("runner x samples no power",)))
-    flat = flat_row(none).model_dump(mode="json", by_alias=True)
-    assert flat["power_valid"] is None and flat["power_reasons"] is None and flat["power_audit"] is None
-    assert flat["joules_per_output_token"] is None
-    assert nested_row(none).model_dump(mode="json", by_alias=True)["power"] is None
-    assert problems(flat, "flat") == []
+def test_e2e_normalised_interactivity_is_a_field_of_both_shapes() -> None:
+    flat = row_json(flat_row(_point()))
+    nested = row_json(nested_row(_point()))
+    assert (
+        flat["p90_e2e_norm_intvty"] == nested["request_metrics"]["latency"]["e2e_norm_intvty"]["p90"] == 17.0
+    )
+    assert flat["median_e2e_norm_intvty"] == 19.0 and flat["std_e2e_norm_intvty"] == 13.0
+    # Their ingest keeps it as a metric of its own (their flattener reads no such block: the flat key).
+    assert map_row(flat).metrics["p90_e2e_norm_intvty"] == 17.0

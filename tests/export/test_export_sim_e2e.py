@@ -1,6 +1,7 @@
 """export on a real local cell (simulated engine, scraper, replayer, power sampler): the rows validate
 against the shipped schemas, the nested row flattens to the flat one, interactivity and throughput per
-GPU computed by hand from requests.jsonl equal the exported values, and the power fields are collect's."""
+GPU computed by hand from requests.jsonl equal the exported values, and the power fields are collect's
+under InferenceX's names (schema 2: per GPU, the cell's total beside it)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from agentsweep.cli import main
 from agentsweep.contract.cell import CELL_ENV_VAR
 from agentsweep.export.build import nested_row
 from agentsweep.export.cli import points
-from agentsweep.export.models import flatten
+from agentsweep.export.models import flatten, row_json
 from jsonschema import Draft202012Validator
 
 pytestmark = pytest.mark.slow
@@ -65,44 +66,31 @@ def cell_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _export(cell_dir: Path, out: Path, shape: str) -> dict:
-    assert (
-        main(
-            [
-                "export",
-                "--format",
-                "inferencex",
-                str(cell_dir.parent),
-                "-o",
-                str(out),
-                "--shape",
-                shape,
-                "--include-invalid",
-            ]
-        )
-        == 0
-    )
-    rows = json.loads(out.read_text())
+    args = ["export", "--format", "inferencex", str(cell_dir.parent), "-o", str(out), "--shape", shape]
+    assert main([*args, "--include-invalid"]) == 0
+    rows = json.loads((out / "results_bmk" / "agg_bmk.json").read_text())
     assert len(rows) == 1
+    assert json.loads((out / f"bmk_agentic_{cell_dir.name}" / f"{cell_dir.name}.json").read_text()) == rows[0]
     return rows[0]
 
 
 def test_both_shapes_validate_and_the_nested_row_flattens_to_the_flat_row(cell_dir, repo_root, tmp_path):
-    flat = _export(cell_dir, tmp_path / "flat.json", "flat")
-    nested = _export(cell_dir, tmp_path / "nested.json", "nested")
+    flat = _export(cell_dir, tmp_path / "flat", "flat")
+    nested = _export(cell_dir, tmp_path / "nested", "nested")
     schemas = repo_root / "utils" / "agentsweep" / "export" / "schemas"
-    for row, name in ((flat, "agentx-flat-v1"), (nested, "agentx-v1")):
+    for row, name in ((flat, "agentx-flat-v2"), (nested, "agentx-v2")):
         schema = json.loads((schemas / f"{name}.schema.json").read_text())
         assert list(Draft202012Validator(schema).iter_errors(row)) == []
     (point,) = points(cell_dir.parent, include_invalid=True)
-    assert flatten(nested_row(point)).model_dump(mode="json", by_alias=True) == flat
-    assert nested["schema"] == "agentx-v1" and flat["schema"] == "agentx-flat-v1"
+    assert row_json(flatten(nested_row(point))) == flat
+    assert nested["schema"] == "agentx-v2" and flat["schema"] == "agentx-flat-v2"
     assert flat["num_gpus"] == 2 and flat["conc"] == 4
     stability = nested["request_metrics"]["stability"]
     assert stability["expected_window_count"] == 3 and 1 <= stability["observed_window_count"] <= 3
 
 
 def test_interactivity_and_throughput_per_gpu_by_hand_from_requests_jsonl(cell_dir, tmp_path):
-    flat = _export(cell_dir, tmp_path / "flat.json", "flat")
+    flat = _export(cell_dir, tmp_path / "flat", "flat")
     summary = json.loads((cell_dir / "summary.json").read_text())
     window = summary["window"]
     records = [json.loads(line) for line in (cell_dir / "requests.jsonl").read_text().splitlines()]
@@ -120,6 +108,11 @@ def test_interactivity_and_throughput_per_gpu_by_hand_from_requests_jsonl(cell_d
     for pct, key in ((50, "median_intvty"), (90, "p90_intvty"), (99, "p99_intvty")):
         assert flat[key] == pytest.approx(1 / np.percentile(itls, pct), rel=1e-9)
     assert flat["p90_intvty"] < flat["median_intvty"]  # the slow tail
+    # E2E-normalised interactivity: 1 / pXX of E2E per output token, the engine's E2E and tokens.
+    per_token = [e["e2e_s"] / e["output_tokens"] for e in engine if e["output_tokens"] >= 1]
+    for pct, key in ((50, "median_e2e_norm_intvty"), (90, "p90_e2e_norm_intvty")):
+        assert flat[key] == pytest.approx(1 / np.percentile(per_token, pct), rel=1e-9)
+    assert flat["p90_e2e_norm_intvty"] < flat["p90_intvty"]  # it charges each request its TTFT
     # Throughput per GPU: prompt (cached included) + output tokens of the requests that finished in
     # the steady window, per engine second, over both GPUs.
     inside = [r for r in ok if window["start_s"] <= r["t_done"] <= window["end_s"]]
@@ -133,17 +126,19 @@ def test_interactivity_and_throughput_per_gpu_by_hand_from_requests_jsonl(cell_d
 
 
 def test_power_fields_are_collects_summary_csv_figures(cell_dir, tmp_path):
-    flat = _export(cell_dir, tmp_path / "flat.json", "flat")
-    nested = _export(cell_dir, tmp_path / "nested.json", "nested")
+    flat = _export(cell_dir, tmp_path / "flat", "flat")
+    nested = _export(cell_dir, tmp_path / "nested", "nested")
     assert main(["collect", str(cell_dir.parent), str(tmp_path / "agg"), "--no-plots"]) == 0
     with (tmp_path / "agg" / "summary.csv").open(newline="") as f:
         (row,) = [r for r in csv.DictReader(f) if r["exp_name"] == cell_dir.name]
-    assert float(row["power_valid"]) == 1.0 and flat["power_valid"] is True
+    assert float(row["power_valid"]) == 1.0 and flat["power_valid"] == 1
     assert flat["joules_per_output_token"] > 0
     assert flat["joules_per_output_token"] == float(row["joules_per_output_token"])
     assert flat["total_gpu_energy_j"] == float(row["total_gpu_energy_j"])
-    assert flat["power_reasons"] == json.loads(row["power_reasons"]) == []
-    assert flat["power_audit"] == json.loads(row["power_audit"])
-    assert flat["power_audit"]["observed_gpus"] == flat["power_audit"]["expected_gpus"] == 2
-    power = nested["power"]
-    assert power["valid"] is True and power["joules_per_output_token"] == flat["joules_per_output_token"]
+    assert flat["avg_power_w"] == float(row["avg_power_per_gpu_w"])  # per GPU; the cell's beside it
+    assert flat["avg_total_gpu_power_w"] == float(row["avg_power_w"])
+    assert flat["power_invalid_reasons"] == json.loads(row["power_reason_codes"]) == []
+    audit = json.loads(row["power_audit"])
+    assert flat["power_audit"]["sample_count"] == audit["samples"]
+    assert flat["power_audit"]["observed_gpu_count"] == flat["power_audit"]["expected_gpu_count"] == 2
+    assert nested["power_valid"] == 1 and nested["joules_per_output_token"] == flat["joules_per_output_token"]

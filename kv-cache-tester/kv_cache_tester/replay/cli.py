@@ -69,6 +69,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--test-duration", type=float, help="wall seconds from the start (default: until done)")
     g.add_argument("--timing-strategy", choices=STRATEGIES, default="think-only")
     g.add_argument("--max-delay", type=float, default=60.0, help="cap on one delay, trace seconds")
+    g.add_argument(
+        "--system-idle-cap",
+        type=float,
+        default=0.0,
+        help="when no request is in flight, advance every pending delay so the next request leaves "
+        "within this many trace seconds (x --time-scale; per process); 0 = off",
+    )
     g.add_argument("--time-scale", type=float, default=1.0, help="multiplies every delay (0.02 = 50x faster)")
     g.add_argument("--api-time-scale", type=float, default=1.0, help="api_time factor of api-scaled timing")
     g.add_argument("--advance-min", type=float, default=0.0, help="min fraction of a trace to skip at start")
@@ -78,6 +85,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="first requests of each lane recorded as warmup (an advanced lane's first one always is)",
+    )
+    g.add_argument(
+        "--warmup-one-token",
+        action="store_true",
+        help="each lane's first request (the whole prefix so far) is warm-up, then --warmup-requests-per-"
+        "user requests of one output token sent without their delays",
+    )
+    g.add_argument(
+        "--failed-request-threshold",
+        type=float,
+        default=0.0,
+        help="end the run (exit 1) once more than this share of at least 20 finished profile requests "
+        "failed; 0 = never",
     )
     g.add_argument("--request-timeout", type=float, default=3600.0, help="seconds per request")
     g.add_argument("--grace-period", type=float, default=30.0, help="seconds to let requests finish at stop")
@@ -149,9 +169,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--preset",
         choices=sorted(PRESETS),
-        help="a named option set: agentx = InferenceX's agentic runs (lanes start 25-75%% into their trace "
-        "after a warm-up, gaps capped at 10 s, ignore_eos, at least 900 s); it fills the options you leave "
-        "unset and refuses ones that contradict it",
+        help="a named option set: agentx = InferenceX's agentic runs (lanes start 25-75%% into their trace, "
+        "warm up with 10 one-token requests each, delays capped at 300 s, the whole system never idle "
+        "over 10 s, ignore_eos, a 10%% failed-request limit, seed 42, at least 900 s; "
+        "docs/replay-parity.md); it fills the options you leave unset and refuses ones that contradict it",
     )
     # What each preset option is when left unset (the preset only replaces those).
     p.set_defaults(

@@ -58,6 +58,13 @@ class ReplayConfig:
     client_index: int = 0
     client_count: int = 1
     start_at: float | None = None  # Unix time of the common start instant (--start-at)
+    # When nothing is in flight, pending delays are advanced so the next request leaves within this
+    # many trace seconds (x time_scale); 0 = off.
+    system_idle_cap: float = 0.0
+    # Warm-up requests after a lane's first ask for one output token and skip their delays.
+    warmup_one_token: bool = False
+    # More than this share of the profiled requests failing ends the run (0 = never).
+    failed_request_threshold: float = 0.0
 
     @property
     def lanes(self) -> list[int]:
@@ -145,6 +152,14 @@ def from_args(ns: argparse.Namespace) -> ReplayConfig:
     )
     need(ns.max_concurrent_requests >= 0, "--max-concurrent-requests: must be >= 0 (0 = unlimited)")
     need(ns.warmup_requests_per_user >= 0, "--warmup-requests-per-user: must be >= 0")
+    need(
+        math.isfinite(ns.system_idle_cap) and ns.system_idle_cap >= 0,
+        "--system-idle-cap: must be >= 0 seconds (0 = off)",
+    )
+    need(
+        0.0 <= ns.failed_request_threshold < 1.0,
+        f"--failed-request-threshold {ns.failed_request_threshold}: must be from 0 (off) to below 1",
+    )
     need(ns.slo_ttft is None or ns.slo_ttft > 0, "--slo-ttft: must be > 0 seconds")
     need(ns.slo_tpot is None or ns.slo_tpot > 0, "--slo-tpot: must be > 0 seconds")
     need(ns.stability_subwindow > 0, "--stability-subwindow: must be > 0 seconds")
@@ -207,6 +222,9 @@ def from_args(ns: argparse.Namespace) -> ReplayConfig:
         client_index=ns.client_index,
         client_count=ns.client_count,
         start_at=ns.start_at,
+        system_idle_cap=ns.system_idle_cap,
+        warmup_one_token=ns.warmup_one_token,
+        failed_request_threshold=ns.failed_request_threshold,
     )
 
 

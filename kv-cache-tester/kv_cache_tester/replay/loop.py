@@ -6,7 +6,13 @@ sub-agent groups and joining them before the parent's next request), releases it
 dispatch itself is one HTTP write; all lanes build their first request, then start together.
 
 Every play sends at least one request (a trace that starts with sub-agent groups, or is nothing
-but them, spawns them at its start), so a lane always awaits something. A lane or sub-agent that
+but them, spawns them at its start), so a lane always awaits something.
+
+With --system-idle-cap, whenever every lane and sub-agent is waiting on a delay or a join (nothing in
+flight, nothing about to be sent), the pending delays are all advanced by the same amount so that the
+earliest ends within the cap: the order and spacing of what is pending stay, the idle time goes.
+With --warmup-one-token, a lane's first request is its warm-up primer (the whole prefix so far) and
+the warm-up requests after it ask for one output token and skip their delays. A lane or sub-agent that
 raises stops the run and is reported; a request whose stream stops (``--stall-timeout``) or that is
 still in flight when the run gives up on it ends as a recorded failure (``stall`` or ``timeout``).
 """
@@ -35,6 +41,13 @@ from kv_cache_tester.replay.timing import scaled_delay
 from kv_cache_tester.traces.model import Request, SubAgent, SubAgentGroup, Trace
 
 clock = time.perf_counter
+# --failed-request-threshold judges the failed share only once this many profile requests finished.
+LIVE_FAILED_MIN_REQUESTS = 20
+
+
+def _resolve(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
 
 
 class _Stopped(Exception):
@@ -92,6 +105,13 @@ class Replayer:
         host, port = cfg.host_port
         self.breaker = CircuitBreaker(host, port, on_trip=lambda msg: self.stop("breaker"))
         self._endpoint: Endpoint | None = None
+        # Lanes and sub-agents not waiting on a delay or a join (--system-idle-cap), and the delays
+        # being waited on: key -> [target, future, timer handle].
+        self._awake = 0
+        self._timers: dict[object, list[Any]] = {}
+        self.idle_advanced_s = 0.0  # wall seconds the idle cap advanced the pending delays by
+        self._profile_done = 0
+        self._profile_failed = 0
 
     # -- control ---------------------------------------------------------------------------------
     def stop(self, reason: str) -> None:
@@ -140,20 +160,72 @@ class Replayer:
             return
         task = asyncio.current_task()
         assert task is not None
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        key = object()
+        self._timers[key] = [target, done, loop.call_later(delay, _resolve, done)]
         self._sleepers.add(task)
+        self._awake -= 1
         try:
-            await asyncio.sleep(delay)
+            self._idle_check()
+            await done
         except asyncio.CancelledError:
             if self.stopping and task.cancelling():
                 task.uncancel()
                 raise _Stopped from None
             raise
         finally:
+            self._timers.pop(key)[2].cancel()
             self._sleepers.discard(task)
+            self._awake += 1
+
+    def _idle_check(self) -> None:
+        """--system-idle-cap: nothing in flight and everything waiting on a delay or a join; advance
+        every pending delay alike so the earliest ends within the cap (x --time-scale)."""
+        cap = self.cfg.system_idle_cap * self.cfg.time_scale
+        if cap <= 0 or self._awake > 0 or not self._timers or self.stopping:
+            return
+        now = clock()
+        shift = min(entry[0] for entry in self._timers.values()) - now - cap
+        if shift <= 0:
+            return
+        self.idle_advanced_s += shift
+        loop = asyncio.get_running_loop()
+        for entry in self._timers.values():
+            entry[0] -= shift
+            entry[2].cancel()
+            entry[2] = loop.call_later(max(0.0, entry[0] - now), _resolve, entry[1])
 
     async def _wait_children(self, tasks: list[asyncio.Task[Any]]) -> None:
         if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+            self._awake -= 1
+            try:
+                self._idle_check()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            finally:
+                self._awake += 1
+
+    def _settle(self, _task: asyncio.Task[Any]) -> None:
+        """A lane's or sub-agent's task is done (or was cancelled before it started): it no longer
+        keeps the system from being idle."""
+        self._awake -= 1
+        self._idle_check()
+
+    def _one_token(self, lane: _Lane) -> bool:
+        """--warmup-one-token: a warm-up request after the lane's first asks for one token, at once."""
+        return self.cfg.warmup_one_token and lane.sent > 0 and lane.warm_left > 0
+
+    def _count_failures(self, ok: bool) -> None:
+        """--failed-request-threshold: end the run once too many finished profile requests failed."""
+        self._profile_done += 1
+        self._profile_failed += not ok
+        limit, done, failed = self.cfg.failed_request_threshold, self._profile_done, self._profile_failed
+        if limit > 0 and done >= LIVE_FAILED_MIN_REQUESTS and failed > limit * done and not self.stopping:
+            self.errors.append(
+                f"failed requests: {failed} of {done} finished profile requests ({failed / done:.1%}), "
+                f"over --failed-request-threshold {limit:g}"
+            )
+            self.stop("failed_requests")
 
     def _mark_ready(self) -> None:
         self._ready += 1
@@ -172,7 +244,8 @@ class Replayer:
     # -- lanes -----------------------------------------------------------------------------------
     async def _lane(self, index: int) -> None:
         cfg = self.cfg
-        lane = _Lane(index, cfg.warmup_requests_per_user, rng=random.Random(f"{cfg.seed}:lane:{index}"))
+        warm = cfg.warmup_requests_per_user + (1 if cfg.warmup_one_token else 0)  # the primer first
+        lane = _Lane(index, warm, rng=random.Random(f"{cfg.seed}:lane:{index}"))
         first_trace = True
         try:
             while not self.stopping:
@@ -186,7 +259,12 @@ class Replayer:
                 start = 0
                 if first_trace and cfg.advance_max > 0 and len(trace.requests) > 1:
                     frac = lane.rng.uniform(cfg.advance_min, cfg.advance_max)
-                    start = min(int(frac * len(trace.requests)), len(trace.requests) - 1)
+                    # At least one request after the warm-up is left to profile where the trace is
+                    # long enough (--warmup-one-token: the primer and the one-token requests).
+                    last = len(trace.requests) - 1
+                    if cfg.warmup_one_token:
+                        last = max(0, last - 1 - cfg.warmup_requests_per_user)
+                    start = min(int(frac * len(trace.requests)), last)
                     if start > 0:
                         lane.warm_left = max(lane.warm_left, 1)
                 first_trace = False
@@ -239,12 +317,13 @@ class Replayer:
                 req = step
                 if req.index < start:
                     continue
-                built = await self._build(scope, None, req)
+                quick = self._one_token(lane)
+                built = await self._build(scope, None, req, quick)
                 if prev is None:
                     await self._begin(lane)
                     target = clock()
                 else:
-                    target = prev_end + self._delay(req, prev)
+                    target = clock() if quick else prev_end + self._delay(req, prev)
                 await self._sleep_until(target)
                 if group:  # the join: wait for every sub-agent of the group, whatever became of them
                     await self._wait_children(group)
@@ -252,7 +331,7 @@ class Replayer:
                     target = max(target, clock())
                 if self.stopping:
                     raise _Stopped
-                await self._dispatch(lane, trace, play, scope, session_id, req, built, target)
+                await self._dispatch(lane, trace, play, scope, session_id, req, built, target, quick)
                 prev, prev_end = req, clock()
             await self._wait_children(group)
         finally:
@@ -269,9 +348,11 @@ class Replayer:
     def _spawn(
         self, lane: _Lane, trace: Trace, play: int, scope: Scope, agent: SubAgent
     ) -> asyncio.Task[Any]:
+        self._awake += 1  # from its spawn: the parent must not see an idle system before it starts
         task = asyncio.get_running_loop().create_task(self._agent(lane, trace, play, scope, agent))
         self._children.add(task)
         task.add_done_callback(self._children.discard)
+        task.add_done_callback(self._settle)
         return task
 
     async def _agent(self, lane: _Lane, trace: Trace, play: int, scope: Scope, agent: SubAgent) -> None:
@@ -280,12 +361,13 @@ class Replayer:
         prev_end = clock()  # the spawn
         try:
             for req in agent.requests:
-                built = await self._build(scope, agent, req)
-                target = prev_end + self._delay(req, prev)
+                quick = self._one_token(lane)
+                built = await self._build(scope, agent, req, quick)
+                target = clock() if quick else prev_end + self._delay(req, prev)
                 await self._sleep_until(target)
                 if self.stopping:
                     return
-                await self._dispatch(lane, trace, play, scope, session_id, req, built, target)
+                await self._dispatch(lane, trace, play, scope, session_id, req, built, target, quick)
                 prev, prev_end = req, clock()
         except _Stopped:
             return
@@ -293,7 +375,9 @@ class Replayer:
             self._fail(f"lane {lane.index} sub-agent {agent.agent_id}", exc)
 
     # -- one request -----------------------------------------------------------------------------
-    async def _build(self, scope: Scope, agent: SubAgent | None, req: Request) -> Built:
+    async def _build(
+        self, scope: Scope, agent: SubAgent | None, req: Request, one_token: bool = False
+    ) -> Built:
         """The request's body. The blocks it needs first are made a batch at a time, letting the
         streams in flight be read in between: a new play's first prompt (hundreds of blocks, a few
         milliseconds) would otherwise hold up every arrival behind it and show in their TTFT."""
@@ -301,7 +385,7 @@ class Replayer:
             await asyncio.sleep(0)
             if self.stopping:  # a signal or the end of the run came while a long prompt was made
                 raise _Stopped
-        return self.builder.build(scope, agent, req)
+        return self.builder.build(scope, agent, req, one_token)
 
     async def _dispatch(
         self,
@@ -313,6 +397,7 @@ class Replayer:
         req: Request,
         built: Built,
         target: float,
+        one_token: bool = False,
     ) -> Outcome:
         assert self._endpoint is not None
         phase = self._phase(lane)
@@ -366,13 +451,15 @@ class Replayer:
             t_dispatch=t_send - self.t0,
             dispatch_lag_s=max(0.0, t_send - target),
             expected_prompt_tokens=built.expected_prompt_tokens,
-            expected_output_tokens=req.out_tokens,
+            expected_output_tokens=1 if one_token else req.out_tokens,
             total_blocks=built.total_blocks,
         )
         rec = request_record(sent, out, t_done - self.t0, self.builder.hits(scope, req, ticket))
         self.recorder.write(rec, out.itls)
         if debug:
             self.recorder.write_debug(request_id, debug)
+        if phase == "profile":
+            self._count_failures(out.ok)
         return out
 
     # -- the run ---------------------------------------------------------------------------------
@@ -475,7 +562,10 @@ class Replayer:
         loop = asyncio.get_running_loop()
         cpu0 = time.process_time()
         self._endpoint = endpoint = Endpoint(cfg.url, clock=clock)
+        self._awake += len(self.lanes)
         lane_tasks = [loop.create_task(self._lane(i)) for i in self.lanes]
+        for task in lane_tasks:
+            task.add_done_callback(self._settle)
         poller = loop.create_task(self._busy_poll()) if cfg.busy_poll else None
         if not self.lanes:
             self._all_ready.set()
@@ -533,4 +623,5 @@ class Replayer:
             errors=list(self.errors),
             planned=self.planned,
             sent=self.sent,
+            idle_advanced_s=self.idle_advanced_s,
         )

@@ -194,7 +194,8 @@ class PayloadBuilder:
         """Leading blocks of ``req`` that requests sent before it, and taken by the server, hold."""
         return self.reference.hits(req.hash_ids, scope.cache_scope, ticket)
 
-    def build(self, scope: Scope, agent: SubAgent | None, req: Request) -> Built:
+    def build(self, scope: Scope, agent: SubAgent | None, req: Request, one_token: bool = False) -> Built:
+        """The request's body; ``one_token``: a warm-up request that asks for one output token."""
         stem, rest = scope.play.parts(req, agent)
         owner = "" if agent is None else agent.agent_id
         kept = scope.stems.get(owner)
@@ -210,7 +211,9 @@ class PayloadBuilder:
         else:
             parts = [self._head, b',"prompt":', *encoded]
         parts.append(self._tail_fixed)
-        if self._send_max_tokens:
+        if one_token:
+            parts.append(b',"max_tokens":1')
+        elif self._send_max_tokens:
             parts.append(b',"max_tokens":%d' % max(1, req.out_tokens))
         parts.append(b"}")
         body = b"".join(parts)  # one copy of the (often 100+ KB) prompt, not one per concatenation

@@ -202,6 +202,8 @@ class Latency(TypedDict):
     full_response_itl_s: NotRequired[Distribution]
     plain_interactivity_tok_per_s: NotRequired[Distribution]  # 1 / ITL of the token gaps
     output_speed_tok_per_s: NotRequired[Distribution]
+    e2e_per_output_token_s: NotRequired[Distribution]  # E2E / output tokens per request
+    e2e_norm_interactivity_tok_per_s: NotRequired[Distribution]  # 1 / E2E per output token
 
 
 class Slo(TypedDict):
@@ -244,6 +246,7 @@ class SelfAudit(TypedDict):
     abandoned_in_flight: int
     idle_lanes: int
     unsent_requests: int  # requests of started plays never dispatched (a run cut short)
+    idle_advanced_s: NotRequired[float]  # wall seconds --system-idle-cap advanced the pending delays
     # A run made by several client processes (merge.py), by client index; client_cpu_share is then
     # the busiest client's.
     clients: NotRequired[dict[str, ClientAudit]]
@@ -294,6 +297,13 @@ class Stability(TypedDict):
     root_trajectory_largest_share: float | None
 
 
+class PresetUsed(TypedDict):
+    """The replay option set a run used (``--preset``) and where the run departs from it."""
+
+    name: str
+    deviations: list[str]  # "name value (preset|InferenceX value)" each
+
+
 class Summary(TypedDict):
     schema_version: int
     counts: Counts
@@ -312,6 +322,7 @@ class Summary(TypedDict):
     validity: NotRequired[dict[str, Any]]
     # InferenceX's stability keys over the steady window (replay/stability.py), seconds and tok/s.
     stability: NotRequired[Stability]
+    preset: NotRequired[PresetUsed]  # a run with --preset
 
 
 # What a summary must hold to be read at all; every other key may be absent.

@@ -23,7 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kv_cache_tester.metrics import interactivity_stats, record_full_response_itl_s, stats_of
+from kv_cache_tester.metrics import (
+    e2e_norm_interactivity_stats,
+    interactivity_stats,
+    record_e2e_per_output_token_s,
+    record_full_response_itl_s,
+    stats_of,
+)
+from kv_cache_tester.replay.presets import PRESETS, deviations
 from kv_cache_tester.replay.results import (
     SCHEMA_VERSION,
     Cache,
@@ -66,6 +73,7 @@ class RunMeta:
     errors: list[str] = field(default_factory=list)  # lanes or sub-agents that raised
     planned: int = 0  # requests in the plays that were started, from their start point
     sent: int = 0  # requests dispatched (each has a line in requests.jsonl)
+    idle_advanced_s: float = 0.0  # wall seconds --system-idle-cap advanced the pending delays by
 
 
 def _rate(num: float, dur: float) -> float | None:
@@ -103,6 +111,9 @@ def build_summary(
         "options": options,
         "stability": stability_block(in_win, window.start, window.stop, stability_subwindow_s),
     }
+    preset = options.get("preset")
+    if isinstance(preset, str) and preset in PRESETS:
+        summary["preset"] = {"name": preset, "deviations": deviations(preset, options)}
     engine = _engine_clock(ok, in_win, window.duration)
     if engine is not None:
         summary["engine_clock"] = engine
@@ -193,6 +204,7 @@ def _latency(ok: list[RequestRecord], metas: list[RunMeta]) -> Latency:
     itl = hist.distribution()
     full = [i for r in ok if (i := record_full_response_itl_s(r)) is not None]
     full_stats = stats_of(full)
+    per_token = [v for r in ok if (v := record_e2e_per_output_token_s(r)) is not None]
     return {
         "ttft_s": stats_of(t for r in ok if (t := r["ttft_s"]) is not None),
         "tpot_s": stats_of(t for r in ok if (t := r["tpot_s"]) is not None),
@@ -202,6 +214,8 @@ def _latency(ok: list[RequestRecord], metas: list[RunMeta]) -> Latency:
         "interactivity_tok_per_s": interactivity_stats(full_stats, (1.0 / i for i in full if i > 0)),
         "plain_interactivity_tok_per_s": interactivity_stats(itl),
         "output_speed_tok_per_s": stats_of(1.0 / i for i in full if i > 0),
+        "e2e_per_output_token_s": stats_of(per_token),
+        "e2e_norm_interactivity_tok_per_s": e2e_norm_interactivity_stats(per_token),
     }
 
 
@@ -230,6 +244,7 @@ def _engine_clock(
             itl.add_count(mean, e["itl_s"]["n"])
     itl_stats = itl.distribution()
     full_stats = stats_of(tpots)  # an engine's TPOT is the request's full-response ITL (metrics.py)
+    per_token = [v for _, e in timed if (v := record_e2e_per_output_token_s(e)) is not None]
     latency: Latency = {
         "ttft_s": stats_of(t for _, e in timed if (t := e["ttft_s"]) is not None),
         "tpot_s": full_stats,
@@ -239,6 +254,8 @@ def _engine_clock(
         "interactivity_tok_per_s": interactivity_stats(full_stats, (1.0 / t for t in tpots if t > 0)),
         "plain_interactivity_tok_per_s": interactivity_stats(itl_stats),
         "output_speed_tok_per_s": stats_of(1.0 / t for t in tpots if t > 0),
+        "e2e_per_output_token_s": stats_of(per_token),
+        "e2e_norm_interactivity_tok_per_s": e2e_norm_interactivity_stats(per_token),
     }
     return {
         "speed": speed,
@@ -330,6 +347,7 @@ def _self_audit(records: list[RequestRecord], metas: list[RunMeta]) -> SelfAudit
         "abandoned_in_flight": sum(m.abandoned for m in metas),
         "idle_lanes": sum(m.idle_lanes for m in metas),
         "unsent_requests": sum(m.planned - m.sent for m in metas),
+        "idle_advanced_s": math.fsum(m.idle_advanced_s for m in metas),
     }
 
 

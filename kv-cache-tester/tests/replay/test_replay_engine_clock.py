@@ -158,6 +158,10 @@ def test_the_summary_states_the_engine_clock_and_the_gap_to_the_client(tmp_path:
     assert clock["latency"]["tpot_s"]["p50"] == pytest.approx(0.1)
     assert clock["latency"]["itl_s"]["p50"] == pytest.approx(0.1, rel=0.01)  # a log bucket's middle
     assert clock["latency"]["interactivity_tok_per_s"]["p50"] == pytest.approx(10.0)
+    # E2E per output token from the engine's E2E and its token count (0.40 ... 0.55 s over 3 tokens)
+    per_token = sorted((ttft + 0.2) / TIMELINE["output_tokens"] for ttft in (0.20, 0.25, 0.30, 0.35))
+    p90 = per_token[2] + 0.7 * (per_token[3] - per_token[2])
+    assert clock["latency"]["e2e_norm_interactivity_tok_per_s"]["p90"] == pytest.approx(1 / p90)
     # the client's own figures are unchanged (wall clock)
     assert summary["latency"]["ttft_s"]["p50"] == pytest.approx(0.315 / 20)
     gap = clock["gap"]

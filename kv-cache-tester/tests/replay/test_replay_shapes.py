@@ -224,10 +224,10 @@ def _config(server_url: str, traces: Path, out: Path, *extra: str):
 class BrokenBuilder(PayloadBuilder):
     """A payload builder that breaks on the third parent request (a fault put in on purpose)."""
 
-    def build(self, scope, agent, req):  # type: ignore[no-untyped-def]
+    def build(self, scope, agent, req, one_token=False):  # type: ignore[no-untyped-def]
         if agent is None and req.index == 2:
             raise ValueError("no body for request 2")
-        return super().build(scope, agent, req)
+        return super().build(scope, agent, req, one_token)
 
 
 def test_a_lane_that_raises_stops_the_run_and_fails_it(tmp_path, stream_server, kit):

@@ -73,6 +73,12 @@ def test_the_summary_holds_the_steady_window_interactivity_and_stability(tmp_pat
     # p90 interactivity is the slow tail; the p90 of per-request speeds is the fast one.
     assert latency["interactivity_tok_per_s"]["p90"] < latency["output_speed_tok_per_s"]["p90"]
     assert latency["ttft_s"]["p75"] == pytest.approx(0.2)
+    per_token = [r["e2e_s"] / r["output_tokens"] for r in records]
+    assert latency["e2e_per_output_token_s"]["p90"] == pytest.approx(np.percentile(per_token, 90))
+    assert latency["e2e_norm_interactivity_tok_per_s"]["p90"] == pytest.approx(
+        1 / np.percentile(per_token, 90)
+    )
+    assert latency["e2e_norm_interactivity_tok_per_s"]["p90"] < latency["interactivity_tok_per_s"]["p90"]
 
     stability = summary["stability"]
     assert stability["subwindow_s"] == pytest.approx(10.0)

@@ -85,6 +85,15 @@ SUMMARY: tuple[Column, ...] = (
         for stat in LATENCY_STATS
     ),
     Column("interactivity_std_tok_per_s", Unit.TOKENS_PER_S_PER_USER, "latency.interactivity_tok_per_s.std"),
+    # E2E-normalised interactivity: 1 / E2E per output token at each statistic (kv_cache_tester.metrics).
+    *(
+        Column(
+            f"e2e_norm_interactivity_{stat.replace('.', '')}_tok_per_s",
+            Unit.TOKENS_PER_S_PER_USER,
+            f"latency.e2e_norm_interactivity_tok_per_s.{stat}",
+        )
+        for stat in LATENCY_STATS
+    ),
     *(
         Column(f"stability_{key}", unit, f"stability.{key}")
         for key, unit in (
@@ -112,6 +121,9 @@ SUMMARY: tuple[Column, ...] = (
     Column("client_hit_rate", Unit.FRACTION, "cache.client_hit_rate"),
     Column("dispatch_lag_p99_s", Unit.WALL_SECONDS, "self_audit.dispatch_lag_s.p99"),
     Column("client_cpu_share", Unit.FRACTION, "self_audit.client_cpu_share"),
+    Column("idle_advanced_s", Unit.WALL_SECONDS, "self_audit.idle_advanced_s"),
+    # Where a run departs from its replay preset (a JSON list, by name; docs/replay-parity.md).
+    Column("preset_deviations", Unit.JSON, "preset.deviations"),
 )
 
 # Derived from the summary columns and the cell's GPU count (aggregate.derived_columns): per GPU over
@@ -211,6 +223,7 @@ POWER: tuple[Column, ...] = (
     Column("peak_temp_c", Unit.CELSIUS),
     Column("avg_util_pct", Unit.PERCENT),
     Column("power_reasons", Unit.JSON),  # a list of one-line reasons
+    Column("power_reason_codes", Unit.JSON),  # one code per reason (energy.summary.REASON_CODES)
     Column("power_audit", Unit.JSON),
 )
 

@@ -36,6 +36,11 @@ X_METRICS: tuple[XMetric, ...] = (
     XMetric("interactivity_p90_tok_per_s", "Interactivity at p90: 1 / full-response ITL (tok/s/user)", False),
     XMetric("interactivity_p99_tok_per_s", "Interactivity at p99: 1 / full-response ITL (tok/s/user)", False),
     XMetric("e2e_p50_s", "E2E latency p50 (s)", True),
+    XMetric(
+        "e2e_norm_interactivity_p90_tok_per_s",
+        "E2E-normalised interactivity at p90: 1 / p90 of E2E per output token (tok/s/user)",
+        False,
+    ),
 )
 X_BY_COLUMN = {x.column: x for x in X_METRICS}
 

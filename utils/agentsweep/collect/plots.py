@@ -236,10 +236,11 @@ def pareto_figure(df: pd.DataFrame, y: str, path: Path, include_invalid: bool = 
     invalid = df.iloc[0:0] if include_invalid or "status" not in df else df[df["status"] == "INVALID"]
     markers, styles = _styles(ok) if not ok.empty else ({}, {})
     series = _series_styles(ok)
-    fig = Figure(figsize=(21, 10), dpi=DPI)
-    # A fixed layout: constrained layout costs seconds per figure and the grid never changes.
-    fig.subplots_adjust(left=0.04, right=0.99, bottom=0.065, top=0.91, wspace=0.2, hspace=0.3)
-    axes = fig.subplots(2, 4).ravel()
+    fig = Figure(figsize=(18, 14), dpi=DPI)
+    # A fixed layout: constrained layout costs seconds per figure and the grid never changes (one
+    # panel per x metric and the legend's).
+    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.05, top=0.93, wspace=0.22, hspace=0.3)
+    axes = fig.subplots(3, 3).ravel()
     for ax, xm in zip(axes, X_METRICS, strict=False):
         _panel(ax, ok, xm, y, markers, styles, series)
         _invalid_points(ax, invalid, xm, y)

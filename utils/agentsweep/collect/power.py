@@ -12,7 +12,11 @@ from agentsweep.collect.columns import POWER
 from agentsweep.contract.cell import Cell
 from agentsweep.energy.summary import cell_power_summary
 
-FIGURES = tuple(c.name for c in POWER if c.name not in ("power_valid", "power_reasons", "power_audit"))
+FIGURES = tuple(
+    c.name
+    for c in POWER
+    if c.name not in ("power_valid", "power_reasons", "power_reason_codes", "power_audit")
+)
 
 
 def power_columns(result_dir: Path, cell: Cell) -> tuple[dict[str, Any], list[str]]:
@@ -21,6 +25,7 @@ def power_columns(result_dir: Path, cell: Cell) -> tuple[dict[str, Any], list[st
     out: dict[str, Any] = {name: getattr(summary, name) for name in FIGURES}
     out["power_valid"] = summary.power_valid
     out["power_reasons"] = json.dumps(list(summary.reasons))
+    out["power_reason_codes"] = json.dumps(list(summary.reason_codes))
     out["power_audit"] = json.dumps(asdict(summary.audit), sort_keys=True, separators=(",", ":"))
     notes = []
     if not summary.power_valid and cell.power_source != "none":

@@ -165,6 +165,12 @@ class ReplayOptions(Frozen):
     ignore_eos: bool = True
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
     warmup_requests: Annotated[int, Field(ge=0, le=MAX_WARMUP_REQUESTS)] = 1
+    # Warm-up requests after a lane's first ask for one output token and skip their delays.
+    warmup_one_token: bool = False
+    # With nothing in flight, pending delays advance so the next request leaves within this many
+    # trace seconds (0: off); more than this share of profiled requests failing ends the run (0: never).
+    system_idle_cap: Annotated[float, Field(ge=0, le=MAX_DELAY_S)] = 0.0
+    failed_request_threshold: Annotated[float, Field(ge=0, lt=1)] = 0.0
     api: Api = "chat"
     preset: Preset = "none"
 
@@ -250,6 +256,9 @@ class EngineSettings(Frozen):
     # (kv_cache_tester.replay.merge): past what one client node drives. At most the nodes of the
     # cell's allocation and its users (the cell's plan refuses more).
     client_nodes: Annotated[int, Field(gt=0, le=MAX_NODES)] = 1
+    # The model's key on InferenceX (its ``infmax_model_prefix``, e.g. llama70b) for the export; ""
+    # takes it from the shipped map of model names (agentsweep.export.inferencex).
+    infmax_model_prefix: Annotated[str, Field(pattern=r"^([a-z0-9][a-z0-9._-]*)?$", max_length=64)] = ""
 
     @property
     def engine_env_dict(self) -> dict[str, str]:

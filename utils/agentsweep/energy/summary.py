@@ -48,6 +48,24 @@ GAP_INTERVALS = 5
 MIN_GAP_S = 2.0
 MAX_REASONS = 8
 
+# One code per check a measurement can fail (``PowerSummary.reason_codes``, beside the one-line
+# reasons): lowercase words joined by "_", the form InferenceX's power contract gives its reasons
+# (docs/energy.md lists them; the same code where InferenceX has one for the same failure).
+NOT_SAMPLED = "power_not_sampled"
+TELEMETRY_MISSING = "telemetry_file_missing"
+TELEMETRY_UNREADABLE = "telemetry_file_unreadable"
+WINDOW_MISSING = "profile_window_missing"
+SAMPLER_FAULT = "sampler_fault"
+NO_POWER = "no_usable_power_samples"
+GPU_COUNT = "expected_gpu_count_mismatch"
+GAP = "sampling_gap_exceeded"
+COUNTER_BACKWARDS = "negative_delta_gpus"
+BAD_ROWS = "invalid_power_sample"
+REASON_CODES: tuple[str, ...] = (
+    NOT_SAMPLED, TELEMETRY_MISSING, TELEMETRY_UNREADABLE, WINDOW_MISSING, SAMPLER_FAULT, NO_POWER,
+    GPU_COUNT, GAP, COUNTER_BACKWARDS, BAD_ROWS,
+)  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class Window:
@@ -133,11 +151,13 @@ class PowerSummary:
     reasons: tuple[str, ...]
     audit: PowerAudit
     per_gpu: tuple[GpuPower, ...] = field(default=())
+    reason_codes: tuple[str, ...] = field(default=())  # one code per reason, in the same order
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (reasons as a list, the audit and per-GPU figures nested)."""
         out = asdict(self)
         out["reasons"] = list(self.reasons)
+        out["reason_codes"] = list(self.reason_codes)
         out["per_gpu"] = [asdict(g) for g in self.per_gpu]
         return out
 
@@ -200,9 +220,20 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return math.fsum(data) / len(data) if data else None
 
 
-def _first(reasons: list[str], text: str) -> None:
-    if len(reasons) < MAX_REASONS:
-        reasons.append(text)
+class _Reasons:
+    """The failed checks so far: one line and one code each, at most MAX_REASONS."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.codes: list[str] = []
+
+    def add(self, code: str, text: str) -> None:
+        if len(self.lines) < MAX_REASONS:
+            self.lines.append(text)
+            self.codes.append(code)
+
+    def __bool__(self) -> bool:
+        return bool(self.lines)
 
 
 def summarize(
@@ -215,11 +246,13 @@ def summarize(
     source: str,
     bad_rows: int = 0,
     unusable: str | None = None,
+    unusable_code: str = WINDOW_MISSING,
 ) -> PowerSummary:
     """The power summary of ``rows`` (power.csv's rows, in any order); see the module docstring.
 
     ``unusable``: a reason the measurement cannot be used whatever the rows hold (no window, no
-    sampler); ``bad_rows``: unreadable rows of the file, reported in the audit.
+    sampler), and ``unusable_code`` its code; ``bad_rows``: unreadable rows of the file, reported in
+    the audit.
     """
     max_gap = max(GAP_INTERVALS * interval_s, MIN_GAP_S)
     series: dict[tuple[str, str], _Series] = {}
@@ -231,10 +264,12 @@ def summarize(
             series.setdefault(row.key, _Series()).add(row)
         else:  # a GPU that answers but reports no power ([N/A]): it is there, and unmeasured
             series.setdefault(row.key, _Series())
-    reasons: list[str] = [unusable] if unusable else []
+    reasons = _Reasons()
+    if unusable:
+        reasons.add(unusable_code, unusable)
     if window is None:
         if not reasons:
-            reasons.append("no measurement window (summary.json has none)")
+            reasons.add(WINDOW_MISSING, "no measurement window (summary.json has none)")
         return _withheld(reasons, source, None, expected_gpus, 0, None, "", max_gap, faults, bad_rows)
     start, end = window.start_unix, window.end_unix
 
@@ -242,7 +277,10 @@ def summarize(
     during = [f for f in faults if start - max_gap <= f.time_s <= end + max_gap]
     for fault in during[:1]:
         more = f" (and {len(during) - 1} more faults)" if len(during) > 1 else ""
-        _first(reasons, f"power sampler at {fault.time_s - start:+.1f} s of the window: {fault.fault}{more}")
+        reasons.add(
+            SAMPLER_FAULT,
+            f"power sampler at {fault.time_s - start:+.1f} s of the window: {fault.fault}{more}",
+        )
 
     observed: list[tuple[str, str]] = []
     samples = 0
@@ -256,7 +294,7 @@ def summarize(
         samples += len(powered)
         if not powered:
             if not s.t or all(p is None for p in s.power):
-                _first(reasons, f"GPU {name} reports no power")
+                reasons.add(NO_POWER, f"GPU {name} reports no power")
             continue
         observed.append(key)
         edges = [start, *(s.t[i] for i in powered), end]
@@ -267,30 +305,30 @@ def summarize(
         for (_t0, e0), (t1, e1) in itertools.pairwise(energies):
             assert e0 is not None and e1 is not None
             if e1 < e0:
-                _first(
-                    reasons,
+                reasons.add(
+                    COUNTER_BACKWARDS,
                     f"energy counter of GPU {name} went backwards at {t1 - start:+.1f} s of the window "
                     f"({e0:.6g} J -> {e1:.6g} J)",
                 )
                 break
     if not observed and not during and faults:  # nothing measured: the last fault before says why
         cause = [f for f in faults if f.time_s < start] or faults
-        _first(reasons, f"power sampler: {cause[-1].fault}")
+        reasons.add(SAMPLER_FAULT, f"power sampler: {cause[-1].fault}")
     if len(observed) < expected_gpus:
         names = ", ".join("/".join(k) for k in observed) or "none"
-        _first(
-            reasons,
+        reasons.add(
+            GPU_COUNT,
             f"power samples of {len(observed)} of the cell's {expected_gpus} GPUs in the window ({names})",
         )
     elif len(observed) > expected_gpus:
-        _first(reasons, f"power samples of {len(observed)} GPUs, but the cell has {expected_gpus}")
+        reasons.add(GPU_COUNT, f"power samples of {len(observed)} GPUs, but the cell has {expected_gpus}")
     if observed and gap > max_gap:
-        _first(
-            reasons,
+        reasons.add(
+            GAP,
             f"largest gap between power samples is {gap:.2f} s (GPU {gap_gpu}; at most {max_gap:g} s)",
         )
     if bad_rows:
-        _first(reasons, f"{POWER_CSV}: {bad_rows} unreadable rows")
+        reasons.add(BAD_ROWS, f"{POWER_CSV}: {bad_rows} unreadable rows")
 
     if reasons:
         return _withheld(
@@ -431,7 +469,7 @@ def _valid(
 
 
 def _withheld(
-    reasons: list[str],
+    reasons: _Reasons,
     source: str,
     window: Window | None,
     expected: int,
@@ -461,8 +499,9 @@ def _withheld(
     )
     none = None
     return PowerSummary(
-        False, none, none, none, none, none, none, none, none, none, none, tuple(reasons), audit
-    )
+        False, none, none, none, none, none, none, none, none, none, none, tuple(reasons.lines), audit,
+        reason_codes=tuple(reasons.codes),
+    )  # fmt: skip
 
 
 # -- reading a result directory ---------------------------------------------------------------------
@@ -499,14 +538,20 @@ def cell_power_summary(result_dir: Path, cell: Cell) -> PowerSummary:
         "source": source,
     }  # fmt: skip
     if source == "none":
-        return summarize((), unusable=f"runner {cell.runner} samples no power (power_source none)", **args)
+        return summarize(
+            (), unusable=f"runner {cell.runner} samples no power (power_source none)", unusable_code=NOT_SAMPLED,
+            **args,
+        )  # fmt: skip
     if not path.exists() and not path.is_symlink():
-        return summarize((), unusable=f"{POWER_CSV} missing: the power sampler wrote nothing", **args)
+        return summarize(
+            (), unusable=f"{POWER_CSV} missing: the power sampler wrote nothing", unusable_code=TELEMETRY_MISSING,
+            **args,
+        )  # fmt: skip
     reader = PowerCsvReader(path)
     try:
         rows = list(reader)
     except ResultFileError as err:
-        return summarize((), unusable=str(err), **args)
+        return summarize((), unusable=str(err), unusable_code=TELEMETRY_UNREADABLE, **args)
     return summarize(rows, bad_rows=reader.bad_rows, unusable=problem, **args)
 
 

@@ -1,6 +1,6 @@
 """One collected cell (collect's row, in the engine's clock, and its cell) as an InferenceX row.
 
-``nested_row`` builds the agentx-v1 row from collect's columns; ``flat_row`` builds the flat row from
+``nested_row`` builds the nested row from collect's columns; ``flat_row`` builds the flat row from
 the same columns on its own (so that ``flatten(nested_row(...)) == flat_row(...)`` is a real check of
 both). Every figure comes from collect, which computes them through kv_cache_tester.metrics; nothing
 here defines a metric again.
@@ -19,19 +19,24 @@ from pydantic import BaseModel
 
 from agentsweep.collect.columns import LATENCY_STATS
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.engine_args import SIM_DEFAULT_HARDWARE
+from agentsweep.energy.summary import REASON_CODES
+from agentsweep.export.inferencex import hardware, model_prefix
 from agentsweep.export.models import (
     FLAT_METRICS,
     POWER_FIGURES,
+    POWER_METRIC_SCHEMA_VERSION,
+    STABILITY_COUNTS,
     STABILITY_KEYS,
     STATS,
+    WINDOW_RANGES,
     FlatRow,
     KvCache,
     Latency,
     NestedRow,
+    ObservedRanges,
     Outcome,
     PerGpu,
-    Power,
-    Rate,
     RequestAccounting,
     RequestCache,
     RequestMetrics,
@@ -42,6 +47,21 @@ from agentsweep.export.models import (
     Statistics,
     Throughput,
     Tokens,
+)
+from agentsweep.export.models import Rate as RateModel
+
+# The raw sibling artifact's copy of power.csv, named in each row's power audit.
+POWER_SOURCE = "power.csv"
+# Power figures collect's columns carry under the row's names (the cell's whole energy and the joules
+# per unit of work are already the cell's, as schema 2 wants).
+SAME_NAMED_POWER = (
+    "total_gpu_energy_j",
+    "joules_per_output_token",
+    "joules_per_total_token",
+    "joules_per_successful_query",
+    "avg_temp_c",
+    "peak_temp_c",
+    "avg_util_pct",
 )
 
 
@@ -54,6 +74,7 @@ class Point:
     cell: Cell
     values: Mapping[str, Any]
     versions: Mapping[str, str | None]
+    reason: str = ""  # why the cell is not SUCCESS (collect's reason)
 
 
 def _num(value: Any) -> float | None:
@@ -83,16 +104,27 @@ def _interactivity(values: Mapping[str, Any]) -> Statistics:
     )
 
 
-def _plain_interactivity(values: Mapping[str, Any]) -> Statistics:
-    """1 / plain ITL at each statistic; no std (the token gaps are not per-request speeds)."""
+def _e2e_norm_interactivity(values: Mapping[str, Any]) -> Statistics:
+    """1 / E2E per output token at each statistic (collect's E2E-normalised interactivity columns)."""
+    return Statistics.model_validate(
+        {s: _num(values.get(f"e2e_norm_interactivity_{_col(s)}_tok_per_s")) for s in LATENCY_STATS}
+    )
+
+
+def _token_gap_interactivity(values: Mapping[str, Any]) -> Statistics:
+    """1 / token-gap ITL at each statistic; no std (the token gaps are not per-request speeds)."""
     figures = {s: interactivity_tok_s(_num(values.get(f"itl_{_col(s)}_s"))) for s in LATENCY_STATS}
     figures["std"] = None
     return Statistics.model_validate(figures)
 
 
+def _scale(values: Mapping[str, Any]) -> float:
+    return _num(values.get("clock_scale")) or 1.0
+
+
 def _duration(values: Mapping[str, Any]) -> float | None:
-    window, scale = _num(values.get("window_s")), _num(values.get("clock_scale")) or 1.0
-    return None if window is None else window * scale
+    window = _num(values.get("window_s"))
+    return None if window is None else window * _scale(values)
 
 
 def _tokens(values: Mapping[str, Any], rate_column: str) -> int | None:
@@ -101,13 +133,81 @@ def _tokens(values: Mapping[str, Any], rate_column: str) -> int | None:
     return None if rate is None or duration is None else round(rate * duration)
 
 
-def _error_categories(values: Mapping[str, Any]) -> dict[str, int]:
-    text = values.get("failed_by_class")
+def _json(text: Any, default: Any) -> Any:
     try:
-        data = json.loads(text) if isinstance(text, str) and text else {}
+        return json.loads(text) if isinstance(text, str) and text else default
     except ValueError:
-        data = {}
+        return default
+
+
+def _error_categories(values: Mapping[str, Any]) -> dict[str, int]:
+    data = _json(values.get("failed_by_class"), {})
     return {str(k): int(v) for k, v in data.items() if isinstance(v, int)} if isinstance(data, dict) else {}
+
+
+def _stability(values: Mapping[str, Any], flat: str) -> float | int | None:
+    if flat == "observed_window_seconds":
+        subwindow = _num(values.get("stability_subwindow_s"))
+        return None if subwindow is None else subwindow * _scale(values)
+    nested = dict(STABILITY_KEYS)[flat]
+    value = values.get(f"stability_{nested}")
+    return _int(value) if flat in STABILITY_COUNTS else _num(value)
+
+
+def _window_range(values: Mapping[str, Any], metric: str, stat: str, end: str) -> float | None:
+    return _num(values.get(f"stability_{stat}_{metric}_{end}"))
+
+
+def _deviations(values: Mapping[str, Any]) -> list[str]:
+    """Where the run departs from its replay preset (summary.json ``preset.deviations``)."""
+    found = _json(values.get("preset_deviations"), [])
+    return [str(d) for d in found] if isinstance(found, list) else []
+
+
+def _outcome(point: Point) -> dict[str, Any]:
+    reasons = [r.strip() for r in point.reason.split(";") if r.strip()] if point.outcome != "SUCCESS" else []
+    return {
+        "status": "passed" if point.outcome == "SUCCESS" else "failed",
+        "verdict": point.outcome,
+        "reasons": reasons,
+        "failed_requests": _int(point.values.get("requests_failed")),
+    }
+
+
+def _power(point: Point) -> dict[str, Any]:
+    """The power keys under InferenceX's power contract (schema 2), from collect's power columns (never
+    computed again here); empty when the cell's runner samples no power."""
+    v, cell = point.values, point.cell
+    valid = v.get("power_valid")
+    if cell.power_source == "none" or not isinstance(valid, bool):
+        return {}
+    audit = _json(v.get("power_audit"), {})
+    codes = [c for c in _json(v.get("power_reason_codes"), []) if c in REASON_CODES]
+    gpus = cell.gpus
+    p90_total = _num(v.get("p90_power_w"))
+    figures = {
+        "avg_power_w": _num(v.get("avg_power_per_gpu_w")),
+        "avg_total_gpu_power_w": _num(v.get("avg_power_w")),
+        "p90_power_w": None if p90_total is None else p90_total / gpus,
+        "p90_total_gpu_power_w": p90_total,
+        **{name: _num(v.get(name)) for name in SAME_NAMED_POWER},
+    }
+    return {
+        "power_metric_schema_version": POWER_METRIC_SCHEMA_VERSION,
+        "power_valid": 1 if valid else 0,
+        **{name: (figures[name] if valid else None) for name in POWER_FIGURES},
+        "power_invalid_reasons": list(dict.fromkeys(codes)),
+        "power_audit": {
+            "source": POWER_SOURCE,
+            "window_start_unix": _num(audit.get("window_start_unix")),
+            "window_end_unix": _num(audit.get("window_end_unix")),
+            "expected_gpu_count": _int(audit.get("expected_gpus")) or 0,
+            "observed_gpu_count": _int(audit.get("observed_gpus")) or 0,
+            "sample_count": _int(audit.get("samples")) or 0,
+            "max_sample_gap_s": _num(audit.get("largest_gap_s")),
+            "reasons": [str(r) for r in _json(v.get("power_reasons"), [])],
+        },
+    }
 
 
 def identity(point: Point) -> dict[str, Any]:
@@ -117,8 +217,12 @@ def identity(point: Point) -> dict[str, Any]:
     out: dict[str, Any] = {
         "exp_name": point.exp_name,
         "outcome": point.outcome,
-        "hw": cell.hardware or cell.runner,
+        "benchmark_outcome": _outcome(point),
+        "infmax_model_prefix": model_prefix(cell),
+        "hw": hardware(cell, SIM_DEFAULT_HARDWARE),
+        "simulated": cell.engine == "sim",
         "conc": cell.users,
+        "users": cell.users,
         "image": cell.image,
         "model": cell.model,
         "framework": cell.engine,
@@ -137,56 +241,35 @@ def identity(point: Point) -> dict[str, Any]:
         "num_requests_total": _int(values.get("req_records")),
         "num_requests_successful": _int(values.get("requests_ok")),
         "duration_seconds": _duration(values),
+        "replay_preset": {"name": cell.preset, "deviations": _deviations(values)},
+        "kv_cache_pool_tokens": _int(values.get("kv_pool_tokens")),
     }
     if cell.prefill is not None and cell.decode is not None:
         out.update(
             prefill_num_workers=cell.prefill.replicas,
             prefill_tp=cell.prefill.tp,
             prefill_ep=cell.ep,
+            prefill_dp_attention="false",
             num_prefill_gpu=cell.prefill.gpus,
             decode_num_workers=cell.decode.replicas,
             decode_tp=cell.decode.tp,
             decode_ep=cell.ep,
+            decode_dp_attention="false",
             num_decode_gpu=cell.decode.gpus,
         )
+    out.update(_power(point))
     return out
 
 
-def _stability_value(values: Mapping[str, Any], key: str) -> float | int | None:
-    value = values.get(
-        f"stability_{key.removeprefix('observed_window_') if key.startswith('observed_window_p') else key}"
-    )
-    return _int(value) if key.endswith("_count") and "kish" not in key else _num(value)
-
-
-def _power_verdict(point: Point) -> tuple[bool, list[str], dict[str, Any]] | None:
-    """collect's power verdict, reasons and audit of the cell (its ``power_*`` columns, never computed
-    again here); None when the cell's runner samples no power or collect gave no power columns."""
-    v = point.values
-    valid = v.get("power_valid")
-    if point.cell.power_source == "none" or not isinstance(valid, bool):
-        return None
-    reasons, audit = json.loads(v.get("power_reasons") or "[]"), json.loads(v.get("power_audit") or "{}")
-    return valid, [str(reason) for reason in reasons], audit
-
-
-def _power(point: Point) -> Power | None:
-    verdict = _power_verdict(point)
-    if verdict is None:
-        return None
-    valid, reasons, audit = verdict
-    figures = {name: _num(point.values.get(name)) for name in POWER_FIGURES}
-    return Power.model_validate({"valid": valid, **figures, "reasons": reasons, "audit": audit})
-
-
 def nested_row(point: Point) -> NestedRow:
-    """The agentx-v1 row of one point."""
+    """The nested row of one point."""
     v = point.values
     gpu_hit, cpu_hit = _num(v.get("gpu_hit_rate")), _num(v.get("cpu_hit_rate"))
-    usage = _num(v.get("kv_usage_mean"))
-    scale = _num(v.get("clock_scale")) or 1.0
-    subwindow = _num(v.get("stability_subwindow_s"))
     router_name = point.cell.router_program if point.cell.routed else None
+    full_itl, full_intvty = _latency(v, "full_response_itl"), _interactivity(v)
+    ranges: dict[str, Any] = {}
+    for metric, stat, end in WINDOW_RANGES:
+        ranges.setdefault(metric, {}).setdefault(stat, {})[end] = _window_range(v, metric, stat, end)
     return NestedRow.model_validate(
         {
             **identity(point),
@@ -194,16 +277,20 @@ def nested_row(point: Point) -> NestedRow:
                 latency=Latency(
                     ttft=_latency(v, "ttft"),
                     e2el=_latency(v, "e2e"),
-                    itl=_latency(v, "itl"),
+                    itl=full_itl,
                     tpot=_latency(v, "tpot"),
-                    intvty=_plain_interactivity(v),
-                    full_response_itl=_latency(v, "full_response_itl"),
-                    full_response_intvty=_interactivity(v),
+                    intvty=full_intvty,
+                    full_response_itl=full_itl,
+                    full_response_intvty=full_intvty,
+                    e2e_norm_intvty=_e2e_norm_interactivity(v),
+                    token_gap_itl=_latency(v, "itl"),
+                    token_gap_intvty=_token_gap_interactivity(v),
                 ),
                 throughput=Throughput(
-                    input=Rate(tokens_per_second=_num(v.get("input_tok_per_s"))),
-                    output=Rate(tokens_per_second=_num(v.get("output_tok_per_s"))),
-                    total=Rate(tokens_per_second=_num(v.get("total_tok_per_s"))),
+                    input=RateModel(tokens_per_second=_num(v.get("input_tok_per_s"))),
+                    output=RateModel(tokens_per_second=_num(v.get("output_tok_per_s"))),
+                    total=RateModel(tokens_per_second=_num(v.get("total_tok_per_s"))),
+                    duration_seconds=_duration(v),
                     per_gpu=PerGpu(
                         total_tput_tps=_num(v.get("total_tok_per_s_per_gpu")),
                         output_tput_tps=_num(v.get("output_tok_per_s_per_gpu")),
@@ -211,20 +298,11 @@ def nested_row(point: Point) -> NestedRow:
                     ),
                 ),
                 cache=RequestCache(theoretical_cache_hit_rate=_num(v.get("theoretical_hit_rate"))),
-                stability=Stability(
-                    observed_window_count=_int(v.get("stability_observed_window_count")),
-                    expected_window_count=_int(v.get("stability_expected_window_count")),
-                    subwindow_seconds=None if subwindow is None else subwindow * scale,
-                    root_trajectory_count=_int(v.get("stability_root_trajectory_count")),
-                    root_trajectory_kish_effective_count=_num(
-                        v.get("stability_root_trajectory_kish_effective_count")
-                    ),
-                    root_trajectory_largest_share=_num(v.get("stability_root_trajectory_largest_share")),
-                    windows={
-                        key: _stability_value(v, key)
-                        for key in STABILITY_KEYS
-                        if key.startswith("observed_window_p")
-                    },
+                stability=Stability.model_validate(
+                    {
+                        **{nested: _stability(v, flat) for flat, nested in STABILITY_KEYS},
+                        "observed_ranges": ObservedRanges.model_validate(ranges),
+                    }
                 ),
             ),
             "server_metrics": ServerMetrics(
@@ -234,7 +312,7 @@ def nested_row(point: Point) -> NestedRow:
                     overall_cache_hit_rate=None if gpu_hit is None else gpu_hit + (cpu_hit or 0.0),
                 ),
                 kv_cache=KvCache(
-                    gpu_usage_pct=None if usage is None else usage * 100.0,
+                    gpu_usage_pct=_num(v.get("kv_usage_peak")),
                     gpu_total_tokens=_int(v.get("kv_pool_tokens")),
                 ),
                 tokens=Tokens(
@@ -251,8 +329,6 @@ def nested_row(point: Point) -> NestedRow:
                 error_categories=_error_categories(v),
             ),
             "router": Router(name=router_name, version=point.versions.get("router") if router_name else None),
-            "kv_cache_pool_tokens": _int(v.get("kv_pool_tokens")),
-            "power": _power(point),
         }
     )
 
@@ -268,10 +344,12 @@ def flat_row(point: Point) -> BaseModel:
         "tpot": lambda s: _num(v.get(f"tpot_{s}_s")),
         "intvty": lambda s: _num(v.get(f"interactivity_{s}_tok_per_s")),
     }
+    sources["full_response_itl"] = sources["itl"]
+    sources["full_response_intvty"] = sources["intvty"]
+    sources["e2e_norm_intvty"] = lambda s: _num(v.get(f"e2e_norm_interactivity_{s}_tok_per_s"))
     for metric, _ in FLAT_METRICS:
         for prefix, key in STATS:
             out[f"{prefix}_{metric}"] = sources[metric](_col(key))
-    usage = _num(v.get("kv_usage_mean"))
     out.update(
         input_tput_tps=_num(v.get("input_tok_per_s")),
         output_tput_tps=_num(v.get("output_tok_per_s")),
@@ -282,16 +360,13 @@ def flat_row(point: Point) -> BaseModel:
         theoretical_cache_hit_rate=_num(v.get("theoretical_hit_rate")),
         server_gpu_cache_hit_rate=_num(v.get("gpu_hit_rate")),
         server_cpu_cache_hit_rate=_num(v.get("cpu_hit_rate")),
-        gpu_kv_cache_usage_pct=None if usage is None else usage * 100.0,
+        gpu_kv_cache_usage_pct=_num(v.get("kv_usage_peak")),
         total_prompt_tokens=_tokens(v, "server_prompt_tok_per_s"),
         total_generation_tokens=_tokens(v, "server_generation_tok_per_s"),
         total_requests_completed=_int(v.get("requests_ok")),
     )
-    for key in STABILITY_KEYS:
-        out[key] = _stability_value(v, key)
-    verdict = _power_verdict(point)
-    valid, reasons, audit = verdict if verdict is not None else (None, None, None)
-    out.update(power_valid=valid, power_reasons=reasons, power_audit=audit)
-    for name in POWER_FIGURES:
-        out[name] = None if verdict is None else _num(v.get(name))
+    for flat, _ in STABILITY_KEYS:
+        out[flat] = _stability(v, flat)
+    for metric, stat, end in WINDOW_RANGES:
+        out[f"observed_window_{stat}_{metric}_{end}"] = _window_range(v, metric, stat, end)
     return FlatRow.model_validate(out)

@@ -1,21 +1,27 @@
-"""`agentsweep export --format inferencex DIR -o FILE [--shape flat|nested] [--include-invalid]`.
+"""`agentsweep export --format inferencex DIR -o OUT [--shape flat|nested] [--include-invalid]
+[--allow-unmapped] [--allow-mixed]`.
 
-Writes one JSON array: one InferenceX agentic row per SUCCESS point of the sweep under DIR (INVALID
-and FAILED cells only with --include-invalid, each with its ``outcome``; MALFORMED directories never:
-a directory that no longer matches its receipt reads MALFORMED, as collect reads it). A capacity
+Writes OUT, a new directory laid out as an InferenceX run's artifacts (``export.artifacts``): one row
+per SUCCESS point of the sweep under DIR (INVALID and FAILED cells only with --include-invalid, each
+with its ``benchmark_outcome``; MALFORMED directories never: a directory that no longer matches its
+receipt reads MALFORMED, as collect reads it), its raw sibling, and every row in one array. A capacity
 cell's steps are points like any cell; the capacity cell itself is not a row (its figures are its
-steps' and capacity.json's).
-Points of different replayer versions, one curve of different recipes, or points without a receipt
-beside points with one, are refused (exit 2, naming what differs) unless --allow-mixed, as in collect.
-Every row is checked against the shipped JSON Schema of its shape before the file is written; a row
-that breaks it is an error naming the cell and the field, and nothing is written. Exit 0 on success,
-2 on bad input (no cells, an output path that cannot be written).
+steps' and capacity.json's). Points of different replayer versions, one curve of different recipes,
+or points without a receipt beside points with one, are refused (exit 2, naming what differs) unless
+--allow-mixed, as in collect.
+
+Before anything is written every row is checked against the shipped JSON Schema of its shape (a row
+that breaks it is an error naming the cell and the field) and against what InferenceX's ingest needs
+to place it (``export.inferencex``): a model key and a GPU it knows (else one line naming the field to
+set, exit 2, unless --allow-unmapped), and no two rows one point there. Exit 0 on success, 2 on bad
+input (no cells, an output that exists or cannot be written), and nothing is written then.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, cast
@@ -23,10 +29,12 @@ from typing import Any, cast
 from agentsweep.collect.aggregate import CELL_COLUMNS, load_cell, to_frame
 from agentsweep.collect.discover import find_cells
 from agentsweep.collect.provenance import mixed_in_sweep, refuse_mixed
-from agentsweep.contract.resultdir import read_cell_record, write_atomic
+from agentsweep.contract.resultdir import read_cell_record
 from agentsweep.errors import AgentsweepError, InputError, ResultFileError
+from agentsweep.export.artifacts import write_layout
 from agentsweep.export.build import Point, flat_row, nested_row
-from agentsweep.export.models import Outcome
+from agentsweep.export.inferencex import colliding, unmapped
+from agentsweep.export.models import Outcome, row_json
 from agentsweep.export.schema import Shape, problems
 
 POINTS = ("SUCCESS",)
@@ -41,13 +49,19 @@ class ExportError(AgentsweepError):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", type=Path, help="a sweep's result directories (results/<key>)")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="the JSON file to write")
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        required=True,
+        help="the directory to write (must not exist, or be empty)",
+    )
     parser.add_argument("--format", choices=("inferencex",), default="inferencex", help="row format")
     parser.add_argument(
         "--shape",
         choices=("flat", "nested"),
         default="flat",
-        help="flat: InferenceX's dashboard loader's keys; nested: agentx-v1 (default flat)",
+        help="flat: {stat}_{metric} keys; nested: request_metrics/server_metrics blocks (default flat)",
     )
     parser.add_argument(
         "--allow-mixed",
@@ -58,7 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--include-invalid",
         action="store_true",
-        help="also write INVALID and FAILED cells (each row states its outcome)",
+        help="also write INVALID and FAILED cells (benchmark_outcome status failed: kept out of curves)",
+    )
+    parser.add_argument(
+        "--allow-unmapped",
+        action="store_true",
+        help="write rows whose model or hardware InferenceX does not know (its ingest skips them)",
     )
 
 
@@ -101,33 +120,71 @@ def points(results: Path, include_invalid: bool, allow_mixed: bool = True) -> li
                 f"export: {row.exp_name}: {row.status} with no readable cell, not exported", file=sys.stderr
             )
             continue
-        out.append(Point(row.exp_name, cast(Outcome, row.status), cell, row.values, record.versions))
+        out.append(
+            Point(
+                row.exp_name, cast(Outcome, row.status), cell, row.values, record.versions, row.reason or ""
+            )
+        )
     return out
 
 
-def rows(found: list[Point], shape: Shape) -> list[dict[str, Any]]:
-    """The rows as JSON values, each checked against its shipped schema."""
+def rows(found: list[Point], shape: Shape, allow_unmapped: bool = False) -> list[dict[str, Any]]:
+    """The rows as JSON values, each checked against its shipped schema and InferenceX's ingest."""
     out: list[dict[str, Any]] = []
+    missing: list[str] = []
     for point in found:
         model = flat_row(point) if shape == "flat" else nested_row(point)
-        row = model.model_dump(mode="json", by_alias=True)
+        row = row_json(model)
         bad = problems(row, shape)
         if bad:
             raise ExportError(f"{point.exp_name}: the {shape} row breaks its schema: {'; '.join(bad[:5])}")
+        missing.extend(f"{point.exp_name}: {line}" for line in unmapped(row))
         out.append(row)
+    if missing and not allow_unmapped:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise InputError(f"{missing[0]}{more}")
+    clash = colliding(out)
+    if clash:
+        more = f" (and {len(clash) - 1} more)" if len(clash) > 1 else ""
+        raise InputError(f"{clash[0]}{more}")
     return out
+
+
+def _fresh(target: Path) -> None:
+    """Refuse an output that is a file, a link, a non-empty directory, or named like a file."""
+    if target.suffix == ".json":
+        raise InputError(f"{target}: give a directory: the export writes InferenceX's artifact layout there")
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise InputError(f"{target}: exists and is not a directory")
+    if target.is_dir() and any(target.iterdir()):
+        raise InputError(f"{target}: exists and is not empty")
+
+
+def write(target: Path, exported: list[dict[str, Any]], found: list[Point]) -> None:
+    """The layout into a temporary directory beside ``target``, then renamed to it: all or nothing."""
+    _fresh(target)
+    staging = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        write_layout(staging, exported, found)
+        if target.is_dir():
+            target.rmdir()
+        staging.rename(target)
+    except OSError as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise InputError(f"{target}: cannot write: {err.strerror or err}") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def run(args: argparse.Namespace) -> int:
     shape = cast(Shape, args.shape)
-    exported = rows(points(args.results, args.include_invalid, args.allow_mixed), shape)
-    target: Path = args.output
-    if target.exists() and target.is_dir():
-        raise InputError(f"{target}: is a directory")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(target, json.dumps(exported, indent=1, allow_nan=False) + "\n")
-    except OSError as err:
-        raise InputError(f"{target}: cannot write: {err.strerror or err}") from None
-    print(f"export: {len(exported)} {shape} rows -> {target}", file=sys.stderr)
+    _fresh(args.output)
+    found = points(args.results, args.include_invalid, args.allow_mixed)
+    exported = rows(found, shape, args.allow_unmapped)
+    write(args.output, exported, found)
+    print(f"export: {len(exported)} {shape} rows -> {args.output}", file=sys.stderr)
     return 0

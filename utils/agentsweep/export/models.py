@@ -1,17 +1,24 @@
 """The two shapes of an InferenceX agentic row, as pydantic models (their JSON Schemas are generated
-from these and shipped in ``schemas/``; docs/export.md).
+from these and shipped in ``schemas/``; docs/export.md says where each key of InferenceX's ingest is
+read, with the commit of their code it was read from).
 
-- ``FlatRow``: the shape InferenceX's dashboard loader accepts directly; every statistic is a key
-  ``{stat}_{metric}`` (p50 is ``median``). Agentic rows use the full-response ITL: ``*_itl`` and
-  ``*_intvty`` are the full-response ITL and ``1 / ITL``, as InferenceX does for agentic rows.
-- ``NestedRow`` (agentx-v1): the same facts grouped (``request_metrics``, ``server_metrics``,
-  ``request_accounting``, ``power``), with the plain (token-gap) ITL beside the full-response one.
+- ``FlatRow``: every statistic a key ``{stat}_{metric}`` (p50 is ``median``), the shape InferenceX's
+  ingest maps directly. Agentic rows use the full-response ITL: ``*_itl`` and ``*_intvty`` are the
+  full-response ITL and ``1 / ITL``, and the same figures again under ``*_full_response_itl`` and
+  ``*_full_response_intvty`` (the keys their ingest prefers for agentic rows).
+- ``NestedRow``: the same facts grouped as InferenceX's nested agentic rows
+  (``request_metrics``, ``server_metrics``), which their ingest flattens before mapping. Its
+  ``latency.itl``/``latency.intvty`` are the full-response figures too (their flattener reads those
+  two blocks only), so both shapes give the same numbers; the token-gap ITL is ``token_gap_itl``.
 
-Power (``power_*`` flat, ``power`` nested) is collect's power columns as they are (docs/energy.md): null
-when the cell samples no power; every figure null while ``power_valid`` is false, its reasons saying why.
+Identity, power and the outcome are top-level keys in both shapes (InferenceX reads them there).
+Power follows InferenceX's power contract, schema version 2: ``power_valid`` 1 or 0, ``avg_power_w``
+per GPU and ``avg_total_gpu_power_w`` for the cell, reasons as codes; every figure null while
+``power_valid`` is 0. Keys that only some rows carry (the prefill/decode roles of a disaggregated
+cell; power when the runner samples it) are left out of the others (``row_json``).
 
-``flatten`` turns a nested row into its flat row. Latencies are seconds, rates tokens per second;
-a simulated cell's figures are in its engine's clock (collect's ``clock_scale``).
+``flatten`` turns a nested row into its flat row. Latencies are seconds, rates tokens per second; a
+simulated cell's figures are in its engine's clock.
 """
 
 from __future__ import annotations
@@ -20,10 +27,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from agentsweep.energy.summary import PowerAudit
-
-FLAT_SCHEMA = "agentx-flat-v1"
-NESTED_SCHEMA = "agentx-v1"
+FLAT_SCHEMA = "agentx-flat-v2"
+NESTED_SCHEMA = "agentx-v2"
+POWER_METRIC_SCHEMA_VERSION = 2
 # (flat prefix, nested key) of each statistic, in export order.
 STATS: tuple[tuple[str, str], ...] = (
     ("mean", "mean"),
@@ -35,29 +41,41 @@ STATS: tuple[tuple[str, str], ...] = (
     ("p99.9", "p99.9"),
     ("std", "std"),
 )
-# Flat metric name -> the nested latency it is read from (agentic rows: the full-response figures).
+# Flat metric name -> the nested latency block it is read from.
 FLAT_METRICS: tuple[tuple[str, str], ...] = (
     ("ttft", "ttft"),
     ("e2el", "e2el"),
-    ("itl", "full_response_itl"),
+    ("itl", "itl"),
     ("tpot", "tpot"),
-    ("intvty", "full_response_intvty"),
+    ("intvty", "intvty"),
+    ("full_response_itl", "full_response_itl"),
+    ("full_response_intvty", "full_response_intvty"),
+    ("e2e_norm_intvty", "e2e_norm_intvty"),
 )
-STABILITY_KEYS: tuple[str, ...] = (
-    "observed_window_count",
-    "root_trajectory_count",
-    "root_trajectory_kish_effective_count",
-    "root_trajectory_largest_share",
-    *(
-        f"observed_window_{stat}_{key}_{end}"
-        for stat in ("p75", "p90")
-        for key in ("ttft", "e2el", "intvty")
-        for end in ("min", "max")
-    ),
+WINDOW_RANGES: tuple[tuple[str, str, str], ...] = tuple(
+    (metric, stat, end)
+    for metric in ("ttft", "e2el", "intvty")
+    for stat in ("p75", "p90")
+    for end in ("min", "max")
 )
-# The power figures both shapes carry under the same names (collect's power columns, docs/energy.md).
+# Flat stability key -> the nested request_metrics.stability key (the ranges aside).
+STABILITY_KEYS: tuple[tuple[str, str], ...] = (
+    ("observed_window_seconds", "window_seconds"),
+    ("observed_window_expected_count", "expected_window_count"),
+    ("observed_window_count", "observed_window_count"),
+    ("root_trajectory_count", "root_trajectory_count"),
+    ("root_trajectory_kish_effective_count", "root_trajectory_kish_effective_count"),
+    ("root_trajectory_largest_share", "root_trajectory_largest_share"),
+)
+STABILITY_COUNTS = frozenset(
+    {"observed_window_expected_count", "observed_window_count", "root_trajectory_count"}
+)
+# The measured power figures (null while power_valid is 0), in export order.
 POWER_FIGURES: tuple[str, ...] = (
     "avg_power_w",
+    "avg_total_gpu_power_w",
+    "p90_power_w",
+    "p90_total_gpu_power_w",
     "total_gpu_energy_j",
     "joules_per_output_token",
     "joules_per_total_token",
@@ -66,6 +84,29 @@ POWER_FIGURES: tuple[str, ...] = (
     "peak_temp_c",
     "avg_util_pct",
 )
+POWER_KEYS: tuple[str, ...] = (
+    "power_metric_schema_version",
+    "power_valid",
+    *POWER_FIGURES,
+    "power_invalid_reasons",
+    "power_audit",
+)
+ROLE_KEYS: tuple[str, ...] = (
+    "prefill_num_workers",
+    "prefill_tp",
+    "prefill_ep",
+    "prefill_dp_attention",
+    "num_prefill_gpu",
+    "decode_num_workers",
+    "decode_tp",
+    "decode_ep",
+    "decode_dp_attention",
+    "num_decode_gpu",
+)
+# Keys a row leaves out instead of writing null: the roles of a cell that is not disaggregated (a
+# present prefill_tp makes InferenceX read the cell as disaggregated) and the power of a runner that
+# samples none.
+OMITTED_WHEN_NULL = frozenset(ROLE_KEYS) | frozenset(POWER_KEYS)
 Outcome = Literal["SUCCESS", "INVALID", "FAILED"]
 TrueFalse = Literal["true", "false"]
 OnOff = Literal["on", "off"]
@@ -75,17 +116,51 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
 
+class BenchmarkOutcome(_Model):
+    """How the run ended, as InferenceX reads it: ``status`` "failed" keeps a row out of every curve."""
+
+    status: Literal["passed", "failed"]
+    verdict: Outcome = Field(description="the cell's verdict")
+    reasons: list[str] = Field(description="why the cell is not SUCCESS (empty when it is)")
+    failed_requests: int | None
+
+
+class PowerAudit(_Model):
+    """The measurement window's audit under InferenceX's names (their ingest keeps these fields)."""
+
+    source: str = Field(description="the power samples' file, relative to the raw sibling artifact")
+    window_start_unix: float | None
+    window_end_unix: float | None
+    expected_gpu_count: int
+    observed_gpu_count: int
+    sample_count: int
+    max_sample_gap_s: float | None = Field(description="the largest gap between samples, wall seconds")
+    reasons: list[str] = Field(description="the failed checks, one line each (power_invalid_reasons' order)")
+
+
+class ReplayPreset(_Model):
+    """The replay option set the run used and where it departs from it (docs/replay-parity.md)."""
+
+    name: str = Field(description="none: no preset")
+    deviations: list[str] = Field(description="each setting the run changed, by name, with both values")
+
+
 class Identity(_Model):
     """What the point is: the cell, its engine and its provenance (shared by both shapes)."""
 
     exp_name: str
     outcome: Outcome = Field(description="the cell's verdict; only SUCCESS unless --include-invalid")
-    hw: str
+    benchmark_outcome: BenchmarkOutcome
+    infmax_model_prefix: str | None = Field(description="the model's key on InferenceX; null: unmapped")
+    hw: str = Field(description="the cell's hardware; '<gpu>-sim' for a simulated engine")
+    simulated: bool = Field(description="true: figures of the simulated engine, not of a GPU")
     conc: int = Field(description="concurrent users")
+    users: int
     image: str
     model: str
-    framework: str
+    framework: str = Field(description="the engine: vllm, sglang, or sim (the simulated engine)")
     precision: str
+    spec_decoding: Literal["none"] = "none"
     tp: int
     ep: int
     dp_attention: TrueFalse
@@ -97,18 +172,37 @@ class Identity(_Model):
     kv_offload_backend: str
     allocated_cpu_dram_gb: float
     scenario_type: Literal["agentic-coding"] = "agentic-coding"
-    recipe_fingerprint: str | None
+    recipe_fingerprint: str | None = Field(description="the recipe (offload and prefix caching included)")
     num_requests_total: int | None
     num_requests_successful: int | None
     duration_seconds: float | None = Field(description="the steady window, in the engine's clock")
+    replay_preset: ReplayPreset
+    kv_cache_pool_tokens: int | None
     prefill_num_workers: int | None = None
     prefill_tp: int | None = None
     prefill_ep: int | None = None
+    prefill_dp_attention: TrueFalse | None = None
     num_prefill_gpu: int | None = None
     decode_num_workers: int | None = None
     decode_tp: int | None = None
     decode_ep: int | None = None
+    decode_dp_attention: TrueFalse | None = None
     num_decode_gpu: int | None = None
+    power_metric_schema_version: Literal[2] | None = None
+    power_valid: Literal[0, 1] | None = None
+    avg_power_w: float | None = Field(None, description="mean draw per GPU over the window, W")
+    avg_total_gpu_power_w: float | None = Field(None, description="the whole cell (all its GPUs), W")
+    p90_power_w: float | None = Field(None, description="p90 over time of the cell's draw, per GPU, W")
+    p90_total_gpu_power_w: float | None = None
+    total_gpu_energy_j: float | None = None
+    joules_per_output_token: float | None = None
+    joules_per_total_token: float | None = None
+    joules_per_successful_query: float | None = None
+    avg_temp_c: float | None = None
+    peak_temp_c: float | None = None
+    avg_util_pct: float | None = None
+    power_invalid_reasons: list[str] | None = Field(None, description="one code per failed check")
+    power_audit: PowerAudit | None = None
 
 
 class Statistics(_Model):
@@ -128,11 +222,16 @@ class Latency(_Model):
 
     ttft: Statistics
     e2el: Statistics
-    itl: Statistics = Field(description="plain ITL: the gaps between streamed tokens")
+    itl: Statistics = Field(description="the full-response ITL: (E2E - TTFT) / (output tokens - 1)")
     tpot: Statistics
-    intvty: Statistics = Field(description="1 / plain ITL")
-    full_response_itl: Statistics = Field(description="(E2E - TTFT) / (output tokens - 1) per request")
-    full_response_intvty: Statistics = Field(description="1 / full-response ITL")
+    intvty: Statistics = Field(description="1 / full-response ITL")
+    full_response_itl: Statistics
+    full_response_intvty: Statistics
+    e2e_norm_intvty: Statistics = Field(
+        description="E2E-normalised interactivity: 1 / (E2E / output tokens) at each statistic"
+    )
+    token_gap_itl: Statistics = Field(description="the gaps between streamed tokens")
+    token_gap_intvty: Statistics = Field(description="1 / token-gap ITL")
 
 
 class Rate(_Model):
@@ -149,6 +248,7 @@ class Throughput(_Model):
     input: Rate
     output: Rate
     total: Rate
+    duration_seconds: float | None
     per_gpu: PerGpu
 
 
@@ -156,16 +256,30 @@ class RequestCache(_Model):
     theoretical_cache_hit_rate: float | None
 
 
+class Range(_Model):
+    min: float | None
+    max: float | None
+
+
+class PercentileRanges(_Model):
+    p75: Range
+    p90: Range
+
+
+class ObservedRanges(_Model):
+    ttft: PercentileRanges
+    e2el: PercentileRanges
+    intvty: PercentileRanges
+
+
 class Stability(_Model):
-    observed_window_count: int | None
+    window_seconds: float | None
     expected_window_count: int | None
-    subwindow_seconds: float | None
+    observed_window_count: int | None
     root_trajectory_count: int | None
     root_trajectory_kish_effective_count: float | None
     root_trajectory_largest_share: float | None
-    windows: dict[str, float | None] = Field(
-        description="observed_window_{p75,p90}_{ttft,e2el,intvty}_{min,max}"
-    )
+    observed_ranges: ObservedRanges
 
 
 class RequestMetrics(_Model):
@@ -182,7 +296,7 @@ class ServerCache(_Model):
 
 
 class KvCache(_Model):
-    gpu_usage_pct: float | None = Field(description="mean GPU KV-cache usage over the window, percent")
+    gpu_usage_pct: float | None = Field(description="peak GPU KV-cache usage over the window, a fraction")
     gpu_total_tokens: int | None
 
 
@@ -211,42 +325,27 @@ class Router(_Model):
     version: str | None
 
 
-class Power(_Model):
-    """GPU power over the measurement window, in the engine's clock (collect's power columns). Every
-    figure is null while ``valid`` is false; ``reasons`` says why, the audit stays."""
-
-    valid: bool
-    avg_power_w: float | None = Field(description="the whole cell (all its GPUs), W")
-    total_gpu_energy_j: float | None = Field(description="summed over the cell's GPUs, J")
-    joules_per_output_token: float | None
-    joules_per_total_token: float | None = Field(description="per input (cached included) + output token")
-    joules_per_successful_query: float | None
-    avg_temp_c: float | None
-    peak_temp_c: float | None
-    avg_util_pct: float | None
-    reasons: list[str] = Field(description="one line per failed check")
-    audit: PowerAudit = Field(description="window, expected and observed GPUs, samples, largest gap")
-
-
 class NestedRow(Identity):
-    """An agentx-v1 row."""
+    """A nested agentic row."""
 
-    schema_version: Literal["agentx-v1"] = Field("agentx-v1", alias="schema")
+    schema_version: Literal["agentx-v2"] = Field("agentx-v2", alias="schema")
     request_metrics: RequestMetrics
     server_metrics: ServerMetrics
     request_accounting: RequestAccounting
     router: Router
-    kv_cache_pool_tokens: int | None
-    power: Power | None = Field(..., description="null when the cell's runner samples no power")
+
+
+def flat_stat_key(prefix: str, metric: str) -> str:
+    return f"{prefix}_{metric}"
 
 
 def _flat_fields() -> dict[str, Any]:
     fields: dict[str, Any] = {
-        "schema_version": (Literal["agentx-flat-v1"], Field(FLAT_SCHEMA, alias="schema"))
+        "schema_version": (Literal["agentx-flat-v2"], Field(FLAT_SCHEMA, alias="schema"))
     }
     for metric, _ in FLAT_METRICS:
         for prefix, _ in STATS:
-            name = f"{prefix}_{metric}"
+            name = flat_stat_key(prefix, metric)
             fields[name.replace(".", "_")] = (float | None, Field(alias=name))
     for name in (
         "input_tput_tps",
@@ -258,26 +357,25 @@ def _flat_fields() -> dict[str, Any]:
         "theoretical_cache_hit_rate",
         "server_gpu_cache_hit_rate",
         "server_cpu_cache_hit_rate",
-        "gpu_kv_cache_usage_pct",
     ):
         fields[name] = (float | None, ...)
+    fields["gpu_kv_cache_usage_pct"] = (
+        float | None,
+        Field(description="peak GPU KV-cache usage over the window, a fraction (0-1)"),
+    )
     for name in ("total_prompt_tokens", "total_generation_tokens", "total_requests_completed"):
         fields[name] = (int | None, ...)
-    for name in STABILITY_KEYS:
-        kind = int if name.endswith("_count") and "kish" not in name else float
-        fields[name] = (kind | None, ...)
-    fields["power_valid"] = (bool | None, Field(description="null when the cell's runner samples no power"))
-    for name in POWER_FIGURES:
-        fields[name] = (float | None, ...)
-    fields["power_reasons"] = (list[str] | None, ...)
-    fields["power_audit"] = (PowerAudit | None, ...)
+    for name, _ in STABILITY_KEYS:
+        fields[name] = ((int if name in STABILITY_COUNTS else float) | None, ...)
+    for metric, stat, end in WINDOW_RANGES:
+        fields[f"observed_window_{stat}_{metric}_{end}"] = (float | None, ...)
     return fields
 
 
 FlatRow = create_model(
     "FlatRow",
     __base__=Identity,
-    __doc__="A flat row: InferenceX's dashboard loader's shape (statistics as {stat}_{metric}).",
+    __doc__="A flat agentic row (statistics as {stat}_{metric}).",
     **_flat_fields(),
 )
 
@@ -287,16 +385,14 @@ def _stat(stats: Statistics, key: str) -> float | None:
 
 
 def flatten(row: NestedRow) -> BaseModel:
-    """The flat row of a nested one: p50 -> ``median_*``, the full-response ITL and interactivity ->
-    ``*_itl``/``*_intvty``, per-GPU -> ``tput_per_gpu`` etc., ``power.valid`` -> ``power_valid``,
-    ``power.{reasons,audit}`` -> ``power_{reasons,audit}``."""
+    """The flat row of a nested one: each latency block's statistics as ``{stat}_{metric}`` (p50 ->
+    ``median``), the throughput, cache, token and stability scalars under their flat names."""
     req, server = row.request_metrics, row.server_metrics
     values: dict[str, Any] = row.model_dump(include=set(Identity.model_fields))
-    latency = req.latency
     for metric, source in FLAT_METRICS:
-        stats: Statistics = getattr(latency, source)
+        stats: Statistics = getattr(req.latency, source)
         for prefix, key in STATS:
-            values[f"{prefix}_{metric}"] = _stat(stats, key)
+            values[flat_stat_key(prefix, metric)] = _stat(stats, key)
     tput = req.throughput
     values.update(
         input_tput_tps=tput.input.tokens_per_second,
@@ -313,15 +409,19 @@ def flatten(row: NestedRow) -> BaseModel:
         total_generation_tokens=server.tokens.generation_total,
         total_requests_completed=server.tokens.requests_completed,
     )
-    stability = req.stability
-    for key in STABILITY_KEYS:
-        values[key] = (
-            stability.windows[key] if key.startswith("observed_window_p") else getattr(stability, key)
-        )
-    power = row.power
-    values["power_valid"] = None if power is None else power.valid
-    for name in POWER_FIGURES:
-        values[name] = None if power is None else getattr(power, name)
-    values["power_reasons"] = None if power is None else power.reasons
-    values["power_audit"] = None if power is None else power.audit
+    for flat, nested in STABILITY_KEYS:
+        values[flat] = getattr(req.stability, nested)
+    for metric, stat, end in WINDOW_RANGES:
+        ranges: PercentileRanges = getattr(req.stability.observed_ranges, metric)
+        values[f"observed_window_{stat}_{metric}_{end}"] = getattr(getattr(ranges, stat), end)
     return FlatRow.model_validate(values)
+
+
+def row_json(row: BaseModel) -> dict[str, Any]:
+    """A row as the JSON object written: aliases (``p99.9_ttft``, ``schema``), and the keys of
+    ``OMITTED_WHEN_NULL`` left out where null."""
+    out: dict[str, Any] = row.model_dump(mode="json", by_alias=True)
+    for key in OMITTED_WHEN_NULL:
+        if key in out and out[key] is None:
+            del out[key]
+    return out

@@ -57,6 +57,8 @@ def replay_command(
         ("--advance-min", cell.advance_min),
         ("--advance-max", cell.advance_max),
         ("--max-context", cell.max_context or None),
+        ("--system-idle-cap", cell.system_idle_cap or None),
+        ("--failed-request-threshold", cell.failed_request_threshold or None),
     ]
     for flag, value in optional:
         if value is not None:
@@ -65,6 +67,8 @@ def replay_command(
         argv += ["--grace-period", fmt_num(max(MIN_SIM_GRACE_S, REPLAY_GRACE_S / cell.speed))]
     if cell.ignore_eos:
         argv.append("--ignore-eos")
+    if cell.warmup_one_token:
+        argv.append("--warmup-one-token")
     if cell.preset != "none":  # its values are the flags above; named so the summary records it
         argv += ["--preset", cell.preset]
     if not recipe(cell.engine).simulated:
