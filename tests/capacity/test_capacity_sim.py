@@ -381,9 +381,9 @@ def test_a_capacity_sweep_passes_verify_ingest_and_export(repo_root: Path, tmp_p
     assert verified.returncode == 0 and "3 result directories match their receipts" in verified.stderr
     ingested = agentsweep("results", "ingest", "--db", f"sqlite:///{tmp_path / 'store.db'}", str(key))
     assert ingested.returncode == 0 and "3 points added" in ingested.stderr, ingested.stderr
-    exported = agentsweep("export", str(key), "-o", str(tmp_path / "rows.json"))
+    exported = agentsweep("export", str(key), "-o", str(tmp_path / "rows"))
     assert exported.returncode == 0, exported.stderr
-    rows = json.loads((tmp_path / "rows.json").read_text())
+    rows = json.loads((tmp_path / "rows" / "results_bmk" / "agg_bmk.json").read_text())
     assert sorted((r["exp_name"], r["conc"]) for r in rows) == [(s.exp_name, s.users) for s in record.steps]
     assert all(r["p90_ttft"] is not None for r in rows)
 
