@@ -57,7 +57,9 @@ from kv_cache_tester.stats import Distribution, percentile
 PERCENTILES: tuple[float, ...] = (50.0, 75.0, 90.0, 95.0, 99.0, 99.9)
 
 
-def _finite(value: Any) -> float | None:
+def finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a bool, a string or NaN), else None: the one
+    coercion every reader of a result file's figures uses."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value)
@@ -65,7 +67,7 @@ def _finite(value: Any) -> float | None:
 
 def full_response_itl_s(e2e_s: Any, ttft_s: Any, output_tokens: Any) -> float | None:
     """``(E2E - TTFT) / (output tokens - 1)``; None for fewer than two tokens or a missing time."""
-    e2e, ttft, out = _finite(e2e_s), _finite(ttft_s), _finite(output_tokens)
+    e2e, ttft, out = finite(e2e_s), finite(ttft_s), finite(output_tokens)
     if e2e is None or ttft is None or out is None or out < 2 or e2e < ttft:
         return None
     return (e2e - ttft) / (out - 1)
@@ -90,7 +92,7 @@ def record_output_speed_tok_s(record: Mapping[str, Any]) -> float | None:
 
 def e2e_per_output_token_s(e2e_s: Any, output_tokens: Any) -> float | None:
     """``E2E / output tokens``; None without a positive E2E and at least one output token."""
-    e2e, out = _finite(e2e_s), _finite(output_tokens)
+    e2e, out = finite(e2e_s), finite(output_tokens)
     if e2e is None or out is None or e2e <= 0 or out <= 0:
         return None
     return e2e / out
@@ -163,7 +165,7 @@ def per_gpu(tokens_per_s: float | None, gpus: int | float | None) -> float | Non
 
 def _record_seconds(key: str) -> Callable[[Mapping[str, Any]], float | None]:
     def value(record: Mapping[str, Any]) -> float | None:
-        seconds = _finite(record.get(key))
+        seconds = finite(record.get(key))
         return seconds if seconds is not None and seconds >= 0 else None
 
     return value

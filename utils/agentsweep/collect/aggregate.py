@@ -11,7 +11,6 @@ each of its steps is a row of its own, right after it, with ``step_of`` naming t
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from kv_cache_tester.metrics import interactivity_tok_s, per_gpu
+from kv_cache_tester.metrics import finite, interactivity_tok_s, per_gpu
 from kv_cache_tester.replay import RequestRecord, ResultError, Summary, load_summary
 
 from agentsweep.collect import columns
@@ -79,12 +78,6 @@ class Row:
         }
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def _flat(value: Any) -> Any:
     """Cell values stay scalar in the CSV; anything nested becomes compact JSON."""
     if value is None or isinstance(value, str | int | float | bool):
@@ -112,7 +105,7 @@ def summary_columns(summary: Summary) -> dict[str, Any]:
     for column in columns.SUMMARY:
         assert column.source is not None
         value = _at(summary, column.source)
-        out[column.name] = _flat(value or {}) if column.unit is Unit.JSON else _number(value)
+        out[column.name] = _flat(value or {}) if column.unit is Unit.JSON else finite(value)
     window = summary["window"]
     out["window_s"] = out["window_s"] or window["end_unix"] - window["start_unix"]
     return out
@@ -126,7 +119,7 @@ def derived_columns(values: dict[str, Any]) -> dict[str, Any]:
     request, TPOT is the full-response ITL: ``(E2E - TTFT) / (output tokens - 1)``).
     """
     out: dict[str, Any] = {}
-    gpus = _number(values.get("gpus")) or _number(values.get("tp"))
+    gpus = finite(values.get("gpus")) or finite(values.get("tp"))
     for key in THROUGHPUTS:
         out[f"{key}_per_gpu"] = per_gpu(values.get(key), gpus)
     for stat in INTERACTIVITY_STATS:
@@ -157,12 +150,12 @@ def engine_clock_columns(summary: Summary) -> tuple[dict[str, Any], dict[str, An
     beside: dict[str, Any] = {"latency_clock": "engine"}
     for column in columns.ENGINE_CLOCK_COLUMNS[1:]:
         assert column.source is not None
-        beside[column.name] = _number(_at(summary, column.source))
+        beside[column.name] = finite(_at(summary, column.source))
     engine: dict[str, Any] = {}
     for column in columns.SUMMARY:
         source = column.source or ""
         if source.startswith(("latency.", "throughput.")):
-            engine[column.name] = _number(_at(engine_clock, source))
+            engine[column.name] = finite(_at(engine_clock, source))
     return beside, engine
 
 
@@ -175,7 +168,7 @@ def to_engine_clock(values: dict[str, Any]) -> None:
     dispatch lag, scrape gaps) stay. ``clock_scale`` records S (1 for every real engine). The client's
     own overhead is inside the latencies, so at high S small latencies carry S times its error.
     """
-    speed = _number(values.get("speed")) or 1.0
+    speed = finite(values.get("speed")) or 1.0
     values["clock_scale"] = speed
     if speed == 1.0:
         return
@@ -320,7 +313,7 @@ def cross_checks(
         problems.append(f"{SUMMARY_JSON} has no validity record: the run was never checked")
     elif validity.get("valid") is not True and not already_invalid:
         problems.append(f"{SUMMARY_JSON} says the run is not valid")
-    sent, ok, failed = (_number(values.get(k)) for k in ("requests_sent", "requests_ok", "requests_failed"))
+    sent, ok, failed = (finite(values.get(k)) for k in ("requests_sent", "requests_ok", "requests_failed"))
     warmup = values.get("requests_warmup") or 0
     if sent is not None and ok is not None and failed is not None and sent != ok + failed:
         problems.append(f"summary counts sent {sent:g} != ok {ok:g} + failed {failed:g}")
@@ -334,7 +327,7 @@ def cross_checks(
     if stats.impossible:
         problems.append(f"{stats.impossible} records hold impossible values ({stats.first_impossible})")
     for name, value in values.items():
-        number = _number(value)
+        number = finite(value)
         if number is not None and number < 0 and columns.UNITS.get(name) is not None:
             problems.append(f"{name} is negative ({number:g})")
     return problems

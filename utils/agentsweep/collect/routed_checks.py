@@ -16,7 +16,6 @@ are ``router_metrics.csv``, and merged tables (``server_metrics.csv`` of the cli
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from agentsweep.contract.resultdir import (
     SERVER_METRICS_CSV,
     instance_metrics_csv,
 )
+from agentsweep.contract.resultdir.fileio import finite_number
 from agentsweep.errors import ResultFileError
 from agentsweep.metrics.dialects import COLUMNS
 from agentsweep.metrics.scrapes import ScrapeReader, merged_rows
@@ -107,14 +107,6 @@ def router_columns_problem(path: Path, planned: list[str]) -> str | None:
     return None
 
 
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
 def merged_problem(path: Path, merged: str, instances: list[str]) -> str | None:
     """A merged table that is not the merge of its instances' scrapes, or None."""
     expected = merged_rows([path / instance_metrics_csv(n) for n in instances])
@@ -130,7 +122,7 @@ def merged_problem(path: Path, merged: str, instances: list[str]) -> str | None:
         )
     for scrape, row in zip(found, expected, strict=True):
         for column, text in zip(COLUMNS, row, strict=True):
-            want = _number(text) if text else None
+            want = finite_number(text) if text else None
             got = scrape.time_s if column == "time_s" else scrape.values.get(column)
             if (want is None) != (got is None) or (
                 want is not None and got is not None and abs(got - want) > SAME * max(1.0, abs(want))

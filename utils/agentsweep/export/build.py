@@ -9,12 +9,11 @@ here defines a metric again.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kv_cache_tester.metrics import interactivity_tok_s
+from kv_cache_tester.metrics import finite, interactivity_tok_s
 from pydantic import BaseModel
 
 from agentsweep.collect.columns import LATENCY_STATS
@@ -77,14 +76,8 @@ class Point:
     reason: str = ""  # why the cell is not SUCCESS (collect's reason)
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def _int(value: Any) -> int | None:
-    number = _num(value)
+    number = finite(value)
     return None if number is None else round(number)
 
 
@@ -94,42 +87,42 @@ def _col(stat: str) -> str:
 
 def _latency(values: Mapping[str, Any], metric: str) -> Statistics:
     """A latency's statistics from collect's ``{metric}_{stat}_s`` columns."""
-    return Statistics.model_validate({s: _num(values.get(f"{metric}_{_col(s)}_s")) for s in LATENCY_STATS})
+    return Statistics.model_validate({s: finite(values.get(f"{metric}_{_col(s)}_s")) for s in LATENCY_STATS})
 
 
 def _interactivity(values: Mapping[str, Any]) -> Statistics:
     """1 / full-response ITL at each statistic (collect's interactivity columns)."""
     return Statistics.model_validate(
-        {s: _num(values.get(f"interactivity_{_col(s)}_tok_per_s")) for s in LATENCY_STATS}
+        {s: finite(values.get(f"interactivity_{_col(s)}_tok_per_s")) for s in LATENCY_STATS}
     )
 
 
 def _e2e_norm_interactivity(values: Mapping[str, Any]) -> Statistics:
     """1 / E2E per output token at each statistic (collect's E2E-normalised interactivity columns)."""
     return Statistics.model_validate(
-        {s: _num(values.get(f"e2e_norm_interactivity_{_col(s)}_tok_per_s")) for s in LATENCY_STATS}
+        {s: finite(values.get(f"e2e_norm_interactivity_{_col(s)}_tok_per_s")) for s in LATENCY_STATS}
     )
 
 
 def _token_gap_interactivity(values: Mapping[str, Any]) -> Statistics:
     """1 / token-gap ITL at each statistic; no std (the token gaps are not per-request speeds)."""
-    figures = {s: interactivity_tok_s(_num(values.get(f"itl_{_col(s)}_s"))) for s in LATENCY_STATS}
+    figures = {s: interactivity_tok_s(finite(values.get(f"itl_{_col(s)}_s"))) for s in LATENCY_STATS}
     figures["std"] = None
     return Statistics.model_validate(figures)
 
 
 def _scale(values: Mapping[str, Any]) -> float:
-    return _num(values.get("clock_scale")) or 1.0
+    return finite(values.get("clock_scale")) or 1.0
 
 
 def _duration(values: Mapping[str, Any]) -> float | None:
-    window = _num(values.get("window_s"))
+    window = finite(values.get("window_s"))
     return None if window is None else window * _scale(values)
 
 
 def _tokens(values: Mapping[str, Any], rate_column: str) -> int | None:
     """A server counter's growth over the window: its rate times the window (both in one clock)."""
-    rate, duration = _num(values.get(rate_column)), _duration(values)
+    rate, duration = finite(values.get(rate_column)), _duration(values)
     return None if rate is None or duration is None else round(rate * duration)
 
 
@@ -147,15 +140,15 @@ def _error_categories(values: Mapping[str, Any]) -> dict[str, int]:
 
 def _stability(values: Mapping[str, Any], flat: str) -> float | int | None:
     if flat == "observed_window_seconds":
-        subwindow = _num(values.get("stability_subwindow_s"))
+        subwindow = finite(values.get("stability_subwindow_s"))
         return None if subwindow is None else subwindow * _scale(values)
     nested = dict(STABILITY_KEYS)[flat]
     value = values.get(f"stability_{nested}")
-    return _int(value) if flat in STABILITY_COUNTS else _num(value)
+    return _int(value) if flat in STABILITY_COUNTS else finite(value)
 
 
 def _window_range(values: Mapping[str, Any], metric: str, stat: str, end: str) -> float | None:
-    return _num(values.get(f"stability_{stat}_{metric}_{end}"))
+    return finite(values.get(f"stability_{stat}_{metric}_{end}"))
 
 
 def _deviations(values: Mapping[str, Any]) -> list[str]:
@@ -184,13 +177,13 @@ def _power(point: Point) -> dict[str, Any]:
     audit = _json(v.get("power_audit"), {})
     codes = [c for c in _json(v.get("power_reason_codes"), []) if c in REASON_CODES]
     gpus = cell.gpus
-    p90_total = _num(v.get("p90_power_w"))
+    p90_total = finite(v.get("p90_power_w"))
     figures = {
-        "avg_power_w": _num(v.get("avg_power_per_gpu_w")),
-        "avg_total_gpu_power_w": _num(v.get("avg_power_w")),
+        "avg_power_w": finite(v.get("avg_power_per_gpu_w")),
+        "avg_total_gpu_power_w": finite(v.get("avg_power_w")),
         "p90_power_w": None if p90_total is None else p90_total / gpus,
         "p90_total_gpu_power_w": p90_total,
-        **{name: _num(v.get(name)) for name in SAME_NAMED_POWER},
+        **{name: finite(v.get(name)) for name in SAME_NAMED_POWER},
     }
     return {
         "power_metric_schema_version": POWER_METRIC_SCHEMA_VERSION,
@@ -199,12 +192,12 @@ def _power(point: Point) -> dict[str, Any]:
         "power_invalid_reasons": list(dict.fromkeys(codes)),
         "power_audit": {
             "source": POWER_SOURCE,
-            "window_start_unix": _num(audit.get("window_start_unix")),
-            "window_end_unix": _num(audit.get("window_end_unix")),
+            "window_start_unix": finite(audit.get("window_start_unix")),
+            "window_end_unix": finite(audit.get("window_end_unix")),
             "expected_gpu_count": _int(audit.get("expected_gpus")) or 0,
             "observed_gpu_count": _int(audit.get("observed_gpus")) or 0,
             "sample_count": _int(audit.get("samples")) or 0,
-            "max_sample_gap_s": _num(audit.get("largest_gap_s")),
+            "max_sample_gap_s": finite(audit.get("largest_gap_s")),
             "reasons": [str(r) for r in _json(v.get("power_reasons"), [])],
         },
     }
@@ -264,7 +257,7 @@ def identity(point: Point) -> dict[str, Any]:
 def nested_row(point: Point) -> NestedRow:
     """The nested row of one point."""
     v = point.values
-    gpu_hit, cpu_hit = _num(v.get("gpu_hit_rate")), _num(v.get("cpu_hit_rate"))
+    gpu_hit, cpu_hit = finite(v.get("gpu_hit_rate")), finite(v.get("cpu_hit_rate"))
     router_name = point.cell.router_program if point.cell.routed else None
     full_itl, full_intvty = _latency(v, "full_response_itl"), _interactivity(v)
     ranges: dict[str, Any] = {}
@@ -287,17 +280,17 @@ def nested_row(point: Point) -> NestedRow:
                     token_gap_intvty=_token_gap_interactivity(v),
                 ),
                 throughput=Throughput(
-                    input=RateModel(tokens_per_second=_num(v.get("input_tok_per_s"))),
-                    output=RateModel(tokens_per_second=_num(v.get("output_tok_per_s"))),
-                    total=RateModel(tokens_per_second=_num(v.get("total_tok_per_s"))),
+                    input=RateModel(tokens_per_second=finite(v.get("input_tok_per_s"))),
+                    output=RateModel(tokens_per_second=finite(v.get("output_tok_per_s"))),
+                    total=RateModel(tokens_per_second=finite(v.get("total_tok_per_s"))),
                     duration_seconds=_duration(v),
                     per_gpu=PerGpu(
-                        total_tput_tps=_num(v.get("total_tok_per_s_per_gpu")),
-                        output_tput_tps=_num(v.get("output_tok_per_s_per_gpu")),
-                        input_tput_tps=_num(v.get("input_tok_per_s_per_gpu")),
+                        total_tput_tps=finite(v.get("total_tok_per_s_per_gpu")),
+                        output_tput_tps=finite(v.get("output_tok_per_s_per_gpu")),
+                        input_tput_tps=finite(v.get("input_tok_per_s_per_gpu")),
                     ),
                 ),
-                cache=RequestCache(theoretical_cache_hit_rate=_num(v.get("theoretical_hit_rate"))),
+                cache=RequestCache(theoretical_cache_hit_rate=finite(v.get("theoretical_hit_rate"))),
                 stability=Stability.model_validate(
                     {
                         **{nested: _stability(v, flat) for flat, nested in STABILITY_KEYS},
@@ -312,7 +305,7 @@ def nested_row(point: Point) -> NestedRow:
                     overall_cache_hit_rate=None if gpu_hit is None else gpu_hit + (cpu_hit or 0.0),
                 ),
                 kv_cache=KvCache(
-                    gpu_usage_pct=_num(v.get("kv_usage_peak")),
+                    gpu_usage_pct=finite(v.get("kv_usage_peak")),
                     gpu_total_tokens=_int(v.get("kv_pool_tokens")),
                 ),
                 tokens=Tokens(
@@ -338,29 +331,29 @@ def flat_row(point: Point) -> BaseModel:
     v = point.values
     out: dict[str, Any] = identity(point)
     sources = {
-        "ttft": lambda s: _num(v.get(f"ttft_{s}_s")),
-        "e2el": lambda s: _num(v.get(f"e2e_{s}_s")),
-        "itl": lambda s: _num(v.get(f"full_response_itl_{s}_s")),
-        "tpot": lambda s: _num(v.get(f"tpot_{s}_s")),
-        "intvty": lambda s: _num(v.get(f"interactivity_{s}_tok_per_s")),
+        "ttft": lambda s: finite(v.get(f"ttft_{s}_s")),
+        "e2el": lambda s: finite(v.get(f"e2e_{s}_s")),
+        "itl": lambda s: finite(v.get(f"full_response_itl_{s}_s")),
+        "tpot": lambda s: finite(v.get(f"tpot_{s}_s")),
+        "intvty": lambda s: finite(v.get(f"interactivity_{s}_tok_per_s")),
     }
     sources["full_response_itl"] = sources["itl"]
     sources["full_response_intvty"] = sources["intvty"]
-    sources["e2e_norm_intvty"] = lambda s: _num(v.get(f"e2e_norm_interactivity_{s}_tok_per_s"))
+    sources["e2e_norm_intvty"] = lambda s: finite(v.get(f"e2e_norm_interactivity_{s}_tok_per_s"))
     for metric, _ in FLAT_METRICS:
         for prefix, key in STATS:
             out[f"{prefix}_{metric}"] = sources[metric](_col(key))
     out.update(
-        input_tput_tps=_num(v.get("input_tok_per_s")),
-        output_tput_tps=_num(v.get("output_tok_per_s")),
-        total_tput_tps=_num(v.get("total_tok_per_s")),
-        tput_per_gpu=_num(v.get("total_tok_per_s_per_gpu")),
-        output_tput_per_gpu=_num(v.get("output_tok_per_s_per_gpu")),
-        input_tput_per_gpu=_num(v.get("input_tok_per_s_per_gpu")),
-        theoretical_cache_hit_rate=_num(v.get("theoretical_hit_rate")),
-        server_gpu_cache_hit_rate=_num(v.get("gpu_hit_rate")),
-        server_cpu_cache_hit_rate=_num(v.get("cpu_hit_rate")),
-        gpu_kv_cache_usage_pct=_num(v.get("kv_usage_peak")),
+        input_tput_tps=finite(v.get("input_tok_per_s")),
+        output_tput_tps=finite(v.get("output_tok_per_s")),
+        total_tput_tps=finite(v.get("total_tok_per_s")),
+        tput_per_gpu=finite(v.get("total_tok_per_s_per_gpu")),
+        output_tput_per_gpu=finite(v.get("output_tok_per_s_per_gpu")),
+        input_tput_per_gpu=finite(v.get("input_tok_per_s_per_gpu")),
+        theoretical_cache_hit_rate=finite(v.get("theoretical_hit_rate")),
+        server_gpu_cache_hit_rate=finite(v.get("gpu_hit_rate")),
+        server_cpu_cache_hit_rate=finite(v.get("cpu_hit_rate")),
+        gpu_kv_cache_usage_pct=finite(v.get("kv_usage_peak")),
         total_prompt_tokens=_tokens(v, "server_prompt_tok_per_s"),
         total_generation_tokens=_tokens(v, "server_generation_tok_per_s"),
         total_requests_completed=_int(v.get("requests_ok")),

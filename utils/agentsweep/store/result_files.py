@@ -23,6 +23,7 @@ from typing import Any, cast
 
 import numpy as np
 from kv_cache_tester.inputfiles import InputFileProblem, open_regular
+from kv_cache_tester.metrics import finite
 from kv_cache_tester.replay import RecordReader, RequestRecord, ResultError, Summary, load_summary
 from kv_cache_tester.replay.jsonfast import dumps
 
@@ -170,12 +171,6 @@ def find_result_dirs(root: Path) -> tuple[list[Path], list[str]]:
     return [cell.path for cell in found], skipped
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def read_point(path: Path, step_of: str = "") -> PointFacts:
     """The figures, verdict, provenance and request timeline of one result directory (``step_of``: the
     capacity cell it is a step of); InputError naming the directory when it breaks the
@@ -202,7 +197,7 @@ def read_point(path: Path, step_of: str = "") -> PointFacts:
             if value not in (None, ""):
                 labels[column.name] = str(value)
         else:
-            number = _number(value)
+            number = finite(value)
             if number is not None:
                 metrics[column.name] = number
     summary: Summary | None = None
@@ -260,8 +255,8 @@ def read_stability(
     ranges: dict[str, tuple[float, float]] = {}
     for key, (template, power) in STABILITY_METRICS.items():
         for stat in STABILITY_STATS:
-            low = _number(block.get(f"observed_window_{stat}_{key}_min"))
-            high = _number(block.get(f"observed_window_{stat}_{key}_max"))
+            low = finite(block.get(f"observed_window_{stat}_{key}_min"))
+            high = finite(block.get(f"observed_window_{stat}_{key}_max"))
             if low is None or high is None:
                 continue
             scaled = [v * clock_scale if power > 0 else v / clock_scale for v in (low, high)]

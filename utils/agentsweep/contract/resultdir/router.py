@@ -8,10 +8,10 @@ the cell's order (``r<i>``; ``p<i>`` and ``d<i>`` in a disaggregated cell).
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Literal
 
+from kv_cache_tester.metrics import finite
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from agentsweep.contract.errors import validation_message
@@ -28,12 +28,6 @@ FRACTIONS = (
     "busiest_decode_share",
     "mean_prefix_match_ratio",
 )
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 class RouterRecord(BaseModel):
@@ -71,17 +65,17 @@ class RouterRecord(BaseModel):
             value = data.get(key)
             if value is None:
                 continue
-            numbers = [_number(v) for v in value] if isinstance(value, list | tuple) else [None]
+            numbers = [finite(v) for v in value] if isinstance(value, list | tuple) else [None]
             if not numbers or any(n is None or n < 0 for n in numbers):
                 raise ValueError(f"{key} must be a list of request counts, got {str(value)[:60]!r}")
         for key in FRACTIONS:
             value = data.get(key)
-            number = _number(value)
+            number = finite(value)
             if value is not None and (number is None or not 0.0 <= number <= 1.0):
                 raise ValueError(f"{key} must be a fraction 0..1, got {str(value)[:40]!r}")
         branches = data.get("policy_branches")
         if branches is not None:
-            values = [_number(v) for v in branches.values()] if isinstance(branches, dict) else [None]
+            values = [finite(v) for v in branches.values()] if isinstance(branches, dict) else [None]
             if any(v is None or v < 0 for v in values):
                 raise ValueError(
                     f"policy_branches must map branch names to counts, got {str(branches)[:60]!r}"
