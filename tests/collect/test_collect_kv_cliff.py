@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from agentsweep.collect.aggregate import build_rows, to_frame
 from agentsweep.collect.discover import find_cells
-from agentsweep.collect.kv_cliff import cliff_columns, kv_pool_tokens
+from agentsweep.collect.kv_cliff import cliff_columns
+from agentsweep.contract.resultdir.serverlog import kv_pool_tokens
 
 
 def test_the_pool_is_read_from_either_engine_start_up_log(tmp_path):

@@ -35,8 +35,8 @@ from agentsweep.calibrate.steady import (
     measured,
     point_figures,
 )
-from agentsweep.cell.watchdog import die_with_parent
 from agentsweep.engine_sim.profiles import deploy
+from agentsweep.watchdog import die_with_parent
 
 START_TIMEOUT_S = 30.0
 # Request cycles per user a real-path row runs, the first wave included: fewer than the stand-in's ten,

@@ -20,9 +20,9 @@ from kv_cache_tester.metrics import SLO_FIGURES
 from kv_cache_tester.replay import RecordReader, ResultError, load_summary
 from kv_cache_tester.stats import percentile
 
-from agentsweep.collect.kv_cliff import kv_pool_tokens
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.resultdir import REQUESTS_JSONL, SERVER_LOG
+from agentsweep.contract.resultdir.serverlog import kv_pool_tokens
 from agentsweep.contract.slo import SloConstraint
 
 

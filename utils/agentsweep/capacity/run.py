@@ -33,7 +33,6 @@ from agentsweep.cell.executor import EngineGroup, replay, show_tail
 from agentsweep.cell.lifecycle import CellInterrupted, cell_voice, check_outputs, judge, seal, start_versions
 from agentsweep.cell.plan import CellOptions, CellPlan
 from agentsweep.cell.step_budget import StepBudget, step_budget
-from agentsweep.cell.watchdog import Watchdog
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.resultdir import (
     SERVER_LOG,
@@ -47,6 +46,7 @@ from agentsweep.contract.resultdir.capacity import StopReason
 from agentsweep.contract.slo import CapacitySpec
 from agentsweep.contract.verdict import Verdict
 from agentsweep.errors import InputError
+from agentsweep.watchdog import Watchdog
 
 # Seconds the engine may take to finish (or abort) what the last step left in flight, and to accept
 # the prefix-cache reset.

@@ -17,9 +17,9 @@ from agentsweep.cell import record
 from agentsweep.cell.lifecycle import check_result_dir, install_signal_handlers, run_cell, seal
 from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellOptions, plan_cell
-from agentsweep.cell.watchdog import set_parent_death_signal
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import AgentsweepError, InputError
+from agentsweep.watchdog import set_parent_death_signal
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from agentsweep.cell.watchdog import Watchdog, die_with_parent
 from agentsweep.errors import RunError
+from agentsweep.watchdog import Watchdog, die_with_parent
 
 LOG_MAX_BYTES = 4 * 1024 * 1024
 LOG_HEAD_BYTES = 256 * 1024

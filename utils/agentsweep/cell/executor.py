@@ -31,9 +31,9 @@ from agentsweep.cell.engines import recipe
 from agentsweep.cell.plan import CellOptions, CellPlan, client_dir
 from agentsweep.cell.replicas import write_router_figures
 from agentsweep.cell.routers import missing_router, router_recipe, router_version
-from agentsweep.cell.watchdog import Watchdog
 from agentsweep.contract.resultdir import PREFILL_METRICS_CSV, SERVER_LOG, SERVER_METRICS_CSV
 from agentsweep.metrics.scrapes import merge_metrics
+from agentsweep.watchdog import Watchdog
 
 POWER_SAMPLER_LOG = "power-sampler.log"
 

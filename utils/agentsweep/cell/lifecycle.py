@@ -24,7 +24,6 @@ from agentsweep.cell.engine_process import EngineFailed
 from agentsweep.cell.executor import execute, show_tail
 from agentsweep.cell.plan import CellOptions, CellPlan, instance_shapes
 from agentsweep.cell.routers import router_recipe
-from agentsweep.cell.watchdog import Watchdog
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.receipt import write_receipt
 from agentsweep.contract.resultdir import (
@@ -42,6 +41,7 @@ from agentsweep.contract.verdict import Check, Verdict
 from agentsweep.energy.summary import cell_power_summary
 from agentsweep.errors import InputError
 from agentsweep.validity import evaluate
+from agentsweep.watchdog import Watchdog
 
 RESULT_FILES = (CELL_JSON, STATUS_TXT, REQUESTS_JSONL, SUMMARY_JSON, CAPACITY_JSON, RECEIPT_JSON)
 

@@ -30,7 +30,7 @@ from agentsweep.collect.columns import (
     Unit,
 )
 from agentsweep.collect.discover import FoundCell
-from agentsweep.collect.kv_cliff import cliff_columns, kv_pool_tokens
+from agentsweep.collect.kv_cliff import cliff_columns
 from agentsweep.collect.power import power_columns
 from agentsweep.collect.provenance import ReceiptMismatch, receipt_values
 from agentsweep.collect.routed import routed_figures
@@ -49,6 +49,7 @@ from agentsweep.contract.resultdir import (
     read_cell_record,
     read_status,
 )
+from agentsweep.contract.resultdir.serverlog import kv_pool_tokens
 from agentsweep.errors import ResultFileError
 
 STATUSES = ("SUCCESS", "INVALID", "FAILED", "MALFORMED", "MISSING")

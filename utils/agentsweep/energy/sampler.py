@@ -23,10 +23,10 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, TextIO
 
-from agentsweep.cell.watchdog import die_with_parent
 from agentsweep.energy import amd_smi, dcgm, nvidia_smi
 from agentsweep.energy.powercsv import GpuReading, PowerCsvWriter, one_line
 from agentsweep.energy.spec import PowerTarget, SamplerSpec
+from agentsweep.watchdog import die_with_parent
 
 MAX_REPLY_BYTES = 8 << 20
 MAX_LINE_CHARS = 1 << 16

@@ -22,11 +22,11 @@ from pathlib import Path
 
 from agentsweep.cell.plan import plan_cell
 from agentsweep.cell.record import mask_cell, mask_text
-from agentsweep.cell.watchdog import die_with_parent
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.contract.resultdir import read_status
 from agentsweep.contract.slo import SloTier
 from agentsweep.errors import InputError
+from agentsweep.watchdog import die_with_parent
 
 # How long a cell may take to wind down after Ctrl-C (replayer flush + engine SIGTERM grace) before
 # its process group is killed.

@@ -1,4 +1,5 @@
-"""Parent-death handling for a cell's process tree.
+"""Parent-death handling for the process trees a cell, a sweep, a power sampler or a calibration starts
+(below every part that starts processes: it imports nothing of agentsweep).
 
 Two layers, so that killing ``agentsweep cell`` outright (SIGKILL, the OOM killer) leaves nothing behind:
 
@@ -78,7 +79,7 @@ class Watchdog:
         utils = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = utils + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.proc = subprocess.Popen(
-            [self.python, "-m", "agentsweep.cell.watchdog", str(self.result_dir)],
+            [self.python, "-m", "agentsweep.watchdog", str(self.result_dir)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -155,7 +156,7 @@ def stop_groups(groups: dict[int, float], poll_s: float = 0.05) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m agentsweep.cell.watchdog RESULT_DIR", file=sys.stderr)
+        print("usage: python -m agentsweep.watchdog RESULT_DIR", file=sys.stderr)
         return 2
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
