@@ -61,3 +61,52 @@ def test_two_replayer_versions_are_refused_unless_allowed(tmp_path, capsys):
     assert not (tmp_path / "rows.json").exists()
     assert _export(tmp_path / "a", tmp_path / "rows.json", "--allow-mixed") == 0
     assert len(json.loads((tmp_path / "rows.json").read_text())) == len(SMALL)
+
+
+def _only_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_an_output_that_is_a_fifo_or_a_device_is_refused_and_left_as_it_is(tmp_path, capsys):
+    """A rename onto a FIFO or a device node replaces it with a regular file: refused before any work."""
+    import os
+    import stat
+
+    make_sweep(tmp_path / "a", SMALL[:1])
+    fifo = tmp_path / "rows.fifo"
+    os.mkfifo(fifo)
+    assert _export(tmp_path / "a", fifo) == 2
+    assert _only_line(capsys) == f"input error: -o {fifo}: exists and is not a regular file (a FIFO); " + (
+        "name a regular file (or a new one)"
+    )
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    if os.geteuid() == 0:  # only root makes device nodes: /dev/null's twin
+        device = tmp_path / "null"
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        assert _export(tmp_path / "a", device) == 2
+        assert "exists and is not a regular file (a character device)" in _only_line(capsys)
+        assert stat.S_ISCHR(device.lstat().st_mode)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    assert _export(tmp_path / "a", folder) == 2
+    assert "exists and is not a regular file (a directory)" in _only_line(capsys)
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "elsewhere.json")
+    assert _export(tmp_path / "a", link) == 2
+    assert _only_line(capsys).endswith(f"-o {link}: is a symbolic link; name a regular file (or a new one)")
+    assert link.is_symlink() and not (tmp_path / "elsewhere.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary file
+
+
+def test_an_existing_regular_output_is_replaced_and_a_long_name_is_one_line(tmp_path, capsys):
+    make_sweep(tmp_path / "a", SMALL[:1])
+    out = tmp_path / "rows.json"
+    out.write_text("old")
+    assert _export(tmp_path / "a", out) == 0
+    assert len(json.loads(out.read_text())) == 1
+    capsys.readouterr()
+    long = tmp_path / ("x" * 300 + ".json")
+    assert _export(tmp_path / "a", long) == 2
+    assert _only_line(capsys) == f"input error: -o {long}: cannot write there: file name too long"

@@ -6,7 +6,8 @@ Points of different replayer versions, or one curve of different recipes, are re
 what differs) unless --allow-mixed, as in collect.
 Every row is checked against the shipped JSON Schema of its shape before the file is written; a row
 that breaks it is an error naming the cell and the field, and nothing is written. Exit 0 on success,
-2 on bad input (no cells, an output path that cannot be written).
+2 on bad input (no cells, an output path that cannot be written, or one that holds something other
+than a regular file: a FIFO, a device, a folder or a link there is refused, never replaced).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from typing import Any, cast
 from agentsweep.collect.aggregate import CELL_COLUMNS, load_cell, to_frame
 from agentsweep.collect.discover import find_cells
 from agentsweep.collect.provenance import mixed_in_sweep, refuse_mixed
-from agentsweep.contract.resultdir import read_cell_record, write_atomic
+from agentsweep.contract.resultdir import read_cell_record
 from agentsweep.errors import AgentsweepError, InputError, ResultFileError
 from agentsweep.export.build import Point, flat_row, nested_row
 from agentsweep.export.models import Outcome
 from agentsweep.export.schema import Shape, problems
+from agentsweep.outputfile import check_target, write_text
 
 POINTS = ("SUCCESS",)
 WITH_INVALID = ("SUCCESS", "INVALID", "FAILED")
@@ -109,14 +111,9 @@ def rows(found: list[Point], shape: Shape) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     shape = cast(Shape, args.shape)
-    exported = rows(points(args.results, args.include_invalid, args.allow_mixed), shape)
     target: Path = args.output
-    if target.exists() and target.is_dir():
-        raise InputError(f"{target}: is a directory")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(target, json.dumps(exported, indent=1, allow_nan=False) + "\n")
-    except OSError as err:
-        raise InputError(f"{target}: cannot write: {err.strerror or err}") from None
+    check_target(target, "-o")  # before the work: a FIFO or device there is refused, never replaced
+    exported = rows(points(args.results, args.include_invalid, args.allow_mixed), shape)
+    write_text(target, json.dumps(exported, indent=1, allow_nan=False) + "\n", "-o")
     print(f"export: {len(exported)} {shape} rows -> {target}", file=sys.stderr)
     return 0

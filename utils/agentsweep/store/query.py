@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from sqlalchemy import Connection, func, select
 
 from agentsweep.errors import InputError
 from agentsweep.store import schema
+from agentsweep.store.db import DamagedStore
 from agentsweep.store.scope import FILTER_FIELDS, POSITION_FIELDS, SCOPE_FIELDS, identity
 
 # What `results diff` compares unless told otherwise.
@@ -157,7 +159,7 @@ def load_points(
         query = query.where(p.c.run_id.in_(list(run_ids)))
     points: dict[int, Point] = {}
     for row in conn.execute(query).mappings():
-        extra = json.loads(row["stability_json"] or "{}")
+        noise, labels = _stability(row["id"], row["stability_json"])
         points[row["id"]] = Point(
             id=row["id"],
             run=runs[row["run_id"]],
@@ -173,8 +175,8 @@ def load_points(
             start_utc=row["start_utc"],
             receipt_id=row["receipt_id"],
             recipe_fingerprint=row["recipe_fingerprint"],
-            noise={k: (float(v[0]), float(v[1])) for k, v in (extra.get("ranges") or {}).items()},
-            labels=dict(extra.get("labels") or {}),
+            noise=noise,
+            labels=labels,
         )
     if points:
         mq = select(m.c.point_id, m.c.name, m.c.value)
@@ -183,8 +185,34 @@ def load_points(
         ids = list(points)
         for i in range(0, len(ids), 500):
             for found in conn.execute(mq.where(m.c.point_id.in_(ids[i : i + 500]))):
-                points[int(found.point_id)].metrics[str(found.name)] = float(found.value)
+                points[int(found.point_id)].metrics[str(found.name)] = _metric(found)
     return sorted(points.values(), key=lambda pt: (pt.when, pt.exp_name))
+
+
+def _stability(point_id: int, text: str | None) -> tuple[dict[str, tuple[float, float]], dict[str, Any]]:
+    """(noise ranges, labels) of a point's stability_json as ingest wrote it; DamagedStore otherwise."""
+    try:
+        extra = json.loads(text or "{}")
+        noise = {str(k): (_finite(v[0]), _finite(v[1])) for k, v in (extra.get("ranges") or {}).items()}
+        return noise, dict(extra.get("labels") or {})
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError) as err:
+        raise DamagedStore(f"point {point_id}: stability_json does not decode ({err})") from None
+
+
+def _finite(value: Any) -> float:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a finite number")
+    return number
+
+
+def _metric(found: Any) -> float:
+    try:
+        return _finite(found.value)
+    except (ValueError, TypeError):
+        raise DamagedStore(
+            f"point {found.point_id}: metric {str(found.name)[:80]}: {str(found.value)[:40]!r} is not a number"
+        ) from None
 
 
 # --- curves -----------------------------------------------------------------------------------
