@@ -118,3 +118,28 @@ def test_a_bad_cell_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -
     assert main(["preflight", "--cell", "{not json"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("input error: --cell")
+
+
+@pytest.mark.integration
+def test_a_cell_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    import sys
+
+    fifo = tmp_path / "cell.json"
+    os.mkfifo(fifo)
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_ACTIONS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentsweep.cli", "preflight", "--cell", f"@{fifo}"],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"input error: --cell @{fifo}: not a regular file (a FIFO)\n",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentsweep.cli", "preflight", "--cell", "@/dev/zero"],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "input error: --cell @/dev/zero: not a regular file (a character device)\n",
+    )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from kv_cache_tester.inputfiles import InputFileProblem, open_regular
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentsweep.contract.cell import Cell
@@ -153,7 +155,8 @@ def file_entry(path: Path) -> FileEntry:
         digest.update(b"link:" + data)
         return FileEntry(sha256=digest.hexdigest(), size=len(data))
     size = 0
-    with path.open("rb") as fh:
+    # Never blocks: a FIFO, a device or a socket is refused (InputFileProblem), not opened and waited on.
+    with open_regular(path) as fh:
         while chunk := fh.read(HASH_CHUNK):
             digest.update(chunk)
             size += len(chunk)
@@ -338,7 +341,11 @@ def compare_files(receipt: Receipt, result_dir: Path) -> list[Problem]:
         if rel not in seen:
             problems.append(Problem("missing", rel, f"in the receipt ({want.size} bytes) but gone"))
             continue
-        have = file_entry(result_dir / rel)
+        try:
+            have = file_entry(result_dir / rel)
+        except InputFileProblem as err:
+            problems.append(Problem("changed", rel, str(err)))
+            continue
         if have != want:
             size = f"size {want.size} -> {have.size}" if have.size != want.size else f"size {have.size}"
             problems.append(Problem("changed", rel, f"sha256 differs from the receipt ({size})"))
@@ -374,10 +381,11 @@ def nonfinite_numbers(path: Path, rel: str) -> list[Problem]:
     name = path.name.lower()
     try:
         if name.endswith(JSON_SUFFIXES):
-            found = _json_nonfinite(path.read_bytes())
+            with open_regular(path) as fh:
+                found = _json_nonfinite(fh.read())
             return [Problem("non-finite", rel, f"holds {found}")] if found else []
         if name.endswith(JSONL_SUFFIXES):
-            with path.open("rb") as fh:
+            with open_regular(path) as fh:
                 for lineno, raw in enumerate(fh, start=1):
                     found = _json_nonfinite(raw)
                     if found:
@@ -387,11 +395,13 @@ def nonfinite_numbers(path: Path, rel: str) -> list[Problem]:
             return _csv_nonfinite(path, rel)
     except OSError as err:
         return [Problem("changed", rel, f"unreadable ({err.strerror or err})")]
+    except InputFileProblem as err:
+        return [Problem("changed", rel, str(err))]
     return []
 
 
 def _csv_nonfinite(path: Path, rel: str) -> list[Problem]:
-    with path.open(encoding="utf-8", errors="replace") as fh:
+    with io.TextIOWrapper(open_regular(path), encoding="utf-8", errors="replace") as fh:
         header = fh.readline().rstrip("\r\n").split(",")
         for lineno, line in enumerate(fh, start=2):
             lowered = line.lower()
