@@ -11,6 +11,7 @@ bare threshold:
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import json
 import math
@@ -21,6 +22,8 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
+from agentsweep.collect import columns
+from agentsweep.contract.errors import printable
 from agentsweep.errors import InputError
 from agentsweep.store import schema
 from agentsweep.store.db import DamagedStore
@@ -34,6 +37,22 @@ DIFF_METRICS = (
     "e2e_p90_s",
     "interactivity_p90_tok_per_s",
 )
+
+
+def stored_metrics() -> tuple[str, ...]:
+    """Every metric a point can hold: collect's numeric summary.csv columns (ingest keeps those)."""
+    text = (columns.Unit.JSON, columns.Unit.LABEL)
+    return tuple(c.name for c in columns.METRICS if c.unit not in text)
+
+
+def check_metric(name: str, flag: str = "--metric") -> str:
+    """``name`` when it is a stored metric; else InputError naming the closest ones."""
+    known = stored_metrics()
+    if name in known:
+        return name
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else "; see docs/collect.md for the columns"
+    raise InputError(f"{flag} {printable(name)!r}: no such metric{hint}")
 
 
 @dataclass
