@@ -129,6 +129,10 @@ BROKEN_ROUTER = [
     ("mode", lambda p: _set(p, mode="pd"), "collect: router.json: mode 'pd' but the cell is not disaggregated"),
     ("csv text", lambda p: _text_in_csv(p / "server_metrics.r1.csv"),
      "collect: server_metrics.r1.csv: prefix_cache_hits_total='lots' at time_s"),
+    ("only a program", lambda p: (p / "router.json").write_text(json.dumps({"program": "smg"})),
+     "collect: router.json: no requests_by_replica and no error saying why"),
+    ("a 900 KB program", lambda p: (p / "router.json").write_text(json.dumps({"program": "x" * 900_000})),
+     "collect: router.json: program: "),
 ]  # fmt: skip
 
 
@@ -251,3 +255,17 @@ def test_a_real_routed_cell_with_a_truncated_router_json_is_invalid(real_routed_
     row = _row(copy.parent)
     assert row["status"] == "INVALID"
     assert row["reason"].startswith("collect: router.json: not JSON")
+
+
+def test_a_router_json_saying_why_it_has_no_counts_leaves_them_empty_with_a_note(tmp_path):
+    path = routed_cell(tmp_path, Spec(tp=1, users=4, offload="off"))
+    (path / "router.json").write_text(
+        json.dumps(
+            {"program": "smg", "policy": "cache_aware", "error": "cannot read http://127.0.0.1:1/metrics"}
+        )
+    )
+    row = _row(tmp_path)
+    assert row["status"] == "SUCCESS", row["reason"]
+    assert (
+        pd.isna(row["router_busiest_share"]) and "router.json: no router figures: cannot read" in row["notes"]
+    )
