@@ -92,6 +92,8 @@ def test_every_package_has_a_floor():
 def test_imports_point_down():
     found = upward_imports()
     new = {pair: lines for pair, lines in found.items() if pair not in KNOWN_DEBTS}
-    assert not new, "imports of a higher layer:\n" + "\n".join(line for lines in new.values() for line in lines)
+    assert not new, "imports of a higher layer:\n" + "\n".join(
+        line for lines in new.values() for line in lines
+    )
     paid = KNOWN_DEBTS - set(found)
     assert not paid, f"no longer imported upward (take them off KNOWN_DEBTS): {sorted(paid)}"

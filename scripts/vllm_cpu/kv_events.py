@@ -115,10 +115,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="directory of the NAME.json counts")
     parser.add_argument("names", nargs="+", help="one listening socket per name")
     args = parser.parse_args(argv)
-    if len(set(args.names)) != len(args.names) or any(not n or "/" in n for n in args.names):
+    if len(set(args.names)) != len(args.names) or any(n in ("", ".", "..") or "/" in n for n in args.names):
         print(f"kv-events: names must be distinct file names: {args.names}", file=sys.stderr)
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
+    try:  # before any socket: a folder that cannot be made, or a name it cannot hold, is one line
+        args.out.mkdir(parents=True, exist_ok=True)
+        longest = os.pathconf(args.out, "PC_NAME_MAX")
+    except OSError as err:
+        print(f"kv-events: --out {args.out}: {err.strerror or err}", file=sys.stderr)
+        return 2
+    for name in args.names:
+        if "\0" in name or len(os.fsencode(f"{name}.json")) > longest:
+            print(
+                f"kv-events: NAME {name[:40]!r}... ({len(name)} characters): its count file NAME.json "
+                f"is longer than a file name in {args.out} may be ({longest} bytes)",
+                file=sys.stderr,
+            )
+            return 2
     stop = False
 
     def on_signal(_signum: int, _frame: object) -> None:

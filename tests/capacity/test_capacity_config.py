@@ -237,3 +237,57 @@ def test_preflight_of_a_capacity_cell_says_whether_its_time_limit_holds_a_step(i
     # The margins are the node's: with none for start-up and drain, 8 min hold six steps of 70 s.
     (fits,) = capacity_checks([short], {"AGENTSWEEP_STARTUP_MARGIN_S": "0", "AGENTSWEEP_DRAIN_MARGIN_S": "0"})
     assert fits.status == "PASS" and "step budget 6 steps" in fits.detail
+
+
+@pytest.mark.parametrize("command", ["matrix", "sweep"])
+def test_seventeen_slo_tiers_are_one_line(agentsweep, in_tmp: Path, command: str) -> None:
+    (in_tmp / "c.yaml").write_text(entry())
+    tiers = [a for i in range(17) for a in ("--slo", f"t{i}: ttft p90 <= 1 s")]
+    extra = ["--dry-run", "--results", "r"] if command == "sweep" else ["--json"]
+    result = agentsweep(command, "--config", "c.yaml", "--key", "k", *tiers, *extra)
+    assert (result.rc, result.err) == (2, "input error: --slo given 17 times: at most 16 tiers\n")
+    sixteen = agentsweep(command, "--config", "c.yaml", "--key", "k", *tiers[:32], *extra)
+    assert sixteen.rc == 0, sixteen.err
+
+
+@pytest.mark.parametrize("command", ["matrix", "sweep"])
+def test_search_given_twice_is_refused_not_the_last_one_kept(agentsweep, in_tmp: Path, command) -> None:
+    (in_tmp / "c.yaml").write_text(entry(users="[2, 4]"))
+    with pytest.raises(SystemExit) as stop:
+        agentsweep(command, "--config", "c.yaml", "--key", "k", "--search", "2:4", "--search", "2:16")
+    assert stop.value.code == 2
+
+
+def test_search_given_twice_says_which(in_tmp: Path, capsys) -> None:
+    from agentsweep.cli import main
+
+    (in_tmp / "c.yaml").write_text(entry(users="[2, 4]"))
+    with pytest.raises(SystemExit):
+        main(["matrix", "--config", "c.yaml", "--key", "k", "--search", "2:4", "--search", "2:16"])
+    assert capsys.readouterr().err == (
+        "usage error: agentsweep matrix: --search given twice ('2:4', then '2:16'): give it once (see --help)\n"
+    )
+
+
+def test_slo_tiers_no_cell_would_use_are_refused(agentsweep, in_tmp: Path) -> None:
+    """Tiers are read by capacity cells, and by collect's grid-derived capacity of a series of two or more
+    user counts: a selection with neither would ignore them."""
+    slo = ("--slo", "x: ttft p90 <= 2 s")
+    (in_tmp / "c.yaml").write_text(entry(users="[4]"))
+    for command, extra in (("matrix", ["--json"]), ("sweep", ["--dry-run", "--results", "r"])):
+        result = agentsweep(command, "--config", "c.yaml", "--key", "k", *slo, *extra)
+        assert result.rc == 2 and result.out == ""
+        assert result.err == (
+            "input error: --slo: no selected cell searches its users and no series has two user counts for "
+            "a grid-derived capacity, so no tier would be used; add --search LOW:HIGH (or select a key whose "
+            "users search, users: {search: [LOW, HIGH]})\n"
+        )
+        assert (
+            agentsweep(command, "--config", "c.yaml", "--key", "k", *slo, "--search", "2:8", *extra).rc == 0
+        )
+    # A grid of two user counts: collect reads its capacity against the tiers (sweep passes them on).
+    (in_tmp / "c.yaml").write_text(entry(users="[2, 4]"))
+    dry = agentsweep("sweep", "--config", "c.yaml", "--key", "k", *slo, "--dry-run", "--results", "r")
+    assert dry.rc == 0 and "--slo 'x: ttft p90 <= 2 s'" in dry.out
+    # --users leaving one count of the grid: nothing would read the tiers.
+    assert agentsweep("matrix", "--config", "c.yaml", "--key", "k", "--users", "2", *slo).rc == 2

@@ -129,6 +129,10 @@ BROKEN_ROUTER = [
     ("mode", lambda p: _set(p, mode="pd"), "collect: router.json: mode 'pd' but the cell is not disaggregated"),
     ("csv text", lambda p: _text_in_csv(p / "server_metrics.r1.csv"),
      "collect: server_metrics.r1.csv: prefix_cache_hits_total='lots' at time_s"),
+    ("only a program", lambda p: (p / "router.json").write_text(json.dumps({"program": "smg"})),
+     "collect: router.json: no requests_by_replica and no error saying why"),
+    ("a 900 KB program", lambda p: (p / "router.json").write_text(json.dumps({"program": "x" * 900_000})),
+     "collect: router.json: program: "),
 ]  # fmt: skip
 
 
@@ -251,3 +255,44 @@ def test_a_real_routed_cell_with_a_truncated_router_json_is_invalid(real_routed_
     row = _row(copy.parent)
     assert row["status"] == "INVALID"
     assert row["reason"].startswith("collect: router.json: not JSON")
+
+
+def test_a_router_json_saying_why_it_has_no_counts_leaves_them_empty_with_a_note(tmp_path):
+    path = routed_cell(tmp_path, Spec(tp=1, users=4, offload="off"))
+    (path / "router.json").write_text(
+        json.dumps(
+            {"program": "smg", "policy": "cache_aware", "error": "cannot read http://127.0.0.1:1/metrics"}
+        )
+    )
+    row = _row(tmp_path)
+    assert row["status"] == "SUCCESS", row["reason"]
+    assert (
+        pd.isna(row["router_busiest_share"]) and "router.json: no router figures: cannot read" in row["notes"]
+    )
+
+
+def _drop_column(path: Path, column: str) -> None:
+    with path.open(newline="") as fh:
+        rows = list(csv.reader(fh))
+    at = rows[0].index(column)
+    with path.open("w", newline="") as fh:
+        csv.writer(fh).writerows([row[:at] + row[at + 1 :] for row in rows])
+
+
+def test_results_written_before_a_column_existed_read_it_as_absent(tmp_path):
+    """Routed results written before evicted_tokens_total: their instances still merge, the column
+    reads empty (never a zero-row merge that makes the row INVALID)."""
+    path = routed_cell(tmp_path, Spec(tp=1, users=4, offload="off"))
+    for name in ("server_metrics.r0.csv", "server_metrics.r1.csv", "server_metrics.csv"):
+        _drop_column(path / name, "evicted_tokens_total")
+    row = _row(tmp_path)
+    assert row["status"] == "SUCCESS", row["reason"]
+    assert row["replica_gpu_hit_min"] == pytest.approx(0.5)
+    # A column the instances hold and the merged table lost is still a merge that does not match.
+    path = routed_cell(tmp_path / "b", Spec(tp=1, users=4, offload="off"))
+    _drop_column(path / "server_metrics.csv", "prompt_tokens_total")
+    row = _row(tmp_path / "b")
+    assert (
+        row["status"] == "INVALID"
+        and "collect: server_metrics.csv: prompt_tokens_total None" in row["reason"]
+    )

@@ -205,14 +205,36 @@ def test_default_config_found_from_the_repo_root(repo_root: Path, tmp_path: Path
     )
 
 
-def test_keys_that_sanitize_alike_are_refused(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+BODY = (
+    "  runner: local\n  engine: sim\n  model: m\n  precision: fp8\n  duration: 5\n  traces: t\n"
+    "  search_space: {tp1: {users: 1, offload: off}}\n"
+)
+
+
+def test_keys_that_differ_only_in_case_are_refused(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
-    body = "  runner: local\n  engine: sim\n  model: m\n  precision: fp8\n  duration: 5\n  traces: t\n"
-    body += "  search_space: {tp1: {users: 1, offload: off}}\n"
-    (tmp_path / "c.yaml").write_text("'a b':\n" + body + "a/b:\n" + body)
-    result = cli("--config", "c.yaml", "--key", "a*")
+    (tmp_path / "c.yaml").write_text("a-b:\n" + BODY + "A-b:\n" + BODY)
+    result = cli("--config", "c.yaml", "--key", "*")
     assert (result.rc, result.err) == (
         2,
-        "config error: c.yaml:a/b: exp_name a-b-tp1-ep1-u1-off collides with a-b-tp1-ep1-u1-off of key "
-        "'a b' (keys differ only in letter case or in characters outside [A-Za-z0-9._-])\n",
+        "config error: c.yaml:A-b: exp_name A-b-tp1-ep1-u1-off collides with a-b-tp1-ep1-u1-off of key "
+        "'a-b' (keys differ only in letter case or in characters outside [A-Za-z0-9._-])\n",
+    )
+
+
+@pytest.mark.parametrize("key", ["a b", "a/b", "a,b", "[x]", "-dash", "a*", "x?", "é"])
+def test_a_key_no_selection_could_name_exactly_is_refused(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    """A comma split the key in the workflow's key list (sharing a concurrency group with the keys it
+    split into), glob characters made --key match others, a leading '-' read as a flag: refused."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text("ok:\n" + BODY + f"{json.dumps(key)}:\n" + BODY)
+    result = cli("--config", "c.yaml", "--key", "ok")
+    assert (result.rc, result.err) == (
+        2,
+        f"config error: c.yaml:{key!r}: a config key is letters, digits, '.', '_' and '-', starting with a "
+        "letter or digit (keys are selected by glob and listed with commas)\n",
     )

@@ -127,3 +127,131 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(site, tmp_path, capsys):
         assert len(err) == 1 and err[0].startswith(f"write error: {mount}/"), err
         assert err[0].endswith(": cannot write: no space left on device")
         assert sorted(p.name for p in mount.iterdir()) == [".filler"]
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_a_rebuild_never_deletes_files_beside_the_marker(site, tmp_path, capsys):
+    """A dashboard folder the user also keeps files in is refused, not replaced with their files."""
+    import shutil
+
+    db, out = site
+    mine = tmp_path / "site"
+    shutil.copytree(out, mine)
+    (mine / "notes.txt").write_text("keep me")
+    assert main(["dashboard", "--db", str(db), "-o", str(mine)]) == 2
+    assert _one_line(capsys) == (
+        f"input error: {mine}: holds notes.txt, which this command did not write; a rebuild replaces the "
+        "whole folder, so give an empty folder or move it out"
+    )
+    assert (mine / "notes.txt").read_text() == "keep me"
+    (mine / "notes.txt").unlink()
+    (mine / "data" / "points" / "mine.csv").write_text("1,2\n")
+    assert main(["dashboard", "--db", str(db), "-o", str(mine)]) == 2
+    assert "holds data/points/mine.csv, which this command did not write" in _one_line(capsys)
+    (mine / "data" / "points" / "mine.csv").unlink()
+    (mine / "assets" / "linked").symlink_to(tmp_path)
+    assert main(["dashboard", "--db", str(db), "-o", str(mine)]) == 2
+    assert "holds assets/linked, which" in _one_line(capsys)
+    assert (tmp_path / "site").is_dir() and (mine / "assets" / "linked").is_symlink()
+    (mine / "assets" / "linked").unlink()
+    assert main(["dashboard", "--db", str(db), "-o", str(mine)]) == 0  # only its own files: rebuilt
+
+
+def test_an_output_that_is_a_link_or_too_long_is_one_line(site, tmp_path, capsys):
+    db, out = site
+    link = tmp_path / "link"
+    link.symlink_to(out)
+    assert main(["dashboard", "--db", str(db), "-o", str(link)]) == 2
+    assert _one_line(capsys) == f"input error: {link}: exists and is not a folder"
+    long = tmp_path / ("d" * 300)
+    assert main(["dashboard", "--db", str(db), "-o", str(long)]) == 2
+    assert _one_line(capsys) == f"input error: {long}: cannot write there: file name too long"
+    just_fits = tmp_path / ("d" * 250)  # the temporary folder beside it must fit too
+    assert main(["dashboard", "--db", str(db), "-o", str(just_fits)]) == 0
+    assert (just_fits / "index.html").is_file()
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "http"])
+def test_a_port_that_is_no_port_is_one_line(site, tmp_path, capsys, port):
+    db, _ = site
+    with pytest.raises(SystemExit) as stop:
+        main(["dashboard", "--db", str(db), "-o", str(tmp_path / "s"), "--serve", "--port", port])
+    assert stop.value.code == 2
+    assert _one_line(capsys).startswith("usage error: agentsweep dashboard: argument --port: ")
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.integration
+def test_a_port_in_use_is_one_line_and_writes_nothing(site, tmp_path, capsys):
+    import socket
+
+    db, _ = site
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = tmp_path / "s"
+        assert main(["dashboard", "--db", str(db), "-o", str(out), "--serve", "--port", str(port)]) == 2
+    assert _one_line(capsys) == (
+        f"input error: --port {port}: cannot serve on 127.0.0.1:{port}: address already in use"
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("tamper", "damage"),
+    [
+        (
+            "UPDATE blobs SET data = x'00112233' WHERE name = 'drilldown.json'",
+            "drilldown.json does not decompress",
+        ),
+        (
+            "UPDATE metrics SET value = 'abc' WHERE name = 'ttft_p90_s'",
+            "metric ttft_p90_s: 'abc' is not a number",
+        ),
+        ("UPDATE points SET stability_json = '{bad'", "stability_json does not decode"),
+        ("UPDATE points SET stability_json = '[1]'", "stability_json does not decode"),
+        (
+            'UPDATE points SET stability_json = \'{"ranges": {"ttft_p90_s": 5}}\'',
+            "stability_json does not decode",
+        ),
+    ],
+)
+def test_a_tampered_store_is_one_line(site, tmp_path, capsys, tamper, damage):
+    import shutil
+    import sqlite3
+
+    db, _ = site
+    copy = tmp_path / "store.db"
+    shutil.copy(db, copy)
+    with sqlite3.connect(copy) as conn:
+        conn.execute(tamper)
+    assert main(["dashboard", "--db", str(copy), "-o", str(tmp_path / "s")]) == 2
+    line = _one_line(capsys)
+    assert line.startswith(f"store error: {copy}: damaged: point ") and damage in line, line
+    assert line.endswith("; re-create the store from the results")
+    assert not (tmp_path / "s").exists() and [p.name for p in tmp_path.iterdir()] == ["store.db"]
+    if "drilldown" not in tamper:  # the store's own readers say the same
+        assert main(["results", "history", "--db", str(copy), "--metric", "ttft_p90_s"]) == 2
+        assert damage in _one_line(capsys)
+
+
+def test_a_drilldown_that_is_not_json_is_one_line(site, tmp_path, capsys):
+    import shutil
+    import sqlite3
+    import zlib
+
+    db, _ = site
+    copy = tmp_path / "store.db"
+    shutil.copy(db, copy)
+    with sqlite3.connect(copy) as conn:
+        conn.execute(
+            "UPDATE blobs SET data = ? WHERE name = 'drilldown.json'", (zlib.compress(b"{not json"),)
+        )
+    assert main(["dashboard", "--db", str(copy), "-o", str(tmp_path / "s")]) == 2
+    assert "drilldown.json is not a JSON object" in _one_line(capsys)

@@ -15,7 +15,16 @@ from agentsweep.contract.cell import Cell
 from agentsweep.energy import power_summary
 from agentsweep.energy.nvidia_smi import parse_line
 from agentsweep.energy.powercsv import GpuReading, PowerCsvWriter, PowerRow, read_power
-from agentsweep.energy.summary import REASON_CODES, Window, Work, integrate, summarize
+from agentsweep.energy.summary import (
+    REASON_CODES,
+    PowerLimit,
+    Window,
+    Work,
+    integrate,
+    power_limit,
+    summarize,
+)
+from agentsweep.engine_sim.profiles import HARDWARE
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOOP_FIELDS = (
@@ -326,3 +335,72 @@ def test_the_writer_never_writes_a_non_finite_figure(tmp_path):
     (row,) = read_power(tmp_path / "power.csv")
     assert row.power_w is None and row.energy_j is None and row.temp_c == 40.0
     assert "nan" not in (tmp_path / "power.csv").read_text().lower()
+
+
+# --- figures beyond what the hardware can draw ------------------------------------------------------
+
+
+def test_the_power_limit_is_a_multiple_of_the_board_power():
+    assert power_limit("h200") == PowerLimit(1050.0, "1.5 x h200's 700 W board power")
+    assert power_limit("mi355x").watts == 2100.0
+    unknown = power_limit("")
+    assert unknown.watts == 1.5 * max(h.board_power_w for h in HARDWARE.values())
+    assert unknown.basis == "1.5 x the largest board power known, 1400 W (hardware not named)"
+
+
+def test_power_read_a_thousand_times_too_large_is_not_a_measurement():
+    """Two GPUs whose power column is in mW, read as W: about 415 kW each, withheld with the reason."""
+    rows = [PowerRow(100.0 + k / 2, "n", gpu, 415_195.0 + k, None) for k in range(21) for gpu in ("0", "1")]
+    summary = summarize(
+        rows, window=Window(100.0, 110.0), expected_gpus=2, interval_s=0.5, work=Work(), source="dcgm",
+        limit=power_limit("h200"),
+    )  # fmt: skip
+    assert not summary.power_valid and summary.avg_power_w is None and summary.total_gpu_energy_j is None
+    assert summary.reasons == (
+        "GPU n/0 reads 415195 W at +0.0 s of the window, outside 0..1050 W (1.5 x h200's 700 W board "
+        "power): not a measurement",
+        "GPU n/1 reads 415195 W at +0.0 s of the window, outside 0..1050 W (1.5 x h200's 700 W board "
+        "power): not a measurement",
+    )
+    assert summary.reason_codes == ("power_out_of_range", "power_out_of_range")  # one per reason
+    # The same figures in watts are a measurement.
+    fine = [PowerRow(r.time_s, r.node, r.gpu, (r.power_w or 0) / 1000, None) for r in rows]
+    valid = summarize(
+        fine, window=Window(100.0, 110.0), expected_gpus=2, interval_s=0.5, work=Work(), source="dcgm",
+        limit=power_limit("h200"),
+    )  # fmt: skip
+    assert valid.power_valid, valid.reasons
+    assert valid.avg_power_w == pytest.approx(2 * 415.2, rel=1e-3)
+
+
+def test_an_energy_counter_in_the_wrong_unit_shows_in_its_average():
+    """Power in range, the energy counter 1000 times too fast (mJ read as J): the counter's average says so."""
+    rows = [PowerRow(100.0 + k, "n", "0", 300.0, 1e6 + 300_000.0 * k) for k in range(11)]
+    summary = run(rows, 100.0, 110.0, interval=1.0)
+    assert not summary.power_valid
+    assert summary.reasons == (
+        "GPU n/0 averages 300000 W over the window (counter), outside 0..2100 W (1.5 x the largest board "
+        "power known, 1400 W (hardware not named)): not a measurement",
+    )
+    negative = [PowerRow(100.0 + k, "n", "0", -5.0 if k == 4 else 300.0, None) for k in range(11)]
+    assert run(negative, 100.0, 110.0, interval=1.0).reasons[0].startswith("GPU n/0 reads -5 W at +4.0 s")
+
+
+def test_a_recorded_gpu_at_its_limit_stays_valid():
+    rows = recorded()
+    summary = summarize(
+        rows, window=Window(rows[0].time_s, rows[-1].time_s), expected_gpus=1, interval_s=0.25, work=Work(),
+        source="nvidia-smi", limit=power_limit("h200"),
+    )  # fmt: skip
+    assert summary.power_valid, summary.reasons  # up to 713 W against 1050 W
+
+
+def test_a_power_summary_window_that_is_not_a_number_is_one_line(capsys):
+    from agentsweep.cli import main
+
+    for flags in (["--start", "nan", "--end", "nan"], ["--start", "1", "--end", "inf"]):
+        with pytest.raises(SystemExit) as stop:
+            main(["power-summary", "--power-csv", "power.csv", *flags])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and "must be a finite time in Unix seconds" in err[0], err

@@ -85,3 +85,21 @@ def test_names_that_are_not_file_names_exit_2(tmp_path: Path) -> None:
         [sys.executable, str(SCRIPT), "--out", str(tmp_path), "a", "a"], capture_output=True, text=True
     )
     assert proc.returncode == 2 and "distinct file names" in proc.stderr
+
+
+def test_a_name_no_file_can_have_is_one_line_before_any_socket(tmp_path: Path) -> None:
+    long = "n" * 300
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "events"), "ok", long],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (2, "")  # no endpoint printed: nothing was bound
+    assert proc.stderr == (
+        f"kv-events: NAME {'n' * 40!r}... (300 characters): its count file NAME.json is longer than a file "
+        f"name in {tmp_path / 'events'} may be (255 bytes)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "events"), ".."],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.startswith("kv-events: names must be distinct file names")

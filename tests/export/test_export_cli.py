@@ -195,3 +195,43 @@ def test_a_point_without_receipt_beside_receipted_ones_is_refused_unless_allowed
     assert not (tmp_path / "rows").exists()
     assert _export(tmp_path / "a", tmp_path / "rows", "--allow-mixed") == 0
     assert len(_rows(tmp_path / "rows")) == len(SMALL)
+
+
+def _only_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_an_output_that_is_a_fifo_a_device_or_a_link_is_refused_and_left_as_it_is(tmp_path, capsys):
+    """The export writes a new directory: a FIFO, a device node or a link at -o is refused before any
+    work and never replaced."""
+    import os
+    import stat
+
+    sweep(tmp_path / "a", SMALL[:1])
+    fifo = tmp_path / "rows.fifo"
+    os.mkfifo(fifo)
+    assert _export(tmp_path / "a", fifo) == 2
+    assert _only_line(capsys) == f"input error: {fifo}: exists and is not a directory"
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    if os.geteuid() == 0:  # only root makes device nodes: /dev/null's twin
+        device = tmp_path / "null"
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        assert _export(tmp_path / "a", device) == 2
+        assert "exists and is not a directory" in _only_line(capsys)
+        assert stat.S_ISCHR(device.lstat().st_mode)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    assert _export(tmp_path / "a", link) == 2
+    assert "exists and is not a directory" in _only_line(capsys)
+    assert link.is_symlink() and not (tmp_path / "elsewhere").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary folder
+
+
+def test_a_long_output_name_is_one_line(tmp_path, capsys):
+    sweep(tmp_path / "a", SMALL[:1])
+    long = tmp_path / ("x" * 300)
+    assert _export(tmp_path / "a", long) == 2
+    assert "cannot write" in _only_line(capsys)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith((".x", "x"))]

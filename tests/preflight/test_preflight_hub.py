@@ -118,3 +118,52 @@ def test_a_bad_cell_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -
     assert main(["preflight", "--cell", "{not json"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("input error: --cell")
+
+
+@pytest.mark.integration
+def test_a_cell_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    import sys
+
+    fifo = tmp_path / "cell.json"
+    os.mkfifo(fifo)
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_ACTIONS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentsweep.cli", "preflight", "--cell", f"@{fifo}"],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"input error: --cell @{fifo}: not a regular file (a FIFO)\n",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentsweep.cli", "preflight", "--cell", "@/dev/zero"],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "input error: --cell @/dev/zero: not a regular file (a character device)\n",
+    )
+
+
+def test_a_context_cut_that_leaves_no_request_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """max_context 1 leaves the replayer no request: preflight says NOT ready instead of ready."""
+    config = (REPO / "configs" / "agentic.yaml").read_text()
+    entry = config[config.index("demo-mini:") : config.index("\n\n", config.index("demo-mini:"))]
+    (tmp_path / "c.yaml").write_text(
+        entry.replace("demo-mini:", "mc1:").replace("max_context: 131072", "max_context: 1")
+    )
+    assert main(["preflight", "--key", "mc1", "--config", str(tmp_path / "c.yaml"), "--json"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    assert not report["ok"]
+    assert [c["status"] for c in report["checks"] if c["name"] == "traces.max_context"] == ["FAIL"]
+
+    from agentsweep.preflight.hub import traces_fit_check
+
+    check = traces_fit_check("kv-cache-tester/sample_traces", 1, REPO)
+    assert check.status == "FAIL" and check.name == "traces.max_context"
+    assert check.detail.startswith("max_context 1: ") and "no traces left after filters" in check.detail
+    fits = traces_fit_check("kv-cache-tester/sample_traces", 65536, REPO)
+    assert fits.status == "PASS" and fits.detail.endswith("fit max_context 65536")
+    assert traces_fit_check("hf:org/traces", 1, REPO).status == "SKIP"

@@ -4,6 +4,9 @@ removed file, non-finite numbers); `agentsweep verify` exits 2 naming each diffe
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -182,3 +185,35 @@ def test_the_commit_is_gits_own(repo_root, monkeypatch):
     if head.returncode != 0:
         pytest.skip("not a git checkout")
     assert project_commit() == head.stdout.strip()
+
+
+def _agentsweep(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The real command in a child process: a hang is a failure (TimeoutExpired), not a stuck run."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "AGENTSWEEP_INGEST_WORKERS")}
+    return subprocess.run(
+        [sys.executable, "-m", "agentsweep.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["requests.jsonl", "summary.json", "server_metrics.csv", "status.txt"])
+def test_a_fifo_named_in_the_receipt_is_refused_not_waited_on(cell_dir, tmp_path, name):
+    (cell_dir / name).unlink()
+    os.mkfifo(cell_dir / name)
+    proc = _agentsweep("verify", str(cell_dir))
+    assert proc.returncode == 2
+    assert f"{cell_dir / name}: not a file: not a regular file (a FIFO); not read" in proc.stderr
+    found = [(p.kind, p.path, p.detail) for p in verify(cell_dir)]  # the child did not hang: nor will this
+    assert found == [("not a file", name, "not a regular file (a FIFO); not read")]
+    proc = _agentsweep("results", "ingest", "--db", str(tmp_path / "store.db"), str(cell_dir))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == (
+        f"receipt error: {cell_dir / name}: not a file: not a regular file (a FIFO); not read; refused: "
+        "the result no longer matches its receipt"
+    )
+    assert not (tmp_path / "store.db").exists()

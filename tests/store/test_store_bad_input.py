@@ -155,3 +155,40 @@ def test_an_older_schema_is_brought_up_by_an_ingest_not_by_a_read(tmp_path, caps
     monkeypatch.setattr(db_module, "LATEST", 2)
     assert main(["results", "runs", "--db", str(db)]) == 2
     assert "schema version 1, this agentsweep reads 2; run `agentsweep results migrate`" in _one_line(capsys)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["diff", "1", "1", "--metric", "ttft_p9O_s", "--check"],
+        ["diff", "1", "1", "--metric", "ttft_p90_s", "--metric", "ttft_p9O_s"],
+        ["history", "--metric", "ttft_p9O_s"],
+        ["curves", "--metric", "ttft_p9O_s"],
+    ],
+    ids=["diff --check", "diff, second metric", "history", "curves"],
+)
+def test_an_unknown_metric_is_one_line_naming_close_ones(filled, capsys, argv):
+    """A misspelt metric compared nothing, and `diff --check` passed on it: it is refused."""
+    assert main(["results", *argv, "--db", str(filled)]) == 2
+    assert _one_line(capsys) == (
+        "input error: --metric 'ttft_p9O_s': no such metric; did you mean ttft_p99_s, ttft_p95_s, ttft_p90_s?"
+    )
+    assert main(["results", "diff", "1", "1", "--metric", "ttft_p90_s", "--check", "--db", str(filled)]) == 0
+
+
+def test_control_characters_in_a_label_print_escaped(tmp_path, sweep, capsys):
+    db = tmp_path / "store.db"
+    label = "night\x1b[31m red\rX\u202e"
+    assert main(["results", "ingest", "--db", str(db), str(sweep), "--label", label]) == 0
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\r" not in err and "(night\\x1b[31m red\\rX\\u202e)" in err
+    assert main(["results", "runs", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\r" not in out and "\u202e" not in out
+    assert "night\\x1b[31m red\\rX\\u202e" in out.splitlines()[2]
+    assert main(["results", "diff", "1", "1", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("base: run 1 (night\\x1b[31m red\\rX\\u202e), head: run 1 (night\\x1b")
+    assert main(["results", "diff", "nope", "1", "--db", str(db)]) == 2  # the error lists the runs
+    line = _one_line(capsys)
+    assert "\x1b" not in line and "1 (night\\x1b[31m red\\rX\\u202e)" in line

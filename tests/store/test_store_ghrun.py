@@ -112,3 +112,91 @@ def test_gh_run_download_then_ingest(tmp_path, monkeypatch, capsys):
     assert (
         "gh run download 777: failed with status 1: could not find any artifacts" in capsys.readouterr().err
     )
+
+
+def _big_member_zip(cells_root: Path, into: Path, name: str, size: int) -> Path:
+    """One cell's artifact zip whose ``name`` is replaced by ``size`` bytes (deflated to almost nothing)."""
+    (zipped,) = _zip_artifacts(cells_root, into)
+    rebuilt = into / "rebuilt.zip"
+    with zipfile.ZipFile(zipped) as src, zipfile.ZipFile(rebuilt, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            if info.filename == name:
+                with dst.open(name, "w") as fh:
+                    for _ in range(size >> 20):
+                        fh.write(b" " * (1 << 20))
+            else:
+                dst.writestr(info.filename, src.read(info))
+    rebuilt.replace(zipped)
+    return zipped
+
+
+def test_a_member_larger_than_its_receipt_says_is_refused_before_extraction(tmp_path):
+    """A 64 MiB summary.json in a zip that unpacks to 64 MiB: refused by its declared size, before a
+    byte is written (it used to be extracted whole, then refused by the receipt check)."""
+    from agentsweep.errors import InputError
+    from agentsweep.store.ingest import extract_artifact_zip
+
+    make_sweep(tmp_path / "cells", SMALL[:1])
+    zipped = _big_member_zip(tmp_path / "cells", tmp_path / "dl", "summary.json", 64 << 20)
+    assert zipped.stat().st_size < 1 << 20
+    into = tmp_path / "into"
+    into.mkdir()
+    with pytest.raises(InputError) as err:
+        extract_artifact_zip(zipped, into)
+    assert str(err.value).startswith(f"{zipped}: member summary.json: 64 MiB, but the receipt says ")
+    assert str(err.value).endswith(" bytes; refused before extraction")
+    assert list(into.iterdir()) == []
+
+
+def test_a_member_over_its_files_limit_or_not_in_the_receipt_is_refused_before_extraction(tmp_path):
+    from agentsweep.errors import InputError
+    from agentsweep.store.ingest import extract_artifact_zip
+
+    make_sweep(tmp_path / "cells", SMALL[:1])
+    (cell,) = (tmp_path / "cells").iterdir()
+    (cell / "receipt.json").unlink()  # no receipt to compare with: the file's own limit (1 MiB) holds
+    zipped = _big_member_zip(tmp_path / "cells", tmp_path / "dl", "status.txt", 2 << 20)
+    into = tmp_path / "into"
+    into.mkdir()
+    with pytest.raises(
+        InputError, match=r"member status.txt: 2 MiB is over the 1 MiB limit of status.txt; refused"
+    ):
+        extract_artifact_zip(zipped, into)
+    assert list(into.iterdir()) == []
+    make_sweep(tmp_path / "cells2", SMALL[:1])
+    (zipped,) = _zip_artifacts(tmp_path / "cells2", tmp_path / "dl2")
+    with zipfile.ZipFile(zipped, "a") as zf:
+        zf.writestr("extra.bin", b"\0" * 4096)
+    with pytest.raises(InputError, match=r"member extra.bin: not in the receipt of the zip root"):
+        extract_artifact_zip(zipped, into)
+    assert list(into.iterdir()) == []
+
+
+def test_a_zip_over_the_unpacked_limit_is_refused_and_a_member_lying_about_its_size_is_cut_off(
+    tmp_path, monkeypatch
+):
+    from agentsweep.errors import InputError
+    from agentsweep.store import ingest
+
+    make_sweep(tmp_path / "cells", SMALL[:1])
+    (zipped,) = _zip_artifacts(tmp_path / "cells", tmp_path / "dl")
+    into = tmp_path / "into"
+    into.mkdir()
+    monkeypatch.setattr(ingest, "ARTIFACT_MAX_BYTES", 4096)
+    with pytest.raises(InputError, match=r"unpacks to .* over the 4 KiB limit; refused before extraction"):
+        ingest.extract_artifact_zip(zipped, into)
+    assert list(into.iterdir()) == []
+    monkeypatch.undo()
+    # A member whose header declares 10 bytes and holds 4 KiB: no more than 10 bytes leave the zip.
+    liar = tmp_path / "liar.zip"
+    with zipfile.ZipFile(liar, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("replay.log", b"x" * 4096)
+    data = bytearray(liar.read_bytes())
+    for header, offset in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):  # uncompressed size fields
+        at = data.index(header) + offset
+        data[at : at + 4] = (10).to_bytes(4, "little")
+    liar.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=r"liar.zip: not a zip file \(Bad CRC-32"):
+        ingest.extract_artifact_zip(liar, into)
+    written = [p.stat().st_size for p in into.rglob("*") if p.is_file()]
+    assert all(size <= 10 for size in written)

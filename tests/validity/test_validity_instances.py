@@ -105,8 +105,8 @@ def test_a_replica_that_stops_answering_its_metrics_is_named(tmp_path):
     _, failed = _checks(tmp_path, _scrapes(), _scrapes(skip=range(5, 20)))
     assert set(failed) == {"instance_scrape_gaps"}
     assert failed["instance_scrape_gaps"] == (
-        "r1: no scrape answered for 16.0 s of the window (wall clock; limit 11.0 s): the instance did not "
-        "answer its /metrics"
+        "r1: no scrape answered for 16 s of the window (engine clock; 16.0 s wall, scrapes every 1.0 s; "
+        "limit 11 s, the stall limit): the instance did not answer its /metrics"
     )
 
 
@@ -200,3 +200,28 @@ def test_a_frozen_replica_behind_a_real_router_makes_the_cell_invalid(repo_root,
         reasons
     )
     assert checks["instance_scrape_gaps"]["ok"] and checks["instance_request_counts"]["ok"]
+
+
+def test_a_replica_frozen_past_the_stall_limit_in_engine_time_is_named(tmp_path):
+    """A sped-up cell (50x): r1 answers no scrape for 3.6 s of wall time, 180 engine seconds, while its
+    requests wait; its counters rise across the gap (it catches up when it resumes). The stall limit is
+    120 engine seconds: r1 stalled, though 3.6 s is under five 1-s scrape intervals."""
+    cell = CELL.replace(speed=50.0)
+    r1 = [row for row in _scrapes() if not START + 10.0 < row["time_s"] < START + 13.6]
+    r1.append({**r1[11], "time_s": START + 13.6})  # the first answer after the freeze
+    r1.sort(key=lambda row: row["time_s"])
+    _write(tmp_path / "server_metrics.r0.csv", _scrapes())
+    _write(tmp_path / "server_metrics.r1.csv", r1)
+    _router(tmp_path / "router_metrics.csv", {"r0": 64.0, "r1": 64.0})
+    checks = instance_checks(tmp_path, cell, START, START + 30, 0, 120.0)
+    gaps = checks["instance_scrape_gaps"]
+    assert not gaps.ok and gaps.value == pytest.approx(180.0) and gaps.limit == 150.0
+    assert gaps.reason == (
+        "r1: no scrape answered for 180 s of the window (engine clock; 3.6 s wall, scrapes every 1.0 s; "
+        "limit 150 s, 3 scrape intervals, the shortest stall the scrapes resolve (stall limit 120 s)): the "
+        "instance did not answer its /metrics"
+    )
+    # Healthy replicas, and a single missed scrape (2 s wall, 100 engine seconds), pass.
+    one_missed = [row for row in _scrapes() if row["time_s"] != START + 10.0]
+    _write(tmp_path / "server_metrics.r1.csv", one_missed)
+    assert instance_checks(tmp_path, cell, START, START + 30, 0, 120.0)["instance_scrape_gaps"].ok

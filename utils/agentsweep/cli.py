@@ -88,8 +88,9 @@ def _report(err: BaseException, debug: bool) -> None:
     # A refused input may hold a secret (a token in engine_args, the environment's HF_TOKEN in a URL):
     # the line goes to logs before any mask is registered, so it is masked here.
     from agentsweep.cell.record import mask_text
+    from agentsweep.contract.errors import printable
 
-    line = mask_text(line)
+    line = printable(mask_text(line))  # a value in the message (a label, a file's text) prints escaped
     if os.environ.get("GITHUB_ACTIONS") == "true":
         print(f"::error::{line}", file=sys.stderr)
     else:

@@ -29,7 +29,12 @@ from agentsweep.cell.effective import Stated, stated_settings
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.plan import CellOptions, CellPlan, client_dir
-from agentsweep.cell.replicas import write_router_figures
+from agentsweep.cell.replicas import (
+    SETTLE_TIMEOUT_S,
+    RouterRead,
+    settled_router_metrics,
+    write_router_figures,
+)
 from agentsweep.cell.routers import missing_router, router_recipe, router_version
 from agentsweep.contract.resultdir import PREFILL_METRICS_CSV, SERVER_LOG, SERVER_METRICS_CSV
 from agentsweep.metrics.scrapes import merge_metrics
@@ -289,12 +294,19 @@ def replay(
         samplers = [sampler] if sampler is not None else []
         if sampler is not None and sampler.poll() is not None:
             say(f"power sampler exited early with status {sampler.poll()}{_hint(sampler)}")
+        router_read: RouterRead | None = None
+        if group.router is not None and group.router.poll() is None:
+            # Before the scrapers' last scrape: the router has finished counting the last requests, so
+            # router.json and the last row of router_metrics.csv hold the same counts.
+            router_read = settled_router_metrics(plan)
+            if not router_read.settled:
+                say(f"the router's counts still moved {SETTLE_TIMEOUT_S:g} s after the replay ended")
         for scraper in [*scrapers, *samplers]:  # all take their last scrape at about the same moment
             scraper.signal_group(signal.SIGTERM)
         for scraper in [*scrapers, *samplers]:
             scraper.stop()
-        if group.router is not None and group.router.poll() is None:
-            write_router_figures(plan, rd)
+        if router_read is not None:
+            write_router_figures(plan, rd, router_read)
         for eng in group.engines:
             if eng.poll() is not None:  # died on its own during the replay
                 show_tail(eng.log_path, say)

@@ -10,8 +10,10 @@ per-instance request counts go to ``router.json``.
 
 from __future__ import annotations
 
+import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,22 @@ from agentsweep.contract.resultdir import (
 )
 
 ROUTER_METRICS_MAX_BYTES = 8 << 20
+# The router's figures are taken once they stop moving. When the replay ends, a request a client sent
+# last may still be on its way through the router, and a router renders its counters one at a time:
+# a read then is torn (smg renders its policy's branch counter before its per-worker counts, so the
+# read held 32 routing decisions beside 33 requests sent). Reads SETTLE_INTERVAL_S apart until two
+# give the same figures, for at most SETTLE_TIMEOUT_S.
+SETTLE_INTERVAL_S = 0.25
+SETTLE_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class RouterRead:
+    """The router's /metrics text as router.json is made from it, or why there is none."""
+
+    text: str | None
+    error: str | None = None
+    settled: bool = True  # False: its figures still moved when SETTLE_TIMEOUT_S ran out
 
 
 def router_figures(plan: CellPlan, metrics_text: str) -> dict[str, Any]:
@@ -53,10 +71,41 @@ def router_figures(plan: CellPlan, metrics_text: str) -> dict[str, Any]:
     return figures
 
 
-def write_router_figures(plan: CellPlan, result_dir: Path) -> None:
-    """router.json: the router's requests per instance (and its metrics text, histograms left out)."""
+def _read_metrics(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5.0) as resp:
+        data: bytes = resp.read(ROUTER_METRICS_MAX_BYTES)
+    return data.decode("utf-8", "replace")
+
+
+def settled_router_metrics(
+    plan: CellPlan, timeout_s: float = SETTLE_TIMEOUT_S, interval_s: float = SETTLE_INTERVAL_S
+) -> RouterRead:
+    """The router's /metrics once two reads ``interval_s`` apart give the same router figures (the
+    last read when they still move after ``timeout_s``; ``settled`` says which)."""
     router = plan.router
     assert router is not None
+    deadline = time.monotonic() + timeout_s
+    last: dict[str, Any] | None = None
+    while True:
+        try:
+            text = _read_metrics(router.metrics_url)
+        except (urllib.error.URLError, OSError, TimeoutError) as err:
+            return RouterRead(None, f"cannot read {router.metrics_url}: {err}")
+        figures = router_figures(plan, text)
+        if figures == last:
+            return RouterRead(text)
+        if time.monotonic() >= deadline:
+            return RouterRead(text, settled=False)
+        last = figures
+        time.sleep(interval_s)
+
+
+def write_router_figures(plan: CellPlan, result_dir: Path, read: RouterRead | None = None) -> None:
+    """router.json: the router's requests per instance (and its metrics text, histograms left out),
+    from ``read`` (default: a settled read now)."""
+    router = plan.router
+    assert router is not None
+    read = read if read is not None else settled_router_metrics(plan)
     figures: dict[str, Any] = {
         "program": router.program,
         "version": router_version(router.program),
@@ -69,11 +118,9 @@ def write_router_figures(plan: CellPlan, result_dir: Path) -> None:
         figures["decode"] = [r.url for r in plan.decode]
     else:
         figures["replicas"] = [r.url for r in plan.instances]
-    try:
-        with urllib.request.urlopen(router.metrics_url, timeout=5.0) as resp:
-            text = resp.read(ROUTER_METRICS_MAX_BYTES).decode("utf-8", "replace")
-    except (urllib.error.URLError, OSError, TimeoutError) as err:
-        figures["error"] = f"cannot read {router.metrics_url}: {err}"
+    text = read.text
+    if text is None:
+        figures["error"] = read.error or f"cannot read {router.metrics_url}"
     else:
         figures.update(router_figures(plan, text))
         kept = "".join(

@@ -84,6 +84,11 @@ def router_figures(path: Path, cell: Cell, out: Routed) -> None:
         return
     if data.error is not None:
         out.notes.append(f"{ROUTER_JSON}: no router figures: {data.error[:200]}")
+    else:  # a router always counts its requests per instance; a record without them is no router's
+        absent = [key for key, counts in data.counts_of(cell.disaggregated).items() if counts is None]
+        if absent:
+            out.problems.append(f"{ROUTER_JSON}: no {' or '.join(absent)} and no error saying why")
+            return
     out.figures["router_busiest_share"] = _busiest(data, cell, out)
     out.figures["router_prefix_match"] = data.mean_prefix_match_ratio
     if data.policy_branches is not None:

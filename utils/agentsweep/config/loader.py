@@ -41,6 +41,11 @@ _BOOL_TAG = "tag:yaml.org,2002:bool"
 MAX_CONFIG_BYTES = 128 << 10  # 128 KiB: the shipped configs are a few KiB; the YAML parser is pure Python
 MAX_YAML_DEPTH = 32  # levels of nesting, aliases followed; an entry needs about 6
 MAX_KEY_LENGTH = 100  # a config key starts every exp_name; file names stop at 255 bytes
+# A config key is a name, never a pattern or a list: selected by glob (`--key 'demo*'`), given in lists
+# split on commas (the workflow's config_key input, its concurrency group), and starting every exp_name.
+# A comma, a space, a glob character or a leading '-' in a key made it unselectable or made it share a
+# concurrency group with the keys it split into, so such a key is refused ('.'-keys are hidden anchors).
+CONFIG_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 MAX_YAML_VALUES = 100_000  # nodes once every alias is expanded (a 128 KiB file has fewer without them)
 _CONTROL_IN_VALUE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
@@ -307,6 +312,11 @@ def read_config_file(path: str | Path | None) -> ConfigFile:
                 "(each cell's exp_name, a file and artifact name, starts with it)"
             )
         if not hidden_key(key):
+            if not CONFIG_KEY.match(key):
+                raise ConfigError(
+                    f"{shown}:{brief(key)}: a config key is letters, digits, '.', '_' and '-', starting with "
+                    "a letter or digit (keys are selected by glob and listed with commas)"
+                )
             entries[key] = raw
     if not entries:
         raise ConfigError(f"{shown}: no config keys (only hidden '.'-keys)")

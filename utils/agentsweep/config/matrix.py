@@ -308,6 +308,16 @@ def _split_hint(cells: list[Cell]) -> str:
     return "; ".join(parts) or "narrow --users"
 
 
+def _has_grid_series(cells: Sequence[Cell]) -> bool:
+    """Whether some series (collect.capacity.GRID_KEYS: key, engine, offload, router, disaggregated
+    shape, TP) holds two user counts: collect then reads a grid-derived capacity against the tiers."""
+    counts: dict[tuple[str, str, str, str, str, int], set[int]] = {}
+    for c in cells:
+        series = (c.config_key, c.engine, c.offload, c.router, c.shape_label, c.tp)
+        counts.setdefault(series, set()).add(c.users)
+    return any(len(users) > 1 for users in counts.values())
+
+
 @dataclass(frozen=True)
 class Selection:
     """The cells of a selection plus the entries they came from (for per-key settings like max_parallel)."""
@@ -398,6 +408,12 @@ def select(
     if max_tp is not None and not any(c.tp <= max_tp for c in everything):
         raise InputError(f"--max-tp {max_tp}: every cell of the selected keys needs more GPUs")
     _check_filters(cells, everything, {"tp": tp, "users": users, "offload": offload})
+    if slo and not any(c.capacity is not None for c in cells) and not _has_grid_series(cells):
+        raise InputError(
+            "--slo: no selected cell searches its users and no series has two user counts for a "
+            "grid-derived capacity, so no tier would be used; add --search LOW:HIGH (or select a key "
+            "whose users search, users: {search: [LOW, HIGH]})"
+        )
     # Artifact names and file names on some systems ignore case: compare exp_names case-folded.
     owner: dict[str, Cell] = {}
     for cell in cells:

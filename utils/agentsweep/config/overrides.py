@@ -1,8 +1,10 @@
 """Command-line forms of a capacity search for one-off runs: ``--slo`` tiers and ``--search LOW:HIGH``.
 
-``--slo "NAME: CONSTRAINT, CONSTRAINT"`` (repeatable, one tier each) replaces the selected entries'
-tiers; ``--search LOW:HIGH`` turns every selected point into a capacity search over that range. Both
-go through the same models as a config's ``slo:`` block and ``users: {search: [LOW, HIGH]}``.
+``--slo "NAME: CONSTRAINT, CONSTRAINT"`` (repeatable, one tier each, at most MAX_TIERS) replaces the
+selected entries' tiers; ``--search LOW:HIGH`` (once) turns every selected point into a capacity search
+over that range. Both go through the same models as a config's ``slo:`` block and
+``users: {search: [LOW, HIGH]}``. Tiers for a selection with no capacity cell are refused by the matrix
+(``select``): they would be ignored.
 """
 
 from __future__ import annotations
@@ -10,11 +12,19 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
 from agentsweep.contract.errors import validation_message
-from agentsweep.contract.slo import SloError, SloTier, UserSearch, check_unique, parse_tier_text
+from agentsweep.contract.slo import (
+    MAX_TIERS,
+    SloError,
+    SloTier,
+    UserSearch,
+    check_unique,
+    parse_tier_text,
+)
 from agentsweep.errors import InputError
 
 _RANGE = re.compile(r"^\s*(\d+)\s*(?::|\.\.)\s*(\d+)\s*$")
@@ -30,15 +40,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--search",
+        action=Once,
         metavar="LOW:HIGH",
         help="search the users of every selected point between LOW and HIGH (capacity cells)",
     )
+
+
+class Once(argparse.Action):
+    """A flag that takes one value: given twice, the command line is refused (never the last one
+    silently winning)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(
+                f"{option_string} given twice ({getattr(namespace, self.dest)!r}, then {values!r}): give it once"
+            )
+        setattr(namespace, self.dest, values)
 
 
 def slo_tiers(texts: Sequence[str] | None) -> tuple[SloTier, ...] | None:
     """The tiers of ``--slo`` values, None when none was given."""
     if not texts:
         return None
+    if len(texts) > MAX_TIERS:
+        raise InputError(f"--slo given {len(texts)} times: at most {MAX_TIERS} tiers")
     tiers = []
     for text in texts:
         try:

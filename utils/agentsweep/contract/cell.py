@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
+from kv_cache_tester.inputfiles import InputFileProblem, read_limited
 from kv_cache_tester.replay.memory import MAX_PROMPT_TOKENS
 from kv_cache_tester.replay.presets import MIN_DURATION_S, PRESETS
 from kv_cache_tester.replay.presets import resolve as resolve_preset
@@ -98,6 +99,8 @@ MAX_REPLICAS = 256
 MAX_NODES = 1024
 MAX_LINK_GBS = 1e5
 MIN_POWER_INTERVAL_S = 0.05
+# ``--cell @FILE``: a cell's JSON is a few KiB; past this the file is not one.
+CELL_FILE_MAX_BYTES = 16 << 20
 MAX_POWER_INTERVAL_S = 60.0
 
 # What a runner without these figures in runners.yaml gets (GB/s per GPU, each direction): NVLink 4
@@ -656,9 +659,11 @@ class Cell(ValidityLimits, ReplayOptions, RunnerFacts, EngineSettings, CellAxes)
         """``--cell`` forms: the JSON itself, or ``@FILE`` holding it."""
         if arg.startswith("@"):
             path = Path(arg[1:])
-            try:
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as err:
+            try:  # a FIFO or a device is refused, never opened and waited on
+                text = read_limited(path, CELL_FILE_MAX_BYTES).decode("utf-8")
+            except InputFileProblem as err:
+                raise InputError(f"{where} {arg}: {err}") from None
+            except UnicodeDecodeError as err:
                 raise InputError(f"{where} {arg}: cannot read ({err})") from None
             return cls.parse(text, where=f"{path}")
         return cls.parse(arg, where=where)

@@ -18,6 +18,13 @@ from pydantic import BaseModel, ValidationError
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
+def printable(text: str) -> str:
+    """``text`` for a terminal: every control character (``CONTROL``: C0, DEL, C1, line separators,
+    bidirectional overrides) written as its escape (``\\x1b``, ``\\r``, ``\\u202e``), so a value read
+    from a store, a result or a command line cannot recolour, rewrite or reorder what is printed."""
+    return CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def brief(value: Any, width: int = 60) -> str:
     """``repr(value)`` cut to ``width`` characters: error lines stay short whatever the input holds."""
     text = repr(value)

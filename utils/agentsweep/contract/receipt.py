@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import re
@@ -27,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from kv_cache_tester.inputfiles import InputFileProblem, open_regular
+from kv_cache_tester.inputfiles import InputFileProblem, check_regular, open_regular
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentsweep.contract.cell import Cell
@@ -155,11 +156,8 @@ def file_entry(path: Path) -> FileEntry:
         digest.update(b"link:" + data)
         return FileEntry(sha256=digest.hexdigest(), size=len(data))
     size = 0
-    try:
-        fh = open_regular(path, follow_links=False)  # never blocks on a FIFO swapped in
-    except InputFileProblem as err:
-        raise ReceiptError(f"{path}: {err}") from None
-    with fh:
+    # Never blocks or follows: a link, a FIFO, a device or a socket is refused (InputFileProblem).
+    with open_regular(path, follow_links=False) as fh:
         while chunk := fh.read(HASH_CHUNK):
             digest.update(chunk)
             size += len(chunk)
@@ -345,7 +343,11 @@ def _not_regular(path: Path, rel: str) -> Problem | None:
             "link", rel, f"a symbolic link (to {os.readlink(path)!r}); result files are regular files"
         )
     if not stat.S_ISREG(mode):
-        return Problem("not a file", rel, "not a regular file (a FIFO, device or socket); not read")
+        try:
+            check_regular(path, follow_links=False)
+        except InputFileProblem as err:  # names what it is: a FIFO, a device, a socket
+            return Problem("not a file", rel, f"{err}; not read")
+        return Problem("not a file", rel, "not a regular file; not read")
     return None
 
 
@@ -366,7 +368,11 @@ def compare_files(receipt: Receipt, result_dir: Path) -> list[Problem]:
         if rel not in seen:
             problems.append(Problem("missing", rel, f"in the receipt ({want.size} bytes) but gone"))
             continue
-        have = file_entry(result_dir / rel)
+        try:
+            have = file_entry(result_dir / rel)
+        except InputFileProblem as err:
+            problems.append(Problem("changed", rel, str(err)))
+            continue
         if have != want:
             size = f"size {want.size} -> {have.size}" if have.size != want.size else f"size {have.size}"
             problems.append(Problem("changed", rel, f"sha256 differs from the receipt ({size})"))
@@ -402,10 +408,11 @@ def nonfinite_numbers(path: Path, rel: str) -> list[Problem]:
     name = path.name.lower()
     try:
         if name.endswith(JSON_SUFFIXES):
-            found = _json_nonfinite(path.read_bytes())
+            with open_regular(path, follow_links=False) as fh:
+                found = _json_nonfinite(fh.read())
             return [Problem("non-finite", rel, f"holds {found}")] if found else []
         if name.endswith(JSONL_SUFFIXES):
-            with path.open("rb") as fh:
+            with open_regular(path, follow_links=False) as fh:
                 for lineno, raw in enumerate(fh, start=1):
                     found = _json_nonfinite(raw)
                     if found:
@@ -415,11 +422,13 @@ def nonfinite_numbers(path: Path, rel: str) -> list[Problem]:
             return _csv_nonfinite(path, rel)
     except OSError as err:
         return [Problem("changed", rel, f"unreadable ({err.strerror or err})")]
+    except InputFileProblem as err:
+        return [Problem("changed", rel, str(err))]
     return []
 
 
 def _csv_nonfinite(path: Path, rel: str) -> list[Problem]:
-    with path.open(encoding="utf-8", errors="replace") as fh:
+    with io.TextIOWrapper(open_regular(path, follow_links=False), encoding="utf-8", errors="replace") as fh:
         header = fh.readline().rstrip("\r\n").split(",")
         for lineno, line in enumerate(fh, start=2):
             lowered = line.lower()

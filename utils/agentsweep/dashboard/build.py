@@ -10,13 +10,18 @@ Layout of the folder::
                             cannot fetch() files, but may load scripts): ``agentsweepPoint(id, {...})``
 
 The site is written into a temporary folder beside the target and moved into place at the end, so a
-failure leaves the previous dashboard (or nothing) rather than half a site.
+failure leaves the previous dashboard (or nothing) rather than half a site. The move replaces the
+target whole: it must be absent, empty, or a dashboard this command wrote holding nothing else (a
+file of the user's beside the marker is refused, never deleted).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import stat
 import tempfile
 from importlib import resources
 from pathlib import Path
@@ -26,7 +31,7 @@ from kv_cache_tester.replay.jsonfast import loads
 
 from agentsweep.dashboard import data
 from agentsweep.errors import InputError, WriteError
-from agentsweep.store.db import Store
+from agentsweep.store.db import DamagedStore, Store
 
 MARKER = ".agentsweep-dashboard"
 ASSETS = ("index.html", "app.js", "app.css")
@@ -47,31 +52,77 @@ def _js(value: Any) -> str:
 
 
 def _drilldown(point_id: int, raw: bytes) -> dict[str, Any]:
-    """A stored drill-down payload, decoded; InputError when it is not one JSON object."""
+    """A stored drill-down payload, decoded: it goes into its script only as one JSON object (data,
+    never code, whatever the store holds); DamagedStore otherwise."""
     try:
         payload = loads(raw)
-    except (ValueError, RecursionError) as err:
-        raise InputError(
-            f"store: point {point_id}'s drill-down is not JSON ({err}); the store was changed"
-        ) from None
+    except (ValueError, RecursionError):
+        raise DamagedStore(f"point {point_id}: drilldown.json is not JSON") from None
     if not isinstance(payload, dict):
-        raise InputError(f"store: point {point_id}'s drill-down is not a JSON object; the store was changed")
+        raise DamagedStore(f"point {point_id}: drilldown.json is not a JSON object")
     return payload
 
 
+# Everything a dashboard folder holds (see the module docstring). A rebuild replaces the whole folder,
+# so a folder holding anything else, even beside the marker, is the user's and is refused.
+SITE_FOLDERS = frozenset({"assets", "data", "data/points"})
+SITE_FILES = frozenset(
+    {MARKER, "index.html", "data/index.js", "assets/plotly.min.js"}
+    | {f"assets/{name}" for name in ASSETS if name != "index.html"}
+)
+POINT_FILE = re.compile(r"data/points/[0-9]+\.js")
+
+
+def _foreign_entry(out: Path) -> str | None:
+    """The first entry of ``out`` a dashboard does not hold (links are never followed), or None."""
+    for dirpath, dirnames, filenames in os.walk(out):
+        here = Path(dirpath)
+        for name in sorted(dirnames + filenames):
+            rel = (here / name).relative_to(out).as_posix()
+            mode = (here / name).lstat().st_mode
+            if stat.S_ISDIR(mode) and rel in SITE_FOLDERS:
+                continue
+            if stat.S_ISREG(mode) and (rel in SITE_FILES or POINT_FILE.fullmatch(rel)):
+                continue
+            return rel
+    return None
+
+
 def _check_target(out: Path) -> None:
-    if out.exists() and not out.is_dir():
+    """``out`` is absent, an empty folder, or a dashboard this command wrote and nothing else."""
+    try:
+        st = out.lstat()
+    except FileNotFoundError:
+        return
+    except OSError as err:  # a name too long, a parent that is a file
+        raise InputError(f"{out}: cannot write there: {(err.strerror or str(err)).lower()}") from None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise InputError(f"{out}: exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists():
-        raise InputError(f"{out}: not empty and not a dashboard this command wrote; give an empty folder")
+    try:
+        if not any(out.iterdir()):
+            return
+        marker = (out / MARKER).lstat() if (out / MARKER).is_symlink() or (out / MARKER).exists() else None
+        if marker is None or not stat.S_ISREG(marker.st_mode):
+            raise InputError(f"{out}: not empty and not a dashboard this command wrote; give an empty folder")
+        foreign = _foreign_entry(out)
+    except OSError as err:
+        raise InputError(f"{out}: cannot read: {(err.strerror or str(err)).lower()}") from None
+    if foreign is not None:
+        raise InputError(
+            f"{out}: holds {foreign}, which this command did not write; a rebuild replaces the whole "
+            "folder, so give an empty folder or move it out"
+        )
 
 
 def build(store: Store, out: Path) -> dict[str, int]:
     """Write the dashboard of ``store`` into ``out``; returns counts of what it holds."""
     _check_target(out)
     bundle = plotly_js()  # first: a missing extra is said before anything is written
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".agentsweep-dashboard-", dir=out.parent))
+    except OSError as err:
+        raise WriteError(err.filename or out, err) from None
     work.chmod(0o755)  # a site to share, not a private temporary folder
     try:
         (work / "assets").mkdir()

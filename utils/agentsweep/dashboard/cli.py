@@ -15,6 +15,7 @@ from pathlib import Path
 from types import FrameType
 
 from agentsweep.dashboard.build import build
+from agentsweep.errors import InputError
 from agentsweep.store.cli import add_db
 from agentsweep.store.db import Store
 
@@ -25,9 +26,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--serve", action="store_true", help="serve DIR on 127.0.0.1 after writing it")
     parser.add_argument(
-        "--port", type=int, default=8050, help="port for --serve (default 8050; 0: any free one)"
+        "--port", type=_port, default=8050, help="port for --serve (default 8050; 0: any free one)"
     )
     add_db(parser)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0..65535; 0: any free one)")
+    return port
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -35,9 +46,19 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def serve(out: Path, port: int) -> None:
+def listen(out: Path, port: int) -> http.server.ThreadingHTTPServer:
+    """The server of ``out`` bound to 127.0.0.1:``port`` (bound before the site is built, so a port
+    in use is one line and nothing is written)."""
     handler = functools.partial(_Quiet, directory=str(out))
-    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
+    try:
+        return http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError as err:  # in use, or not ours to bind
+        why = (err.strerror or str(err)).lower()
+        raise InputError(f"--port {port}: cannot serve on 127.0.0.1:{port}: {why}") from None
+
+
+def serve(server: http.server.ThreadingHTTPServer, out: Path) -> None:
+    with server:
 
         def stop(_sig: int, _frame: FrameType | None) -> None:
             raise KeyboardInterrupt
@@ -56,15 +77,21 @@ def serve(out: Path, port: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    store = Store.open(args.db)
+    server = listen(args.out, args.port) if args.serve else None
     try:
-        counts = build(store, args.out)
-    finally:
-        store.dispose()
+        store = Store.open(args.db)
+        try:
+            counts = build(store, args.out)
+        finally:
+            store.dispose()
+    except BaseException:
+        if server is not None:
+            server.server_close()
+        raise
     print(
         f"dashboard: {counts['points']} points of {counts['runs']} runs -> {args.out / 'index.html'}",
         file=sys.stderr,
     )
-    if args.serve:
-        serve(args.out, args.port)
+    if server is not None:
+        serve(server, args.out)
     return 0

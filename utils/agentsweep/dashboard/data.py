@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from agentsweep.store import query, schema
+from agentsweep.store.db import DamagedStore
 from agentsweep.store.scope import SCOPE_FIELDS, VERSION_FIELDS
 
 PERCENTILES = (("p50", "p50"), ("p90", "p90"), ("p95", "p95"), ("p99", "p99"), ("p99.9", "p999"))
@@ -129,4 +130,8 @@ def drilldowns(conn: Connection) -> Iterator[tuple[int, bytes]]:
         parts = conn.execute(
             select(b.c.data).where(b.c.point_id == point_id, b.c.name == "drilldown.json").order_by(b.c.part)
         )
-        yield int(point_id), b"".join(zlib.decompress(bytes(row.data)) for row in parts)
+        try:
+            raw = b"".join(zlib.decompress(bytes(row.data)) for row in parts)
+        except (zlib.error, TypeError, ValueError) as err:
+            raise DamagedStore(f"point {point_id}: drilldown.json does not decompress ({err})") from None
+        yield int(point_id), raw

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from agentsweep.energy.cli_sampler import interval
@@ -13,11 +14,22 @@ from agentsweep.energy.summary import PowerSummary, Window, Work, power_summary,
 from agentsweep.errors import InputError, ResultFileError
 
 
+def unix_seconds(text: str) -> float:
+    """An argparse type: a finite instant in Unix seconds (nan or inf would make no window)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite time in Unix seconds, got {text}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("result_dir", nargs="?", type=Path, help="a cell's result directory")
     parser.add_argument("--power-csv", type=Path, help="instead: a bare power.csv ...")
-    parser.add_argument("--start", type=float, help="... the window's start (Unix seconds)")
-    parser.add_argument("--end", type=float, help="... and end (Unix seconds)")
+    parser.add_argument("--start", type=unix_seconds, help="... the window's start (Unix seconds)")
+    parser.add_argument("--end", type=unix_seconds, help="... and end (Unix seconds)")
     parser.add_argument(
         "--expected-gpus", type=int, default=1, help="... the GPUs it should hold (default 1)"
     )

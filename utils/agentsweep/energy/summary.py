@@ -18,8 +18,9 @@ like every other figure of a simulated cell.
 
 The measurement is valid when every one of the cell's GPUs has samples across the whole window
 (no gap between samples, or between an edge and the nearest sample, longer than ``max_gap_s``), no
-energy counter goes backwards, and the sampler reported no fault during the window (or, when a
-GPU has no samples at all, before it). Otherwise ``power_valid`` is false, each reason names its
+energy counter goes backwards, no GPU reads beyond what its hardware can draw (a sample's power, or
+its average over the window, below 0 or above ``POWER_LIMIT_FACTOR`` times its board power), and the
+sampler reported no fault during the window (or, when a GPU has no samples at all, before it). Otherwise ``power_valid`` is false, each reason names its
 cause in one line, and every energy and power figure is withheld (None); the audit stays. The cell
 itself is unaffected: an invalid power measurement never makes a performance point INVALID.
 """
@@ -38,8 +39,10 @@ from kv_cache_tester.replay import ResultError, load_summary
 from kv_cache_tester.stats import percentile
 
 from agentsweep.contract.cell import ENGINE_POWER_ENDPOINT, Cell
+from agentsweep.contract.engine_args import SIM_DEFAULT_HARDWARE
 from agentsweep.contract.resultdir import POWER_CSV, read_cell_record
 from agentsweep.energy.powercsv import PowerCsvReader, PowerRow
+from agentsweep.engine_sim.profiles import HARDWARE
 from agentsweep.errors import ResultFileError
 
 # The longest stretch of a window a GPU may go without a sample: this many sampling intervals, and
@@ -47,6 +50,32 @@ from agentsweep.errors import ResultFileError
 GAP_INTERVALS = 5
 MIN_GAP_S = 2.0
 MAX_REASONS = 8
+# A GPU draws at most its board power (TDP) for longer than milliseconds, and a sampling tool's figure is
+# an average over its interval, so a measured figure stays at or below the board power. One above this
+# multiple of it is no measurement (an energy counter in mJ read as J, a field mistaken for another).
+POWER_LIMIT_FACTOR = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class PowerLimit:
+    """The most one GPU may read (W), and where the figure comes from (for the reason)."""
+
+    watts: float
+    basis: str
+
+
+def power_limit(hardware: str) -> PowerLimit:
+    """POWER_LIMIT_FACTOR x the board power of ``hardware`` (engine_sim.profiles.HARDWARE, each from
+    its datasheet); a hardware not known there (a local runner names none): x the largest board power
+    known."""
+    known = HARDWARE.get(hardware)
+    if known is not None:
+        board, what = known.board_power_w, f"{hardware}'s {known.board_power_w:g} W board power"
+    else:
+        board = max(h.board_power_w for h in HARDWARE.values())
+        what = f"the largest board power known, {board:g} W (hardware {hardware or 'not named'})"
+    return PowerLimit(POWER_LIMIT_FACTOR * board, f"{POWER_LIMIT_FACTOR:g} x {what}")
+
 
 # One code per check a measurement can fail (``PowerSummary.reason_codes``, beside the one-line
 # reasons): lowercase words joined by "_", the form InferenceX's power contract gives its reasons
@@ -61,9 +90,10 @@ GPU_COUNT = "expected_gpu_count_mismatch"
 GAP = "sampling_gap_exceeded"
 COUNTER_BACKWARDS = "negative_delta_gpus"
 BAD_ROWS = "invalid_power_sample"
+OUT_OF_RANGE = "power_out_of_range"
 REASON_CODES: tuple[str, ...] = (
     NOT_SAMPLED, TELEMETRY_MISSING, TELEMETRY_UNREADABLE, WINDOW_MISSING, SAMPLER_FAULT, NO_POWER,
-    GPU_COUNT, GAP, COUNTER_BACKWARDS, BAD_ROWS,
+    GPU_COUNT, GAP, COUNTER_BACKWARDS, BAD_ROWS, OUT_OF_RANGE,
 )  # fmt: skip
 
 
@@ -247,13 +277,16 @@ def summarize(
     bad_rows: int = 0,
     unusable: str | None = None,
     unusable_code: str = WINDOW_MISSING,
+    limit: PowerLimit | None = None,
 ) -> PowerSummary:
     """The power summary of ``rows`` (power.csv's rows, in any order); see the module docstring.
 
     ``unusable``: a reason the measurement cannot be used whatever the rows hold (no window, no
     sampler), and ``unusable_code`` its code; ``bad_rows``: unreadable rows of the file, reported in
-    the audit.
+    the audit; ``limit``: the most one GPU may read (default: that of a hardware not named,
+    ``power_limit("")``).
     """
+    limit = limit or power_limit("")
     max_gap = max(GAP_INTERVALS * interval_s, MIN_GAP_S)
     series: dict[tuple[str, str], _Series] = {}
     faults: list[PowerRow] = []
@@ -297,6 +330,15 @@ def summarize(
                 reasons.add(NO_POWER, f"GPU {name} reports no power")
             continue
         observed.append(key)
+        beyond = next(
+            (i for i in powered if (w := s.power[i]) is not None and not 0 <= w <= limit.watts), None
+        )
+        if beyond is not None:
+            reasons.add(
+                OUT_OF_RANGE,
+                f"GPU {name} reads {s.power[beyond]:.6g} W at {s.t[beyond] - start:+.1f} s of the window, "
+                f"outside 0..{limit.watts:g} W ({limit.basis}): not a measurement",
+            )
         edges = [start, *(s.t[i] for i in powered), end]
         for a, b in itertools.pairwise(edges):
             if b - a > gap:
@@ -345,6 +387,27 @@ def summarize(
             samples,
         )
     per_gpu = [_gpu_figures(key, series[key], window, interval_s) for key in observed]
+    for g in per_gpu:  # an energy counter in the wrong unit shows only in its average
+        if g.avg_power_w is not None and not 0 <= g.avg_power_w <= limit.watts:
+            reasons.add(
+                OUT_OF_RANGE,
+                f"GPU {g.node}/{g.gpu} averages {g.avg_power_w:.6g} W over the window ({g.energy_from}), "
+                f"outside 0..{limit.watts:g} W ({limit.basis}): not a measurement",
+            )
+    if reasons:
+        return _withheld(
+            reasons,
+            source,
+            window,
+            expected_gpus,
+            len(observed),
+            gap,
+            gap_gpu,
+            max_gap,
+            faults,
+            bad_rows,
+            samples,
+        )
     return _valid(
         per_gpu,
         series,
@@ -533,9 +596,11 @@ def cell_power_summary(result_dir: Path, cell: Cell) -> PowerSummary:
     source = effective_source(cell, cell.engine == "sim")
     window, work, problem = _window_and_work(result_dir, cell)
     path = result_dir / POWER_CSV
+    # The simulated engine draws as the hardware it models: the runner's, else its default.
+    hardware = cell.hardware or (SIM_DEFAULT_HARDWARE if cell.engine == "sim" else "")
     args: dict[str, Any] = {
         "window": window, "expected_gpus": cell.gpus, "interval_s": cell.power_interval_s, "work": work,
-        "source": source,
+        "source": source, "limit": power_limit(hardware),
     }  # fmt: skip
     if source == "none":
         return summarize(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import stat
 import sys
 from pathlib import Path
 from typing import Any, cast
@@ -154,9 +155,15 @@ def _fresh(target: Path) -> None:
     """Refuse an output that is a file, a link, a non-empty directory, or named like a file."""
     if target.suffix == ".json":
         raise InputError(f"{target}: give a directory: the export writes InferenceX's artifact layout there")
-    if target.is_symlink() or (target.exists() and not target.is_dir()):
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as err:  # a name too long, a parent that is a file...
+        raise InputError(f"{target}: cannot write: {(err.strerror or str(err)).lower()}") from None
+    if not stat.S_ISDIR(mode):  # a file, a FIFO, a device or a link: refused, never replaced
         raise InputError(f"{target}: exists and is not a directory")
-    if target.is_dir() and any(target.iterdir()):
+    if any(target.iterdir()):
         raise InputError(f"{target}: exists and is not empty")
 
 

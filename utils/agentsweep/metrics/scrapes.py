@@ -135,7 +135,8 @@ def merge_metrics(inputs: Sequence[Path], output: Path) -> int:
     the last rows with each other). A time some instance has no row near is left out rather than
     written with that instance missing; an empty figure in any instance leaves the merged figure empty.
     Counters and request counts are summed, usage fractions averaged. An instance whose file is
-    missing or is not a server_metrics.csv leaves only the header.
+    missing or is not a server_metrics.csv leaves only the header; a column an instance's file lacks
+    (written before the column existed) is empty.
     """
     out_rows = merged_rows(inputs)
     tmp = output.with_suffix(".csv.tmp")
@@ -174,13 +175,19 @@ def merged_rows(inputs: Sequence[Path]) -> list[list[str]]:
 
 
 def _instance_rows(path: Path) -> list[Scrape]:
-    """An instance's rows; none when its file is missing or is not a whole server_metrics.csv."""
+    """An instance's rows; none when its file is missing or is not a server_metrics.csv.
+
+    A file written before a column was added (evicted_tokens_total) lacks it: its header is then a
+    subset of COLUMNS, and the column reads as absent (empty in the merge), never as zero rows.
+    """
     reader = ScrapeReader(path)
     try:
         rows = list(reader)
     except ResultFileError:
         return []
-    return rows if reader.header == COLUMNS else []
+    header = reader.header
+    ours = header[:1] == ("time_s",) and len(set(header)) == len(header) and set(header) <= set(COLUMNS)
+    return rows if ours else []
 
 
 def _nearest(ts: list[float], t: float) -> int:

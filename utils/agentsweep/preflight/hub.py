@@ -157,6 +157,31 @@ def traces_check(traces: str, hf_cache: str | None, environ: Mapping[str, str], 
     )
 
 
+def traces_fit_check(traces: str, max_context: int, repo: Path) -> Check:
+    """The requests of local traces that fit ``max_context``, loaded and cut as the replayer cuts them
+    (``--max-context``, truncate mode: a trace keeps its turns up to the first longer one); none left
+    fails, as the replayer would refuse to start."""
+    name = "traces.max_context"
+    if traces.startswith("hf:"):
+        return skipped(name, f"{traces}: a dataset is cut when a cell loads it (max_context {max_context})")
+    from kv_cache_tester.errors import KVTesterError
+    from kv_cache_tester.traces.loaders import load_traces
+
+    path = Path(traces) if Path(traces).is_absolute() else repo / traces
+    try:
+        loaded = load_traces(path, max_context=max_context, max_context_mode="truncate", min_requests=1)
+    except KVTesterError as err:
+        return failed(
+            name,
+            f"max_context {max_context}: {err}",
+            "raise replay.max_context in the config entry to hold at least one request of the traces",
+        )
+    kept = sum(t.num_requests for t in loaded.traces)
+    return passed(
+        name, f"{traces}: {kept} requests of {len(loaded.traces)} traces fit max_context {max_context}"
+    )
+
+
 def _existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
@@ -180,4 +205,13 @@ def results_root(environ: Mapping[str, str]) -> Path:
     return Path(environ.get("RESULT_DIR") or Path(os.getcwd()) / "results")
 
 
-__all__ = ["cache_dir", "cached_repo", "disk_check", "model_check", "results_root", "skipped", "traces_check"]
+__all__ = [
+    "cache_dir",
+    "cached_repo",
+    "disk_check",
+    "model_check",
+    "results_root",
+    "skipped",
+    "traces_check",
+    "traces_fit_check",
+]

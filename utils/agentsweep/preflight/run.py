@@ -197,7 +197,12 @@ def run_preflight(
         )
     checks.append(hub.disk_check("disk.results", hub.results_root(env), 0, "the result directories"))
     for traces in sorted({c.traces for c in cells}):
-        checks.append(hub.traces_check(traces, runner.hf_cache, env, repo))
+        check = hub.traces_check(traces, runner.hf_cache, env, repo)
+        checks.append(check)
+        # A cell's context cut may leave no request of them (max_context 1): the replayer then refuses.
+        for cut in sorted({c.max_context for c in cells if c.traces == traces and c.max_context}):
+            if check.status == "PASS":
+                checks.append(hub.traces_fit_check(traces, cut, repo))
     if not slurm_runner:
         checks += node_checks(spec, None, run)
     elif not probe:

@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from agentsweep.contract.errors import printable
 from agentsweep.errors import InputError
 from agentsweep.store import ghrun, query
 from agentsweep.store.db import DB_ENV_VAR, DEFAULT_DB, Store
@@ -88,7 +89,12 @@ def _cell(value: object) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:.4g}"
-    return str(value)
+    return printable(str(value))  # labels, names and sources come from the store: never raw control bytes
+
+
+def _run(run: query.Run) -> str:
+    """``<id> (<label>)`` with the label's control characters escaped."""
+    return f"{run.id} ({printable(str(run.label))})"
 
 
 def _pct(value: float | None) -> str:
@@ -126,9 +132,9 @@ def _ingest(args: argparse.Namespace, store: Store) -> int:
 
 def _report(report: IngestReport, store: Store) -> int:
     for line in report.unreceipted:
-        print(f"results: {line}", file=sys.stderr)
+        print(f"results: {printable(line)}", file=sys.stderr)
     for label, run_id, n in report.runs:
-        print(f"results: run {run_id} ({label}): {n} points added", file=sys.stderr)
+        print(f"results: run {run_id} ({printable(label)}): {n} points added", file=sys.stderr)
     if report.skipped:
         print(f"results: {len(report.skipped)} result(s) already in the store, skipped", file=sys.stderr)
     print(f"results: {report.added} points added to {store.where}", file=sys.stderr)
@@ -147,6 +153,7 @@ def _runs(store: Store) -> int:
 
 
 def _curves(args: argparse.Namespace, store: Store) -> int:
+    query.check_metric(args.metric)
     where = parse_filter(args.scope)
     with store.read() as conn:
         points = query.load_points(conn, where, metrics=[args.metric])
@@ -158,7 +165,7 @@ def _curves(args: argparse.Namespace, store: Store) -> int:
             for p in curve.points
         )
         scope = " ".join(f"{k}={curve.scope[k]}" for k in SCOPE_FIELDS if curve.scope[k])
-        rows.append((scope, f"{curve.run.id} ({curve.run.label})", curve.run.started_utc, values))
+        rows.append((scope, _run(curve.run), curve.run.started_utc, values))
     if not rows:
         print("results: no points match", file=sys.stderr)
         return 0
@@ -174,6 +181,7 @@ def _position(point: query.Point) -> str:
 
 
 def _history(args: argparse.Namespace, store: Store) -> int:
+    query.check_metric(args.metric)
     where = parse_filter(args.scope)
     with store.read() as conn:
         points = query.load_points(conn, where, metrics=[args.metric])
@@ -190,7 +198,7 @@ def _history(args: argparse.Namespace, store: Store) -> int:
             rows.append(
                 (
                     _position(point),
-                    f"{point.run.id} ({point.run.label})",
+                    _run(point.run),
                     point.run.started_utc,
                     point.scope["engine_version"],
                     point.metrics.get(args.metric),
@@ -209,6 +217,8 @@ def _history(args: argparse.Namespace, store: Store) -> int:
 
 def _diff(args: argparse.Namespace, store: Store) -> int:
     metrics = args.metric or list(query.DIFF_METRICS)
+    for metric in metrics:  # a misspelt one would compare nothing, and --check would pass vacuously
+        query.check_metric(metric)
     where = parse_filter(args.scope)
     with store.read() as conn:
         runs = query.list_runs(conn)
@@ -239,7 +249,7 @@ def _diff(args: argparse.Namespace, store: Store) -> int:
                     change.noise,
                 )
             )
-    print(f"base: run {base.id} ({base.label}), head: run {head.id} ({head.label})")
+    print(f"base: run {_run(base)}, head: run {_run(head)}")
     print(table(["point", "metric", "base", "head", "change", "flag", "noise"], rows))
     return 1 if args.check and worse else 0
 

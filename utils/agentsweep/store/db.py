@@ -40,6 +40,12 @@ class StoreError(InputError):
     prefix = "store error"
 
 
+class DamagedStore(Exception):
+    """A value in the store that does not decode as ingest wrote it (a damaged or edited database).
+    Raised by the readers with what and where (``point 3: metric ttft_p90_s: 'abc' is not a
+    number``); a store's read turns it into one StoreError line."""
+
+
 def resolve_url(text: str | None) -> URL:
     """The SQLAlchemy URL ``--db`` names (see the module docstring)."""
     text = text or os.environ.get(DB_ENV_VAR) or str(DEFAULT_DB)
@@ -130,6 +136,8 @@ class Store:
             yield
         except StoreError:
             raise
+        except DamagedStore as err:
+            raise StoreError(f"{self.where}: damaged: {err}; re-create the store from the results") from None
         except (DBAPIError, sqlite3.Error) as err:
             raise StoreError(f"{self.where}: {self._explain(err)}") from None
         except SQLAlchemyError as err:

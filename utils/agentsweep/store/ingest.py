@@ -20,6 +20,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import shutil
 import tempfile
 import zipfile
 import zlib
@@ -30,9 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from kv_cache_tester.inputfiles import size_text
+from pydantic import ValidationError
 from sqlalchemy import Connection, insert, select
 
 from agentsweep.contract.receipt import (
+    MAX_RECEIPT_BYTES,
     RECEIPT_FILE,
     Receipt,
     ReceiptError,
@@ -40,12 +44,17 @@ from agentsweep.contract.receipt import (
     read_receipt,
     utc_now,
 )
+from agentsweep.contract.resultdir.files import result_file
 from agentsweep.errors import InputError
 from agentsweep.store import result_files, schema
 from agentsweep.store.db import Store
 from agentsweep.store.scope import SCOPE_FIELDS, scope_key
 
 PART_BYTES = 4 << 20  # raw bytes per stored part of a kept file
+# The most an artifact zip may unpack to (its members' declared sizes summed): a sweep's result
+# directories are far smaller; past this the zip is not an artifact of ours (or a zip bomb).
+ARTIFACT_MAX_BYTES = 64 << 30
+EXTRACT_CHUNK = 1 << 20
 ZLIB_LEVEL = 1  # fast: the records compress about 6x at level 1, and level 6 adds only 20 %
 IN_CHUNK = 500  # receipt ids per IN (...) lookup
 MAX_WORKERS = 4  # processes reading result directories while the main one writes
@@ -90,19 +99,104 @@ def _safe_member(zip_path: Path, name: str) -> PurePosixPath:
     return member
 
 
+def _zip_receipts(zf: zipfile.ZipFile) -> dict[PurePosixPath, Receipt]:
+    """The receipts a zip holds, by the folder they cover (read before anything is extracted; one that
+    does not read is left to the check after extraction, which names what is wrong with it)."""
+    found: dict[PurePosixPath, Receipt] = {}
+    for info in zf.infolist():
+        member = PurePosixPath(info.filename)
+        if member.name != RECEIPT_FILE or info.is_dir() or info.file_size > MAX_RECEIPT_BYTES:
+            continue
+        try:
+            with zf.open(info) as fh:
+                data = json.loads(fh.read(MAX_RECEIPT_BYTES + 1))
+            found[member.parent] = Receipt.model_validate(data, strict=False)
+        except (ValueError, RecursionError, ValidationError, zipfile.BadZipFile, OSError, zlib.error):
+            continue
+    return found
+
+
+def _declared_problem(member: PurePosixPath, size: int, receipts: dict[PurePosixPath, Receipt]) -> str | None:
+    """What refuses a member by its declared size alone: more than its file's declared limit, or
+    another size (or no entry) than the receipt of its result directory says."""
+    for folder, receipt in receipts.items():
+        if folder != member.parent and folder not in member.parents:
+            continue
+        rel = member.relative_to(folder).as_posix()
+        if rel == RECEIPT_FILE:
+            continue
+        entry = receipt.files.get(rel)
+        if entry is None:
+            where = "the zip root" if folder == PurePosixPath(".") else folder.as_posix()
+            return f"not in the receipt of {where} (added after the cell ended)"
+        if entry.size != size:
+            return f"{size_text(size)}, but the receipt says {entry.size} bytes"
+    try:
+        limit = result_file(member.name).max_bytes
+    except KeyError:
+        limit = None
+    if limit is not None and size > limit:
+        return f"{size_text(size)} is over the {size_text(limit)} limit of {member.name}"
+    return None
+
+
 def extract_artifact_zip(zip_path: Path, into: Path) -> Path:
-    """Extract one artifact zip into ``into/<zip stem>/`` (a member leaving it is refused)."""
+    """Extract one artifact zip into ``into/<zip stem>/``.
+
+    Everything is checked before a byte is written: a member leaving the folder, a member whose declared
+    size its file's limit or its result directory's receipt refuses, and the declared sizes together
+    (at most ARTIFACT_MAX_BYTES, and what the disk has free). While extracting, a member is cut off and
+    refused as soon as it gives more bytes than it declared.
+    """
     target = into / zip_path.stem
     try:
         with zipfile.ZipFile(zip_path) as zf:
-            for info in zf.infolist():
-                _safe_member(zip_path, info.filename)
-            zf.extractall(target)
+            infos = zf.infolist()
+            members = [(_safe_member(zip_path, info.filename), info) for info in infos]
+            receipts = _zip_receipts(zf)
+            for member, info in members:
+                problem = None if info.is_dir() else _declared_problem(member, info.file_size, receipts)
+                if problem:
+                    raise InputError(
+                        f"{zip_path}: member {info.filename}: {problem}; refused before extraction"
+                    )
+            total = sum(info.file_size for info in infos)
+            free = shutil.disk_usage(into).free
+            if total > min(ARTIFACT_MAX_BYTES, free):
+                why = (
+                    f"the {size_text(ARTIFACT_MAX_BYTES)} limit"
+                    if total > ARTIFACT_MAX_BYTES
+                    else (f"the {size_text(free)} free at {into}")
+                )
+                raise InputError(
+                    f"{zip_path}: unpacks to {size_text(total)}, over {why}; refused before extraction"
+                )
+            for member, info in members:
+                _extract(zf, info, target / member, zip_path)
     except zipfile.BadZipFile as err:
         raise InputError(f"{zip_path}: not a zip file ({err})") from None
-    except OSError as err:
-        raise InputError(f"{zip_path}: cannot extract ({err.strerror or err})") from None
+    except (OSError, zlib.error) as err:
+        why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise InputError(f"{zip_path}: cannot extract ({why})") from None
     return target
+
+
+def _extract(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path, zip_path: Path) -> None:
+    """One member to ``path`` (a new regular file), never more bytes than it declared."""
+    if info.is_dir():
+        path.mkdir(parents=True, exist_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with zf.open(info) as src, path.open("xb") as dst:
+        while chunk := src.read(EXTRACT_CHUNK):
+            written += len(chunk)
+            if written > info.file_size:
+                raise InputError(
+                    f"{zip_path}: member {info.filename}: more than the {info.file_size} bytes it declares; "
+                    "refused"
+                )
+            dst.write(chunk)
 
 
 @contextlib.contextmanager

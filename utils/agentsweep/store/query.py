@@ -11,8 +11,10 @@ bare threshold:
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import json
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,8 +22,11 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
+from agentsweep.collect import columns
+from agentsweep.contract.errors import printable
 from agentsweep.errors import InputError
 from agentsweep.store import schema
+from agentsweep.store.db import DamagedStore
 from agentsweep.store.scope import FILTER_FIELDS, POSITION_FIELDS, SCOPE_FIELDS, identity
 
 # What `results diff` compares unless told otherwise.
@@ -32,6 +37,22 @@ DIFF_METRICS = (
     "e2e_p90_s",
     "interactivity_p90_tok_per_s",
 )
+
+
+def stored_metrics() -> tuple[str, ...]:
+    """Every metric a point can hold: collect's numeric summary.csv columns (ingest keeps those)."""
+    text = (columns.Unit.JSON, columns.Unit.LABEL)
+    return tuple(c.name for c in columns.METRICS if c.unit not in text)
+
+
+def check_metric(name: str, flag: str = "--metric") -> str:
+    """``name`` when it is a stored metric; else InputError naming the closest ones."""
+    known = stored_metrics()
+    if name in known:
+        return name
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else "; see docs/collect.md for the columns"
+    raise InputError(f"{flag} {printable(name)!r}: no such metric{hint}")
 
 
 @dataclass
@@ -160,7 +181,7 @@ def load_points(
         query = query.where(p.c.run_id.in_(list(run_ids)))
     points: dict[int, Point] = {}
     for row in conn.execute(query).mappings():
-        extra = json.loads(row["stability_json"] or "{}")
+        noise, labels = _stability(row["id"], row["stability_json"])
         points[row["id"]] = Point(
             id=row["id"],
             run=runs[row["run_id"]],
@@ -176,8 +197,8 @@ def load_points(
             start_utc=row["start_utc"],
             receipt_id=row["receipt_id"],
             recipe_fingerprint=row["recipe_fingerprint"],
-            noise={k: (float(v[0]), float(v[1])) for k, v in (extra.get("ranges") or {}).items()},
-            labels=dict(extra.get("labels") or {}),
+            noise=noise,
+            labels=labels,
             capacity=_is_capacity(row["cell_json"]),
         )
     if points:
@@ -187,7 +208,7 @@ def load_points(
         ids = list(points)
         for i in range(0, len(ids), 500):
             for found in conn.execute(mq.where(m.c.point_id.in_(ids[i : i + 500]))):
-                points[int(found.point_id)].metrics[str(found.name)] = float(found.value)
+                points[int(found.point_id)].metrics[str(found.name)] = _metric(found)
     return sorted(points.values(), key=lambda pt: (pt.when, pt.exp_name))
 
 
@@ -202,6 +223,32 @@ def _is_capacity(cell_json: str | None) -> bool:
 def measured(points: Iterable[Point]) -> list[Point]:
     """The points that carry figures of their own: every point but the capacity cells."""
     return [p for p in points if not p.capacity]
+
+
+def _stability(point_id: int, text: str | None) -> tuple[dict[str, tuple[float, float]], dict[str, Any]]:
+    """(noise ranges, labels) of a point's stability_json as ingest wrote it; DamagedStore otherwise."""
+    try:
+        extra = json.loads(text or "{}")
+        noise = {str(k): (_finite(v[0]), _finite(v[1])) for k, v in (extra.get("ranges") or {}).items()}
+        return noise, dict(extra.get("labels") or {})
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError) as err:
+        raise DamagedStore(f"point {point_id}: stability_json does not decode ({err})") from None
+
+
+def _finite(value: Any) -> float:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a finite number")
+    return number
+
+
+def _metric(found: Any) -> float:
+    try:
+        return _finite(found.value)
+    except (ValueError, TypeError):
+        raise DamagedStore(
+            f"point {found.point_id}: metric {str(found.name)[:80]}: {str(found.value)[:40]!r} is not a number"
+        ) from None
 
 
 # --- curves -----------------------------------------------------------------------------------

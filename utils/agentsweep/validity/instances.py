@@ -10,8 +10,12 @@ scrapes (``server_metrics.<name>.csv``, one per scrape interval) over the profil
   scrape interval), the share in which it made progress (prompt or generated tokens, or finished
   requests, went up); an instance that had no requests is not judged (the router's choice, shown by
   collect as ``router_busiest_share``);
-- ``instance_stalls``: its longest stretch with requests and no progress, in the engine's clock, and
-  its longest time without an answered scrape (wall clock: a frozen process answers nothing);
+- ``instance_stalls``: its longest stretch with requests and no progress, in the engine's clock;
+- ``instance_scrape_gaps``: its longest time without an answered scrape (a frozen process answers
+  nothing), in the engine's clock too: a sped-up simulated engine lives ``speed`` engine seconds per
+  wall second, so 3.6 s of wall time without an answer is 180 engine seconds at 50x. It is judged
+  against the stall limit, or against MIN_GAP_INTERVALS scrape intervals when those are longer (the
+  scrapes then resolve no shorter stall, and the limit says so);
 - ``instance_request_counts``: the requests the router sent it (``router_metrics.csv``) against the
   requests it finished (its ``requests_finished_total``), whole run: it may finish fewer by at most
   the requests the client saw fail, never more.
@@ -34,9 +38,9 @@ from agentsweep.metrics.scrapes import ScrapeReader
 
 # Counters whose rise says an instance made progress.
 PROGRESS = ("prompt_tokens_total", "generation_tokens_total", "requests_finished_total")
-# A scrape gap is judged against this many scrape intervals at least (one late scrape is load, not a
-# frozen engine).
-MIN_GAP_INTERVALS = 5
+# A scrape gap is judged against this many scrape intervals at least: a scrape that times out (the
+# scraper waits up to 2 intervals, at least 1 s) and the next one's delay are load, not a frozen engine.
+MIN_GAP_INTERVALS = 3
 
 
 @dataclass
@@ -193,17 +197,27 @@ def instance_checks(
             f"{staller.name}: requests in flight and no progress for {stall:.1f} s (engine clock; "
             f"limit {idle_limit_s:g} s)",
         )
-        over = [
-            (f.gap_s / max(MIN_GAP_INTERVALS * f.interval_s, idle_limit_s / cell.speed), f) for f in judged
-        ]
-        ratio, gapped = max(over, key=lambda item: item[0])
-        gap_limit = max(MIN_GAP_INTERVALS * gapped.interval_s, idle_limit_s / cell.speed)
+
+        # In the engine's clock, as the stall limit: time without an answer is time the instance may
+        # have made no progress; the limit never below what the scrape interval can resolve.
+        def gap_limit(f: InstanceFacts) -> float:
+            return max(idle_limit_s, MIN_GAP_INTERVALS * f.interval_s * cell.speed)
+
+        gapped = max(judged, key=lambda f: f.gap_s * cell.speed / gap_limit(f))
+        gap, limit = gapped.gap_s * cell.speed, gap_limit(gapped)
+        why = (
+            "the stall limit"
+            if limit == idle_limit_s
+            else f"{MIN_GAP_INTERVALS} scrape intervals, the shortest stall the scrapes resolve (stall "
+            f"limit {idle_limit_s:g} s)"
+        )
         checks["instance_scrape_gaps"] = Check(
-            gapped.gap_s,
-            gap_limit,
-            ratio <= 1.0,
-            f"{gapped.name}: no scrape answered for {gapped.gap_s:.1f} s of the window (wall clock; limit "
-            f"{gap_limit:.1f} s): the instance did not answer its /metrics",
+            gap,
+            limit,
+            gap <= limit,
+            f"{gapped.name}: no scrape answered for {gap:.0f} s of the window (engine clock; "
+            f"{gapped.gap_s:.1f} s wall, scrapes every {gapped.interval_s:.1f} s; limit {limit:.0f} s, {why}): "
+            "the instance did not answer its /metrics",
         )
 
     counted = [f for f in judged if f.finished is not None]

@@ -1,7 +1,8 @@
 """router.json: how a routed cell's router spread the requests (docs/scaleout.md).
 
 Written once after the replay from the router's /metrics; absent for a single engine. A figure the
-router does not expose is left out (reads as None). The request counts are per engine instance in
+router does not expose is left out (reads as None); the request counts per instance are always there,
+or ``error`` says why not (a record with neither is no router's, and makes the row INVALID). The request counts are per engine instance in
 the cell's order (``r<i>``; ``p<i>`` and ``d<i>`` in a disaggregated cell).
 """
 
@@ -9,10 +10,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from kv_cache_tester.metrics import finite
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentsweep.contract.errors import validation_message
 from agentsweep.contract.resultdir.fileio import read_model, write_atomic
@@ -30,20 +31,26 @@ FRACTIONS = (
 )
 
 
+# A name (program, version, policy) is a short word; a URL a URL; past these a record is not a router's.
+Name = Annotated[str, Field(max_length=200)]
+Url = Annotated[str, Field(max_length=2048)]
+Text = Annotated[str, Field(max_length=4096)]
+
+
 class RouterRecord(BaseModel):
     """router.json. Unknown keys are refused; every figure is optional."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    program: str | None = None  # vllm-router | smg
-    version: str | None = None
+    program: Name | None = None  # vllm-router | smg
+    version: Name | None = None
     mode: Literal["dp", "pd"] | None = None  # data-parallel replicas, or prefill/decode
-    policy: str | None = None  # the cell's router policy (engine-neutral name)
-    policy_flag: str | None = None  # what the program was given for it
-    replicas: tuple[str, ...] | None = None  # instance URLs, in the cell's order
-    prefill: tuple[str, ...] | None = None
-    decode: tuple[str, ...] | None = None
-    error: str | None = None  # why the figures are missing (the router's /metrics was unreachable)
+    policy: Name | None = None  # the cell's router policy (engine-neutral name)
+    policy_flag: Name | None = None  # what the program was given for it
+    replicas: tuple[Url, ...] | None = None  # instance URLs, in the cell's order
+    prefill: tuple[Url, ...] | None = None
+    decode: tuple[Url, ...] | None = None
+    error: Text | None = None  # why the figures are missing (the router's /metrics was unreachable)
     requests_by_replica: tuple[float, ...] | None = None
     requests_by_prefill: tuple[float, ...] | None = None
     requests_by_decode: tuple[float, ...] | None = None
@@ -81,6 +88,11 @@ class RouterRecord(BaseModel):
                     f"policy_branches must map branch names to counts, got {str(branches)[:60]!r}"
                 )
         return data
+
+    def counts_of(self, disaggregated: bool) -> dict[str, tuple[float, ...] | None]:
+        """The request counts a record of a (disaggregated) cell holds, by key; None where absent."""
+        keys = ("requests_by_prefill", "requests_by_decode") if disaggregated else ("requests_by_replica",)
+        return {key: getattr(self, key) for key in keys}
 
     @classmethod
     def from_figures(cls, figures: dict[str, Any]) -> RouterRecord:

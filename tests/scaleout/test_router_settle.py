@@ -1,0 +1,112 @@
+"""router.json is read from the router once its counts stop moving: a read while the last request is
+routed is torn (smg renders its policy's branch counter before its per-worker counts), which made the
+routed cell tests fail under load with 32 routing decisions beside 33 requests sent."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from agentsweep.cell.placement import free_port
+from agentsweep.cell.plan import CellPlan, plan_cell
+from agentsweep.cell.replicas import write_router_figures
+from agentsweep.contract.cell import Cell
+
+from .conftest import MODEL
+
+pytestmark = pytest.mark.integration
+
+
+def smg_text(decisions: int, sent: tuple[int, int], urls: list[str]) -> str:
+    """smg's /metrics in its own order: the policy's branch counter, then the per-worker counts."""
+    lines = [f'smg_consistent_hashing_policy_branch_total{{branch="routing_key_hit"}} {decisions}']
+    lines += [
+        f'smg_worker_requests_total{{worker="{url}",model="{MODEL}"}} {n}'
+        for url, n in zip(urls, sent, strict=True)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class _Router(BaseHTTPRequestHandler):
+    replies: ClassVar[list[str]] = []
+    served: ClassVar[int] = 0
+
+    def do_GET(self) -> None:
+        text = self.replies[min(type(self).served, len(self.replies) - 1)]
+        type(self).served += 1
+        body = text.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def router_server() -> Iterator[ThreadingHTTPServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Router)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _plan(tmp_path: Path, server: ThreadingHTTPServer, replies: list[str]) -> CellPlan:
+    cell = Cell.parse(
+        {
+            "config_key": "so", "exp_name": "so-tp1-ep1-u4-off-r2-consistent_hash", "runner": "local",
+            "engine": "sim", "model": MODEL, "precision": "fp8", "tp": 1, "users": 4, "offload": "off",
+            "duration": 6, "traces": "t", "speed": 50, "replicas": 2, "router": "consistent_hash",
+            "router_program": "smg",
+        }
+    )  # fmt: skip
+    plan = plan_cell(cell, tmp_path / "cell", port=free_port())
+    assert plan.router is not None
+    router = dataclasses.replace(plan.router, metrics_url=f"http://127.0.0.1:{server.server_port}/metrics")
+    _Router.replies, _Router.served = replies, 0
+    (tmp_path / "cell").mkdir()
+    return dataclasses.replace(plan, router=router)
+
+
+def test_a_read_torn_by_the_last_request_is_not_what_router_json_holds(tmp_path, router_server):
+    plan = _plan(tmp_path, router_server, [])
+    urls = [r.url for r in plan.instances]
+    # The first read lands while request 33 is routed: its decision not yet rendered, its send rendered.
+    _Router.replies = [smg_text(32, (17, 16), urls), smg_text(33, (17, 16), urls)]
+    write_router_figures(plan, plan.result_dir)
+    record = json.loads((plan.result_dir / "router.json").read_text())
+    assert record["requests_by_replica"] == [17.0, 16.0]
+    assert record["policy_branches"] == {"routing_key_hit": 33.0}
+    assert _Router.served == 3  # torn, then the same figures twice
+
+
+def test_counts_that_keep_moving_are_read_as_last_seen_and_said(tmp_path, router_server):
+    from agentsweep.cell.replicas import settled_router_metrics
+
+    plan = _plan(tmp_path, router_server, [])
+    urls = [r.url for r in plan.instances]
+    _Router.replies = [smg_text(n, (n, 0), urls) for n in range(1, 400)]
+    read = settled_router_metrics(plan, timeout_s=0.3, interval_s=0.05)
+    assert not read.settled and read.text is not None and read.error is None
+    assert _Router.served >= 2
+
+
+def test_a_router_that_does_not_answer_leaves_the_reason(tmp_path, router_server):
+    plan = _plan(tmp_path, router_server, [])
+    assert plan.router is not None
+    gone = dataclasses.replace(
+        plan, router=dataclasses.replace(plan.router, metrics_url="http://127.0.0.1:1/metrics")
+    )
+    write_router_figures(gone, plan.result_dir)
+    record = json.loads((plan.result_dir / "router.json").read_text())
+    assert record["error"].startswith("cannot read http://127.0.0.1:1/metrics: ")
+    assert "requests_by_replica" not in record
