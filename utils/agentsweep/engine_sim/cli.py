@@ -43,6 +43,8 @@ from agentsweep.engine_sim.server import ServerConfig, SimServer
 from agentsweep.errors import InputError
 
 STATS_INTERVAL_S = 10.0
+# The GPU simulated when --hardware is not given (a cell always gives it: its hardware).
+DEFAULT_HARDWARE = "h200"
 # The simulator allocates and frees many small objects per request and keeps few reference cycles:
 # at the default threshold (700 net allocations) the cyclic collector ran hundreds of times a
 # second and took about a tenth of the process's CPU. It runs this much less often (the objects that
@@ -60,7 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dialect", choices=DIALECTS, default="vllm", help="metrics, log and cache-policy dialect"
     )
-    p.add_argument("--hardware", choices=sorted(HARDWARE), default="h200")
+    p.add_argument(
+        "--hardware",
+        choices=sorted(HARDWARE),
+        default=None,
+        help=f"the GPU simulated (default: {DEFAULT_HARDWARE}, and the start-up line says it was not given)",
+    )
     p.add_argument("--tensor-parallel-size", "--tp-size", "--tp", "-tp", dest="tp", type=int, default=1)
     p.add_argument(
         "--enable-expert-parallel",
@@ -188,6 +195,8 @@ class Setup:
     gpu_blocks: int
     cpu_blocks: int
     max_model_len: int
+    hardware: str  # the GPU simulated (a key of profiles.HARDWARE)
+    hardware_given: bool  # False: --hardware was not given, and the start-up line says so
 
 
 KV_CACHE_DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp16", "half")  # plus every fp8* spelling
@@ -272,6 +281,7 @@ def resolve(args: argparse.Namespace) -> Setup:
     if args.model and args.model_tag and args.model != args.model_tag:
         raise InputError(f"engine-sim: MODEL {args.model_tag!r} and --model {args.model!r} disagree")
     _check(args)
+    hardware = args.hardware or DEFAULT_HARDWARE
     if args.quantization not in (None, "bf16", "fp8", "fp4"):
         raise InputError(f"engine-sim --quantization: expected bf16, fp8 or fp4, got {args.quantization!r}")
     ep = args.ep or (args.tp if args.enable_expert_parallel else 1)
@@ -280,7 +290,7 @@ def resolve(args: argparse.Namespace) -> Setup:
     try:
         dep = deploy(
             model,
-            args.hardware,
+            hardware,
             args.tp,
             args.kv_cache_dtype,
             args.quantization,
@@ -299,7 +309,7 @@ def resolve(args: argparse.Namespace) -> Setup:
         if gpu_blocks < 1:
             raise InputError(
                 f"engine-sim: {model} ({dep.precision}, {dep.weight_bytes_gpu / 1e9:.0f} GB of weights per GPU "
-                f"at TP {args.tp}) leaves no KV cache room on {args.hardware} at --gpu-memory-utilization "
+                f"at TP {args.tp}) leaves no KV cache room on {hardware} at --gpu-memory-utilization "
                 f"{args.mem_util}; raise --tensor-parallel-size or set --num-gpu-blocks-override"
             )
     block_bytes = dep.kv_bytes_per_token_all * args.block_size
@@ -311,7 +321,7 @@ def resolve(args: argparse.Namespace) -> Setup:
             cpu_bytes = args.hicache_ratio * gpu_blocks * block_bytes
     cpu_blocks = int(cpu_bytes // block_bytes) if args.prefix_caching else 0
     max_model_len = args.max_model_len or dep.model.max_model_len
-    return Setup(model, dep, gpu_blocks, cpu_blocks, max_model_len)
+    return Setup(model, dep, gpu_blocks, cpu_blocks, max_model_len, hardware, args.hardware is not None)
 
 
 def build_server(args: argparse.Namespace, setup: Setup) -> SimServer:
@@ -416,9 +426,11 @@ def startup_lines(args: argparse.Namespace, setup: Setup) -> list[str]:
     tokens = setup.gpu_blocks * args.block_size
     conc = tokens / setup.max_model_len
     c = dep.cost
+    default = "" if setup.hardware_given else " (the default: --hardware not given)"
     lines = [
-        f"[engine_sim] simulated {args.dialect} engine: model={setup.model} profile={dep.model.key} "
-        f"hardware={args.hardware} tp={args.tp} ep={dep.ep} precision={dep.precision} speed={args.speed:g}",
+        f"[engine_sim] simulated {setup.hardware.upper()}{default}, {args.dialect} engine: model={setup.model} "
+        f"profile={dep.model.key} hardware={setup.hardware} tp={args.tp} ep={dep.ep} precision={dep.precision} "
+        f"speed={args.speed:g}",
         f"[engine_sim] {dep.calibration.describe(dep.model.key)}" if dep.calibration else "",
         *model_lines(dep),
         f"[engine_sim] step time = {c.a * 1e3:.3f} ms (+ {c.prefill_a * 1e3:.3f} ms when prefilling) + "
@@ -454,7 +466,7 @@ def settings_line(args: argparse.Namespace, setup: Setup, port: int) -> str:
         "host": args.host,
         "port": port,
         "dialect": args.dialect,
-        "hardware": args.hardware,
+        "hardware": setup.hardware,
         "speed": args.speed,
         "step_coefficients": ",".join(
             f"{k}={v:g}" for k, v in step_coefficients(args.step_coefficients).items()
