@@ -118,6 +118,7 @@ def identity(point: Point) -> dict[str, Any]:
         "exp_name": point.exp_name,
         "outcome": point.outcome,
         "hw": cell.hardware or cell.runner,
+        "hw_simulated": cell.simulated,
         "conc": cell.users,
         "image": cell.image,
         "model": cell.model,

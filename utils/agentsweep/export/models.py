@@ -80,7 +80,8 @@ class Identity(_Model):
 
     exp_name: str
     outcome: Outcome = Field(description="the cell's verdict; only SUCCESS unless --include-invalid")
-    hw: str
+    hw: str = Field(description="the cell's hardware (h200, b300...; its runner's name when it states none)")
+    hw_simulated: bool = Field(description="true when the simulated engine stood in for hw (framework sim)")
     conc: int = Field(description="concurrent users")
     image: str
     model: str
