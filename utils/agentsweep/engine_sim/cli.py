@@ -399,6 +399,8 @@ def model_lines(dep: Deployment) -> list[str]:
     m = dep.model
     if m.mla_dim:
         attn = f"MLA latent {m.mla_dim} per layer"
+        if m.indexer_bytes:
+            attn += f" + {m.indexer_bytes} bytes of sparse-attention indexer keys (FP8)"
     else:
         attn = f"{m.kv_heads} KV heads x head dim {m.head_dim}"
     moe = (
@@ -414,10 +416,57 @@ def model_lines(dep: Deployment) -> list[str]:
         f"[engine_sim] parameters: {m.total_params / 1e9:.1f} B total, {m.active_params / 1e9:.1f} B active per "
         f"token{moe}; native precision {m.native_precision}",
     ]
+    lines += attention_lines(dep)
     if m.unused_fields:
         lines.append(
             f"[engine_sim] model config fields not used by the simulator: {', '.join(m.unused_fields)}"
         )
+    return lines
+
+
+def attention_lines(dep: Deployment) -> list[str]:
+    """Each kind of attention the model has and what it holds per GPU, then what of it the simulator
+    does not model (a line only when there is something)."""
+    m, mb = dep.model, 1e6
+    if m.mla_dim:
+        parts = [f"{m.layers} MLA layers (a latent of {m.mla_dim} per token, on every rank)"]
+    else:
+        parts = [f"{m.layers} full-attention layers ({m.kv_heads} KV heads x head dim {m.head_dim})"]
+    missing = []
+    if m.index_topk:
+        parts.append(
+            f"sparse: an indexer in each picks the top {m.index_topk:,} tokens for every query, from keys of "
+            f"{m.indexer_bytes} bytes per token (FP8 and its scale; in the KV bytes per token)"
+        )
+        missing.append(
+            f"sparse attention reads only {m.index_topk:,} tokens per query, but the step model reads and "
+            f"computes attention over every cached token (overstated past {m.index_topk:,} tokens of context), "
+            "and leaves the indexer's own scoring out"
+        )
+    if m.sliding_layers:
+        heads = max(1, m.kv_heads // dep.tp)
+        window = m.sliding_layers * 2 * heads * m.head_dim * dep.kv_dtype_bytes * m.sliding_window
+        parts.append(
+            f"{m.sliding_layers} sliding-window layers keep at most {m.sliding_window:,} tokens per sequence "
+            f"({window / mb:.1f} MB per running sequence per GPU)"
+        )
+        missing.append(
+            "the sliding-window layers' KV is not taken from the KV pool and their attention reads are not "
+            "in the step time"
+        )
+    if m.linear_layers:
+        state = m.linear_state_bytes / dep.tp
+        parts.append(
+            f"{m.linear_layers} linear-attention layers keep a fixed state, {state / mb:.1f} MB per sequence per "
+            "GPU (recurrent FP32 + convolution), nothing per token"
+        )
+        missing.append(
+            "the linear-attention state is not taken from the KV pool (the engines keep it in a pool of its "
+            "own) and its per-step read is not in the step time"
+        )
+    lines = ["[engine_sim] attention: " + "; ".join(parts)]
+    if missing:
+        lines.append("[engine_sim] not modelled: " + "; ".join(missing))
     return lines
 
 
