@@ -33,6 +33,7 @@ def capacity_cell(
         "exp_name": f"cap-tp1-ep1-u{low}to{high}-off",
         "runner": "local",
         "engine": "sim",
+        "hardware": "h200",
         "model": "meta-llama/Llama-3.3-70B-Instruct",
         "precision": "fp8",
         "tp": 1,

@@ -96,7 +96,7 @@ def test_hostile_values_in_a_log_stay_short_plain_json(tmp_path):
 
 def _sim_cell(repo_root: Path, **over: object) -> Cell:
     cell = {
-        "config_key": "eff", "exp_name": "eff-tp1-ep1-u2-off", "runner": "local", "engine": "sim",
+        "config_key": "eff", "exp_name": "eff-tp1-ep1-u2-off", "runner": "local", "engine": "sim", "hardware": "h200",
         "model": "meta-llama/Llama-3.3-70B-Instruct", "precision": "fp8", "tp": 1, "users": 2, "offload": "off",
         "duration": 4, "traces": str(repo_root / "kv-cache-tester" / "sample_traces"), "max_context": 65536,
         "max_delay": 1, "min_window_coverage": 0.5, "max_dispatch_lag_p99_s": 2.0, "warmup_requests": 0,

@@ -35,7 +35,7 @@ def test_an_atomic_write_on_a_full_disk_names_the_file_and_leaves_no_temporary(t
 @pytest.mark.slow
 def test_a_cell_that_fills_its_disk_leaves_a_readable_failed_verdict(repo_root, tmp_path):
     cell = {
-        "config_key": "full", "exp_name": "full-tp1-ep1-u4-off", "runner": "local", "engine": "sim",
+        "config_key": "full", "exp_name": "full-tp1-ep1-u4-off", "runner": "local", "engine": "sim", "hardware": "h200",
         "model": "meta-llama/Llama-3.3-70B-Instruct", "precision": "fp8", "tp": 1, "users": 4,
         "offload": "off", "duration": 20, "traces": str(repo_root / "kv-cache-tester" / "sample_traces"),
         "max_context": 65536, "max_delay": 1, "warmup_requests": 0, "speed": 50,
@@ -88,6 +88,7 @@ def test_a_verdict_written_on_a_full_disk_makes_room_from_the_reserve(tmp_path):
             {
                 "exp_name": "x",
                 "engine": "sim",
+                "hardware": "h200",
                 "model": "m",
                 "tp": 1,
                 "users": 1,

@@ -22,6 +22,7 @@ GOOD = {
     "traces": "t",
     "ignore_eos": True,
     "speed": 50,
+    "hardware": "h200",
 }
 
 
@@ -159,11 +160,14 @@ def test_secrets_are_masked():
 
 
 def test_a_hand_made_cell_gets_its_runner_facts_by_default():
-    local = Cell.parse(GOOD)
+    bare = {k: v for k, v in GOOD.items() if k != "hardware"}
+    local = Cell.parse(bare)
     assert (local.hardware, local.gres_type, local.gpus_per_node) == ("", "", 1)
     assert (local.intra_node_gbs, local.inter_node_gbs, local.kv_transfer_gbs) == (450.0, 50.0, None)
-    named = Cell.parse({**GOOD, "runner": "mi355x", "tp": 4})
+    named = Cell.parse({**bare, "runner": "mi355x", "tp": 4})
     assert (named.hardware, named.gres_type, named.gpus_per_node) == ("mi355x", "mi355x", 4)
+    # Every GPU the simulated engine has a profile of is a runner name that stands for it.
+    assert Cell.parse({**bare, "runner": "gb300"}).hardware_label == "simulated GB300"
     # What the matrix resolved is kept as given, even where the runner's name says otherwise.
     site = Cell.parse({**GOOD, "runner": "h200", "hardware": "", "gres_type": "gpu_a", "gpus_per_node": 4})
     assert (site.hardware, site.gres_type, site.gpus_per_node) == ("", "gpu_a", 4)
@@ -196,7 +200,16 @@ def test_the_kv_transfer_bandwidth_is_the_link_the_cell_spans():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"hardware": "a100"}, "$AGENTSWEEP_CELL.hardware: 'a100' is not one of h200, b200, mi355x"),
+        (
+            {"hardware": "a100"},
+            "$AGENTSWEEP_CELL.hardware: 'a100' is not one of h200, b200, b300, gb200, gb300, mi325x, mi355x",
+        ),
+        # A simulated cell says which GPU it simulates; it is not run as some default one.
+        (
+            {"hardware": ""},
+            "cell demo-tp1-ep1-u2-on: hardware: a simulated cell names the GPU it simulates (h200, b200, "
+            "b300, gb200, gb300, mi325x, mi355x), and runner 'local' states none",
+        ),
         ({"gres_type": "gpu h200"}, "$AGENTSWEEP_CELL.gres_type: String should match pattern"),
         ({"gpus_per_node": -1}, "$AGENTSWEEP_CELL.gpus_per_node: must be >= 0, got -1"),
         ({"intra_node_gbs": 0}, "$AGENTSWEEP_CELL.intra_node_gbs: must be > 0.0, got 0"),
@@ -214,6 +227,6 @@ def test_the_cell_needs_no_runners_file(clean_env, capsys, tmp_path):
     """Everything the cell needs of its runner is in it: no runners.yaml is read at cell time."""
     clean_env.setenv("AGENTSWEEP_RUNNERS", str(tmp_path / "absent.yaml"))
     clean_env.setenv("RESULT_DIR", str(tmp_path / "r"))
-    cell = {**GOOD, "runner": "b200"}
+    cell = {**{k: v for k, v in GOOD.items() if k != "hardware"}, "runner": "b200"}
     assert main(["cell", "--cell", json.dumps(cell), "--dry-run"]) == 0
     assert "--hardware b200" in capsys.readouterr().out

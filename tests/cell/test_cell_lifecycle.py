@@ -25,7 +25,15 @@ from tests.support import pid_running, wait_for_file
 pytestmark = pytest.mark.integration
 
 CELL = Cell(
-    exp_name="t-tp1-ep1-u2-off", engine="sim", model="m", tp=1, users=2, offload="off", duration=5, traces="t"
+    exp_name="t-tp1-ep1-u2-off",
+    engine="sim",
+    hardware="h200",
+    model="m",
+    tp=1,
+    users=2,
+    offload="off",
+    duration=5,
+    traces="t",
 )
 
 
@@ -137,7 +145,7 @@ DRIVER = textwrap.dedent(
     from agentsweep.contract.cell import Cell
     engine, replayer, scraper = (json.loads(a) for a in sys.argv[1:4])
     rd, port = Path(sys.argv[4]), int(sys.argv[5])
-    cell = Cell(exp_name="x", engine="sim", model="m", tp=1, users=1, offload="off", duration=60, traces="t")
+    cell = Cell(exp_name="x", engine="sim", hardware="h200", model="m", tp=1, users=1, offload="off", duration=60, traces="t")
     plan = plan_cell(cell, rd, port=port)
     one = dataclasses.replace(
         plan.instances[0],

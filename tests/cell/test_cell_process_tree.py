@@ -28,6 +28,7 @@ def _cell_env(repo_root: Path, rd: Path, marker: dict[str, str]) -> dict[str, st
         "exp_name": "tree-tp1-ep1-u2-off",
         "runner": "local",
         "engine": "sim",
+        "hardware": "h200",
         "model": "m",
         "precision": "fp8",
         "tp": 1,

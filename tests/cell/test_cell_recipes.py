@@ -143,13 +143,16 @@ def test_engine_env_overrides_recipe_env():
 
 def test_sim_recipe_mirrors_vllm_meanings():
     cell = BASE.replace(engine="sim", speed=50.0, cpu_dram_gb=12.5)
-    on = build_engine_launch(cell, hardware=None, port=9, python="PY")
+    on = build_engine_launch(cell, hardware="h200", port=9, python="PY")
     assert on.argv == [
         "PY", "-m", "agentsweep.cli", "engine-sim", "org/Model", "--host", "127.0.0.1", "--port", "9",
         "--tensor-parallel-size", "4", "--hardware", "h200", "--speed", "50", "--kv-offloading-size", "12.5",
     ]  # fmt: skip
     noprefix = build_engine_launch(cell.replace(offload="noprefix"), hardware="mi355x", port=9, python="PY")
     assert noprefix.argv[-5:] == ["--hardware", "mi355x", "--speed", "50", "--no-enable-prefix-caching"]
+    # The GPU simulated is the cell's: never a default.
+    with pytest.raises(InputError, match="a simulated cell names the GPU it simulates"):
+        build_engine_launch(cell, hardware=None, port=9, python="PY")
 
 
 @pytest.mark.parametrize(
@@ -157,10 +160,10 @@ def test_sim_recipe_mirrors_vllm_meanings():
 )
 def test_sim_weights_follow_the_cell_precision(precision, weights):
     cell = BASE.replace(engine="sim", offload="off", precision=precision)
-    argv = build_engine_launch(cell, hardware=None, port=9, python="PY").argv
+    argv = build_engine_launch(cell, hardware="h200", port=9, python="PY").argv
     assert argv[argv.index("--quantization") + 1] == weights
     unknown = cell.replace(precision="int3")
-    assert "--quantization" not in build_engine_launch(unknown, hardware=None, port=9, python="PY").argv
+    assert "--quantization" not in build_engine_launch(unknown, hardware="h200", port=9, python="PY").argv
 
 
 def test_vllm_api_server_entry_for_cpu_wheels():

@@ -32,6 +32,7 @@ CELL = {
     "duration": 10,
     "traces": "t",
     "speed": 50,
+    "hardware": "h200",
     # Token-shaped values under names that say nothing, and the environment's secret in a URL.
     "engine_env": {"EXTRA_HEADER": f"Bearer {HF}", "AWS_ID": AWS, "MIRROR": f"https://u:{ENV_SECRET}@h/x"},
     # (A served name other than the model's is refused: the token rides as a second, extra name.)

@@ -21,6 +21,7 @@ def _cell_env(repo_root: Path, result_dir: Path, **over: object) -> dict[str, st
         "exp_name": "e2e-tp1-ep1-u2-off",
         "runner": "local",
         "engine": "sim",
+        "hardware": "h200",
         "model": "meta-llama/Llama-3.3-70B-Instruct",
         "precision": "fp8",
         "tp": 1,

@@ -43,6 +43,7 @@ class Spec:
             "config_key": self.config_key,
             "exp_name": self.exp_name,
             "runner": "local",
+            "hardware": "h200",  # the local runner's
             "engine": self.engine,
             "model": "Qwen/Qwen3-32B",
             "precision": "bf16",

@@ -27,6 +27,7 @@ def _run(repo_root: Path, results: Path, name: str, blocks: int) -> None:
         "config_key": "cliff",
         "exp_name": name,
         "engine": "sim",
+        "hardware": "h200",
         "model": "meta-llama/Llama-3.3-70B-Instruct",
         "precision": "fp8",
         "tp": 1,

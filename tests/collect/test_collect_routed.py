@@ -200,7 +200,7 @@ def real_routed_cell(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo_root = Path(__file__).resolve().parents[2]
     exp = "rt-tp1-ep1-u4-off-r2-cache_aware"
     cell = {
-        "config_key": "rt", "exp_name": exp, "runner": "local", "engine": "sim",
+        "config_key": "rt", "exp_name": exp, "runner": "local", "engine": "sim", "hardware": "h200",
         "model": "meta-llama/Llama-3.3-70B-Instruct", "precision": "fp8", "tp": 1, "users": 4,
         "offload": "off", "duration": 6, "traces": str(repo_root / "kv-cache-tester" / "sample_traces"),
         "max_context": 65536, "max_delay": 1, "warmup_requests": 0, "speed": 50,

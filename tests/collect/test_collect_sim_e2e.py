@@ -26,6 +26,7 @@ def _run_cell(repo_root: Path, results: Path, users: int, offload: str) -> None:
         "exp_name": exp,
         "runner": "local",
         "engine": "sim",
+        "hardware": "h200",
         "model": "meta-llama/Llama-3.3-70B-Instruct",
         "precision": "fp8",
         "tp": 1,

@@ -23,7 +23,7 @@ k:
 """
 RUNNERS = (
     "local:\n  runs_on: [x]\n  launcher: runners/launch_local.sh\n  gpus_per_node: {gpn}\n"
-    "  cpu_dram_gb: {dram}\n  container_runtime: none\n"
+    "  cpu_dram_gb: {dram}\n  container_runtime: none\n  hardware: h200\n"
 )
 
 
@@ -100,7 +100,7 @@ def test_site_gres_names_keep_the_hardware_identity(
     cli, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A cluster whose gres.conf says nvidia_h200 is set up through runners.yaml alone."""
-    base = RUNNERS.format(gpn=8, dram=8)
+    base = RUNNERS.format(gpn=8, dram=8).replace("  hardware: h200\n", "")
     site = RunnerSpec(
         runs_on=["x"], launcher="runners/launch_h200.sh", gpus_per_node=8, gres_type="nvidia_h200",
         hardware="h200", cpu_dram_gb=1, container_runtime="none",
@@ -115,7 +115,10 @@ def test_site_gres_names_keep_the_hardware_identity(
     (in_tmp / "ok.yaml").write_text(ENTRY.format(speed=1))
     for extra, message in (
         ("  gres_type: nvidia h200\n", "local.gres_type: String should match pattern"),
-        ("  hardware: a100\n", "local.hardware: 'a100' is not one of h200, b200, mi355x"),
+        (
+            "  hardware: a100\n",
+            "local.hardware: 'a100' is not one of h200, b200, b300, gb200, gb300, mi325x, mi355x",
+        ),
     ):
         (in_tmp / "runners.yaml").write_text(base + extra)
         result = cli("--config", "ok.yaml", "--key", "k", "--json")

@@ -37,7 +37,8 @@ CASES: list[tuple[str, str, list[str], str]] = [
         entry(replace={"runner: local": "runner: h20"}),
         [],
         E
-        + "k.runner: unknown runner 'h20' (did you mean 'h200'?); runners.yaml has h200, b200, mi355x, local",
+        + "k.runner: unknown runner 'h20' (did you mean 'h200'?); runners.yaml has h200, b200, mi355x, local, "
+        + "sim-h200, sim-b200, sim-b300, sim-gb200, sim-gb300, sim-mi325x, sim-mi355x",
     ),
     (
         "unknown engine",
@@ -212,7 +213,7 @@ def test_at_least_fifteen_cases() -> None:
 def test_offload_on_needs_a_dram_budget(cli, in_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (in_tmp / "runners.yaml").write_text(
         "local:\n  runs_on: [x]\n  launcher: runners/launch_local.sh\n  gpus_per_node: 8\n"
-        "  cpu_dram_gb: 0\n  container_runtime: none\n"
+        "  cpu_dram_gb: 0\n  container_runtime: none\n  hardware: h200\n"
     )
     monkeypatch.setenv("AGENTSWEEP_RUNNERS", str(in_tmp / "runners.yaml"))
     (in_tmp / "bad.yaml").write_text(entry(space="    tp1: {users: [1], offload: [off, on]}"))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from agentsweep.config import expand, load_runners, load_sweep
 from agentsweep.config.loader import read_config_file
-from agentsweep.contract.cell import CELL_FIELDS, Cell
+from agentsweep.contract.cell import CELL_FIELDS, HARDWARE, Cell
 from pydantic import ValidationError
 
 CONTRACT_FIELDS = {
@@ -37,6 +37,8 @@ SHIPPED_KEYS = read_config_file(None).keys()
 
 def test_runners_file_has_the_four_runners_and_their_launchers(repo_root: Path) -> None:
     runners = load_runners(repo_root / "configs" / "runners.yaml")
+    simulated = {key: spec for key, spec in runners.items() if key.startswith("sim-")}
+    runners = {key: spec for key, spec in runners.items() if key not in simulated}
     assert set(runners) == {"h200", "b200", "mi355x", "local"}
     for key, spec in runners.items():
         assert spec.launcher == f"runners/launch_{key}.sh"
@@ -52,6 +54,20 @@ def test_runners_file_has_the_four_runners_and_their_launchers(repo_root: Path) 
     assert {k: r.container_runtime for k, r in runners.items()} == {
         "h200": "pyxis", "b200": "pyxis", "mi355x": "docker", "local": "none",
     }  # fmt: skip
+    assert {k: r.hardware for k, r in runners.items()} == {
+        "h200": "h200", "b200": "b200", "mi355x": "mi355x", "local": "h200",
+    }  # fmt: skip
+    # A simulated node of every GPU the simulated engine has a profile of, run on this machine.
+    assert {spec.hardware for spec in simulated.values()} == set(HARDWARE)
+    for key, spec in simulated.items():
+        assert key == f"sim-{spec.hardware}"
+        assert (spec.launcher, spec.container_runtime, spec.gres_type) == (
+            "runners/launch_local.sh",
+            "none",
+            None,
+        )
+        assert spec.gpus_per_node == (72 if spec.hardware in ("gb200", "gb300") else 8)
+        assert spec.cpu_dram_gb > 0 and spec.power_source == "dcgm"
 
 
 def test_runners_env_variable_is_honoured(

@@ -57,7 +57,7 @@ CONTRADICTIONS = [
     ("sim", "--tensor_parallel 4", "tensor parallelism to 4", "tp 2"),  # underscores, abbreviated
     ("sim", "--speed 10", "speed to 10", "speed 1"),
     ("sim", "--spe 10", "speed to 10", "speed 1"),
-    ("sim", "--hardware b200", "hardware profile to b200", "hardware h200"),
+    ("sim", "--hardware b200", "hardware profile to b200", "hardware h200 (its runner's)"),
     ("sim", "--no-enable-prefix-caching", "prefix caching to off", "offload off (prefix caching on)"),
     ("sim", "--disable-radix-cache", "prefix caching to off", "offload off (prefix caching on)"),
     ("sim", "--ep-size 2", "expert parallelism to 2", "ep 1"),
@@ -111,7 +111,7 @@ def test_contradicting_engine_args_are_refused_at_the_matrix_in_one_line(
 @pytest.mark.parametrize(("engine", "args", "engine_side", "cell_side"), CONTRADICTIONS)
 def test_contradicting_engine_args_are_refused_in_a_hand_made_cell(engine, args, engine_side, cell_side):
     cell = {"exp_name": "x", "engine": engine, "model": "org/Model", "tp": 2, "users": 1, "offload": "off"}
-    cell |= {"duration": 60, "traces": "t", "engine_args": args}
+    cell |= {"duration": 60, "traces": "t", "engine_args": args, "hardware": "h200"}
     with pytest.raises(InputError) as err:
         Cell.parse(cell, where="--cell")
     line = str(err.value)

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 MODEL = "meta-llama/Llama-3.3-70B-Instruct"
 BASE: dict[str, Any] = {
-    "config_key": "pw", "runner": "local", "engine": "sim", "model": MODEL, "precision": "fp8", "users": 4,
+    "config_key": "pw", "runner": "local", "engine": "sim", "hardware": "h200", "model": MODEL, "precision": "fp8", "users": 4,
     "offload": "off", "duration": 8, "max_context": 65536, "max_delay": 1, "warmup_requests": 0, "speed": 50,
     "engine_args": "--num-gpu-blocks-override 8192", "power_source": "dcgm", "power_endpoint": "engine",
     "power_interval_s": 0.25,

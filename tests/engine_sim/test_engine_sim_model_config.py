@@ -25,6 +25,8 @@ CARD_PARAMS: dict[str, tuple[float, float | None]] = {
     "openai/gpt-oss-20b": (20.91, 3.61),
     "meta-llama/Llama-3.3-70B-Instruct": (70.6, None),  # dense: every weight but the input embedding
     "meta-llama/Llama-3.1-8B-Instruct": (8.03, None),
+    "deepseek-ai/DeepSeek-V3.2": (671, 37),
+    "MiniMaxAI/MiniMax-M2": (230, 10),  # "230 billion total parameters with 10 billion active"
 }
 
 # KV bytes per token at BF16 over the whole model, from the cards' architecture tables:
@@ -39,6 +41,8 @@ CARD_KV_BYTES = {
     "zai-org/GLM-4.6": 92 * 2 * 8 * 128 * 2,
     # 18 of 36 layers are full attention (the rest: a 128-token window)
     "openai/gpt-oss-120b": 18 * 2 * 8 * 64 * 2,
+    "MiniMaxAI/MiniMax-M2": 62 * 2 * 8 * 128 * 2,
+    "Qwen/Qwen3-Coder-Next": 12 * 2 * 2 * 256 * 2,  # 12 of 48 layers are full attention, the rest linear
 }
 
 
@@ -124,9 +128,23 @@ def test_a_local_directory_works_offline(tmp_path: Path, monkeypatch: pytest.Mon
 def test_unknown_fields_are_named_and_bad_values_are_one_line(tmp_path: Path) -> None:
     snap = _local_copy(tmp_path, "meta-llama/Llama-3.1-8B-Instruct")
     config = json.loads((snap / "config.json").read_text())
-    config["index_topk"] = 2048
+    config["attention_sink_tokens"] = 4
     (snap / "config.json").write_text(json.dumps(config))
-    assert find_model(str(snap)).unused_fields == ("index_topk",)
+    assert find_model(str(snap)).unused_fields == ("attention_sink_tokens",)
+    del config["attention_sink_tokens"]
+    # What the derivation cannot represent is refused by name, not guessed.
+    config |= {"index_topk": 2048, "index_head_dim": 128, "index_n_heads": 64}
+    (snap / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        InputError, match="index_topk: a sparse-attention indexer is modelled only beside MLA"
+    ):
+        find_model(str(snap))
+    for key in ("index_topk", "index_head_dim", "index_n_heads"):
+        del config[key]
+    config["layer_types"] = ["sliding_attention", "full_attention"] * 16
+    (snap / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError, match="sliding_window: missing: the model has sliding-window layers"):
+        find_model(str(snap))
     config["layer_types"] = ["chunked_attention"] * 32
     (snap / "config.json").write_text(json.dumps(config))
     with pytest.raises(InputError, match=r"layer_types\[0\]: 'chunked_attention' not understood"):
@@ -188,3 +206,54 @@ def test_startup_states_kv_bytes_pool_and_calibration(tmp_path: Path) -> None:
     assert any("calibration mi325x/fp4: no published point" in ln for ln in lines)
     lines = _startup(["some-org/Mystery-13B"])
     assert any("no config.json found" in ln for ln in lines)
+
+
+def test_qwen3_next_counts_match_the_published_totals() -> None:
+    """Qwen3-Coder-Next (Qwen3-Next's shape): 79,674,391,296 parameters, 3,874,929,408 active with the
+    input embedding (the published safetensors totals). Its full-attention layers gate their output
+    (q_proj gives a query and a gate per head) though no config field says so."""
+    shape = find_model("Qwen/Qwen3-Coder-Next")
+    embedding = 151936 * 2048
+    assert shape.total_params == pytest.approx(79_674_391_296, rel=1e-4)
+    assert shape.active_params + embedding == pytest.approx(3_874_929_408, rel=1e-3)
+    assert (shape.layers, shape.linear_layers, shape.experts, shape.experts_per_token) == (12, 36, 512, 10)
+    # Gated DeltaNet state per sequence: 32 value heads x 128 x 128 in FP32, and the convolution's last 3
+    # inputs of q, k, v (2 x 16 x 128 + 32 x 128) in BF16, in each of the 36 layers.
+    assert shape.linear_state_bytes == 36 * (32 * 128 * 128 * 4 + (2 * 16 * 128 + 32 * 128) * 3 * 2)
+
+
+def test_attention_kinds_reach_kv_bytes_per_token() -> None:
+    kinds = {name: find_model(name).attention_kinds for name in shipped_models()}
+    assert kinds["deepseek-ai/DeepSeek-V3.2"] == ("mla", "sparse")
+    assert kinds["deepseek-ai/DeepSeek-V3-0324"] == kinds["moonshotai/Kimi-K2-Instruct"] == ("mla",)
+    assert kinds["openai/gpt-oss-120b"] == ("gqa", "sliding")
+    assert kinds["Qwen/Qwen3-Coder-Next"] == kinds["Qwen/Qwen3.5-397B-A17B"] == ("gqa", "linear")
+    assert kinds["MiniMaxAI/MiniMax-M2"] == kinds["meta-llama/Llama-3.3-70B-Instruct"] == ("gqa",)
+    # DSA: the indexer's keys (128 FP8 values and one FP32 scale per token per layer) sit beside the
+    # latent, and stay FP8 whatever the KV cache's dtype.
+    v32 = deploy("deepseek-ai/DeepSeek-V3.2", "b200", 8)
+    assert v32.kv_bytes_per_token_gpu == 61 * 576 * 2 + 61 * 132
+    assert deploy("deepseek-ai/DeepSeek-V3.2", "b200", 8, kv_cache_dtype="fp8").kv_bytes_per_token_gpu == (
+        61 * 576 + 61 * 132
+    )
+    # The sliding window and the linear layers hold a bounded state: no bytes per token.
+    oss = find_model("openai/gpt-oss-120b")
+    assert (oss.sliding_layers, oss.sliding_window, oss.layers) == (18, 128, 18)
+
+
+def test_startup_says_each_attention_kind_and_what_is_not_modelled() -> None:
+    text = "\n".join(_startup(["deepseek-ai/DeepSeek-V3.2", "--tp", "8", "--hardware", "b300"]))
+    assert "78,324 per GPU (61 of 61 layers keep a KV cache, MLA latent 576 per layer + 132 bytes" in text
+    assert "attention: 61 MLA layers" in text and "picks the top 2,048 tokens for every query" in text
+    assert "not modelled: sparse attention reads only 2,048 tokens per query" in text
+    text = "\n".join(_startup(["Qwen/Qwen3-Coder-Next", "--tp", "2", "--hardware", "gb300"]))
+    assert "36 linear-attention layers keep a fixed state, 38.6 MB per sequence per GPU" in text
+    assert "not modelled: the linear-attention state is not taken from the KV pool" in text
+    text = "\n".join(_startup(["openai/gpt-oss-120b", "--hardware", "h200"]))
+    assert (
+        "18 sliding-window layers keep at most 128 tokens per sequence (4.7 MB per running sequence" in text
+    )
+    assert "not modelled: the sliding-window layers' KV is not taken from the KV pool" in text
+    lines = _startup(["MiniMaxAI/MiniMax-M2", "--tp", "4", "--hardware", "mi355x"])
+    assert "[engine_sim] attention: 62 full-attention layers (8 KV heads x head dim 128)" in lines
+    assert not any("not modelled" in line for line in lines)

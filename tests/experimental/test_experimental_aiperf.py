@@ -80,6 +80,7 @@ def test_bad_trace_source_is_input_error(tmp_path):
 CELL = {
     "exp_name": "demo-tp1-ep1-u3-off",
     "engine": "sim",
+    "hardware": "h200",
     "model": "m",
     "tp": 1,
     "users": 3,

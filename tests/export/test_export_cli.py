@@ -88,9 +88,9 @@ def test_an_unmapped_model_is_one_line_naming_the_field_unless_allowed(tmp_path,
 
 
 def test_a_runner_without_a_known_gpu_is_unmapped_hardware(tmp_path, capsys):
-    sweep(tmp_path / "a", SMALL[:1], engine="vllm", image="vllm/vllm-openai:v1")
+    sweep(tmp_path / "a", SMALL[:1], engine="vllm", image="vllm/vllm-openai:v1", runner="lab", hardware="")
     err = _one_line_exit_2(capsys, _export(tmp_path / "a", tmp_path / "out"), tmp_path / "out")
-    assert "hw 'local'" in err and "runners.yaml" in err
+    assert "hw 'lab'" in err and "runners.yaml" in err
 
 
 def test_no_cells_is_one_line_and_status_2(tmp_path, capsys):

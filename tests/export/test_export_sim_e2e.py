@@ -35,6 +35,7 @@ def cell_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "exp_name": exp,
         "runner": "local",
         "engine": "sim",
+        "hardware": "h200",
         "model": "meta-llama/Llama-3.3-70B-Instruct",
         "precision": "fp8",
         "tp": 2,

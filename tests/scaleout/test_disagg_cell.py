@@ -19,7 +19,7 @@ from .conftest import MODEL
 def _cell(repo_root: Path, program: str) -> dict[str, object]:
     return {
         "config_key": "pd", "exp_name": "pd-tp1-ep1-u4-off-p2x1-d1x1-round_robin", "runner": "local",
-        "engine": "sim", "model": MODEL, "precision": "fp8", "tp": 1, "users": 4, "offload": "off",
+        "engine": "sim", "hardware": "h200", "model": MODEL, "precision": "fp8", "tp": 1, "users": 4, "offload": "off",
         "duration": 8, "traces": str(repo_root / "kv-cache-tester" / "sample_traces"), "max_context": 65536,
         "max_delay": 1, "warmup_requests": 0, "speed": 50, "engine_args": "--num-gpu-blocks-override 8192",
         "prefill": {"replicas": 2, "tp": 1}, "decode": {"replicas": 1, "tp": 1}, "router": "round_robin",

@@ -30,6 +30,7 @@ two:
   cpu_dram_gb: 400
   container_runtime: none
   max_nodes: 2
+  hardware: h200
 """
 
 

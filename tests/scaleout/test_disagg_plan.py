@@ -135,7 +135,9 @@ def test_sglang_prefill_decode_commands(
 
 
 def _sim_plan(tmp_path: Path, program: str, **over: object):
-    cell = Cell.parse({**BASE, "runner": "local", "engine": "sim", "router_program": program, **over})
+    cell = Cell.parse(
+        {**BASE, "runner": "local", "hardware": "h200", "engine": "sim", "router_program": program, **over}
+    )
     assert cell.kv_transfer_gbs == 450.0  # a local runner's: inside one node
     return plan_cell(cell, tmp_path, port="$PORT", python="py", environ={})
 
@@ -202,7 +204,9 @@ def test_file_names_and_record(tmp_path: Path) -> None:
 
 
 def test_data_parallel_cells_keep_their_replica_names(tmp_path: Path) -> None:
-    cell = Cell.parse({**BASE, "engine": "sim", "prefill": None, "decode": None, "replicas": 2, "tp": 1})
+    cell = Cell.parse(
+        {**BASE, "engine": "sim", "hardware": "h200", "prefill": None, "decode": None, "replicas": 2, "tp": 1}
+    )
     so = plan_cell(cell, tmp_path, port="$PORT", python="py", environ={})
     assert so.router is not None and so.mode == "dp"
     assert [(r.name, r.log_name, r.metrics_name) for r in so.instances] == [

@@ -18,7 +18,7 @@ from .conftest import MODEL
 
 def _cell(repo_root: Path, program: str, policy: str) -> dict[str, object]:
     return {
-        "config_key": "so", "exp_name": f"so-tp1-ep1-u4-off-r2-{policy}", "runner": "local", "engine": "sim",
+        "config_key": "so", "exp_name": f"so-tp1-ep1-u4-off-r2-{policy}", "runner": "local", "engine": "sim", "hardware": "h200",
         "model": MODEL, "precision": "fp8", "tp": 1, "users": 4, "offload": "off", "duration": 6,
         "traces": str(repo_root / "kv-cache-tester" / "sample_traces"), "max_context": 65536, "max_delay": 1,
         "warmup_requests": 0, "speed": 50, "engine_args": "--num-gpu-blocks-override 4096",

@@ -51,7 +51,7 @@ def test_sglang_on_mi355x_gets_smg_and_hip_devices(tmp_path: Path) -> None:
 
 
 def test_simulated_replicas_get_no_device_variables(tmp_path: Path) -> None:
-    plan = _plan("sim", None, {"CUDA_VISIBLE_DEVICES": "0"}, tmp_path, image="")
+    plan = _plan("sim", "h200", {"CUDA_VISIBLE_DEVICES": "0"}, tmp_path, image="")
     assert plan.router is not None
     assert all("CUDA_VISIBLE_DEVICES" not in r.engine.env for r in plan.instances)
 

@@ -25,7 +25,7 @@ PROGRAMS = ("vllm-router", "smg")
 def _cell(program: str, policy: str) -> Cell:
     return Cell.parse(
         {
-            "exp_name": "r", "tp": 1, "users": 1, "offload": "off", "engine": "sim", "model": MODEL,
+            "exp_name": "r", "tp": 1, "users": 1, "offload": "off", "engine": "sim", "hardware": "h200", "model": MODEL,
             "duration": 5, "traces": "t", "replicas": 2, "router": policy, "router_program": program,
         }
     )  # fmt: skip

@@ -54,7 +54,7 @@ def test_ingest_keeps_collects_figures_and_the_records(db_url, tmp_path):
     assert (
         ok.scope["shape"] == "r1"
         and ok.scope["engine_version"] == "sim-1.0"
-        and ok.scope["hardware"] == "local"
+        and ok.scope["hardware"] == "simulated H200"
     )
     assert ok.position == {"tp": 1, "ep": 1, "users": 8, "gpus": 1}
     # requests.jsonl is kept byte for byte (compressed) and the drill-down derived from it.

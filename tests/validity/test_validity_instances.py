@@ -17,7 +17,7 @@ from agentsweep.validity.instances import instance_checks
 START = 1_700_000_000.0
 CELL = Cell.parse(
     {
-        "exp_name": "i-tp1-ep1-u4-off-r2-round_robin", "engine": "sim", "model": "m", "tp": 1, "users": 4,
+        "exp_name": "i-tp1-ep1-u4-off-r2-round_robin", "engine": "sim", "hardware": "h200", "model": "m", "tp": 1, "users": 4,
         "offload": "off", "duration": 30, "traces": "t", "replicas": 2, "router": "round_robin",
         "max_delay": 1.0,
     }
@@ -158,7 +158,7 @@ def _routed_cell(repo_root: Path) -> Cell:
     return Cell.parse(
         {
             "config_key": "fz", "exp_name": "fz-tp1-ep1-u16-off-r2-consistent_hash", "runner": "local",
-            "engine": "sim", "model": "meta-llama/Llama-3.3-70B-Instruct", "precision": "fp8", "tp": 1,
+            "engine": "sim", "hardware": "h200", "model": "meta-llama/Llama-3.3-70B-Instruct", "precision": "fp8", "tp": 1,
             "users": 16, "offload": "off", "duration": 20,
             "traces": str(repo_root / "kv-cache-tester" / "sample_traces"), "max_context": 65536,
             "max_delay": 1, "warmup_requests": 0, "speed": 50, "engine_args": "--num-gpu-blocks-override 4096",

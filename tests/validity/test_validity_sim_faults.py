@@ -19,6 +19,7 @@ def _run(repo_root: Path, result_dir: Path, engine_args: str) -> tuple[str, list
         "config_key": "faults",
         "exp_name": result_dir.name,
         "engine": "sim",
+        "hardware": "h200",
         "model": "meta-llama/Llama-3.3-70B-Instruct",
         "precision": "fp8",
         "tp": 1,

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from agentsweep.contract.cell import Cell
-from agentsweep.contract.engine_args import SIM_DEFAULT_HARDWARE
 
 # The most of a log's head read for the start-up lines, and the longest line kept whole.
 HEAD_MAX_BYTES = 8 << 20
@@ -251,7 +250,7 @@ def expected_settings(cell: Cell, tp: int, port: int | str) -> dict[str, Any]:
     else:
         out["ep"] = cell.ep
     if cell.engine == "sim":
-        out["hardware"] = cell.hardware or SIM_DEFAULT_HARDWARE
+        out["hardware"] = cell.hardware
         out["speed"] = cell.speed
     return out
 

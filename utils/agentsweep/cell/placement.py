@@ -45,6 +45,7 @@ from typing import Any
 
 from agentsweep.cell.ports import bind_free_ports
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.hardware import is_amd
 from agentsweep.errors import InputError, RunError
 
 # The launcher's container flags for each engine step (shell words), e.g. pyxis's --container-image.
@@ -425,7 +426,7 @@ def from_environ(cell: Cell, environ: Mapping[str, str]) -> Placement | None:
     if recipe(cell.engine).simulated:
         vendor = "none"
     else:
-        vendor = "amd" if cell.hardware == "mi355x" else "nvidia"
+        vendor = "amd" if is_amd(cell.hardware) else "nvidia"
     return plan_placement(
         cell,
         gpus_per_node=cell.gpus_per_node,

@@ -33,6 +33,7 @@ from agentsweep.cell.placement import Placement
 from agentsweep.cell.power import sampler_spec
 from agentsweep.cell.routers import SESSION_HEADERS, PdWorkers, RouterLaunch, build_router_launch
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.hardware import is_amd
 from agentsweep.contract.resultdir import (
     CLIENTS_DIR,
     POWER_CSV,
@@ -573,7 +574,7 @@ def device_slices(cell: Cell, environ: Mapping[str, str]) -> list[dict[str, str]
     if recipe(cell.engine).simulated or not cell.routed:
         return [{} for _ in tps]
     need = sum(tps)
-    if cell.hardware == "mi355x":
+    if is_amd(cell.hardware):
         var, ids = "HIP_VISIBLE_DEVICES", [str(i) for i in range(max(need, cell.gpus))]
     else:
         var = "CUDA_VISIBLE_DEVICES"

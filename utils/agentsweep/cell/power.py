@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 
 from agentsweep.cell.placement import Placement
 from agentsweep.contract.cell import ENGINE_POWER_ENDPOINT, Cell
+from agentsweep.contract.hardware import is_amd
 from agentsweep.energy.spec import DEFAULT_DCGM_ENDPOINT, PowerTarget, SamplerSpec
 
 
@@ -78,7 +79,7 @@ def _local_ids(
     cell: Cell, slices: Sequence[Mapping[str, str]], environ: Mapping[str, str]
 ) -> tuple[str, ...]:
     """The cell's GPU ids on this node, as nvidia-smi (-i), amd-smi (-g) and DCGM (gpu) name them."""
-    amd = cell.hardware == "mi355x"
+    amd = is_amd(cell.hardware)
     visible = environ.get("ROCR_VISIBLE_DEVICES" if amd else "CUDA_VISIBLE_DEVICES", "").strip()
     allocated = [d.strip() for d in visible.split(",") if d.strip()] or [str(i) for i in range(cell.gpus)]
     ids: list[str] = []

@@ -13,10 +13,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agentsweep.contract.cell import Cell
 from agentsweep.contract.resultdir import CellRecord, write_atomic, write_cell_result
 from agentsweep.contract.resultdir.record import SCHEMA_VERSION
 from agentsweep.contract.secrets import is_secret_flag, is_secret_name
 from agentsweep.contract.verdict import VERDICTS, Verdict
+from agentsweep.errors import InputError
 
 MASK = "***"
 VISIBLE_DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
@@ -135,6 +137,15 @@ def plain_line(text: str) -> str:
     return CONTROLS.sub("?", " ".join(ESCAPES.sub("", text).split()))
 
 
+def _hardware_label(cell: Mapping[str, Any]) -> str | None:
+    """The cell's ``hardware_label`` ("simulated B300"), or None when the cell does not parse (a cell
+    refused for bad input)."""
+    try:
+        return Cell.parse(dict(cell)).hardware_label
+    except InputError:
+        return None
+
+
 def write_result(
     result_dir: Path,
     *,
@@ -163,6 +174,7 @@ def write_result(
         lines = lines or ("no reason given",)
     record = CellRecord(
         schema_version=SCHEMA_VERSION,
+        hardware=_hardware_label(cell),
         cell=mask_cell(cell),
         engine_command=tuple(mask_argv(engine_command, secrets)),
         engine_env=mask_env(engine_env),

@@ -213,6 +213,9 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
     for key, value in fields.items():
         row.values[key] = _flat(value)
     row.values["disagg"] = cell.shape_label if cell is not None else ""
+    row.values[columns.HARDWARE_LABEL.name] = (
+        cell.hardware_label if cell is not None else record.hardware or ""
+    )
     row.values["engine_version"] = _flat(record.versions.get("engine"))
     row.values["agentsweep_version"] = _flat(record.versions.get("agentsweep"))
     row.values["start_utc"] = record.start_utc
@@ -351,6 +354,7 @@ def _matrix_fields(row: Row, cell: Cell) -> None:
         if key != "exp_name":
             row.values.setdefault(key, _flat(value))
     row.values.setdefault("disagg", cell.shape_label)
+    row.values.setdefault(columns.HARDWARE_LABEL.name, cell.hardware_label)
 
 
 def build_rows(found: list[FoundCell], matrix: list[Cell] | None = None) -> list[Row]:
@@ -417,7 +421,7 @@ def to_frame(rows: list[Row]) -> pd.DataFrame:
     """
     df = pd.DataFrame.from_records([r.as_dict() for r in rows])
     head = ["exp_name", "status", "reason", *[c for c in CELL_COLUMNS if c in df.columns]]
-    head += list(columns.SHAPE_DERIVED)
+    head += [columns.HARDWARE_LABEL.name, *columns.SHAPE_DERIVED]
     tail = ["notes", "result_dir"]
     facts = [c for c in df.columns if c not in head and c not in tail and c not in METRIC_COLUMNS]
     df = df.reindex(columns=head + facts + list(METRIC_COLUMNS) + tail)

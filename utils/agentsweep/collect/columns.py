@@ -197,6 +197,10 @@ SHAPE: tuple[Column, ...] = (
     Column("nodes", Unit.COUNT),
 )
 SHAPE_DERIVED = ("disagg",)
+# What the cell ran on, derived from its engine and hardware fields (Cell.hardware_label): "simulated
+# B300" for the simulated engine standing in for a B300, "B200" on the GPU itself. Right after the cell
+# fields, with `hardware` (the key) among them.
+HARDWARE_LABEL = Column("hardware_label", Unit.LABEL)
 
 # A routed cell's router.json and per-instance metrics (routed.routed_figures); empty for one engine.
 ROUTED: tuple[Column, ...] = (

@@ -25,7 +25,8 @@ IDENTITY_FIELDS = (
     ("engine", "Engine"),
     ("engine_version", "Engine version"),
     ("replayer_version", "Replayer version (from the receipts)"),
-    ("runner", "Hardware / runner"),
+    ("hardware_label", "Hardware"),  # "simulated B300" when the simulated engine stood in for it
+    ("runner", "Runner"),
     ("precision", "Precision"),
     ("duration", "Replay duration (s)"),
     ("traces", "Traces"),

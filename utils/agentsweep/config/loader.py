@@ -263,12 +263,14 @@ def load_runners(path: str | Path | None = None) -> dict[str, RunnerSpec]:
         raise ConfigError(f"{shown}: expected a mapping of runner keys (h200, b200, ...) at the top level")
     out: dict[str, RunnerSpec] = {}
     for key, raw in data.items():
+        if isinstance(key, str) and hidden_key(key):
+            continue  # YAML anchors to reuse, as in sweep configs
         if not isinstance(key, str) or not _RUNNER_KEY.match(key):
             raise ConfigError(f"{shown}:{brief(key)}: runner keys must be lower-case [a-z0-9_-] names")
         if not isinstance(raw, dict):
             raise ConfigError(f"{shown}:{key}: expected a mapping of runner fields, got {brief(raw)}")
         try:
-            out[key] = RunnerSpec.model_validate(raw)
+            out[key] = RunnerSpec.model_validate(raw).named(key)
         except ValidationError as err:
             where, what = validation_message(err, RunnerSpec)
             raise ConfigError(f"{shown}:{key}.{where}: {what}") from None

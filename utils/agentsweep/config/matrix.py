@@ -17,7 +17,16 @@ from pydantic import ValidationError
 
 from agentsweep.config.loader import load_runners, parse_entry, read_config_file, suggest
 from agentsweep.config.schema import RunnerSpec, SearchPoint, SweepSpec
-from agentsweep.contract.cell import ENTRY_FIELDS, OFFLOAD_MODES, Cell, RoleShape, nodes_needed, shape_label
+from agentsweep.contract.cell import (
+    ENTRY_FIELDS,
+    HARDWARE,
+    OFFLOAD_MODES,
+    SIMULATED_ENGINE,
+    Cell,
+    RoleShape,
+    nodes_needed,
+    shape_label,
+)
 from agentsweep.contract.errors import validation_message
 from agentsweep.contract.slo import DEFAULT_TIERS, CapacitySpec, SloTier, UserSearch
 from agentsweep.errors import ConfigError, InputError
@@ -156,6 +165,12 @@ def expand(
         raise ConfigError(
             f"{spec.source}:{spec.key}.runner: unknown runner '{spec.runner}'{suggest(spec.runner, runners)}; "
             f"runners.yaml has {', '.join(runners)}"
+        )
+    if spec.engine == SIMULATED_ENGINE and runner.hardware is None:
+        raise ConfigError(
+            f"{spec.source}:{spec.key}.runner: runner '{spec.runner}' states no hardware, and a simulated "
+            f"cell runs the profile of the GPU it names; add hardware: <{'|'.join(HARDWARE)}> to its "
+            "entry in runners.yaml"
         )
     for point in spec.search_space:
         _check_point(spec, spec.runner, runner, point)

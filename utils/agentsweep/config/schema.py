@@ -71,7 +71,8 @@ class RunnerSpec(Frozen):
     gpus_per_node: NodeGpus
     gres_type: GresType | None = None
     # Which hardware the engine recipes' quirks and the simulated engine's profile follow; defaults
-    # to gres_type when the site's GRES type is one of the known names.
+    # to gres_type when the site's GRES type is one of the known names, else to the runner's key when
+    # that is one (a runner `b300`). A simulated entry's runner must have one (the matrix says so).
     hardware: Hardware | None = None
     cpu_dram_gb: Annotated[float, Field(ge=0, le=MAX_CPU_DRAM_GB)]
     partition: str | None = None
@@ -116,6 +117,13 @@ class RunnerSpec(Frozen):
             raise ValueError(
                 f"power_endpoint is read only with power_source dcgm (power_source is {self.power_source})"
             )
+        return self
+
+    def named(self, key: str) -> RunnerSpec:
+        """This runner under its key in runners.yaml: a key naming a hardware stands for it when neither
+        hardware nor gres_type names one."""
+        if self.hardware is None and key in HARDWARE:
+            return self.model_copy(update={"hardware": key})
         return self
 
     @model_validator(mode="after")

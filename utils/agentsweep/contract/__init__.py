@@ -36,8 +36,10 @@ from agentsweep.contract.cell import (
     TimingStrategy,
     ValidityLimits,
 )
+from agentsweep.contract.hardware import AMD_HARDWARE, hardware_label, is_amd
 
 __all__ = [
+    "AMD_HARDWARE",
     "APIS",
     "CELL_ENV_VAR",
     "CELL_FIELDS",
@@ -66,4 +68,6 @@ __all__ = [
     "RunnerFacts",
     "TimingStrategy",
     "ValidityLimits",
+    "hardware_label",
+    "is_amd",
 ]

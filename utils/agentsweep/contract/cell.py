@@ -39,6 +39,9 @@ from pydantic import (
 
 from agentsweep.contract.engine_args import engine_args_conflict
 from agentsweep.contract.errors import CONTROL, brief, validation_message
+from agentsweep.contract.hardware import HARDWARE as HARDWARE
+from agentsweep.contract.hardware import Hardware as Hardware
+from agentsweep.contract.hardware import hardware_label
 from agentsweep.contract.secrets import is_secret_flag, is_secret_name
 from agentsweep.contract.slo import CapacitySpec
 from agentsweep.errors import InputError
@@ -51,7 +54,6 @@ Api = Literal["chat", "completions"]
 Client = Literal["replay", "aiperf"]
 # Named replay option sets (kv_cache_tester.replay.presets); "none" leaves every option as given.
 Preset = Literal["none", "agentx"]
-Hardware = Literal["h200", "b200", "mi355x"]
 # A router's replica-selection policy, in engine-neutral names (each router program maps them to its
 # own flag values; docs/scaleout.md says what each does). "" = no router (one engine, no proxy).
 RouterPolicy = Literal["round_robin", "cache_aware", "consistent_hash", "power_of_two", "random"]
@@ -67,7 +69,6 @@ CONNECTORS: tuple[str, ...] = get_args(OffloadConnector)
 TIMING_STRATEGIES: tuple[str, ...] = get_args(TimingStrategy)
 APIS: tuple[str, ...] = get_args(Api)
 CLIENTS: tuple[str, ...] = get_args(Client)
-HARDWARE: tuple[str, ...] = get_args(Hardware)
 ROUTER_POLICIES: tuple[str, ...] = get_args(RouterPolicy)
 ROUTER_PROGRAMS: tuple[str, ...] = get_args(RouterProgram)
 POWER_SOURCES: tuple[str, ...] = get_args(PowerSource)
@@ -528,13 +529,13 @@ class RunnerFacts(Frozen):
     """What a cell needs to know of its runner's nodes: configs/runners.yaml, resolved by the matrix.
 
     A cell written by hand may leave them out. Its runner then stands for its hardware and GRES type
-    when the runner is named after one (h200, b200, mi355x, as the shipped runners are), a node holds
-    as few GPUs as pack the cell's instances onto its nodes (see ``Cell``), and the KV links are the
-    defaults a runner gets without them.
+    when the runner is named after one (any key of ``HARDWARE``: h200, b200, mi355x as the shipped Slurm
+    runners are, b300, gb300...), a node holds as few GPUs as pack the cell's instances onto its nodes
+    (see ``Cell``), and the KV links are the defaults a runner gets without them.
     """
 
     # The engine recipes' quirks and the simulated engine's profile follow it; "": no GPU of a known
-    # kind (a local runner).
+    # kind. A simulated cell must have one (its recipe refuses it otherwise): it is the GPU simulated.
     hardware: Hardware | Literal[""] = ""
     # "" asks Slurm for GPUs without a type (or there is no Slurm).
     gres_type: Annotated[str, Field(pattern=f"^({GRES_NAME})?$")] = ""
@@ -621,6 +622,16 @@ class Cell(ValidityLimits, ReplayOptions, RunnerFacts, EngineSettings, CellAxes)
         if self.gpus_per_node == 0:
             object.__setattr__(self, "gpus_per_node", smallest_node(self.instance_tps, self.nodes, self.gpus))
         return self
+
+    @property
+    def simulated(self) -> bool:
+        """True when the simulated engine stands in for the cell's hardware."""
+        return self.engine == SIMULATED_ENGINE
+
+    @property
+    def hardware_label(self) -> str:
+        """``simulated B300``, ``B200``...: what the cell ran on (see ``hardware_label``)."""
+        return hardware_label(self.simulated, self.hardware, self.runner)
 
     @property
     def kv_transfer_gbs(self) -> float | None:

@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-# The simulated engine's profile on a runner that names no hardware (a local runner).
-SIM_DEFAULT_HARDWARE = "h200"
+from agentsweep.contract.hardware import is_amd
+
 # Values of a boolean environment variable that switch it on (as vLLM's envs.py reads them).
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 
@@ -175,6 +175,14 @@ def _served_side(cell: CellView) -> str:
     return f"model {cell.model!r} (the name its client asks for)"
 
 
+def _hardware_side(cell: CellView) -> str:
+    if cell.hardware:
+        return f"hardware {cell.hardware} (its runner's)"
+    return (
+        "no hardware (its runner states none: the runner's entry in runners.yaml names the GPU it simulates)"
+    )
+
+
 def _ep_side(cell: CellView) -> str:
     return f"ep {cell.ep}"
 
@@ -275,8 +283,8 @@ def _settings(engine: str) -> tuple[Setting, ...]:
             Setting(
                 "the hardware profile",
                 _flags(VALUE, _first, "--hardware"),
-                lambda cell: cell.hardware or SIM_DEFAULT_HARDWARE,
-                lambda cell: f"hardware {cell.hardware or SIM_DEFAULT_HARDWARE} (its runner's)",
+                lambda cell: cell.hardware,
+                _hardware_side,
             ),
             Setting(
                 "the simulated clock's speed",
@@ -320,7 +328,7 @@ def _env_settings(engine: str) -> tuple[EnvSetting, ...]:
             "the simple KV offload connector",
             ("VLLM_USE_SIMPLE_KV_OFFLOAD",),
             lambda cell: (
-                cell.offload == "on" and cell.offload_connector == "simple" and cell.hardware != "mi355x"
+                cell.offload == "on" and cell.offload_connector == "simple" and not is_amd(cell.hardware)
             ),
             lambda cell: f"offload {cell.offload}, offload_connector {cell.offload_connector}",
         ),

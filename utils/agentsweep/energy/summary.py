@@ -39,7 +39,7 @@ from kv_cache_tester.replay import ResultError, load_summary
 from kv_cache_tester.stats import percentile
 
 from agentsweep.contract.cell import ENGINE_POWER_ENDPOINT, Cell
-from agentsweep.contract.engine_args import SIM_DEFAULT_HARDWARE
+from agentsweep.contract.hardware import LEGACY_SIM_HARDWARE
 from agentsweep.contract.resultdir import POWER_CSV, read_cell_record
 from agentsweep.energy.powercsv import PowerCsvReader, PowerRow
 from agentsweep.engine_sim.profiles import HARDWARE
@@ -596,8 +596,8 @@ def cell_power_summary(result_dir: Path, cell: Cell) -> PowerSummary:
     source = effective_source(cell, cell.engine == "sim")
     window, work, problem = _window_and_work(result_dir, cell)
     path = result_dir / POWER_CSV
-    # The simulated engine draws as the hardware it models: the runner's, else its default.
-    hardware = cell.hardware or (SIM_DEFAULT_HARDWARE if cell.engine == "sim" else "")
+    # The simulated engine draws as the hardware it models (a result from before cells stated one: H200).
+    hardware = cell.hardware or (LEGACY_SIM_HARDWARE if cell.engine == "sim" else "")
     args: dict[str, Any] = {
         "window": window, "expected_gpus": cell.gpus, "interval_s": cell.power_interval_s, "work": work,
         "source": source, "limit": power_limit(hardware),

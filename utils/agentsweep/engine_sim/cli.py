@@ -43,6 +43,8 @@ from agentsweep.engine_sim.server import ServerConfig, SimServer
 from agentsweep.errors import InputError
 
 STATS_INTERVAL_S = 10.0
+# The GPU simulated when --hardware is not given (a cell always gives it: its hardware).
+DEFAULT_HARDWARE = "h200"
 # The simulator allocates and frees many small objects per request and keeps few reference cycles:
 # at the default threshold (700 net allocations) the cyclic collector ran hundreds of times a
 # second and took about a tenth of the process's CPU. It runs this much less often (the objects that
@@ -60,7 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dialect", choices=DIALECTS, default="vllm", help="metrics, log and cache-policy dialect"
     )
-    p.add_argument("--hardware", choices=sorted(HARDWARE), default="h200")
+    p.add_argument(
+        "--hardware",
+        choices=sorted(HARDWARE),
+        default=None,
+        help=f"the GPU simulated (default: {DEFAULT_HARDWARE}, and the start-up line says it was not given)",
+    )
     p.add_argument("--tensor-parallel-size", "--tp-size", "--tp", "-tp", dest="tp", type=int, default=1)
     p.add_argument(
         "--enable-expert-parallel",
@@ -188,6 +195,8 @@ class Setup:
     gpu_blocks: int
     cpu_blocks: int
     max_model_len: int
+    hardware: str  # the GPU simulated (a key of profiles.HARDWARE)
+    hardware_given: bool  # False: --hardware was not given, and the start-up line says so
 
 
 KV_CACHE_DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp16", "half")  # plus every fp8* spelling
@@ -272,6 +281,7 @@ def resolve(args: argparse.Namespace) -> Setup:
     if args.model and args.model_tag and args.model != args.model_tag:
         raise InputError(f"engine-sim: MODEL {args.model_tag!r} and --model {args.model!r} disagree")
     _check(args)
+    hardware = args.hardware or DEFAULT_HARDWARE
     if args.quantization not in (None, "bf16", "fp8", "fp4"):
         raise InputError(f"engine-sim --quantization: expected bf16, fp8 or fp4, got {args.quantization!r}")
     ep = args.ep or (args.tp if args.enable_expert_parallel else 1)
@@ -280,7 +290,7 @@ def resolve(args: argparse.Namespace) -> Setup:
     try:
         dep = deploy(
             model,
-            args.hardware,
+            hardware,
             args.tp,
             args.kv_cache_dtype,
             args.quantization,
@@ -299,7 +309,7 @@ def resolve(args: argparse.Namespace) -> Setup:
         if gpu_blocks < 1:
             raise InputError(
                 f"engine-sim: {model} ({dep.precision}, {dep.weight_bytes_gpu / 1e9:.0f} GB of weights per GPU "
-                f"at TP {args.tp}) leaves no KV cache room on {args.hardware} at --gpu-memory-utilization "
+                f"at TP {args.tp}) leaves no KV cache room on {hardware} at --gpu-memory-utilization "
                 f"{args.mem_util}; raise --tensor-parallel-size or set --num-gpu-blocks-override"
             )
     block_bytes = dep.kv_bytes_per_token_all * args.block_size
@@ -311,7 +321,7 @@ def resolve(args: argparse.Namespace) -> Setup:
             cpu_bytes = args.hicache_ratio * gpu_blocks * block_bytes
     cpu_blocks = int(cpu_bytes // block_bytes) if args.prefix_caching else 0
     max_model_len = args.max_model_len or dep.model.max_model_len
-    return Setup(model, dep, gpu_blocks, cpu_blocks, max_model_len)
+    return Setup(model, dep, gpu_blocks, cpu_blocks, max_model_len, hardware, args.hardware is not None)
 
 
 def build_server(args: argparse.Namespace, setup: Setup) -> SimServer:
@@ -389,6 +399,8 @@ def model_lines(dep: Deployment) -> list[str]:
     m = dep.model
     if m.mla_dim:
         attn = f"MLA latent {m.mla_dim} per layer"
+        if m.indexer_bytes:
+            attn += f" + {m.indexer_bytes} bytes of sparse-attention indexer keys (FP8)"
     else:
         attn = f"{m.kv_heads} KV heads x head dim {m.head_dim}"
     moe = (
@@ -404,10 +416,57 @@ def model_lines(dep: Deployment) -> list[str]:
         f"[engine_sim] parameters: {m.total_params / 1e9:.1f} B total, {m.active_params / 1e9:.1f} B active per "
         f"token{moe}; native precision {m.native_precision}",
     ]
+    lines += attention_lines(dep)
     if m.unused_fields:
         lines.append(
             f"[engine_sim] model config fields not used by the simulator: {', '.join(m.unused_fields)}"
         )
+    return lines
+
+
+def attention_lines(dep: Deployment) -> list[str]:
+    """Each kind of attention the model has and what it holds per GPU, then what of it the simulator
+    does not model (a line only when there is something)."""
+    m, mb = dep.model, 1e6
+    if m.mla_dim:
+        parts = [f"{m.layers} MLA layers (a latent of {m.mla_dim} per token, on every rank)"]
+    else:
+        parts = [f"{m.layers} full-attention layers ({m.kv_heads} KV heads x head dim {m.head_dim})"]
+    missing = []
+    if m.index_topk:
+        parts.append(
+            f"sparse: an indexer in each picks the top {m.index_topk:,} tokens for every query, from keys of "
+            f"{m.indexer_bytes} bytes per token (FP8 and its scale; in the KV bytes per token)"
+        )
+        missing.append(
+            f"sparse attention reads only {m.index_topk:,} tokens per query, but the step model reads and "
+            f"computes attention over every cached token (overstated past {m.index_topk:,} tokens of context), "
+            "and leaves the indexer's own scoring out"
+        )
+    if m.sliding_layers:
+        heads = max(1, m.kv_heads // dep.tp)
+        window = m.sliding_layers * 2 * heads * m.head_dim * dep.kv_dtype_bytes * m.sliding_window
+        parts.append(
+            f"{m.sliding_layers} sliding-window layers keep at most {m.sliding_window:,} tokens per sequence "
+            f"({window / mb:.1f} MB per running sequence per GPU)"
+        )
+        missing.append(
+            "the sliding-window layers' KV is not taken from the KV pool and their attention reads are not "
+            "in the step time"
+        )
+    if m.linear_layers:
+        state = m.linear_state_bytes / dep.tp
+        parts.append(
+            f"{m.linear_layers} linear-attention layers keep a fixed state, {state / mb:.1f} MB per sequence per "
+            "GPU (recurrent FP32 + convolution), nothing per token"
+        )
+        missing.append(
+            "the linear-attention state is not taken from the KV pool (the engines keep it in a pool of its "
+            "own) and its per-step read is not in the step time"
+        )
+    lines = ["[engine_sim] attention: " + "; ".join(parts)]
+    if missing:
+        lines.append("[engine_sim] not modelled: " + "; ".join(missing))
     return lines
 
 
@@ -416,9 +475,11 @@ def startup_lines(args: argparse.Namespace, setup: Setup) -> list[str]:
     tokens = setup.gpu_blocks * args.block_size
     conc = tokens / setup.max_model_len
     c = dep.cost
+    default = "" if setup.hardware_given else " (the default: --hardware not given)"
     lines = [
-        f"[engine_sim] simulated {args.dialect} engine: model={setup.model} profile={dep.model.key} "
-        f"hardware={args.hardware} tp={args.tp} ep={dep.ep} precision={dep.precision} speed={args.speed:g}",
+        f"[engine_sim] simulated {setup.hardware.upper()}{default}, {args.dialect} engine: model={setup.model} "
+        f"profile={dep.model.key} hardware={setup.hardware} tp={args.tp} ep={dep.ep} precision={dep.precision} "
+        f"speed={args.speed:g}",
         f"[engine_sim] {dep.calibration.describe(dep.model.key)}" if dep.calibration else "",
         *model_lines(dep),
         f"[engine_sim] step time = {c.a * 1e3:.3f} ms (+ {c.prefill_a * 1e3:.3f} ms when prefilling) + "
@@ -454,7 +515,7 @@ def settings_line(args: argparse.Namespace, setup: Setup, port: int) -> str:
         "host": args.host,
         "port": port,
         "dialect": args.dialect,
-        "hardware": args.hardware,
+        "hardware": setup.hardware,
         "speed": args.speed,
         "step_coefficients": ",".join(
             f"{k}={v:g}" for k, v in step_coefficients(args.step_coefficients).items()

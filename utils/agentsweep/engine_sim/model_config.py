@@ -8,8 +8,10 @@ Where the config comes from, first found wins (no network in any case):
 4. none: a dense profile guessed from the ``<N>B`` in the name, and the start-up line says so.
 
 Derived: the layers that keep a KV cache for every token (full attention; sliding-window and
-linear-attention layers hold a bounded per-sequence state the pool does not count), KV heads and head
-dimension or the MLA latent (``kv_lora_rank + qk_rope_head_dim``), attention FLOPs per prefill
+linear-attention layers hold a bounded per-sequence state the pool does not count, and the shape says
+how much), KV heads and head dimension or the MLA latent (``kv_lora_rank + qk_rope_head_dim``), a
+sparse-attention indexer's keys (DeepSeek's DSA: ``index_head_dim`` per token per layer, FP8 with a
+scale, beside the latent), attention FLOPs per prefill
 (query, context) pair, the MoE layout (routed and shared experts, experts per token, which layers),
 parameter counts computed from the shapes (total, routed experts, active per token; multi-token
 prediction layers and vision towers left out, as model cards count them), the checkpoint's native
@@ -79,9 +81,7 @@ _IGNORED = frozenset(
         "initial_context_length",
         "max_window_layers",
         "use_sliding_window",
-        "sliding_window",
         "full_attention_interval",
-        "linear_conv_kernel_dim",
         "quantization_config",
         "torch_dtype",
         "dtype",
@@ -90,6 +90,11 @@ _IGNORED = frozenset(
         "num_nextn_predict_layers",
         "mtp_num_hidden_layers",
         "qk_layernorm",
+        "rotary_dim",
+        "use_routing_bias",
+        "use_mtp",
+        "num_mtp_modules",
+        "mtp_transformer_layers",
     ]
 )
 _READ = frozenset(
@@ -113,6 +118,11 @@ _READ = frozenset(
         "linear_key_head_dim",
         "linear_value_head_dim",
         "attn_output_gate",
+        "sliding_window",
+        "linear_conv_kernel_dim",
+        "index_head_dim",
+        "index_n_heads",
+        "index_topk",
         "n_routed_experts",
         "num_experts",
         "num_local_experts",
@@ -128,6 +138,15 @@ _READ = frozenset(
     ]
 )
 _LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention")
+# Model types whose full-attention layers gate their output (q_proj gives a query and a gate per head)
+# without an attn_output_gate field to say so.
+_GATED_ATTENTION = frozenset({"qwen3_next"})
+# A linear-attention layer's per-sequence state (Gated DeltaNet): the recurrent state in FP32, the
+# short convolution's last kernel - 1 inputs in BF16.
+STATE_BYTES, CONV_BYTES = 4, 2
+# A sparse-attention indexer key per token per layer: FP8, with one FP32 scale per 128 values (vLLM's
+# and SGLang's DeepSeek-V3.2 indexer cache).
+INDEXER_BLOCK, INDEXER_SCALE_BYTES = 128, 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +172,27 @@ class ModelShape:
     attn_flops_per_pair: float
     checkpoint_bytes: float = 0.0  # from the safetensors index (0 = unknown)
     unused_fields: tuple[str, ...] = ()
+    # Layers that keep a bounded state instead of a cache for every token (not in ``layers``).
+    sliding_layers: int = 0
+    sliding_window: int = 0  # tokens a sliding-window layer keeps per sequence
+    linear_layers: int = 0
+    linear_state_bytes: int = 0  # per sequence, all linear-attention layers (recurrent + conv state)
+    # Sparse attention (DeepSeek's DSA): an indexer picks ``index_topk`` tokens for each query from keys
+    # of ``indexer_bytes`` per token per full layer, kept beside the latent.
+    indexer_bytes: int = 0
+    index_topk: int = 0
+
+    @property
+    def attention_kinds(self) -> tuple[str, ...]:
+        """The kinds of attention the model has: mla or gqa, and sparse, sliding, linear."""
+        kinds = ["mla" if self.mla_dim else "gqa"]
+        if self.index_topk:
+            kinds.append("sparse")
+        if self.sliding_layers:
+            kinds.append("sliding")
+        if self.linear_layers:
+            kinds.append("linear")
+        return tuple(kinds)
 
 
 def profile_key(name: str) -> str:
@@ -351,7 +391,11 @@ def derive(config: dict[str, Any], key: str, source: str) -> ModelShape:
                 f"layer_types[{i}]", f"{kind!r} not understood (expected one of {', '.join(_LAYER_TYPES)})"
             )
     full = sum(1 for k in raw_types if k == "full_attention")
+    sliding = sum(1 for k in raw_types if k == "sliding_attention")
     softmax_layers = sum(1 for k in raw_types if k != "linear_attention")
+    window = f.integer("sliding_window", 0) if sliding else 0
+    if sliding and not window:
+        raise f.bad("sliding_window", "missing: the model has sliding-window layers")
 
     # -- attention parameters and KV
     mla = f.has("kv_lora_rank")
@@ -363,15 +407,27 @@ def derive(config: dict[str, Any], key: str, source: str) -> ModelShape:
         attn = q + hidden * (lora + rope) + lora * heads * (nope + v_dim) + heads * v_dim * hidden
         mla_dim, qk_dim, kv_heads_out, head_dim_out = lora + rope, nope + rope, 0, 0
     else:
-        gate = 2 if section.get("attn_output_gate") else 1
+        gated = section.get(
+            "attn_output_gate", section.get("model_type", config.get("model_type")) in _GATED_ATTENTION
+        )
+        gate = 2 if gated else 1
         attn = hidden * heads * head_dim * (gate + 1) + 2 * hidden * kv_heads * head_dim
         mla_dim, qk_dim, v_dim, kv_heads_out, head_dim_out = 0, head_dim, head_dim, kv_heads, head_dim
-    linear = 0
+    linear = linear_state = 0
     if softmax_layers < n_layers:
         nk, nv = f.integer("linear_num_key_heads"), f.integer("linear_num_value_heads")
         dk, dv = f.integer("linear_key_head_dim"), f.integer("linear_value_head_dim")
         # q, k, v and the output gate in; a and b per value head; the output projection
         linear = hidden * (2 * nk * dk + 2 * nv * dv) + 2 * hidden * nv + nv * dv * hidden
+        kernel = f.integer("linear_conv_kernel_dim", 4)
+        linear_state = nv * dk * dv * STATE_BYTES + (2 * nk * dk + nv * dv) * max(kernel - 1, 0) * CONV_BYTES
+    indexer = topk = 0
+    if f.has("index_topk"):
+        if not mla:
+            raise f.bad("index_topk", "a sparse-attention indexer is modelled only beside MLA")
+        index_dim, topk = f.integer("index_head_dim"), f.integer("index_topk")
+        f.integer("index_n_heads")  # its query heads: compute the step model leaves out (start-up line)
+        indexer = index_dim + -(-index_dim // INDEXER_BLOCK) * INDEXER_SCALE_BYTES
 
     # -- MLP: dense and MoE layers
     experts = next(
@@ -444,4 +500,10 @@ def derive(config: dict[str, Any], key: str, source: str) -> ModelShape:
         moe_layers=moe_layers,
         attn_flops_per_pair=2.0 * full * heads * (qk_dim + v_dim),
         unused_fields=tuple(unused),
+        sliding_layers=sliding,
+        sliding_window=window,
+        linear_layers=n_layers - softmax_layers,
+        linear_state_bytes=(n_layers - softmax_layers) * linear_state,
+        indexer_bytes=indexer,
+        index_topk=topk,
     )

@@ -474,6 +474,7 @@ def deploy(
     kv_dtype_bytes = 1 if kv_cache_dtype.startswith("fp8") else 2
     if model.mla_dim:
         kv_gpu = model.layers * model.mla_dim * kv_dtype_bytes  # latent replicated on each rank
+        kv_gpu += model.layers * model.indexer_bytes  # a sparse-attention indexer's keys (FP8), likewise
     else:
         heads_gpu = max(1, model.kv_heads // tp)
         kv_gpu = model.layers * 2 * heads_gpu * model.head_dim * kv_dtype_bytes

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from agentsweep.collect.columns import LATENCY_STATS
 from agentsweep.contract.cell import Cell
-from agentsweep.contract.engine_args import SIM_DEFAULT_HARDWARE
+from agentsweep.contract.hardware import LEGACY_SIM_HARDWARE
 from agentsweep.energy.summary import REASON_CODES
 from agentsweep.export.inferencex import hardware, model_prefix
 from agentsweep.export.models import (
@@ -212,7 +212,7 @@ def identity(point: Point) -> dict[str, Any]:
         "outcome": point.outcome,
         "benchmark_outcome": _outcome(point),
         "infmax_model_prefix": model_prefix(cell),
-        "hw": hardware(cell, SIM_DEFAULT_HARDWARE),
+        "hw": hardware(cell, LEGACY_SIM_HARDWARE),
         "simulated": cell.engine == "sim",
         "conc": cell.users,
         "users": cell.users,

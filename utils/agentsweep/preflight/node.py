@@ -25,8 +25,12 @@ from pathlib import Path
 
 from agentsweep.preflight.report import Check, failed, passed, skipped
 
-# Product-name fragment nvidia-smi / amd-smi show for each hardware the runners name.
-GPU_NAMES = {"h200": "H200", "b200": "B200", "mi355x": "MI355"}
+# Product-name fragment nvidia-smi / amd-smi show for each hardware the runners name (a whole word
+# at its start: "B200" is no match for "NVIDIA GB200").
+GPU_NAMES = {
+    "h200": "H200", "b200": "B200", "b300": "B300", "gb200": "GB200", "gb300": "GB300",
+    "mi325x": "MI325", "mi355x": "MI355",
+}  # fmt: skip
 _NVIDIA_LINE = re.compile(r"^GPU (\d+): (.+?) \(UUID: ([^)]+)\)\s*$")
 _AMD_GPU_LINE = re.compile(r"^GPU:\s*(\d+)\s*$")
 
@@ -39,7 +43,7 @@ class NodeSpec:
 
     runner: str
     vendor: str  # nvidia | amd
-    hardware: str  # h200 | b200 | mi355x | "" (unknown)
+    hardware: str  # a key of agentsweep.contract.hardware.HARDWARE, or "" (unknown)
     gpus: int  # GPUs the runner claims per node
     mem_gb: int  # host memory the offload cells ask Slurm for, per node (0 = none)
     ports: list[int] = field(default_factory=list)
@@ -119,7 +123,7 @@ def check_gpus(spec: NodeSpec, node: str, run: Run = _run) -> Check:
     gpus = parse_nvidia_smi_list(text)
     want = GPU_NAMES.get(spec.hardware, "")
     kinds = sorted({g[1] for g in gpus})
-    matching = [g for g in gpus if want in g[1]] if want else gpus
+    matching = [g for g in gpus if re.search(rf"\b{want}", g[1])] if want else gpus
     if len(matching) < spec.gpus:
         shown = f"{len(gpus)} GPUs ({', '.join(kinds) or 'none'})"
         kind = f" {want}" if want else ""

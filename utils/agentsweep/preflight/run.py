@@ -23,6 +23,7 @@ from agentsweep.cell.placement import node_gpus
 from agentsweep.cell.step_budget import no_step_reason, step_budget
 from agentsweep.config.schema import RunnerSpec
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.hardware import is_amd
 from agentsweep.preflight import container, hub
 from agentsweep.preflight.node import NodeSpec, Run, _last, _run, node_checks
 from agentsweep.preflight.report import Check, Report, failed, passed, skipped
@@ -65,7 +66,7 @@ def node_spec(
     hardware = runner.hardware or ""
     return NodeSpec(
         runner=runner_key,
-        vendor="amd" if hardware == "mi355x" else "nvidia",
+        vendor="amd" if is_amd(hardware) else "nvidia",
         hardware=hardware,
         gpus=max(per_node, 1) if not runner.gres_type else runner.gpus_per_node,
         mem_gb=mem,

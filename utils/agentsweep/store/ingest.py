@@ -364,7 +364,7 @@ def _insert_point(conn: Connection, run_id: int, item: Checked, ready: Prepared)
     cell = facts.cell
     values: dict[str, Any] = {
         "model": cell.get("model") or "",
-        "hardware": cell.get("runner") or "",
+        "hardware": facts.hardware or cell.get("runner") or "",
         "engine": cell.get("engine") or "",
         "engine_version": facts.engine_version or receipt.recipe.engine_version or "",
         "precision": cell.get("precision") or "",

@@ -132,6 +132,7 @@ class PointFacts:
     reason: str
     notes: list[str]
     cell: dict[str, Any]  # cell.json's cell, as written
+    hardware: str  # what it ran on, as collect names it ("simulated B300"; Cell.hardware_label)
     engine_version: str
     start_utc: str | None
     end_utc: str | None
@@ -216,6 +217,7 @@ def read_point(path: Path, step_of: str = "") -> PointFacts:
         reason=row.reason,
         notes=list(row.notes),
         cell=dict(record.cell),
+        hardware=str(row.values.get("hardware_label") or ""),
         engine_version=str(row.values.get("engine_version") or ""),
         start_utc=record.start_utc,
         end_utc=record.end_utc,

@@ -1,6 +1,7 @@
 """A point's scope (the curve it lies on) and its identity within the scope.
 
-Scope: model, hardware (the runner key), engine, engine version, precision, offload mode, router
+Scope: model, hardware (what the cell ran on, "simulated B300" or "B200"; "runner <key>" where
+a real engine's runner states no hardware), engine, engine version, precision, offload mode, router
 policy, scale-out shape, replayer version. Within a scope the points of one run form a curve over
 tp, ep, users and gpus. Across runs, a point is "the same measurement again" when everything but the
 versions matches (``identity``): that is what history follows and diff pairs.

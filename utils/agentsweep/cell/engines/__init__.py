@@ -134,7 +134,7 @@ def build_engine_launch(
     environ: Mapping[str, str] | None = None,
     pd: PdRole | None = None,
 ) -> EngineLaunch:
-    """The engine command for ``cell``; ``hardware`` is the runner's (None on a local runner); ``pd``
+    """The engine command for ``cell``; ``hardware`` is the runner's (None when it states none); ``pd``
     the instance's role in a disaggregated cell."""
     if hardware is not None and hardware not in HARDWARE:
         raise InputError(

@@ -3,10 +3,10 @@
 - offload on: ``--enable-hierarchical-cache --hicache-size <GiB per rank>`` (an integer).
 - noprefix: ``--disable-radix-cache``.
 - disaggregated prefill/decode: ``--disaggregation-mode prefill|decode`` and
-  ``--disaggregation-transfer-backend``: ``mooncake`` (SGLang's default) on H200 and B200, ``mori``
+  ``--disaggregation-transfer-backend``: ``mooncake`` (SGLang's default) on NVIDIA GPUs, ``mori``
   (AMD's MoRI-IO, GPU-direct RDMA; python/sglang/srt/disaggregation/mori/, sglang PR #14626) on
-  MI355X; a prefill instance serves ``--disaggregation-bootstrap-port N`` (default 8998, so each
-  instance on a host needs its own), which the router is told (smg ``--prefill URL N``). Source:
+  AMD ones (MI325X, MI355X); a prefill instance serves ``--disaggregation-bootstrap-port N``
+  (default 8998, so each instance on a host needs its own), which the router is told (smg ``--prefill URL N``). Source:
   docs/advanced_features/pd_disaggregation.md and server_arguments.md ("PD disaggregation") in
   sgl-project/sglang. ``--disaggregation-ib-device`` is left to the engine's own detection (Mooncake
   probes the RDMA devices when it is unset); set it in ``engine_args`` where a node needs one.
@@ -19,10 +19,12 @@ from collections.abc import Mapping
 
 from agentsweep.cell.engines import EngineLaunch, PdRole, ServingEngine, offload_gib
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.hardware import AMD_HARDWARE
 from agentsweep.errors import InputError
 
-# --disaggregation-transfer-backend per runner hardware (None: a local runner, SGLang's default).
-TRANSFER_BACKEND = {"h200": "mooncake", "b200": "mooncake", "mi355x": "mori"}
+# --disaggregation-transfer-backend per runner hardware: mori on AMD GPUs, else (and on a runner that
+# states no hardware) mooncake, SGLang's default.
+TRANSFER_BACKEND = {hardware: "mori" for hardware in AMD_HARDWARE}
 
 
 class SglangRecipe(ServingEngine):

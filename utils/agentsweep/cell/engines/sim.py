@@ -1,4 +1,7 @@
-"""The simulated engine: ``agentsweep engine-sim``, with the runner's hardware profile.
+"""The simulated engine: ``agentsweep engine-sim``, with the profile of the cell's hardware.
+
+- the GPU it simulates: ``--hardware``, the cell's hardware (its runner's). A simulated cell without
+  one is refused (bad input): its figures would be some other GPU's under its runner's name.
 
 - offload on: ``--kv-offloading-size <GiB>`` (a CPU tier of that size).
 - noprefix: ``--no-enable-prefix-caching``.
@@ -15,10 +18,8 @@ from collections.abc import Mapping
 
 import agentsweep
 from agentsweep.cell.engines import EngineLaunch, PdRole, fmt_gib, fmt_num, offload_gib
-from agentsweep.contract.cell import Cell
-from agentsweep.contract.engine_args import SIM_DEFAULT_HARDWARE
-
-DEFAULT_HARDWARE = SIM_DEFAULT_HARDWARE  # a local runner names no hardware
+from agentsweep.contract.cell import HARDWARE, Cell
+from agentsweep.errors import InputError
 
 # Cell precision -> the simulated engine's --quantization (weights bytes per parameter).
 WEIGHT_PRECISION = {
@@ -51,7 +52,13 @@ class SimRecipe:
         argv += ["--host", host, "--port", str(port), "--tensor-parallel-size", str(cell.tp)]
         if cell.ep > 1:
             argv += ["--ep-size", str(cell.ep)]
-        argv += ["--hardware", hardware or DEFAULT_HARDWARE, "--speed", fmt_num(cell.speed)]
+        if not hardware:
+            raise InputError(
+                f"cell {cell.exp_name}: hardware: a simulated cell names the GPU it simulates "
+                f"({', '.join(HARDWARE)}), and runner '{cell.runner}' states none; set hardware in its "
+                "runners.yaml entry"
+            )
+        argv += ["--hardware", hardware, "--speed", fmt_num(cell.speed)]
         weights = WEIGHT_PRECISION.get(cell.precision.lower())
         if weights:  # the simulated weights footprint follows the cell's precision, not the model id
             argv += ["--quantization", weights]

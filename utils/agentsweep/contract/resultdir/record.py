@@ -46,6 +46,9 @@ class CellRecord(BaseModel):
     # Per engine instance ("engine", or r0, p0, d0...): the settings its start-up log states and where
     # (agentsweep.cell.effective), or None when it stated none a reader knows.
     engine_settings: dict[str, dict[str, Any] | None] | None = None
+    # What the cell ran on, as every reader names it: "simulated B300", "B200" (Cell.hardware_label);
+    # absent for a cell that does not parse, and in a record written before it was kept.
+    hardware: str | None = None
 
     @field_validator("schema_version")
     @classmethod
@@ -74,7 +77,7 @@ class CellRecord(BaseModel):
 
     def to_json(self) -> str:
         data = self.model_dump(mode="json")
-        for optional in ("scaleout", "engine_settings"):
+        for optional in ("scaleout", "engine_settings", "hardware"):
             if data[optional] is None:
                 del data[optional]
         return json.dumps(data, indent=2) + "\n"
