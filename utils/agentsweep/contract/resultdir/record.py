@@ -46,6 +46,9 @@ class CellRecord(BaseModel):
     # Per engine instance ("engine", or r0, p0, d0...): the settings its start-up log states and where
     # (agentsweep.cell.effective), or None when it stated none a reader knows.
     engine_settings: dict[str, dict[str, Any] | None] | None = None
+    # The manifest digest of the image the node ran (what its launcher found: agentsweep.images.local);
+    # None without a container, or when the copy's digest is unknown.
+    image_digest: str | None = None
 
     @field_validator("schema_version")
     @classmethod
@@ -74,7 +77,7 @@ class CellRecord(BaseModel):
 
     def to_json(self) -> str:
         data = self.model_dump(mode="json")
-        for optional in ("scaleout", "engine_settings"):
+        for optional in ("scaleout", "engine_settings", "image_digest"):
             if data[optional] is None:
                 del data[optional]
         return json.dumps(data, indent=2) + "\n"
