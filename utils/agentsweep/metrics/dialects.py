@@ -51,6 +51,15 @@ COLUMNS: tuple[str, ...] = (
     "cpu_cache_queries_total",
 )
 DIALECTS = ("vllm", "sglang")
+# Names read for engines older than the pinned releases, which those releases no longer define (every
+# other name below is one the pinned release defines: tests/metrics/test_metrics_engine_names.py checks
+# them against scripts/engine_parsers/metric_names/).
+OLDER_NAMES: dict[str, str] = {
+    "vllm:cpu_cache_usage_perc": "vLLM V0",
+    "vllm:gpu_cache_usage_perc": "vLLM V1 up to 0.9",
+    "vllm:gpu_prefix_cache_queries": "vLLM V1 up to 0.9",
+    "vllm:gpu_prefix_cache_hits": "vLLM V1 up to 0.9",
+}
 # vLLM's prompt_tokens_cached_by_source labels for tokens found on the accelerator itself; every
 # other source (host, cpu, disk, p2p, external...) is a hit served from outside GPU memory.
 _DEVICE_SOURCES = frozenset({"device", "gpu", "local", "local_cache_hit"})
