@@ -280,7 +280,8 @@ def _vllm(expo: Exposition) -> _Row:
                 no_offload,
             )
     # vLLM has no eviction counter: it publishes each evicted block as a BlockRemoved KV-cache event
-    # (--kv-events-config). The simulated engine counts them under its own name.
+    # (--kv-events-config), which a cell's scraper counts in its place (agentsweep.metrics.kv_events).
+    # The simulated engine counts them under its own name.
     row.first(
         "evicted_tokens_total",
         ("engine_sim:evicted_tokens",),
