@@ -19,7 +19,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("agentsweep.errors", "agentsweep.watchdog"),
     ("agentsweep.contract",),
     ("agentsweep.engine_sim", "agentsweep.metrics"),
-    ("agentsweep.energy", "agentsweep.validity"),
+    ("agentsweep.energy", "agentsweep.validity", "agentsweep.images"),
     ("agentsweep.cell",),
     ("agentsweep.capacity", "agentsweep.calibrate"),
     ("agentsweep.config",),
@@ -35,6 +35,8 @@ KNOWN_DEBTS = {
     ("agentsweep.cell", "agentsweep.capacity"),
     # `python -m agentsweep.cell.allocation` reads the runners file through the config package.
     ("agentsweep.cell", "agentsweep.config"),
+    # `agentsweep images lock` reads every config's image through the config loader.
+    ("agentsweep.images", "agentsweep.config"),
 }
 
 

@@ -18,10 +18,12 @@ as_squash_path() {
   printf '%s/%s.sqsh' "$dir" "$(printf '%s' "$1" | tr -c 'A-Za-z0-9._-' '_')"
 }
 
-# as_import_squash IMAGE SQSH: import IMAGE into SQSH once. Concurrent cells wait on a lock beside the
-# file; the one holding it imports into a temporary name and renames, so no cell sees half a file.
+# as_import_squash IMAGE SQSH [DIGEST]: import IMAGE into SQSH once. Concurrent cells wait on a lock
+# beside the file; the one holding it imports into a temporary name and renames, so no cell sees half a
+# file. DIGEST, the tag's manifest digest resolved just before, goes beside it as SQSH.digest (enroot
+# keeps no digest of its own): what the cell later compares with its pin.
 as_import_squash() {
-  local image=$1 sqsh=$2 tmp
+  local image=$1 sqsh=$2 digest=${3:-} tmp
   mkdir -p "$(dirname "$sqsh")"
   (
     flock -w "${AGENTSWEEP_IMPORT_WAIT_S:-3600}" 9 || {
@@ -39,8 +41,29 @@ as_import_squash() {
       rm -f "$tmp"
       exit 1
     fi
+    if [[ -n $digest ]]; then
+      printf '%s\n' "$digest" >"$sqsh.digest.tmp" && mv -f "$sqsh.digest.tmp" "$sqsh.digest"
+    else
+      rm -f "$sqsh.digest"
+    fi
     mv -f "$tmp" "$sqsh"
   ) 9>"$sqsh.lock"
+}
+
+# as_docker_digests IMAGE: the manifest digests the docker image store knows IMAGE by (its RepoDigests),
+# space separated, pulling it first when the store lacks it; nothing when it has none (built or imported
+# locally) or cannot get it.
+as_docker_digests() {
+  local image=$1 word out
+  local -a digests=()
+  if ! docker image inspect "$image" >/dev/null 2>&1; then
+    docker pull --quiet "$image" >/dev/null 2>&1 || return 0
+  fi
+  out=$(docker image inspect --format '{{range .RepoDigests}}{{.}} {{end}}' "$image" 2>/dev/null) || return 0
+  for word in $out; do
+    [[ ${word##*@} =~ ^sha256:[0-9a-f]{64}$ ]] && digests+=("${word##*@}")
+  done
+  printf '%s' "${digests[*]}"
 }
 
 # as_mount_paths: fill AS_MOUNT_PATHS with the host paths the cell needs inside a container, each

@@ -88,17 +88,35 @@ as_allocate() {
   as_log "job $AS_JOB_ID allocated"
 }
 
-# as_import_image: import the cell's image into its squash file on the node, once (pyxis).
+# as_tag_digest IMAGE: the manifest digest IMAGE's tag has now (agentsweep images resolve); nothing
+# when the registry cannot be asked from here.
+as_tag_digest() {
+  PYTHONPATH="$AS_REPO/utils:$AS_REPO/kv-cache-tester${PYTHONPATH:+:$PYTHONPATH}" \
+    "$(as_python)" -m agentsweep.cli images resolve "$1" 2>/dev/null || true
+}
+
+# as_import_image: import the cell's image into its squash file on the node, once (pyxis), and give
+# the cell the digest recorded beside it (AGENTSWEEP_IMAGE_DIGEST). A pinned cell whose tag has moved
+# away from its pin imports nothing.
 as_import_image() {
-  local status=0
+  local status=0 digest=""
+  if [[ ! -s $AS_SQSH ]]; then
+    digest=$(as_tag_digest "$AS_IMAGE")
+    if [[ -n $digest && -n ${AS_IMAGE_PIN:-} && $digest != "$AS_IMAGE_PIN" ]]; then
+      as_mark_failed "image refused: $AS_IMAGE: the registry gives $digest, configs/images.lock.yaml pins $AS_IMAGE_PIN"
+      as_die 1 "$AS_IMAGE: the registry gives $digest, the pin is $AS_IMAGE_PIN: not imported (move the pin with agentsweep images lock)"
+    fi
+  fi
   # shellcheck disable=SC2016 # expanded by the inner bash
   srun --jobid="$AS_JOB_ID" --nodes=1 --ntasks=1 --export="$(as_export_list)" \
-    bash -c 'source "$1/common.sh" && source "$1/container.sh" && as_import_squash "$2" "$3"' \
-    import "$AS_LIB" "$AS_IMAGE" "$AS_SQSH" || status=$?
+    bash -c 'source "$1/common.sh" && source "$1/container.sh" && as_import_squash "$2" "$3" "$4"' \
+    import "$AS_LIB" "$AS_IMAGE" "$AS_SQSH" "$digest" || status=$?
   if ((status != 0)); then
     as_mark_failed "enroot import of $AS_IMAGE failed"
     as_die 1 "enroot import of $AS_IMAGE into $AS_SQSH failed (exit $status)"
   fi
+  AGENTSWEEP_IMAGE_DIGEST=$(head -c 100 "$AS_SQSH.digest" 2>/dev/null || true)
+  export AGENTSWEEP_IMAGE_DIGEST
 }
 
 # as_run_step: the cell's job step; returns the cell's exit status.

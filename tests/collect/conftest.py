@@ -176,6 +176,8 @@ def server_rows(spec: Spec, interval: float = 1.0) -> list[list[str]]:
             "offload_bytes_cpu_to_gpu_total": 5e5 * inside if spec.offload == "on" else None,
             "requests_finished_total": float(int(spec.users * (before + inside))),
             "evicted_tokens_total": None,  # vLLM exports no eviction counter
+            # Lookups in the CPU tier: the tokens the GPU did not hold.
+            "cpu_cache_queries_total": (1 - gpu) * queries_rate * inside if spec.offload == "on" else None,
         }
         rows.append([f"{t:.3f}"] + ["" if values[c] is None else repr(values[c]) for c in COLUMNS[1:]])
         t += interval

@@ -47,7 +47,7 @@ def test_engine_clock_rescales_by_unit_and_leaves_wall_time(tmp_path, cell_facto
     a = to_frame(build_rows(find_cells(tmp_path / "wall"))).iloc[0]
     b = to_frame(build_rows(find_cells(tmp_path / "fast"))).iloc[0]
     for column in columns.METRICS:
-        if column.unit in (Unit.FACTOR, Unit.JSON) or pd.isna(a[column.name]):
+        if column.unit in (Unit.FACTOR, Unit.JSON, Unit.LABEL) or pd.isna(a[column.name]):
             continue
         factor = {Unit.SECONDS: 20.0}.get(
             column.unit, 1 / 20.0 if column.unit in columns.ENGINE_CLOCK else 1.0

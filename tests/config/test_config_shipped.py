@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 CONTRACT_FIELDS = {
     "config_key": str, "exp_name": str, "runner": str, "engine": str, "model": str, "precision": str,
-    "image": str, "tp": int, "ep": int, "gpus": int, "users": int, "offload": str, "cpu_dram_gb": float,
+    "image": str, "image_digest": str, "tp": int, "ep": int, "gpus": int, "users": int, "offload": str, "cpu_dram_gb": float,
     "offload_connector": str, "duration": int, "traces": str, "max_context": int, "max_delay": float,
     "advance_min": float, "advance_max": float, "timing_strategy": str, "ignore_eos": bool, "seed": int,
     "warmup_requests": int, "warmup_one_token": bool, "system_idle_cap": float,

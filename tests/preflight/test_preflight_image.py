@@ -3,125 +3,25 @@ loopback: an image pushed to it is found with its digest, a tag it lacks fails w
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
-import json
-import shutil
-import socket
-import subprocess
-import tarfile
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from agentsweep.preflight.container import ImageRef, image_check
 
+from tests.support.registry import NoRegistry, push_tiny_image, running_registry
+
 pytestmark = pytest.mark.slow
-
-MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A running docker-registry on 127.0.0.1; yields its host:port."""
-    exe = shutil.which("docker-registry")
-    if exe is None:
-        pytest.skip("docker-registry not installed (apt-get install docker-registry)")
-    root = tmp_path_factory.mktemp("registry")
-    port = _free_port()
-    config = root / "config.yml"
-    config.write_text(
-        f"version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {root / 'data'}}}}}\n"
-        f"http: {{addr: 127.0.0.1:{port}}}\n"
-    )
-    proc = subprocess.Popen([exe, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    err = proc.stderr.read().decode() if proc.stderr else ""
-                    pytest.fail(f"docker-registry did not start: {err[-300:]}")
-                time.sleep(0.1)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def _blob(host: str, repo: str, data: bytes) -> str:
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    start = urllib.request.Request(f"http://{host}/v2/{repo}/blobs/uploads/", method="POST", data=b"")
-    with urllib.request.urlopen(start) as resp:
-        location = resp.headers["Location"]
-    url = location if location.startswith("http") else f"http://{host}{location}"
-    sep = "&" if "?" in url else "?"
-    put = urllib.request.Request(
-        f"{url}{sep}digest={digest}",
-        method="PUT",
-        data=data,
-        headers={"Content-Type": "application/octet-stream"},
-    )
-    urllib.request.urlopen(put).close()
-    return digest
-
-
-def push_tiny_image(host: str, repo: str, tag: str) -> str:
-    """Push a one-file image through the registry API; returns its manifest digest."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        info = tarfile.TarInfo("hello.txt")
-        info.size = 6
-        tar.addfile(info, io.BytesIO(b"hello\n"))
-    layer = gzip.compress(buf.getvalue(), mtime=0)
-    config = json.dumps(
-        {
-            "architecture": "amd64",
-            "os": "linux",
-            "rootfs": {
-                "type": "layers",
-                "diff_ids": ["sha256:" + hashlib.sha256(buf.getvalue()).hexdigest()],
-            },
-        }
-    ).encode()
-    manifest = json.dumps(
-        {
-            "schemaVersion": 2,
-            "mediaType": MANIFEST_V2,
-            "config": {
-                "mediaType": "application/vnd.docker.container.image.v1+json",
-                "size": len(config),
-                "digest": _blob(host, repo, config),
-            },
-            "layers": [
-                {
-                    "mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
-                    "size": len(layer),
-                    "digest": _blob(host, repo, layer),
-                }
-            ],
-        }
-    ).encode()
-    put = urllib.request.Request(
-        f"http://{host}/v2/{repo}/manifests/{tag}",
-        method="PUT",
-        data=manifest,
-        headers={"Content-Type": MANIFEST_V2},
-    )
-    urllib.request.urlopen(put).close()
-    return "sha256:" + hashlib.sha256(manifest).hexdigest()
+        with running_registry(tmp_path_factory.mktemp("registry")) as host:
+            yield host
+    except NoRegistry as why:
+        pytest.skip(str(why))
 
 
 def test_image_references_split_like_docker() -> None:

@@ -40,6 +40,12 @@ def _dry_run(
     return rc, text.splitlines()
 
 
+def kv_events(tag: str) -> str:
+    """The flag that makes an instance publish its KV-cache events to its scraper (shell-quoted)."""
+    endpoint = f"tcp://127.0.0.1:${tag}_KV_EVENTS_PORT"
+    return f"""--kv-events-config '{{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"{endpoint}"}}'"""
+
+
 @pytest.mark.parametrize(
     ("hardware", "devices", "slices"),
     [
@@ -64,13 +70,13 @@ def test_vllm_prefill_decode_commands(
     assert lines[1] == (
         f"prefill 0: {slices[0]} VLLM_NIXL_SIDE_CHANNEL_PORT='$PREFILL0_NIXL_PORT' vllm serve m --host 127.0.0.1 "
         f"--port '$PREFILL0_PORT' --tensor-parallel-size 2 --enable-prompt-tokens-details "
-        f"--kv-transfer-config {NIXL}"
+        f"--kv-transfer-config {NIXL} {kv_events('PREFILL0')}"
     )
     decode = lines.index("  log:     server.p0.log") + 1
     assert lines[decode] == (
         f"decode 0: {slices[1]} VLLM_NIXL_SIDE_CHANNEL_PORT='$DECODE0_NIXL_PORT' vllm serve m --host 127.0.0.1 "
         f"--port '$DECODE0_PORT' --tensor-parallel-size 2 --enable-prompt-tokens-details "
-        f"--kv-transfer-config {NIXL}"
+        f"--kv-transfer-config {NIXL} {kv_events('DECODE0')}"
     )
     router = next(line for line in lines if line.startswith("router:"))
     assert router == (

@@ -162,6 +162,24 @@ def test_squash_import_runs_once_under_concurrency(tmp_path):
     assert not list(sqsh.parent.glob("*.partial.*"))
 
 
+def test_the_import_records_the_digest_it_was_given_beside_the_squash_file(tmp_path):
+    from agentsweep.images.local import squash_digest
+
+    env = fake_enroot(tmp_path)
+    sqsh = tmp_path / "squash" / "img.sqsh"
+    digest = "sha256:" + "c" * 64
+    assert bash(f"as_import_squash vllm/vllm-openai:v1 {sqsh} {digest}", env).returncode == 0
+    assert squash_digest(sqsh) == digest
+    # Already there: neither the file nor its digest changes.
+    assert bash(f"as_import_squash vllm/vllm-openai:v1 {sqsh} sha256:{'d' * 64}", env).returncode == 0
+    assert squash_digest(sqsh) == digest
+    assert len((tmp_path / "enroot.calls").read_text().splitlines()) == 1
+    # Imported without a known digest (the registry could not be asked): none is recorded.
+    other = tmp_path / "squash" / "other.sqsh"
+    assert bash(f"as_import_squash vllm/vllm-openai:v2 {other}", env).returncode == 0
+    assert other.is_file() and squash_digest(other) is None
+
+
 def test_failed_squash_import_leaves_no_file(tmp_path):
     env = fake_enroot(tmp_path, fail=True)
     sqsh = tmp_path / "squash" / "img.sqsh"

@@ -23,7 +23,9 @@ _EXPR_ONLY = re.compile(r"^\$\{\{\s*(?P<ctx>matrix|inputs)\.(?P<name>[a-z_]+)\s*
 
 
 def _config_files() -> list[Path]:
-    return sorted(p for p in (REPO / "configs").glob("*.yaml") if p.name != "runners.yaml")
+    return sorted(
+        p for p in (REPO / "configs").glob("*.yaml") if p.name not in ("runners.yaml", "images.lock.yaml")
+    )
 
 
 def _agentsweep(gha: SimpleNamespace, *args: str) -> str:

@@ -14,7 +14,16 @@ GITHUB = REPO / ".github"
 WORKFLOW_FILES = sorted((GITHUB / "workflows").glob("*.yml"))
 ACTION_FILES = sorted((GITHUB / "actions").glob("*/action.yml"))
 ALL_FILES = WORKFLOW_FILES + ACTION_FILES
-EXPECTED_WORKFLOWS = {"agentic-sweep.yml", "agentic-sweep-run.yml", "agentic-cell.yml", "ci.yml"}
+EXPECTED_WORKFLOWS = {
+    "agentic-sweep.yml",
+    "agentic-sweep-run.yml",
+    "agentic-cell.yml",
+    "ci.yml",
+    "images-lock.yml",
+}
+# The one job that writes: it pushes the images-lock branch and opens its pull request, and runs no code
+# of this repository (the job that runs it, to resolve the digests, reads only).
+WRITERS = {("images-lock.yml", "pull-request"): {"contents": "write", "pull-requests": "write"}}
 
 _USES_LINE = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>[^\s#]+)\s*(?:#\s*(?P<comment>.*))?$")
 _PINNED = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+@[0-9a-f]{40}$")
@@ -83,7 +92,24 @@ def test_permissions_are_read_only_everywhere(path: Path) -> None:
     for job_id, job in data["jobs"].items():
         assert "permissions" in job, f"{job_id} declares no permissions"
         perms = job["permissions"] or {}
+        if (path.name, job_id) in WRITERS:
+            assert perms == WRITERS[path.name, job_id], f"{job_id}: {perms}"
+            continue
         assert all(level in ("read", "none") for level in perms.values()), f"{job_id}: {perms}"
+
+
+def test_the_job_that_writes_runs_no_code_of_this_repository() -> None:
+    """The images-lock pull request is made with git and gh from a file checked line by line; the
+    digests are resolved (with the project's code, from the network) in a job that reads only."""
+    jobs = _load(GITHUB / "workflows" / "images-lock.yml")["jobs"]
+    assert jobs["lock"]["permissions"] == {"contents": "read"}
+    writer = jobs["pull-request"]
+    assert writer["needs"] == "lock"
+    uses = [str(s.get("uses", "")) for s in writer["steps"] if "uses" in s]
+    assert [u.split("@")[0] for u in uses] == ["actions/checkout", "actions/download-artifact"]
+    scripts = "\n".join(str(s.get("run", "")) for s in writer["steps"])
+    assert not [word for word in (".venv", "python", "pip ", "make ", "bash ", "./") if word in scripts]
+    assert "sha256:[0-9a-f]{64}" in scripts  # the file's every line is checked before it is committed
 
 
 @pytest.mark.parametrize("path", WORKFLOW_FILES, ids=lambda p: p.name)

@@ -32,6 +32,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "agentsweep.preflight.cli",
         "check a key's cells against the cluster (Slurm, image, model, GPUs, ports) before allocating",
     ),
+    "images": (
+        "agentsweep.images.cli",
+        "pin the shipped images by manifest digest (configs/images.lock.yaml), or print a tag's digest",
+    ),
     "sweep": ("agentsweep.sweep.cli", "run a config key's cells on this machine, then collect"),
     "cell-jobs": (
         "agentsweep.sweep.jobs",

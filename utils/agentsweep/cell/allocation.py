@@ -90,6 +90,7 @@ def runner_assignments(
         "AS_RUNNER": runner,
         "AS_EXP_NAME": cell.exp_name,
         "AS_IMAGE": cell.image,
+        "AS_IMAGE_PIN": cell.image_digest,
         "AS_TRACES": cell.traces,
         "AS_GPUS": str(cell.gpus),
         "AS_NODES": str(cell.nodes),

@@ -19,6 +19,7 @@ from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellOptions, plan_cell
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import AgentsweepError, InputError
+from agentsweep.images.local import image_record, refuse_other_image
 from agentsweep.watchdog import set_parent_death_signal
 
 
@@ -65,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         check_result_dir(result_dir)
     try:
         cell = _cell(args.cell, env)
+        refuse_other_image(cell.image, cell.image_digest, env)
         port = _port(env, args.dry_run)
         plan = plan_cell(cell, result_dir, port=port)
         if cell.capacity is not None and not args.dry_run:
@@ -143,6 +145,7 @@ def _record_refusal(result_dir: Path, args: argparse.Namespace, err: AgentsweepE
             start_utc=record.utc_now(),
             status="FAILED",
             reasons=[err.render()],
+            extra=image_record(raw, os.environ),
         )
         seal(result_dir, _typed_or_raw(raw), None, lambda line: None)
     except (AgentsweepError, OSError):

@@ -8,6 +8,7 @@ every exit path: success, failure, a bug, SIGTERM/SIGINT.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -40,6 +41,7 @@ from agentsweep.contract.resultdir import (
 from agentsweep.contract.verdict import Check, Verdict
 from agentsweep.energy.summary import cell_power_summary
 from agentsweep.errors import InputError
+from agentsweep.images.local import image_record
 from agentsweep.validity import evaluate
 from agentsweep.watchdog import Watchdog
 
@@ -155,6 +157,7 @@ def run_cell(
             extra["scaleout"] = plan.scaleout_record()
         if stated:
             extra["engine_settings"] = {k: v.to_record() if v else None for k, v in stated.items()}
+        extra.update(image_record(plan.cell.model_dump(), os.environ))
         status, reasons = _write_verdict(plan, versions, start_utc, status, reasons, extra)
         seal(plan.result_dir, plan.cell, versions.get("engine"), say)
         say(status + (f": {'; '.join(reasons)}" if reasons else ""))

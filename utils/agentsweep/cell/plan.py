@@ -383,8 +383,22 @@ def plan_cell(
         metrics_name = instance_metrics_csv(name) if name else SERVER_METRICS_CSV
         log_name = instance_log(name) if name and name != client_name else SERVER_LOG
         node = where.node if where is not None else placement_mod.local_node(environ)
+        # An engine that counts evictions only as KV-cache events publishes them to its scraper (on
+        # this host: an instance on another node, or a capacity search whose steps each have a scraper of
+        # their own, keeps its evictions uncounted).
+        events_port: int | str | None = None
+        if (
+            where is None
+            and cell.capacity is None
+            and engine_recipe.kv_events_args("")
+            and not _gives_kv_events(cell)
+        ):
+            events_port = placement_mod.free_port(host, taken) if real else f"${tag}_KV_EVENTS_PORT"
+            launch = dataclasses.replace(
+                launch, argv=launch.argv + engine_recipe.kv_events_args(f"tcp://{host}:{events_port}")
+            )
         scraper = scraper_argv(
-            python, url + launch.metrics_path, result_dir / metrics_name, scrape_interval_s
+            python, url + launch.metrics_path, result_dir / metrics_name, scrape_interval_s, events_port
         )
         instances.append(
             Instance(role, i, iport, url, launch, log_name, metrics_name, scraper, name, boot, node)
@@ -509,14 +523,24 @@ def power_sampler_argv(python: str, spec: SamplerSpec, output: Path) -> list[str
     ]
 
 
-def scraper_argv(python: str, endpoint: str, output: Path, interval_s: float) -> list[str]:
-    """The metrics collector of one engine instance: ``endpoint`` (its /metrics) into ``output``."""
+def scraper_argv(
+    python: str, endpoint: str, output: Path, interval_s: float, events_port: int | str | None = None
+) -> list[str]:
+    """The metrics collector of one engine instance: ``endpoint`` (its /metrics) into ``output``; with
+    ``events_port`` it also counts the engine's KV-cache events published to that port."""
+    events = ["--kv-events-port", str(events_port)] if events_port is not None else []
     return [
         python, "-m", "agentsweep.cli", "metrics-collector",
         "--endpoint", endpoint,
         "--output", str(output),
         "--interval", f"{interval_s:g}",
+        *events,
     ]  # fmt: skip
+
+
+def _gives_kv_events(cell: Cell) -> bool:
+    """The cell's own engine_args already configure the engine's KV-cache events."""
+    return any(word.split("=", 1)[0] == "--kv-events-config" for word in shlex.split(cell.engine_args))
 
 
 def ports_needed(role: Role, engine_recipe: EngineRecipe) -> int:

@@ -145,6 +145,10 @@ DERIVED: tuple[Column, ...] = (
 SERVER: tuple[Column, ...] = (
     Column("gpu_hit_rate", Unit.FRACTION),
     Column("cpu_hit_rate", Unit.FRACTION),
+    # Hits in the CPU tier over the tokens looked up there (window.cpu_tier_figures), and whether the
+    # engine counted those lookups ("engine") or they are taken as the GPU's misses ("inferred").
+    Column("cpu_tier_hit_rate", Unit.FRACTION),
+    Column("cpu_tier_hit_source", Unit.LABEL),
     Column("kv_usage_peak", Unit.FRACTION),
     Column("kv_usage_mean", Unit.FRACTION),
     Column("cpu_kv_usage_peak", Unit.FRACTION),

@@ -16,6 +16,7 @@ from agentsweep import __version__
 from agentsweep.collect.capacity import CapacityResults
 from agentsweep.collect.output import write_text
 from agentsweep.collect.pareto import routed
+from agentsweep.collect.window import INFERRED, READ_FROM_ENGINE
 
 TEMPLATES = Path(__file__).parent / "templates"
 # Identity of the sweep, read from the cells' own cell.json fields.
@@ -224,9 +225,18 @@ def hit_rows(df: pd.DataFrame) -> list[list[str]]:
                 fmt(measured, "pct"),
                 fmt(share, "pct"),
                 fmt(r.get("client_hit_rate"), "pct"),
+                fmt(r.get("cpu_tier_hit_rate"), "pct"),
+                CPU_TIER_SOURCES.get(str(r.get("cpu_tier_hit_source") or ""), "-"),
             ]
         )
     return out
+
+
+# How the cache panel names where the CPU tier's lookups came from (window.cpu_tier_figures).
+CPU_TIER_SOURCES = {
+    READ_FROM_ENGINE: "engine counter",
+    INFERRED: "inferred (GPU misses)",
+}
 
 
 def _data_uri(path: Path) -> str:
@@ -271,7 +281,17 @@ def write_report(
         rows=table_rows(df),
         statuses=[str(s) for s in df.get("status", pd.Series(dtype=str)).tolist()],
         problems=problem_cells(df),
-        hit_headers=["Cell", "Ideal", "GPU", "CPU/ext.", "Measured", "Measured / ideal", "Client-seen"],
+        hit_headers=[
+            "Cell",
+            "Ideal",
+            "GPU",
+            "CPU/ext.",
+            "Measured",
+            "Measured / ideal",
+            "Client-seen",
+            "CPU tier hit",
+            "CPU tier lookups from",
+        ],
         hit_rows=hit_rows(df),
         plots=[{"title": title, "file": path.name, "src": _data_uri(path)} for title, path in plots],
         capacity_lines=capacity.lines if capacity is not None else [],

@@ -95,6 +95,29 @@ def read_series(path: Path) -> tuple[dict[str, Series], list[float], list[str]]:
     return series, times, notes
 
 
+# cpu_tier_hit_source: where the lookups the CPU tier's hits are divided by come from.
+READ_FROM_ENGINE = "engine"  # the engine's count of tokens looked up in its CPU tier
+INFERRED = "inferred"  # the GPU's misses (prefix-cache queries minus GPU hits), each taken as a lookup
+
+
+def cpu_tier_figures(delta: dict[str, float | None]) -> dict[str, Any]:
+    """The CPU tier's own hit rate over the window: its hits over the tokens looked up in it, as the
+    engine counts them when it does, else over the GPU's misses (every token the GPU did not hold is
+    taken to be looked up in the CPU tier)."""
+    hits, lookups = delta["cpu_cache_hits_total"], delta["cpu_cache_queries_total"]
+    if hits is None:
+        return {}
+    if lookups is not None:
+        return {
+            "cpu_tier_hit_rate": hits / lookups if lookups else None,
+            "cpu_tier_hit_source": READ_FROM_ENGINE,
+        }
+    queries, gpu_hits = delta["prefix_cache_queries_total"], delta["prefix_cache_hits_total"]
+    if queries is None or gpu_hits is None or queries - gpu_hits <= 0:
+        return {}
+    return {"cpu_tier_hit_rate": hits / (queries - gpu_hits), "cpu_tier_hit_source": INFERRED}
+
+
 def window_figures(path: Path, start: float, end: float) -> tuple[dict[str, Any], list[str]]:
     """SERVER_COLUMNS for the window [start, end] (Unix seconds), plus notes."""
     out: dict[str, Any] = dict.fromkeys(SERVER_COLUMNS)
@@ -134,6 +157,7 @@ def window_figures(path: Path, start: float, end: float) -> tuple[dict[str, Any]
         ):
             hits = delta[counter]
             out[column] = hits / queries if hits is not None else None
+    out.update(cpu_tier_figures(delta))
     out["preemptions"] = delta["preemptions_total"]
     out["offload_bytes_gpu_to_cpu"] = delta["offload_bytes_gpu_to_cpu_total"]
     out["offload_bytes_cpu_to_gpu"] = delta["offload_bytes_cpu_to_gpu_total"]

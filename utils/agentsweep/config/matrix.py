@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agentsweep.config.image_lock import lock_path, pinned_digest, read_lock
 from agentsweep.config.loader import load_runners, parse_entry, read_config_file, suggest
 from agentsweep.config.schema import RunnerSpec, SearchPoint, SweepSpec
 from agentsweep.contract.cell import (
@@ -149,6 +150,7 @@ def expand(
     duration: int | None = None,
     slo: Sequence[SloTier] | None = None,
     search: UserSearch | None = None,
+    pins: Mapping[str, str] | None = None,
 ) -> list[Cell]:
     """All cells of one entry (deduped, in config order), after the optional filters.
 
@@ -157,8 +159,9 @@ def expand(
     offload mode and router. The whole entry is checked against its runner before filtering, so a
     filter never hides an error.
     Every cell carries its runner's facts (hardware, GRES type, node size, KV links) and its share of
-    the runner's DRAM budget: nothing downstream looks the runner up again. An empty result is
-    returned as is; select_cells decides whether that is an error.
+    the runner's DRAM budget: nothing downstream looks the runner up again. Each carries its image's
+    digest: the one written into the image, else ``pins``'s (configs/images.lock.yaml). An empty
+    result is returned as is; select_cells decides whether that is an error.
     """
     runner = runners.get(spec.runner)
     if runner is None:
@@ -181,6 +184,7 @@ def expand(
     entry = spec.model_dump(include=set(ENTRY_FIELDS))
     if duration is not None:
         entry["duration"] = duration
+    entry["image_digest"] = pinned_digest(spec.image, pins or {})
     facts = runner.facts().model_dump()
     replay = spec.replay.model_dump()
     validity = spec.validity.model_dump()
@@ -404,7 +408,8 @@ def select(
     chosen = match_keys(config.keys(), keys, config.shown)
     runners = load_runners() if runners is None else runners
     specs = [parse_entry(config.shown, key, config.entries[key]) for key in chosen]
-    everything = [cell for spec in specs for cell in expand(spec, runners, slo=slo, search=search)]
+    pins = read_lock(lock_path(config.path.parent))
+    everything = [cell for spec in specs for cell in expand(spec, runners, slo=slo, search=search, pins=pins)]
     cells = [
         cell
         for spec in specs
@@ -418,6 +423,7 @@ def select(
             duration=duration,
             slo=slo,
             search=search,
+            pins=pins,
         )
     ]
     if max_tp is not None and not any(c.tp <= max_tp for c in everything):

@@ -293,6 +293,17 @@ class SweepSpec(EngineSettings):
             where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path).lstrip(".")
             raise ValueError(f"{where}: {err}" if where else str(err)) from None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _digest_from_the_lock(cls, data: Any) -> Any:
+        """A config entry names its image; the digest comes from the lock beside it (or the image)."""
+        if isinstance(data, dict) and "image_digest" in data:
+            raise ValueError(
+                "image_digest is not set in a config: `agentsweep images lock` writes it to "
+                "images.lock.yaml beside the configs (or write image: REPO:TAG@sha256:...)"
+            )
+        return data
+
     @field_validator("image", mode="after")
     @classmethod
     def _image_for_real_engines(cls, image: str, info: ValidationInfo) -> str:

@@ -245,6 +245,9 @@ class EngineSettings(Frozen):
     model: NonEmptyStr
     precision: str = ""
     image: str = ""
+    # The manifest digest the image is pinned to (the one written into image, else the matrix's from
+    # configs/images.lock.yaml); "": not pinned. Preflight and the cell refuse a copy that differs.
+    image_digest: Annotated[str, Field(pattern=r"^(sha256:[0-9a-f]{64})?$")] = ""
     duration: Annotated[int, Field(gt=0, le=MAX_DURATION_S)]
     traces: NonEmptyStr
     offload_connector: OffloadConnector = "native"
@@ -604,6 +607,16 @@ class Cell(ValidityLimits, ReplayOptions, RunnerFacts, EngineSettings, CellAxes)
         problem = preset_duration_error(self.preset, self.duration)
         if problem:
             raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _one_digest(self) -> Cell:
+        """An image written with its digest is pinned to that digest and no other."""
+        written = self.image.partition("@")[2]
+        if written and self.image_digest and written != self.image_digest:
+            raise ValueError(
+                f"image_digest {self.image_digest} differs from the digest in image {self.image}"
+            )
         return self
 
     @model_validator(mode="after")

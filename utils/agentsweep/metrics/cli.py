@@ -34,6 +34,12 @@ def _failures(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"not a TCP port (1-65535): {text!r}")
+    return int(text)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--endpoint", required=True, help="metrics URL, e.g. http://127.0.0.1:8000/metrics")
     parser.add_argument("--output", required=True, type=Path, help="CSV to append to (server_metrics.csv)")
@@ -41,6 +47,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=_positive, default=None, help="per-scrape timeout in seconds")
     parser.add_argument(
         "--dialect", choices=DIALECTS, default=None, help="force a dialect instead of detecting it"
+    )
+    parser.add_argument(
+        "--kv-events-port",
+        type=_port,
+        default=None,
+        metavar="PORT",
+        help="count the engine's KV-cache events (vLLM --kv-events-config) published to a ZMQ socket "
+        "bound on 127.0.0.1:PORT: evicted_tokens_total",
     )
     parser.add_argument(
         "--max-failures",
@@ -56,8 +70,27 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--endpoint: not an http(s) URL: {args.endpoint!r}")
     if args.output.exists() and args.output.is_dir():
         raise InputError(f"--output: {args.output} is a directory")
+    events = None
+    if args.kv_events_port is not None:
+        from agentsweep.metrics.kv_events import Listener
+
+        try:
+            events = Listener("127.0.0.1", args.kv_events_port)
+        except ModuleNotFoundError as err:
+            raise InputError(
+                f"--kv-events-port: counting vLLM's evicted blocks needs {err.name}: "
+                "pip install 'agentsweep[kv-events]'"
+            ) from None
+        except Exception as err:  # zmq.ZMQError (the port is taken): one line
+            raise InputError(f"--kv-events-port {args.kv_events_port}: cannot listen ({err})") from None
     scraper = Scraper(
-        args.endpoint, args.output, args.interval, args.timeout, args.dialect, max_failures=args.max_failures
+        args.endpoint,
+        args.output,
+        args.interval,
+        args.timeout,
+        args.dialect,
+        max_failures=args.max_failures,
+        kv_events=events,
     )
     stats = scraper.run_until_signalled()
     if stats.ok == 0:

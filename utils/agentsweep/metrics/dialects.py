@@ -9,6 +9,14 @@ Reading rules (they hold for every name below):
   to server_metrics.sources.json beside the CSV).
 - Read but kept out of the columns: ``vllm:request_prefill_kv_computed_tokens`` (tokens computed
   per finished request) has no column of the same meaning; prompt minus cached tokens is its sum.
+- The CPU tier of vLLM 0.33.0 is read through its KV connector's counters: tokens looked up in it
+  (``vllm:external_prefix_cache_queries``, vllm/v1/metrics/loggers.py:685) and found there
+  (``vllm:prompt_tokens_cached_by_source{source=host}``, loggers.py:781; the CPU offload manager's
+  source is ``host``, vllm/v1/kv_offload/cpu/manager.py:211). That release defines no block-level
+  CPU-tier lookup, hit, miss or eviction counter (``vllm:kv_offload_cpu_block_*_total``,
+  ``vllm:kv_offload_block_eviction_total``: its CPU tier's metrics are
+  vllm/v1/kv_offload/cpu/common.py:12-17); SGLang 0.5.23 counts host-pool hits
+  (``sglang:cached_tokens_total{cache_source=host}``) but no host-pool lookups or evictions.
 """
 
 from __future__ import annotations
@@ -38,8 +46,20 @@ COLUMNS: tuple[str, ...] = (
     "requests_finished_total",
     # Cached tokens whose blocks were taken for new content (evicted from the device cache).
     "evicted_tokens_total",
+    # Tokens looked up in the CPU (offload) tier: what cpu_cache_hits_total is a share of, as the
+    # engine counts it (the CPU tier's hit rate read from the engine, not inferred from GPU misses).
+    "cpu_cache_queries_total",
 )
 DIALECTS = ("vllm", "sglang")
+# Names read for engines older than the pinned releases, which those releases no longer define (every
+# other name below is one the pinned release defines: tests/metrics/test_metrics_engine_names.py checks
+# them against scripts/engine_parsers/metric_names/).
+OLDER_NAMES: dict[str, str] = {
+    "vllm:cpu_cache_usage_perc": "vLLM V0",
+    "vllm:gpu_cache_usage_perc": "vLLM V1 up to 0.9",
+    "vllm:gpu_prefix_cache_queries": "vLLM V1 up to 0.9",
+    "vllm:gpu_prefix_cache_hits": "vLLM V1 up to 0.9",
+}
 # vLLM's prompt_tokens_cached_by_source labels for tokens found on the accelerator itself; every
 # other source (host, cpu, disk, p2p, external...) is a hit served from outside GPU memory.
 _DEVICE_SOURCES = frozenset({"device", "gpu", "local", "local_cache_hit"})
@@ -240,6 +260,11 @@ def _vllm(expo: Exposition) -> _Row:
             ("vllm:external_prefix_cache_hits",),
             "no hits from outside GPU memory are counted (no KV connector or offload tier)",
         )
+    row.first(
+        "cpu_cache_queries_total",
+        ("vllm:external_prefix_cache_queries",),
+        "no lookups in a CPU tier are counted (no KV connector or offload tier)",
+    )
     no_offload = "no KV offload transfer counter (KV offload off, or not possible on this build)"
     for column, direction, flat in (
         ("offload_bytes_gpu_to_cpu_total", "gpu_to_cpu", "vllm:kv_offload_store_bytes"),
@@ -255,7 +280,8 @@ def _vllm(expo: Exposition) -> _Row:
                 no_offload,
             )
     # vLLM has no eviction counter: it publishes each evicted block as a BlockRemoved KV-cache event
-    # (--kv-events-config). The simulated engine counts them under its own name.
+    # (--kv-events-config), which a cell's scraper counts in its place (agentsweep.metrics.kv_events).
+    # The simulated engine counts them under its own name.
     row.first(
         "evicted_tokens_total",
         ("engine_sim:evicted_tokens",),
@@ -314,6 +340,12 @@ def _sglang(expo: Exposition) -> _Row:
         "requests_finished_total", ("sglang:e2e_request_latency_seconds_count",), "no finished-request count"
     )
     row.first("evicted_tokens_total", ("sglang:evicted_tokens",), "no evicted-token counter")
+    row.put(
+        "cpu_cache_queries_total",
+        None,
+        "",
+        "SGLang counts no lookups in its host pool (HiCache): the CPU tier's hit rate is inferred",
+    )
     return row
 
 

@@ -29,6 +29,7 @@ from typing import TextIO
 
 from agentsweep.errors import InputError, RunError, WriteError
 from agentsweep.metrics.dialects import COLUMNS, format_row, map_text_sources
+from agentsweep.metrics.kv_events import Listener
 
 DEFAULT_MAX_FAILURES = 10
 MAX_REPLY_BYTES = 32 << 20  # a busy vLLM's /metrics is a few hundred KiB
@@ -75,6 +76,7 @@ class Scraper:
         dialect: str | None = None,
         log: TextIO = sys.stderr,
         max_failures: int = DEFAULT_MAX_FAILURES,
+        kv_events: Listener | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.output = output
@@ -86,6 +88,8 @@ class Scraper:
         self.sources: dict[str, str] = {}
         self.stop = threading.Event()
         self._log = log
+        # The engine's KV-cache events, counted beside the scrapes: evicted_tokens_total (vLLM).
+        self.kv_events = kv_events
 
     def _fetch(self) -> str:
         """The reply body; a reply that trickles past ``timeout`` or grows past MAX_REPLY_BYTES fails."""
@@ -150,6 +154,14 @@ class Scraper:
     def map_text(self, now: float, text: str) -> list[str]:
         """One row from one reply (ValueError: not a metrics reply; InputError: unknown dialect)."""
         dialect, values, sources = map_text_sources(text, self.dialect)
+        if self.kv_events is not None:
+            evicted, why = self.kv_events.snapshot().evicted_tokens()
+            values["evicted_tokens_total"] = evicted
+            sources["evicted_tokens_total"] = (
+                f"KV-cache events (BlockRemoved, GPU) received on {self.kv_events.endpoint}"
+                if evicted is not None
+                else f"absent: {why}"
+            )
         if self.dialect is None:
             self.dialect = dialect
             print(
@@ -224,6 +236,8 @@ class Scraper:
             raise InputError(f"--output {self.output}: {self.output.parent} is not a directory") from None
         except OSError as err:
             raise InputError(f"--output {self.output}: cannot write: {err.strerror or err}") from None
+        if self.kv_events is not None:
+            self.kv_events.start()
         try:
             if new_file:
                 self._append(fd, self.columns)
@@ -246,6 +260,14 @@ class Scraper:
                 self.stop.wait(delay)
         finally:
             os.close(fd)
+            if self.kv_events is not None:
+                counts = self.kv_events.stop()
+                print(
+                    f"{self.name}: KV-cache events: {counts.batches} batches, {counts.removed_blocks} GPU "
+                    f"blocks evicted, {counts.missing} messages missing, first sequence {counts.first_seq}",
+                    file=self._log,
+                    flush=True,
+                )
         return self.stats
 
     def _append(self, fd: int, row: Sequence[object]) -> None:

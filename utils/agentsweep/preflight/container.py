@@ -2,138 +2,31 @@
 
 The image is looked for where the launcher would take it from: the enroot squash file it imports once
 (pyxis) or the local docker image store (docker); otherwise its registry is asked for the manifest
-over the registry HTTP API (``GET /v2/<repo>/manifests/<tag>``, anonymous bearer token when the
-registry asks for one), which also gives the digest to pin in the config
-(``image: repo:tag@sha256:...``). A registry on ``localhost``/``127.*`` is spoken to over plain HTTP,
-as docker does.
+over the registry HTTP API (agentsweep.images.registry), which also gives its digest. A cell pinned to
+a digest (configs/images.lock.yaml, or ``image: repo:tag@sha256:...``) fails the check when the copy
+it would run is known by another digest (agentsweep.images.local), or when the registry's tag has
+moved away from the pin and no pinned copy is at hand: both digests are named.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import urllib.error
-import urllib.parse
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
+from agentsweep.images.local import docker_digests, squash_digest
+from agentsweep.images.reference import DOCKER_HUB, ImageRef
+from agentsweep.images.registry import MANIFEST_TYPES, RegistryAnswer, manifest_digest
 from agentsweep.preflight.node import Run, _last
 from agentsweep.preflight.report import Check, failed, passed, skipped
 
-MANIFEST_TYPES = ", ".join(
-    (
-        "application/vnd.oci.image.index.v1+json",
-        "application/vnd.docker.distribution.manifest.list.v2+json",
-        "application/vnd.oci.image.manifest.v1+json",
-        "application/vnd.docker.distribution.manifest.v2+json",
-    )
-)
-DOCKER_HUB = "registry-1.docker.io"
-TIMEOUT_S = 15.0
-
-
-@dataclass(frozen=True)
-class ImageRef:
-    """``[registry/]repository[:tag][@digest]`` split the way docker reads it."""
-
-    registry: str
-    repository: str
-    reference: str  # the digest when given, else the tag
-
-    @classmethod
-    def parse(cls, image: str) -> ImageRef:
-        name, _, digest = image.partition("@")
-        first, _, rest = name.partition("/")
-        if rest and ("." in first or ":" in first or first == "localhost"):
-            registry, path = first, rest
-        else:
-            registry, path = DOCKER_HUB, name
-        repo, _, tag = path.rpartition(":") if ":" in path.rsplit("/", 1)[-1] else (path, "", "latest")
-        if registry == DOCKER_HUB and "/" not in repo:
-            repo = f"library/{repo}"
-        return cls(registry, repo, digest or tag)
-
-    @property
-    def base_url(self) -> str:
-        host = self.registry.split(":", 1)[0]
-        scheme = "http" if host == "localhost" or host.startswith("127.") else "https"
-        return f"{scheme}://{self.registry}"
+__all__ = ["DOCKER_HUB", "MANIFEST_TYPES", "ImageRef", "RegistryAnswer", "image_check", "manifest_digest"]
 
 
 def squash_path(image: str, environ: dict[str, str]) -> Path:
     """Where the launcher keeps the image's enroot squash file (runners/lib/container.sh as_squash_path)."""
     root = environ.get("AGENTSWEEP_SQUASH_DIR") or f"{environ.get('HOME') or '/tmp'}/.cache/agentsweep/squash"
     return Path(root) / (re.sub(r"[^A-Za-z0-9._-]", "_", image) + ".sqsh")
-
-
-class RegistryAnswer(Exception):
-    """The registry's answer when it is not a manifest: missing, refused, or unreachable."""
-
-    def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(detail)
-        self.kind = kind  # missing | denied | unreachable
-
-
-def _open(request: urllib.request.Request) -> tuple[int, dict[str, str]]:
-    opener = urllib.request.build_opener()
-    try:
-        with opener.open(request, timeout=TIMEOUT_S) as resp:
-            return resp.status, dict(resp.headers.items())
-    except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers.items())
-
-
-def _token(challenge: str, ref: ImageRef) -> str:
-    """An anonymous bearer token for the scope a ``WWW-Authenticate: Bearer ...`` challenge names."""
-    fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
-    if "realm" not in fields:
-        raise RegistryAnswer("denied", f"registry asks for authentication ({challenge[:120]})")
-    query = {k: v for k, v in fields.items() if k in ("service", "scope")}
-    query.setdefault("scope", f"repository:{ref.repository}:pull")
-    url = f"{fields['realm']}?{urllib.parse.urlencode(query)}"
-    try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as resp:
-            data = json.loads(resp.read())
-    except (OSError, ValueError) as err:
-        raise RegistryAnswer("unreachable", f"token request to {fields['realm']} failed: {err}") from None
-    token = data.get("token") or data.get("access_token")
-    if not token:
-        raise RegistryAnswer("denied", "the registry's token service gave no token")
-    return str(token)
-
-
-def manifest_digest(image: str) -> str:
-    """The digest the registry gives for ``image``'s manifest; RegistryAnswer when it gives none."""
-    ref = ImageRef.parse(image)
-    url = f"{ref.base_url}/v2/{ref.repository}/manifests/{ref.reference}"
-    headers = {"Accept": MANIFEST_TYPES}
-    try:
-        status, got = _open(urllib.request.Request(url, headers=headers, method="HEAD"))
-        if status == 401:
-            headers["Authorization"] = (
-                f"Bearer {_token(got.get('Www-Authenticate', got.get('WWW-Authenticate', '')), ref)}"
-            )
-            status, got = _open(urllib.request.Request(url, headers=headers, method="HEAD"))
-    except OSError as err:
-        raise RegistryAnswer(
-            "unreachable", f"cannot reach {ref.registry} ({getattr(err, 'reason', err)})"
-        ) from None
-    if status == 200:
-        digest = got.get("Docker-Content-Digest") or got.get("docker-content-digest")
-        if digest:
-            return digest
-        if ref.reference.startswith("sha256:"):
-            return ref.reference
-        raise RegistryAnswer("denied", f"{ref.registry} answered without a Docker-Content-Digest")
-    if status == 404:
-        raise RegistryAnswer("missing", f"{ref.registry} has no {ref.repository}:{ref.reference}")
-    if status in (401, 403):
-        raise RegistryAnswer(
-            "denied", f"{ref.registry} refuses {ref.repository} (HTTP {status}: private, or a typo)"
-        )
-    raise RegistryAnswer("unreachable", f"{ref.registry} answered HTTP {status}")
 
 
 def runtime_check(runtime: str, runner: str, run: Run) -> Check:
@@ -160,35 +53,65 @@ def runtime_check(runtime: str, runner: str, run: Run) -> Check:
     return passed(name, f"docker {_last(text)}")
 
 
-def image_check(image: str, runtime: str, environ: dict[str, str], run: Run) -> Check:
-    """The image is already where the launcher takes it from, or its registry has it (with its digest)."""
+def image_check(image: str, runtime: str, environ: dict[str, str], run: Run, pinned: str = "") -> Check:
+    """The image is already where the launcher takes it from, or its registry has it (with its digest);
+    a pinned image's copy and the registry's tag are the pinned digest (see the module's docstring)."""
     name = "container.image"
     if runtime == "none":
         return skipped(name, "no container: the engine runs from the host's installation")
     if not image:
         return failed(name, "the entry has no image", "set image: in the config entry (repo:tag)")
-    local = ""
+    local, drop = "", ""
+    copy: tuple[str, ...] = ()  # the digests the copy at hand is known by
     if runtime == "pyxis":
         sqsh = squash_path(image, environ)
         if sqsh.is_file() and sqsh.stat().st_size > 0:
-            local = f"imported as {sqsh}"
-    elif run(["docker", "image", "inspect", image])[0] == 0:
-        local = "in the local docker image store"
+            recorded = squash_digest(sqsh)
+            local, copy, drop = f"imported as {sqsh}", (recorded,) if recorded else (), f"rm {sqsh}"
+    else:
+        found = docker_digests(image, run)
+        if found is not None:
+            local, copy, drop = "in the local docker image store", found, f"docker rmi {image}"
+    if local and pinned and copy and pinned not in copy:
+        return failed(
+            name,
+            f"{image}: the copy {local} is {' or '.join(copy)}; the pin is {pinned}",
+            f"remove the stale copy ({drop}) so the launcher takes the pinned one, or move the pin "
+            "(`agentsweep images lock`)",
+        )
     try:
         digest = manifest_digest(image)
     except RegistryAnswer as answer:
         if local:
-            return passed(name, f"{image} {local} (registry not asked: {answer})")
+            return passed(name, f"{image} {local} (registry not asked: {answer}){_pin_note(pinned, copy)}")
         fixes = {
             "missing": "correct image: in the config entry (check the tag exists), or push the image",
             "denied": "correct image: in the config entry, or log in to the registry where cells pull",
             "unreachable": "import the image once where the nodes can read it (enroot import / docker pull), or open the registry to this host",
         }
         return failed(name, f"{image}: not present here and {answer}", fixes[answer.kind])
-    pinned = "@" in image
     where = f"{local}; " if local else ""
-    hint = "" if pinned else f" (pin it: image: {image}@{digest})"
+    if pinned and digest != pinned:
+        if pinned in copy:
+            return passed(name, f"{image}: {where}pinned {pinned} (the registry's tag has moved to {digest})")
+        return failed(
+            name,
+            f"{image}: the registry gives {digest}, the pin is {pinned}",
+            "the tag moved: review the new image and move the pin (`agentsweep images lock`, or the "
+            "images-lock workflow's pull request), or push the pinned image back under the tag",
+        )
+    if pinned:
+        return passed(name, f"{image}: {where}registry digest {digest}, as pinned")
+    hint = "" if "@" in image else f" (not pinned: `agentsweep images lock`, or image: {image}@{digest})"
     return passed(name, f"{image}: {where}registry digest {digest}{hint}")
+
+
+def _pin_note(pinned: str, copy: tuple[str, ...]) -> str:
+    if not pinned:
+        return ""
+    if pinned in copy:
+        return f"; pinned {pinned}"
+    return f"; pinned {pinned}, the copy's digest is not recorded"
 
 
 def host_environ() -> dict[str, str]:

@@ -180,8 +180,8 @@ def run_preflight(
     else:
         checks.append(skipped("slurm", f"runner {runner_key} runs cells on this machine ({runner.launcher})"))
     checks.append(container.runtime_check(runner.container_runtime, runner_key, run))
-    for image in sorted({c.image for c in cells}):
-        checks.append(container.image_check(image, runner.container_runtime, env, run))
+    for image, pinned in sorted({(c.image, c.image_digest) for c in cells}):
+        checks.append(container.image_check(image, runner.container_runtime, env, run, pinned))
     simulated = all(recipe(c.engine).simulated for c in cells)
     download = 0
     if simulated:

@@ -95,6 +95,11 @@ class EngineRecipe(Protocol):
         """The running engine's version as it reports it, or None."""
         ...
 
+    def kv_events_args(self, endpoint: str) -> list[str]:
+        """The flags that make the engine publish its KV-cache events to ``endpoint`` (a ZMQ socket the
+        cell's scraper binds), for an engine that counts evictions only that way; [] otherwise."""
+        ...
+
 
 class ServingEngine:
     """What vLLM and SGLang share: a long start (image, weights, graphs), a version over HTTP."""
@@ -107,6 +112,9 @@ class ServingEngine:
     pd_side_channel = False
     cache_reset_path = "/reset_prefix_cache"
     step_overhead_s = 120.0
+
+    def kv_events_args(self, endpoint: str) -> list[str]:
+        return []
 
     def version(self, base_url: str) -> str | None:
         from agentsweep.cell.engines.http_version import fetch_version

@@ -74,6 +74,9 @@ class SimRecipe:
                 argv += ["--kv-transfer-gbs", fmt_num(pd.kv_transfer_gbs)]
         return EngineLaunch(argv=argv)
 
+    def kv_events_args(self, endpoint: str) -> list[str]:
+        return []  # its evictions are a counter on /metrics
+
     def version(self, base_url: str) -> str | None:
         return agentsweep.__version__
 

@@ -23,6 +23,11 @@
   ``--kv-offloading-size`` sets, summed over TP ranks; docs/features/kv_offloading_usage.md);
   every child saves. ``OffloadingConnector``, or ``SimpleCPUOffloadConnector`` where the simple
   connector is chosen; AMD GPUs keep ``--disable-hybrid-kv-cache-manager``.
+- evictions: vLLM counts none on /metrics; it publishes each evicted block as a ``BlockRemoved``
+  KV-cache event. ``--kv-events-config`` makes its ZMQ publisher connect to the socket the cell's
+  scraper binds on a port the plan allocated (an endpoint without ``*`` connects: vLLM 0.33's
+  vllm/distributed/kv_events.py ``ZmqEventPublisher._is_bind_endpoint``), which counts them
+  (agentsweep.metrics.kv_events) into ``evicted_tokens_total``.
 - capacity cells: ``VLLM_SERVER_DEV_MODE=1``, which serves ``POST /reset_prefix_cache`` (the cell
   resets the prefix cache between its steps; vLLM answers 409 while requests still hold blocks).
 """
@@ -115,6 +120,10 @@ class VllmRecipe(ServingEngine):
             # POST /reset_prefix_cache only in its development mode.
             env[DEV_MODE_VAR] = "1"
         return EngineLaunch(argv=argv, env=env, notes=notes)
+
+    def kv_events_args(self, endpoint: str) -> list[str]:
+        config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": endpoint}
+        return ["--kv-events-config", json.dumps(config, separators=(",", ":"))]
 
 
 RECIPE = VllmRecipe()

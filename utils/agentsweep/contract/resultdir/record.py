@@ -49,6 +49,9 @@ class CellRecord(BaseModel):
     # What the cell ran on, as every reader names it: "simulated B300", "B200" (Cell.hardware_label);
     # absent for a cell that does not parse, and in a record written before it was kept.
     hardware: str | None = None
+    # The manifest digest of the image the node ran (what its launcher found: agentsweep.images.local);
+    # None without a container, or when the copy's digest is unknown.
+    image_digest: str | None = None
 
     @field_validator("schema_version")
     @classmethod
@@ -77,7 +80,7 @@ class CellRecord(BaseModel):
 
     def to_json(self) -> str:
         data = self.model_dump(mode="json")
-        for optional in ("scaleout", "engine_settings", "hardware"):
+        for optional in ("scaleout", "engine_settings", "hardware", "image_digest"):
             if data[optional] is None:
                 del data[optional]
         return json.dumps(data, indent=2) + "\n"
