@@ -13,6 +13,7 @@ from agentsweep.cli import main
 from agentsweep.collect.aggregate import build_rows, to_frame
 from agentsweep.collect.discover import find_cells
 
+from ..store.conftest import seal
 from .conftest import HIT, Spec, summary_json
 from .routed_cells import HITS, pd_cell, routed_cell
 
@@ -241,6 +242,7 @@ def test_a_real_routed_cell_reads_its_router_and_replicas(real_routed_cell, tmp_
         copy = tmp_path / f"r{i}" / real_routed_cell.name
         shutil.copytree(real_routed_cell, copy)
         shutil.copy(copy / f"server_metrics.r{i}.csv", copy / "server_metrics.csv")
+        seal(copy)  # a cell whose merged metrics are that replica's: its receipt says so
         rates.append(_row(copy.parent)["gpu_hit_rate"])
     assert (row["replica_gpu_hit_min"], row["replica_gpu_hit_max"]) == pytest.approx((min(rates), max(rates)))
     assert min(rates) <= row["gpu_hit_rate"] <= max(rates)
@@ -252,6 +254,7 @@ def test_a_real_routed_cell_with_a_truncated_router_json_is_invalid(real_routed_
     shutil.copytree(real_routed_cell, copy)
     text = (copy / "router.json").read_text()
     (copy / "router.json").write_text(text[: len(text) // 2])
+    seal(copy)  # written so by the cell: the receipt covers the truncated file
     row = _row(copy.parent)
     assert row["status"] == "INVALID"
     assert row["reason"].startswith("collect: router.json: not JSON")

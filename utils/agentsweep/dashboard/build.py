@@ -57,7 +57,9 @@ def _drilldown(point_id: int, raw: bytes) -> dict[str, Any]:
     try:
         payload = loads(raw)
     except (ValueError, RecursionError):
-        raise DamagedStore(f"point {point_id}: drilldown.json is not JSON") from None
+        raise DamagedStore(
+            f"point {point_id}: drilldown.json is not a JSON object (it does not decode)"
+        ) from None
     if not isinstance(payload, dict):
         raise DamagedStore(f"point {point_id}: drilldown.json is not a JSON object")
     return payload
