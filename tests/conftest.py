@@ -35,11 +35,12 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 
 def xdist_group(item: pytest.Item) -> str | None:
     """The group of tests that share one expensive fixture and so run on one xdist worker
-    (``--dist loadgroup``): the session's Slurm clusters, the session's PostgreSQL server, and a
+    (``--dist loadgroup``): the session's Slurm clusters (with the other tests that drive podman,
+    whose containers the container tests watch), the session's PostgreSQL server, and a
     module's own module-scoped fixture (a real cell or sweep it builds once), which two workers would
     each build."""
-    if item.get_closest_marker("slurm") is not None:
-        return "slurm"
+    if item.get_closest_marker("slurm") is not None or item.path.name == "test_images_registry.py":
+        return "slurm"  # the Slurm clusters, and the tests that drive podman: one worker, one at a time
     callspec = getattr(item, "callspec", None)
     if callspec is not None and callspec.params.get("db_url") == "postgresql":
         return "postgres"

@@ -121,7 +121,7 @@ def test_a_moved_tag_is_refused_by_preflight_naming_both_digests(registry, tmp_p
     runners = tmp_path / "runners.yaml"
     runners.write_text(
         "local:\n  runs_on: [self-hosted]\n  launcher: runners/launch_local.sh\n  gpus_per_node: 1\n"
-        "  cpu_dram_gb: 0\n  container_runtime: docker\n"
+        "  cpu_dram_gb: 0\n  container_runtime: docker\n  hardware: h200\n"
     )
     code = main(
         ["preflight", "--config", str(configs / "moving.yaml"), "--runners", str(runners), "--key", "moving"]

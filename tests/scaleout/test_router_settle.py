@@ -64,7 +64,7 @@ def _plan(tmp_path: Path, server: ThreadingHTTPServer, replies: list[str]) -> Ce
     cell = Cell.parse(
         {
             "config_key": "so", "exp_name": "so-tp1-ep1-u4-off-r2-consistent_hash", "runner": "local",
-            "engine": "sim", "model": MODEL, "precision": "fp8", "tp": 1, "users": 4, "offload": "off",
+            "engine": "sim", "hardware": "h200", "model": MODEL, "precision": "fp8", "tp": 1, "users": 4, "offload": "off",
             "duration": 6, "traces": "t", "speed": 50, "replicas": 2, "router": "consistent_hash",
             "router_program": "smg",
         }

@@ -196,7 +196,10 @@ def test_mi355x_docker_runtime_runs_a_named_container(slurm, cell_env, make_runn
     state = fake_docker(tmp_path, env)
     proc = launch("mi355x", env)
     assert proc.returncode == 0, proc.stderr
-    (call,) = (state / "calls.log").read_text().splitlines()
+    calls = (state / "calls.log").read_text().splitlines()
+    # The node's copy is inspected for its digest first (docs/first-run.md), then the engine runs.
+    assert all(c.startswith("image inspect ") for c in calls[:-1]), calls
+    (call,) = [c for c in calls if c.startswith("run ")]
     job_id = re.search(r"Granted job allocation (\d+)", proc.stderr).group(1)  # type: ignore[union-attr]
     name = f"agentsweep-{json.loads(env['AGENTSWEEP_CELL'])['exp_name']}-{job_id}"
     for part in ("--device /dev/kfd", "--device /dev/dri", "--group-add video", f"--name {name}"):
