@@ -27,7 +27,7 @@ from agentsweep.collect.output import one_set, write_csv, write_text
 from agentsweep.collect.pareto import frontier_table
 from agentsweep.collect.plots import PLOT_FILES, write_plots
 from agentsweep.collect.provenance import mixed_in_sweep, refuse_mixed
-from agentsweep.collect.report import summary_markdown, write_report
+from agentsweep.collect.report import summary_markdown, sweep_headline, write_report
 from agentsweep.config import overrides
 from agentsweep.contract.resultdir import read_matrix
 from agentsweep.contract.verdict import INVALID_EXIT
@@ -116,12 +116,13 @@ def render_outputs(
     write_csv(frontier, out_dir / "frontier.csv")
     if capacity is not None:
         write_csv(capacity.table, out_dir / "capacity.csv")
+    head = sweep_headline(df, capacity)
     if plots:
         figures = write_plots(df, out_dir, include_invalid)
         if capacity is not None:
             figures += write_capacity_plots(capacity.cells, out_dir)
-        write_report(df, figures, out_dir, capacity)
-    text = summary_markdown(df, frontier, capacity)
+        write_report(df, figures, out_dir, capacity, head)
+    text = summary_markdown(df, frontier, capacity, head)
     if mixed:
         text += "\n### Points measured differently (--allow-mixed)\n\n" + "".join(f"- {m}\n" for m in mixed)
     write_text(out_dir / "summary.md", text)

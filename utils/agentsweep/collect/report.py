@@ -14,6 +14,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from agentsweep import __version__
 from agentsweep.collect.capacity import CapacityResults
+from agentsweep.collect.headline import INTERACTIVITY_TEXT, Headline, headline
 from agentsweep.collect.output import write_text
 from agentsweep.collect.pareto import routed
 
@@ -91,6 +92,11 @@ POWER_TABLE = (
     ("avg_power_per_gpu_w", "W/GPU", "num"),
     ("power_reasons", "Power withheld because", "reasons"),
 )
+
+
+def _is_set(value: Any) -> bool:
+    """A text field with a value (an empty CSV field reads back as NaN)."""
+    return value is not None and not (isinstance(value, float) and math.isnan(value)) and str(value) != ""
 
 
 def _has(df: pd.DataFrame, column: str) -> bool:
@@ -181,8 +187,13 @@ def identity(df: pd.DataFrame) -> list[tuple[str, str]]:
             )
             kind = "text" if column == "offload" else "int"
             rows.append((label, ", ".join(fmt(v, kind) for v in values)))
-    counts = df["status"].value_counts().to_dict() if "status" in df.columns else {}
+    steps = df["step_of"].map(_is_set).astype(bool) if "step_of" in df.columns else None
+    cells = df[~steps] if steps is not None else df
+    counts = cells["status"].value_counts().to_dict() if "status" in cells.columns else {}
     rows.append(("Cells", ", ".join(f"{n} {s}" for s, n in counts.items()) or "none"))
+    if steps is not None and steps.any():
+        counts = df[steps]["status"].value_counts().to_dict()
+        rows.append(("Capacity steps", ", ".join(f"{n} {s}" for s, n in counts.items())))
     return rows
 
 
@@ -256,13 +267,24 @@ def capacity_rows(capacity: CapacityResults | None) -> list[list[str]]:
     ]
 
 
+def sweep_headline(df: pd.DataFrame, capacity: CapacityResults | None) -> Headline:
+    """The headline of the collected table (collect.headline), from its summary and capacity tables."""
+    return headline(df, capacity.table if capacity is not None else None)
+
+
 def write_report(
-    df: pd.DataFrame, plots: list[tuple[str, Path]], out_dir: Path, capacity: CapacityResults | None = None
+    df: pd.DataFrame,
+    plots: list[tuple[str, Path]],
+    out_dir: Path,
+    capacity: CapacityResults | None = None,
+    head: Headline | None = None,
 ) -> Path:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
     template = env.get_template("report.html.j2")
     html = template.render(
         title=f"agentsweep report — {_distinct(df, 'config_key')}",
+        headline=head if head is not None else sweep_headline(df, capacity),
+        interactivity_text=INTERACTIVITY_TEXT,
         identity=identity(df),
         headers=[h for _c, h, _k in table_spec(df)],
         rows=table_rows(df),
@@ -284,11 +306,51 @@ def _md_escape(text: str) -> str:
     return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|").replace("`", "'")
 
 
+def headline_markdown(head: Headline) -> list[str]:
+    """The headline as Markdown: per hardware and model, the tiers' and interactivity levels' tables."""
+    lines: list[str] = []
+    for group in head.groups:
+        lines += [f"### {_md_escape(group.title)}", "", _md_escape(group.verdicts), ""]
+        if group.note:
+            lines += [_md_escape(group.note), ""]
+        if group.tiers:
+            lines += [
+                "| SLO tier | Agents/GPU | Agents/MW | Best configuration | Bound by | How it was read |",
+                "|---|---|---|---|---|---|",
+            ]
+            for t in group.tiers:
+                if t.met:
+                    config = t.configuration + (f" (and {t.ties} as many)" if t.ties else "")
+                    cells = [t.description, t.agents, t.per_mw, config, t.binding, t.reading]
+                else:
+                    cells = [t.description, "none", "–", "no configuration meets it", t.binding, ""]
+                lines.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
+            lines.append("")
+        lines += [
+            f"Throughput per GPU on the frontier at each interactivity level ({_md_escape(INTERACTIVITY_TEXT)}):",
+            "",
+            "| Interactivity | Output tok/s/GPU | Total tok/s/GPU | Configuration | How |",
+            "|---|---|---|---|---|",
+        ]
+        for level in group.levels:
+            out = f"{level.output:,.1f}" if level.output is not None else "–"
+            total = f"{level.total:,.0f}" if level.total is not None else "–"
+            cells = [level.level_text, out, total, level.configuration or "–", level.how]
+            lines.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
+        lines.append("")
+    return lines
+
+
 def summary_markdown(
-    df: pd.DataFrame, frontier: pd.DataFrame, capacity: CapacityResults | None = None
+    df: pd.DataFrame,
+    frontier: pd.DataFrame,
+    capacity: CapacityResults | None = None,
+    head: Headline | None = None,
 ) -> str:
-    """A compact Markdown summary for $GITHUB_STEP_SUMMARY."""
+    """A compact Markdown summary for $GITHUB_STEP_SUMMARY: the headline first, then the details."""
     lines = [f"## agentsweep — {_md_escape(_distinct(df, 'config_key'))}", ""]
+    lines += headline_markdown(head if head is not None else sweep_headline(df, capacity))
+    lines += ["### Sweep", ""]
     lines += ["| | |", "|---|---|"] + [f"| {k} | {_md_escape(v)} |" for k, v in identity(df)] + [""]
     headers = [h for _c, h, _k in table_spec(df)]
     lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]

@@ -23,6 +23,7 @@ from agentsweep.sweep.local import (
     check_reuse,
     dry_run_lines,
     fmt_duration,
+    headline_lines,
     install_stop_handlers,
     plan_sweep,
     prepare,
@@ -144,6 +145,8 @@ def _run_plans(plans: list[SweepPlan], launcher: Path, *, collect: bool) -> int:
             collect_invalid |= code == INVALID_EXIT
             if report.exists():
                 print(f"sweep: report: {report.resolve()}", flush=True)
+                for line in headline_lines(report.parent):
+                    print(f"sweep: {line}", flush=True)
             else:
                 print(
                     f"sweep: collect wrote no report.html under {report.parent} (exit status {code})",

@@ -264,6 +264,18 @@ def run_collect(key_dir: Path, tiers: Sequence[SloTier] = ()) -> tuple[int, Path
     return code, key_dir / "aggregated" / "report.html"
 
 
+def headline_lines(aggregated: Path) -> list[str]:
+    """The collected sweep's headline (collect.headline) as plain lines, from its summary.csv and
+    capacity.csv; one line saying why when it cannot be read (the sweep still ends as it would)."""
+    from agentsweep.collect import headline  # pandas and collect, only once a sweep has collected
+
+    try:
+        found = headline.from_files(aggregated)
+    except (OSError, ValueError) as err:
+        return [f"no headline: {aggregated}: {err}"]
+    return found.lines() if found is not None else []
+
+
 def fmt_duration(seconds: float) -> str:
     seconds = max(0, round(seconds))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
