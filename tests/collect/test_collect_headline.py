@@ -121,7 +121,7 @@ def test_each_tier_names_its_best_configuration_or_says_none_meets_it() -> None:
     interactive, fast = head.groups[0].tiers
     assert (interactive.met, interactive.agents, interactive.per_mw) == (True, "6", "9,000")
     assert interactive.configuration == "TP 1 · offload off"
-    assert interactive.binding == "bound by speed p25 (18 tok/s at 7 users)"
+    assert interactive.binding == "speed p25 (18 tok/s at 7 users)"
     # One run per count is said, so a bracket of 6-6 never reads as a measured interval.
     assert interactive.reading == (
         "capacity search: passes at 6 users, fails at 7; one run per count, so no run-to-run spread"

@@ -16,6 +16,7 @@ that the headline (collect.headline) can pick the best configuration per tier fr
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +65,7 @@ CAPACITY_COLUMNS = (
     "steps",
     "engine_s",
     "line",
-    # What the row was measured on, and how often each count ran.
+    # What the row was measured on, and the fewest runs any measured count had.
     "binding_text",
     "repeats",
     *CONFIG_COLUMNS,
@@ -136,6 +137,11 @@ def capacity_cells(df: pd.DataFrame, notes: list[str]) -> list[CapacityCell]:
     return out
 
 
+def fewest_runs(users: Sequence[int]) -> int:
+    """The fewest runs any measured user count had (1: some count has no run-to-run spread)."""
+    return min(Counter(users).values()) if users else 0
+
+
 def _binding_text(tiers: Sequence[SloTier], tier: str, binding: str | None, value: float | None) -> str:
     """The binding statistic's value as its constraint writes it (``11.2 s``); empty for validity."""
     if binding is None or value is None:
@@ -179,7 +185,7 @@ def _search_rows(cells: Sequence[CapacityCell]) -> list[dict[str, Any]]:
                     "engine_s": item.record.engine_s,
                     "line": tier.line,
                     "binding_text": _binding_text(spec.tiers, tier.tier, tier.binding, tier.binding_value),
-                    "repeats": item.record.repeats,
+                    "repeats": fewest_runs([s.users for s in item.record.steps]),
                     **item.facts,
                 }
             )
@@ -258,7 +264,7 @@ def _grid_rows(
             )
         label = _series_label(dict(zip(GRID_KEYS, key, strict=True)), several_keys)
         facts = config_facts(members[0])
-        repeats = max(sum(1 for r in runs if r.users == u) for u in {r.users for r in runs}) if runs else 0
+        repeats = fewest_runs([r.users for r in runs])
         for tier in tiers:
             found = grid_capacity(tier, runs)
             if found is None:

@@ -71,6 +71,10 @@ def agents_text(value: float) -> str:
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
 
 
+def _agents_unit(value: float | None) -> str:
+    return "agent" if value == 1 else "agents"
+
+
 def tok_text(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.1f}"
 
@@ -104,7 +108,7 @@ class Configuration:
         return " · ".join(parts) + (" (capacity step)" if self.step and with_users else "")
 
 
-def _configuration(row: dict[str, Any], engines: bool) -> Configuration:
+def configuration(row: dict[str, Any], engines: bool) -> Configuration:
     return Configuration(
         tp=_int_text(row.get("tp")),
         offload=_text(row.get("offload")) or "?",
@@ -151,8 +155,9 @@ class TierPick:
         mw = f", {self.per_mw} per MW" if self.agents_per_mw is not None else ""
         ties = f"; {self.ties} other configuration(s) as many" if self.ties else ""
         return (
-            f"tier {self.description}: {self.agents} agents per GPU{mw} with {self.configuration} "
-            f"({self.reading}); {self.binding}{ties}"
+            f"tier {self.description}: {self.agents} {_agents_unit(self.agents_per_gpu)} per GPU{mw} "
+            f"with {self.configuration} "
+            f"({self.reading}); bound by {self.binding}{ties}"
         )
 
 
@@ -234,16 +239,17 @@ def _is_capacity(row: dict[str, Any]) -> bool:
     return bool(_text(row.get("capacity")))
 
 
-def _reading(row: dict[str, Any]) -> str:
+def capacity_reading(row: dict[str, Any]) -> str:
     """How a capacity row's figure was read, and what backs it."""
     kind = _text(row.get("boundary_type"))
     low, high = _number(row.get("interval_low")), _number(row.get("interval_high"))
     repeats = _number(row.get("repeats"))
-    runs = (
-        "one run per count, so no run-to-run spread"
-        if repeats == 1
-        else f"{_int_text(repeats)} runs per count"
-    )
+    if repeats is None or repeats < 1:
+        runs = "runs per count not recorded"
+    elif repeats == 1:
+        runs = "one run per count, so no run-to-run spread"
+    else:
+        runs = f"at least {_int_text(repeats)} runs per count"
     if _text(row.get("source")) == "search":
         where = "capacity search"
         if kind == "cliff":
@@ -270,14 +276,15 @@ def _reading(row: dict[str, Any]) -> str:
     return f"grid; {runs}"
 
 
-def _binding(row: dict[str, Any]) -> str:
+def capacity_binding(row: dict[str, Any]) -> str:
+    """What ends a capacity row's boundary: ``TTFT p90 (43 s at 6 users)``."""
     binding = _text(row.get("binding"))
     if not binding:
-        return "nothing measured above it binds"
+        return "nothing: no count measured above it misses the tier"
     value = _text(row.get("binding_text"))
     users = _number(row.get("binding_users"))
     at = f" at {_int_text(users)} users" if users is not None else ""
-    return f"bound by {binding}" + (f" ({value}{at})" if value else at)
+    return binding + (f" ({value}{at})" if value else at)
 
 
 def _met(row: dict[str, Any]) -> bool:
@@ -311,9 +318,9 @@ def _tier_pick(tier: str, rows: list[dict[str, Any]], engines: bool) -> TierPick
         agents_per_gpu=agents,
         at_least=_text(best.get("boundary_type")) in ("at_least", "unresolved"),
         agents_per_mw=_number(best.get("agents_per_mw")),
-        configuration=_configuration({**best, "users": None}, engines).text(with_users=False),
-        binding=_binding(best),
-        reading=_reading(best),
+        configuration=configuration({**best, "users": None}, engines).text(with_users=False),
+        binding=capacity_binding(best),
+        reading=capacity_reading(best),
         ties=ties,
         read=len(rows),
     )
@@ -330,7 +337,7 @@ def _level_pick(level: float, points: list[dict[str, Any]], engines: bool) -> Le
     ys = [usable[k][2] for k in front]
 
     def label(p: dict[str, Any]) -> str:
-        return _configuration(p, engines).text()
+        return configuration(p, engines).text()
 
     def total(p: dict[str, Any]) -> float | None:
         return _number(p.get(TOTAL))
