@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from agentsweep.capacity.grid import GridCapacity, GridRun, grid_capacity
 from agentsweep.capacity.measure import run_figures
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.resultdir import CapacityRecord, read_capacity, read_cell_record
-from agentsweep.contract.slo import DEFAULT_TIERS, SloTier, distinct_constraints
+from agentsweep.contract.slo import DEFAULT_TIERS, SloConstraint, SloTier, distinct_constraints
 from agentsweep.errors import InputError
 
 # The configuration a capacity row belongs to (summary.csv's own columns; ``hardware`` as hardware_of).
@@ -154,7 +154,7 @@ def _binding_text(tiers: Sequence[SloTier], tier: str, binding: str | None, valu
     return ""
 
 
-def _search_rows(cells: Sequence[CapacityCell]) -> list[dict[str, Any]]:
+def search_rows(cells: Sequence[CapacityCell]) -> list[dict[str, Any]]:
     rows = []
     for item in cells:
         spec = item.cell.capacity
@@ -212,9 +212,43 @@ def _series_label(key: dict[str, Any], several_keys: bool) -> str:
     return f"{key['config_key']} {label}" if several_keys else label
 
 
-def _grid_rows(
-    df: pd.DataFrame, tiers: Sequence[SloTier], notes: list[str]
+# What a grid member measured: (the cell's GPUs, the member as a run at its user count), or None
+# when it cannot be read. Collect reads each result directory; the dashboard the store's figures.
+GridReader = Callable[[dict[str, Any], Sequence[SloConstraint]], "tuple[int, GridRun] | None"]
+
+
+def result_dir_reader(notes: list[str]) -> GridReader:
+    """A GridReader over a row's result directory (its cell.json and requests.jsonl)."""
+
+    def read(member: dict[str, Any], constraints: Sequence[SloConstraint]) -> tuple[int, GridRun] | None:
+        path = Path(str(member["result_dir"]))
+        try:
+            cell_record = read_cell_record(path)
+            cell = cell_record.parse_cell() if cell_record is not None else None
+        except InputError as err:
+            notes.append(f"{member['exp_name']}: {err}")
+            return None
+        if cell is None:
+            return None
+        figures = run_figures(path, cell, constraints)
+        return cell.gpus, GridRun(
+            users=cell.users,
+            status=str(member["status"]),
+            statistics=figures.statistics,
+            reasons=(str(member.get("reason") or ""),) if member.get("reason") else (),
+            output_tok_per_s_per_gpu=figures.output_tok_per_s_per_gpu,
+            total_tok_per_s_per_gpu=figures.total_tok_per_s_per_gpu,
+            kv_working_set_tokens=figures.kv_working_set_tokens,
+            kv_pool_tokens=figures.kv_pool_tokens,
+        )
+
+    return read
+
+
+def grid_rows(
+    df: pd.DataFrame, tiers: Sequence[SloTier], read: GridReader
 ) -> tuple[list[dict[str, Any]], list[str]]:
+    """capacity.csv's grid rows (and their lines): per series of ordinary cells, each tier's reading."""
     if df.empty or "status" not in df.columns:
         return [], []
     records = [
@@ -236,32 +270,14 @@ def _grid_rows(
         gpus = 1
         power: dict[int, list[float]] = {}
         for member in members:
-            path = Path(str(member["result_dir"]))
-            try:
-                cell_record = read_cell_record(path)
-                cell = cell_record.parse_cell() if cell_record is not None else None
-            except InputError as err:
-                notes.append(f"{member['exp_name']}: {err}")
+            found_run = read(member, constraints)
+            if found_run is None:
                 continue
-            if cell is None:
-                continue
-            gpus = cell.gpus
+            gpus, run = found_run
             watts = _number(member.get("avg_power_w"))
             if watts is not None and member.get("status") == "SUCCESS":
-                power.setdefault(cell.users, []).append(watts)
-            figures = run_figures(path, cell, constraints)
-            runs.append(
-                GridRun(
-                    users=cell.users,
-                    status=str(member["status"]),
-                    statistics=figures.statistics,
-                    reasons=(str(member.get("reason") or ""),) if member.get("reason") else (),
-                    output_tok_per_s_per_gpu=figures.output_tok_per_s_per_gpu,
-                    total_tok_per_s_per_gpu=figures.total_tok_per_s_per_gpu,
-                    kv_working_set_tokens=figures.kv_working_set_tokens,
-                    kv_pool_tokens=figures.kv_pool_tokens,
-                )
-            )
+                power.setdefault(run.users, []).append(watts)
+            runs.append(run)
         label = _series_label(dict(zip(GRID_KEYS, key, strict=True)), several_keys)
         facts = config_facts(members[0])
         repeats = fewest_runs([r.users for r in runs])
@@ -335,8 +351,8 @@ def capacity_results(df: pd.DataFrame, slo: Sequence[SloTier] | None = None) -> 
     """The capacity table of a collected sweep (empty when no cell says anything about capacity)."""
     notes: list[str] = []
     cells = capacity_cells(df, notes)
-    rows = _search_rows(cells)
+    rows = search_rows(cells)
     lines = [row["line"] for row in rows]
-    grid_rows, grid_lines = _grid_rows(df, grid_tiers(slo, cells), notes)
-    table = pd.DataFrame.from_records([*rows, *grid_rows], columns=list(CAPACITY_COLUMNS))
+    grid, grid_lines = grid_rows(df, grid_tiers(slo, cells), result_dir_reader(notes))
+    table = pd.DataFrame.from_records([*rows, *grid], columns=list(CAPACITY_COLUMNS))
     return CapacityResults(table=table, lines=[*lines, *grid_lines], cells=cells, notes=notes)

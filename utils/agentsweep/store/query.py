@@ -65,9 +65,11 @@ class Point:
     metrics: dict[str, float] = field(default_factory=dict)
     noise: dict[str, tuple[float, float]] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    slo_run: dict[str, Any] = field(default_factory=dict)  # result_files.PointFacts.slo_run
     # A capacity cell: its figures are its steps' (points of their own) and its capacity.json; it
     # lies on no curve, in no history and in no diff itself.
     capacity: bool = False
+    capacity_cell: dict[str, Any] | None = None  # the capacity cell's cell, as cell.json holds it
 
     @property
     def facts(self) -> dict[str, Any]:
@@ -178,8 +180,10 @@ def load_points(
             recipe_fingerprint=row["recipe_fingerprint"],
             noise={k: (float(v[0]), float(v[1])) for k, v in (extra.get("ranges") or {}).items()},
             labels=dict(extra.get("labels") or {}),
-            capacity=_is_capacity(row["cell_json"]),
+            slo_run=dict(extra.get("slo_run") or {}),
+            capacity_cell=_capacity_cell(row["cell_json"]),
         )
+        points[row["id"]].capacity = points[row["id"]].capacity_cell is not None
     if points:
         mq = select(m.c.point_id, m.c.name, m.c.value)
         if metrics is not None:
@@ -191,12 +195,13 @@ def load_points(
     return sorted(points.values(), key=lambda pt: (pt.when, pt.exp_name))
 
 
-def _is_capacity(cell_json: str | None) -> bool:
+def _capacity_cell(cell_json: str | None) -> dict[str, Any] | None:
+    """A capacity cell's cell.json cell; None for every other point."""
     try:
         cell = json.loads(cell_json or "{}")
     except ValueError:
-        return False
-    return isinstance(cell, dict) and bool(cell.get("capacity"))
+        return None
+    return cell if isinstance(cell, dict) and cell.get("capacity") else None
 
 
 def measured(points: Iterable[Point]) -> list[Point]:

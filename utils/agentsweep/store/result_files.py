@@ -26,6 +26,7 @@ from kv_cache_tester.inputfiles import InputFileProblem, open_regular
 from kv_cache_tester.replay import RecordReader, RequestRecord, ResultError, Summary, load_summary
 from kv_cache_tester.replay.jsonfast import dumps
 
+from agentsweep.capacity.measure import run_figures
 from agentsweep.collect import columns
 from agentsweep.collect.aggregate import load_cell
 from agentsweep.collect.discover import FoundCell, find_cells
@@ -46,6 +47,7 @@ from agentsweep.contract.resultdir import (
     result_file,
 )
 from agentsweep.contract.resultdir.fileio import exists
+from agentsweep.contract.slo import DEFAULT_TIERS, distinct_constraints
 from agentsweep.errors import InputError, ResultFileError
 from agentsweep.metrics.scrapes import FIGURES, ScrapeReader
 
@@ -139,6 +141,10 @@ class PointFacts:
     validity: dict[str, Any]  # summary.json's validity (every check with value and limit); {} if none
     stability: dict[str, Any]  # summary.json's stability block; {} if none
     noise: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric -> (min, max)
+    # The run as a grid of ordinary cells reads it against the default SLO tiers (collect.capacity):
+    # {"statistics": {constraint key: value}, "output"/"total": tok/s per GPU, "kv_working_set",
+    # "kv_pool"}; {} for a capacity cell and a FAILED one.
+    slo_run: dict[str, Any] = field(default_factory=dict)
     requests: RequestTimeline = field(default_factory=RequestTimeline, repr=False)
 
     @property
@@ -214,6 +220,16 @@ def read_point(path: Path, step_of: str = "") -> PointFacts:
         except ResultError as err:
             raise InputError(f"{path}: {err}") from None
     block, noise = read_stability(summary, metrics.get("clock_scale", 1.0))
+    slo_run: dict[str, Any] = {}
+    if summary is not None and row.status in ("SUCCESS", "INVALID"):
+        figures = run_figures(path, record.parse_cell(), distinct_constraints(DEFAULT_TIERS))
+        slo_run = {
+            "statistics": figures.statistics,
+            "output": figures.output_tok_per_s_per_gpu,
+            "total": figures.total_tok_per_s_per_gpu,
+            "kv_working_set": figures.kv_working_set_tokens,
+            "kv_pool": figures.kv_pool_tokens,
+        }
     return PointFacts(
         path=path,
         exp_name=row.exp_name,
@@ -229,6 +245,7 @@ def read_point(path: Path, step_of: str = "") -> PointFacts:
         validity=dict(summary.get("validity") or {}) if summary is not None else {},
         stability=block,
         noise=noise,
+        slo_run=slo_run,
         requests=timeline,
     )
 
