@@ -149,6 +149,10 @@ class TierPick:
             return "–"
         return ("≥ " if self.at_least else "") + f"{self.agents_per_mw:,.0f}"
 
+    @property
+    def bound(self) -> str:
+        return self.binding if self.binding.startswith("nothing") else f"bound by {self.binding}"
+
     def line(self) -> str:
         if not self.met:
             return f"tier {self.description}: no configuration meets it ({self.binding})"
@@ -157,7 +161,7 @@ class TierPick:
         return (
             f"tier {self.description}: {self.agents} {_agents_unit(self.agents_per_gpu)} per GPU{mw} "
             f"with {self.configuration} "
-            f"({self.reading}); bound by {self.binding}{ties}"
+            f"({self.reading}); {self.bound}{ties}"
         )
 
 
@@ -280,7 +284,7 @@ def capacity_binding(row: dict[str, Any]) -> str:
     """What ends a capacity row's boundary: ``TTFT p90 (43 s at 6 users)``."""
     binding = _text(row.get("binding"))
     if not binding:
-        return "nothing: no count measured above it misses the tier"
+        return "nothing measured: no larger count was run"
     value = _text(row.get("binding_text"))
     users = _number(row.get("binding_users"))
     at = f" at {_int_text(users)} users" if users is not None else ""

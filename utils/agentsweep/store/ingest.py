@@ -306,6 +306,7 @@ def _insert_point(conn: Connection, run_id: int, item: Checked, ready: Prepared)
                 {
                     "block": facts.stability,
                     "ranges": facts.noise,
+                    "throughput_ranges": facts.throughput_noise,
                     "labels": facts.labels,
                     "slo_run": facts.slo_run,
                 }

@@ -2,8 +2,10 @@
 
 A change between two measurements is flagged only beyond the noise measured for them, never on a
 bare threshold:
-- a point's stability block gives, per metric, the min and max over its sub-windows: the base's
-  range and the head's range must not overlap (one range alone: the other value must lie outside it);
+- a point's stability block gives, per metric, the min and max over its sub-windows, and for a
+  throughput its value ± 2 standard errors over the same sub-windows (result_files.read_throughput_noise):
+  the base's range and the head's range must not overlap (one range alone: the other value must lie
+  outside it);
 - without one, the spread (min..max) of the base measurement's repeats in the store (same identity
   and recipe fingerprint, two or more points, the head left out), and the head must lie outside it;
 - with neither, the change is shown with "no noise figure" and not flagged.
@@ -64,6 +66,7 @@ class Point:
     recipe_fingerprint: str
     metrics: dict[str, float] = field(default_factory=dict)
     noise: dict[str, tuple[float, float]] = field(default_factory=dict)
+    noise_source: dict[str, str] = field(default_factory=dict)  # metric -> what its range is
     labels: dict[str, str] = field(default_factory=dict)
     slo_run: dict[str, Any] = field(default_factory=dict)  # result_files.PointFacts.slo_run
     # A capacity cell: its figures are its steps' (points of their own) and its capacity.json; it
@@ -178,7 +181,14 @@ def load_points(
             start_utc=row["start_utc"],
             receipt_id=row["receipt_id"],
             recipe_fingerprint=row["recipe_fingerprint"],
-            noise={k: (float(v[0]), float(v[1])) for k, v in (extra.get("ranges") or {}).items()},
+            noise={
+                k: (float(v[0]), float(v[1]))
+                for k, v in {**(extra.get("throughput_ranges") or {}), **(extra.get("ranges") or {})}.items()
+            },
+            noise_source={
+                **dict.fromkeys(extra.get("throughput_ranges") or {}, "sub-windows"),
+                **dict.fromkeys(extra.get("ranges") or {}, "stability"),
+            },
             labels=dict(extra.get("labels") or {}),
             slo_run=dict(extra.get("slo_run") or {}),
             capacity_cell=_capacity_cell(row["cell_json"]),
@@ -258,8 +268,10 @@ class Noise:
 
 
 def stability_noise(point: Point, metric: str) -> Noise | None:
+    """The point's own range for the metric: its stability block's sub-window extremes (latency,
+    interactivity), or for a throughput its value ± 2 standard errors over the same sub-windows."""
     rng = point.noise.get(metric)
-    return Noise(rng[0], rng[1], "stability") if rng else None
+    return Noise(rng[0], rng[1], point.noise_source.get(metric, "stability")) if rng else None
 
 
 def repeat_noise(point: Point, metric: str, pool: Sequence[Point], leave_out: int) -> Noise | None:
