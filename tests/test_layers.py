@@ -16,7 +16,7 @@ PACKAGE = ROOT / "utils" / "agentsweep"
 
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("kv_cache_tester",),
-    ("agentsweep.errors", "agentsweep.watchdog"),
+    ("agentsweep.errors", "agentsweep.watchdog", "agentsweep.style"),
     ("agentsweep.contract",),
     ("agentsweep.engine_sim", "agentsweep.metrics"),
     ("agentsweep.energy", "agentsweep.validity", "agentsweep.images"),

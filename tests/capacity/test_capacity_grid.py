@@ -149,3 +149,41 @@ def test_collect_reads_a_grid_capacity_per_series(tmp_path: Path) -> None:
         "tier t (TTFT p90 ≤ 1 s), sim offload=off tp=1 (grid): 10 agents per GPU (interpolated 8–15), "
         "bound by TTFT p90"
     ]
+
+
+def test_a_series_of_one_count_says_at_least_or_none_and_grid_rows_name_their_configuration(
+    tmp_path: Path,
+) -> None:
+    rows = []
+    for users, p90, offload, watts in (
+        (2, 0.2, "on", 500.0),
+        (2, 5.0, "off", None),
+        (4, 0.3, "noprefix", 400.0),
+    ):
+        cell = CELL.replace(
+            users=users, offload=offload, exp_name=f"g-tp1-ep1-u{users}-{offload}", config_key="g"
+        )
+        path = tmp_path / cell.exp_name
+        write_run(path, cell, [p90] * 10)
+        rows.append(
+            {"exp_name": cell.exp_name, "status": "SUCCESS", "result_dir": str(path), "config_key": "g",
+             "engine": "sim", "offload": offload, "router": "", "disagg": "", "tp": 1, "users": users,
+             "capacity": None, "step_of": "", "model": "m", "runner": "h200", "replicas": 1,
+             "avg_power_w": watts}
+        )  # fmt: skip
+    results = capacity_results(pd.DataFrame(rows), [parse_tier_text("t: ttft p90 <= 1 s")])
+    table = results.table.set_index("offload")
+    assert list(table["boundary_type"]) == ["at_least", "none", "at_least"]
+    assert list(table["boundary_users"]) == [2, 0, 4]
+    # Agents per MW: the boundary's users over the mean power of its cell (none where not measured).
+    assert table.loc["on", "agents_per_mw"] == 2 / (500.0 / 1e6)
+    assert table.loc["noprefix", "agents_per_mw"] == 4 / (400.0 / 1e6)
+    assert pd.isna(table.loc["off", "agents_per_mw"])
+    assert table.loc["off", "binding_text"] == "5 s" and table.loc["off", "binding_users"] == 2
+    assert (
+        set(table["model"]) == {"m"} and set(table["hardware"]) == {"h200"} and set(table["repeats"]) == {1}
+    )
+    assert (
+        results.lines[1]
+        == "tier t (TTFT p90 ≤ 1 s), sim offload=off tp=1 (grid): 0 agents per GPU: even 2 users miss it (bound by TTFT p90)"
+    )

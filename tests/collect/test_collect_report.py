@@ -62,6 +62,7 @@ def test_outputs_written(collected):
         "summary.md",
         "cache.png",
         "hit_rates.png",
+        "pareto.png",
         "pareto_output_tok_per_s_per_gpu.png",
         "pareto_total_tok_per_s_per_gpu.png",
         "pareto_input_tok_per_s_per_gpu.png",
@@ -81,7 +82,7 @@ def test_report_is_self_contained(collected):
     _, out, _ = collected
     html = (out / "report.html").read_text()
     sources = re.findall(r'<img src="([^"]+)"', html)
-    assert len(sources) == 5
+    assert len(sources) == 6  # the main Pareto figure, three Pareto panels, cache, hit rates
     for src in sources:
         assert src.startswith("data:image/png;base64,")
         _png_size(base64.b64decode(src.split(",", 1)[1]))
@@ -114,7 +115,7 @@ def test_report_renders_every_image_in_headless_chromium(collected, tmp_path):
         timeout=120,
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
-    assert 'data-images="5/5"' in dom.stdout
+    assert 'data-images="6/6"' in dom.stdout
     shot = tmp_path / "report.png"
     subprocess.run(
         [*flags, "--window-size=1400,3000", f"--screenshot={shot}", (out / "report.html").as_uri()],

@@ -134,8 +134,8 @@ def test_the_report_shows_routed_columns_when_a_cell_is_routed(tmp_path, with_pd
     single = next(line for line in markdown.splitlines() if "-u8-on |" in line)
     assert dict(zip(headers, [c.strip() for c in single.strip("|").split("|")], strict=True))["Router"] == "–"
     html = (tmp_path / "out" / "report.html").read_text()
-    assert "<th>Busiest inst.</th>" in html and "<th>Router</th>" in html
-    assert ("<th>Prefill GPU hit</th>" in html) is with_pd
+    assert '<th class="c-routing">Busiest inst.</th>' in html and '<th class="c-routing">Router</th>' in html
+    assert ('<th class="c-routing">Prefill GPU hit</th>' in html) is with_pd
 
 
 @pytest.mark.slow

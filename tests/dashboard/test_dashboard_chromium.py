@@ -5,6 +5,7 @@ only when asked, history flags, and no console error anywhere."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -78,16 +79,25 @@ def test_dashboard_in_headless_chromium(site):
         page.check("#show-invalid")
         page.wait_for_function("window.agentsweep.drawn >= 5", timeout=TIMEOUT_MS)
         grey = next(t for t in _traces(page, "pareto") if t["name"] == "INVALID")
-        assert [by_id[i]["exp_name"] for i in grey["ids"]] == [INVALID] and grey["color"] == "#b0b0b0"
+        assert [by_id[i]["exp_name"] for i in grey["ids"]] == [INVALID]
+        assert grey["color"] == index["style"]["invalid_color"]
 
-        # The overlay shows both runs on the same axes.
+        # The overlay shows both runs on the same axes, each with its own series.
         page.click("#tabs button[data-tab='overlay']")
         page.wait_for_function("window.agentsweep.drawn >= 6", timeout=TIMEOUT_MS)
-        names = {t["name"] for t in _traces(page, "overlay")}
-        assert {"run 1 (night1)", "run 2 (night2)"} <= names
+        names = {t["name"] for t in _traces(page, "overlay") if t["mode"] == "markers"}
+        assert {
+            "run 1 · offload on",
+            "run 2 · offload on",
+            "run 1 · offload off",
+            "run 2 · offload off",
+        } <= names
         for trace in _traces(page, "overlay"):
-            if trace["name"].startswith("run "):
-                assert {by_id[i]["run"] for i in trace["ids"]} == {int(trace["name"].split()[1])}
+            found = re.fullmatch(r"run (\d+) · offload (\w+)", trace["name"] or "")
+            if found and trace["mode"] == "markers":
+                assert {by_id[i]["run"] for i in trace["ids"]} == {int(found[1])}
+                assert {by_id[i]["offload"] for i in trace["ids"]} == {found[2]}
+                assert trace["color"] == index["style"]["offload_colors"][found[2]]
 
         # History: the flagged change is marked and listed.
         page.click("#tabs button[data-tab='history']")

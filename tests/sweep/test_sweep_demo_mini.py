@@ -25,6 +25,14 @@ def test_demo_mini_sweep_end_to_end(repo_root, tmp_path):
     key_dir = results / "demo-mini"
     report = key_dir / "aggregated" / "report.html"
     assert f"sweep: report: {report}" in out
+    # The sweep ends with the headline: the verdicts, each default tier, each interactivity level.
+    printed = proc.stdout.splitlines()
+    tail = printed[printed.index(f"sweep: report: {report}") + 1 :]
+    assert tail[0] == "sweep: local · meta-llama/Llama-3.3-70B-Instruct: 3 cell(s): 3 SUCCESS", tail
+    for tier in ("interactive", "fast", "realtime"):
+        assert sum(line.startswith(f"sweep:   tier {tier} (") for line in tail) == 1, tail
+    for level in (20, 50, 100):
+        assert sum(line.startswith(f"sweep:     at {level} tok/s/user: ") for line in tail) == 1, tail
     assert report.stat().st_size > 10_000
     cells = {d.name: d for d in key_dir.iterdir() if d.name != "aggregated"}
     assert sorted(cells) == [

@@ -142,7 +142,10 @@ def test_dry_run_prints_exact_commands_and_touches_nothing(setup, capsys, tmp_pa
     assert (
         f"--output-dir {key_dir}/mini-tp1-ep1-u2-off --start-users 2 --max-users 2 --test-duration 5" in out
     )
-    assert f"collect: {sys.executable} -m agentsweep.cli collect {key_dir} {key_dir}/aggregated" in out
+    assert (
+        f"collect: {sys.executable} -m agentsweep.cli collect {key_dir} {key_dir.parent}/.mini.aggregated.new"
+        in out
+    )
 
 
 @pytest.mark.integration
@@ -170,8 +173,9 @@ def test_ctrl_c_stops_the_current_cell_cleanly_and_still_collects(setup, tmp_pat
     assert (key_dir / "mini-tp1-ep1-u1-on" / "status.txt").read_text() == "FAILED\ninterrupted by SIGINT\n"
     assert "sweep: SIGINT: stopping mini-tp1-ep1-u1-on (SIGINT, up to" in out
     assert "sweep: interrupted by SIGINT; 4 cell(s) left: rerun the same command with --resume" in out
-    assert f"agentsweep.cli collect {key_dir} {key_dir}/aggregated" in out
+    assert f"agentsweep.cli collect {key_dir} {key_dir.parent}/.mini.aggregated.new" in out
     assert (key_dir / "aggregated" / "summary.csv").exists()  # what finished (here: nothing) is collected
+    assert not (key_dir.parent / ".mini.aggregated.new").exists()  # moved into place
 
 
 @pytest.mark.integration
@@ -216,3 +220,52 @@ def test_a_second_sweep_into_the_same_results_is_refused_naming_the_holder(setup
         first.communicate(timeout=60)
     # The lock went with the first sweep: a third one runs.
     assert main([*base, "--force"]) == 0
+
+
+@pytest.mark.integration
+def test_a_forced_rerun_keeps_the_previous_report_until_the_new_one_replaces_it(setup):
+    base, _log, key_dir = setup
+    base = [a for a in base if a != "--no-collect"]
+    assert main(base) in (1, 3)  # the stand-in cells leave no figures: collect lists them MALFORMED
+    report = key_dir / "aggregated" / "report.html"
+    old = report.stat().st_ino
+    env = {**os.environ, "SLEEP_S": "2"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentsweep.cli", *base, "--force"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        # While the rerun's cells run, someone reading the report still finds it, whole.
+        poll_until((key_dir / "mini-tp1-ep1-u1-on" / ".traps-set").exists, timeout=20)
+        assert report.stat().st_ino == old and report.read_text().rstrip().endswith("</html>")
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode in (1, 3), out
+    assert report.stat().st_ino != old  # the new report, put in place whole
+    assert not (key_dir.parent / ".mini.aggregated.new").exists()
+
+
+def test_a_folder_is_replaced_whole_and_the_old_one_removed(tmp_path, monkeypatch):
+    from agentsweep.collect import output
+
+    for exchange in (True, False):
+        target, new = tmp_path / "aggregated", tmp_path / ".new"
+        target.mkdir()
+        (target / "report.html").write_text("old")
+        (target / "stale.png").write_text("from an earlier collect")
+        new.mkdir()
+        (new / "report.html").write_text("new")
+        if not exchange:  # a system without renameat2's exchange: moved aside, then replaced
+            monkeypatch.setattr(output, "_exchange", lambda a, b: False)
+        output.replace_folder(new, target)
+        assert sorted(p.name for p in target.iterdir()) == ["report.html"]
+        assert (target / "report.html").read_text() == "new"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["aggregated"]
+        import shutil
+
+        shutil.rmtree(target)

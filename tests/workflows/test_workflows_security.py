@@ -165,10 +165,8 @@ def test_sweep_inputs_are_typed() -> None:
     assert all("type" in spec for spec in inputs.values())
     assert inputs["config_key"]["required"] is True
     assert inputs["duration"]["type"] == inputs["max_parallel"]["type"] == "number"
-    assert inputs["offload"]["type"] == "choice"
-    # Quoted in YAML: on/off must stay strings (PyYAML would read bare on/off as booleans).
-    assert inputs["offload"]["options"] == ["all", "on", "off", "noprefix", "on,off"]
-    assert inputs["offload"]["default"] in inputs["offload"]["options"]
+    # Any comma list of modes, as the CLI's --offload takes it (a choice offered five of them).
+    assert inputs["offload"]["type"] == "string" and inputs["offload"]["default"] == ""
 
 
 def test_sweep_runs_once_per_key_set() -> None:

@@ -42,7 +42,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--points", type=Path, default=DEFAULT_POINTS, help="published points (CSV; default: shipped set)"
     )
-    p.add_argument("--out", type=Path, default=Path("calibration_out"), help="output directory")
+    p.add_argument(
+        "-o",
+        "--output",
+        "--out",
+        dest="out",
+        type=Path,
+        default=Path("calibration_out"),
+        help="output directory",
+    )
     p.add_argument("--seconds", type=float, default=12.0, help="wall seconds of replay per row")
     p.add_argument("--rows", default=None, help="only these CSV line numbers (comma separated)")
     p.add_argument("--fit", action="store_true", help="fit the coefficients instead of running the rows")

@@ -1,12 +1,13 @@
 """The capacity read off an ordinary sweep: per series of cells (one engine, offload mode, router,
-shape and TP at several user counts), each tier's boundary from the grid of user counts.
+shape and TP at one or more user counts), each tier's boundary from the grid of user counts.
 
 The cells are judged as the search judges its steps (valid, every constraint holding on the
 statistic smoothed over users). Between the largest passing count and the smallest failing one the
 boundary is interpolated on the binding constraint's statistic (linear in users, rounded down), and
 marked so: a grid of 2, 4, 8 users that passes at 4 and fails at 8 reads, say, "6 (interpolated
 4-7)". Adjacent counts need no interpolation; a binding validity failure is not interpolated (the
-boundary is then the last passing count).
+boundary is then the last passing count). A series of one count says only "at least" that many (it
+meets the tier) or "none" (even that count misses it).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class GridCapacity:
     binding_users: int | None
     output_tok_per_s_per_gpu: float | None
     total_tok_per_s_per_gpu: float | None
+    binding_text: str = ""  # the binding value as its constraint writes it (or the cell's first reason)
 
     def line(self, series: str, gpus: int) -> str:
         """The tier's plain line for a series, marked as read off the grid."""
@@ -119,4 +121,5 @@ def grid_capacity(tier: SloTier, runs: Sequence[Run]) -> GridCapacity | None:
         binding_users=failing if binding else None,
         output_tok_per_s_per_gpu=at.mean_of(lambda r: r.output_tok_per_s_per_gpu) if at else None,
         total_tok_per_s_per_gpu=at.mean_of(lambda r: r.total_tok_per_s_per_gpu) if at else None,
+        binding_text=binding.text if binding else "",
     )

@@ -6,27 +6,43 @@ Two sources, each row marked with it:
   binding constraint, boundary type and stop reason);
 - ``grid``: an ordinary sweep's cells, per series (config key, engine, offload, router, shape, TP),
   read off the grid of user counts by ``agentsweep.capacity.grid`` (interpolated between the cells
-  that bracket a boundary, and marked so). The tiers are ``--slo`` when given, else the tiers of the
-  sweep's capacity cells, else the default tiers.
+  that bracket a boundary, and marked so; a series of one count says "at least" or "none"). The tiers
+  are ``--slo`` when given, else the tiers of the sweep's capacity cells, else the default tiers.
+
+Each row also names what it was measured on (model, hardware, engine, TP, offload, router, shape) so
+that the headline (collect.headline) can pick the best configuration per tier from this table alone.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from agentsweep.capacity.grid import GridRun, grid_capacity
+from agentsweep.capacity.grid import GridCapacity, GridRun, grid_capacity
 from agentsweep.capacity.measure import run_figures
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.resultdir import CapacityRecord, read_capacity, read_cell_record
-from agentsweep.contract.slo import DEFAULT_TIERS, SloTier, distinct_constraints
+from agentsweep.contract.slo import DEFAULT_TIERS, SloConstraint, SloTier, distinct_constraints
 from agentsweep.errors import InputError
 
+# The configuration a capacity row belongs to (summary.csv's own columns; ``hardware`` as hardware_of).
+CONFIG_COLUMNS = (
+    "config_key",
+    "model",
+    "hardware",
+    "engine",
+    "tp",
+    "offload",
+    "router",
+    "disagg",
+    "replicas",
+)
 CAPACITY_COLUMNS = (
     "source",
     "cell",
@@ -49,6 +65,10 @@ CAPACITY_COLUMNS = (
     "steps",
     "engine_s",
     "line",
+    # What the row was measured on, and the fewest runs any measured count had.
+    "binding_text",
+    "repeats",
+    *CONFIG_COLUMNS,
 )
 GRID_KEYS = ("config_key", "engine", "offload", "router", "disagg", "tp")
 
@@ -61,6 +81,7 @@ class CapacityCell:
     cell: Cell
     record: CapacityRecord
     result_dir: Path
+    facts: dict[str, Any] = field(default_factory=dict)  # its summary.csv row's CONFIG_COLUMNS
 
 
 @dataclass
@@ -75,6 +96,21 @@ def _text(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     return str(value)
+
+
+def hardware_of(row: dict[str, Any]) -> str:
+    """The hardware a row ran on as collect's table says it: its ``hardware`` column where the table
+    has one, else its runner."""
+    return _text(row.get("hardware")) or _text(row.get("runner"))
+
+
+def config_facts(row: dict[str, Any]) -> dict[str, Any]:
+    """A summary.csv row's CONFIG_COLUMNS (text empty where absent)."""
+    out: dict[str, Any] = {c: row.get(c) for c in CONFIG_COLUMNS}
+    out["hardware"] = hardware_of(row)
+    for c in ("config_key", "model", "engine", "offload", "router", "disagg"):
+        out[c] = _text(out[c])
+    return out
 
 
 def _is_capacity_row(row: dict[str, Any]) -> bool:
@@ -97,13 +133,32 @@ def capacity_cells(df: pd.DataFrame, notes: list[str]) -> list[CapacityCell]:
             continue
         if record is None or cell is None or cell.capacity is None:
             continue
-        out.append(CapacityCell(str(row["exp_name"]), cell, record, path))
+        out.append(CapacityCell(str(row["exp_name"]), cell, record, path, config_facts(row)))
     return out
 
 
-def _search_rows(cells: Sequence[CapacityCell]) -> list[dict[str, Any]]:
+def fewest_runs(users: Sequence[int]) -> int:
+    """The fewest runs any measured user count had (1: some count has no run-to-run spread)."""
+    return min(Counter(users).values()) if users else 0
+
+
+def _binding_text(tiers: Sequence[SloTier], tier: str, binding: str | None, value: float | None) -> str:
+    """The binding statistic's value as its constraint writes it (``11.2 s``); empty for validity."""
+    if binding is None or value is None:
+        return ""
+    for found in tiers:
+        if found.name == tier:
+            for constraint in found.constraints:
+                if constraint.statistic_label == binding:
+                    return constraint.format_value(value)
+    return ""
+
+
+def search_rows(cells: Sequence[CapacityCell]) -> list[dict[str, Any]]:
     rows = []
     for item in cells:
+        spec = item.cell.capacity
+        assert spec is not None
         for tier in item.record.tiers:
             low, high = tier.interval_users if tier.interval_users is not None else (None, None)
             rows.append(
@@ -129,6 +184,9 @@ def _search_rows(cells: Sequence[CapacityCell]) -> list[dict[str, Any]]:
                     "steps": len(item.record.steps),
                     "engine_s": item.record.engine_s,
                     "line": tier.line,
+                    "binding_text": _binding_text(spec.tiers, tier.tier, tier.binding, tier.binding_value),
+                    "repeats": fewest_runs([s.users for s in item.record.steps]),
+                    **item.facts,
                 }
             )
     return rows
@@ -154,9 +212,43 @@ def _series_label(key: dict[str, Any], several_keys: bool) -> str:
     return f"{key['config_key']} {label}" if several_keys else label
 
 
-def _grid_rows(
-    df: pd.DataFrame, tiers: Sequence[SloTier], notes: list[str]
+# What a grid member measured: (the cell's GPUs, the member as a run at its user count), or None
+# when it cannot be read. Collect reads each result directory; the dashboard the store's figures.
+GridReader = Callable[[dict[str, Any], Sequence[SloConstraint]], "tuple[int, GridRun] | None"]
+
+
+def result_dir_reader(notes: list[str]) -> GridReader:
+    """A GridReader over a row's result directory (its cell.json and requests.jsonl)."""
+
+    def read(member: dict[str, Any], constraints: Sequence[SloConstraint]) -> tuple[int, GridRun] | None:
+        path = Path(str(member["result_dir"]))
+        try:
+            cell_record = read_cell_record(path)
+            cell = cell_record.parse_cell() if cell_record is not None else None
+        except InputError as err:
+            notes.append(f"{member['exp_name']}: {err}")
+            return None
+        if cell is None:
+            return None
+        figures = run_figures(path, cell, constraints)
+        return cell.gpus, GridRun(
+            users=cell.users,
+            status=str(member["status"]),
+            statistics=figures.statistics,
+            reasons=(str(member.get("reason") or ""),) if member.get("reason") else (),
+            output_tok_per_s_per_gpu=figures.output_tok_per_s_per_gpu,
+            total_tok_per_s_per_gpu=figures.total_tok_per_s_per_gpu,
+            kv_working_set_tokens=figures.kv_working_set_tokens,
+            kv_pool_tokens=figures.kv_pool_tokens,
+        )
+
+    return read
+
+
+def grid_rows(
+    df: pd.DataFrame, tiers: Sequence[SloTier], read: GridReader
 ) -> tuple[list[dict[str, Any]], list[str]]:
+    """capacity.csv's grid rows (and their lines): per series of ordinary cells, each tier's reading."""
     if df.empty or "status" not in df.columns:
         return [], []
     records = [
@@ -174,35 +266,21 @@ def _grid_rows(
     rows: list[dict[str, Any]] = []
     lines: list[str] = []
     for key, members in groups.items():
-        if len({m.get("users") for m in members}) < 2:
-            continue  # one user count is a point, not a grid
         runs: list[GridRun] = []
         gpus = 1
+        power: dict[int, list[float]] = {}
         for member in members:
-            path = Path(str(member["result_dir"]))
-            try:
-                cell_record = read_cell_record(path)
-                cell = cell_record.parse_cell() if cell_record is not None else None
-            except InputError as err:
-                notes.append(f"{member['exp_name']}: {err}")
+            found_run = read(member, constraints)
+            if found_run is None:
                 continue
-            if cell is None:
-                continue
-            gpus = cell.gpus
-            figures = run_figures(path, cell, constraints)
-            runs.append(
-                GridRun(
-                    users=cell.users,
-                    status=str(member["status"]),
-                    statistics=figures.statistics,
-                    reasons=(str(member.get("reason") or ""),) if member.get("reason") else (),
-                    output_tok_per_s_per_gpu=figures.output_tok_per_s_per_gpu,
-                    total_tok_per_s_per_gpu=figures.total_tok_per_s_per_gpu,
-                    kv_working_set_tokens=figures.kv_working_set_tokens,
-                    kv_pool_tokens=figures.kv_pool_tokens,
-                )
-            )
+            gpus, run = found_run
+            watts = _number(member.get("avg_power_w"))
+            if watts is not None and member.get("status") == "SUCCESS":
+                power.setdefault(run.users, []).append(watts)
+            runs.append(run)
         label = _series_label(dict(zip(GRID_KEYS, key, strict=True)), several_keys)
+        facts = config_facts(members[0])
+        repeats = fewest_runs([r.users for r in runs])
         for tier in tiers:
             found = grid_capacity(tier, runs)
             if found is None:
@@ -228,23 +306,53 @@ def _grid_rows(
                     "binding_users": found.binding_users,
                     "output_tok_per_s_per_gpu": found.output_tok_per_s_per_gpu,
                     "total_tok_per_s_per_gpu": found.total_tok_per_s_per_gpu,
-                    "agents_per_mw": None,
+                    "agents_per_mw": _grid_agents_per_mw(found, power),
                     "gpus": gpus,
                     "stop_reason": "",
                     "steps": len(runs),
                     "engine_s": None,
                     "line": line,
+                    "binding_text": found.binding_text if found.binding_value is not None else "",
+                    "repeats": repeats,
+                    **facts,
                 }
             )
     return rows, lines
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _grid_agents_per_mw(found: GridCapacity, power: dict[int, list[float]]) -> float | None:
+    """Agents per MW at a grid boundary: its users over the mean GPU power (every GPU of the cell) of
+    the SUCCESS cells there; an interpolated boundary's power is interpolated the same way between the
+    two cells around it. None where those cells measured no valid power."""
+
+    def mean_w(users: int | None) -> float | None:
+        values = power.get(users) if users is not None else None
+        return math.fsum(values) / len(values) if values else None
+
+    if found.kind == "none" or found.boundary_users <= 0 or found.passing is None:
+        return None
+    watts = mean_w(found.passing)
+    if found.kind == "interpolated" and found.failing is not None:
+        above = mean_w(found.failing)
+        if watts is None or above is None:
+            return None
+        share = (found.boundary_users - found.passing) / (found.failing - found.passing)
+        watts = watts + share * (above - watts)
+    return found.boundary_users / (watts / 1e6) if watts else None
 
 
 def capacity_results(df: pd.DataFrame, slo: Sequence[SloTier] | None = None) -> CapacityResults:
     """The capacity table of a collected sweep (empty when no cell says anything about capacity)."""
     notes: list[str] = []
     cells = capacity_cells(df, notes)
-    rows = _search_rows(cells)
+    rows = search_rows(cells)
     lines = [row["line"] for row in rows]
-    grid_rows, grid_lines = _grid_rows(df, grid_tiers(slo, cells), notes)
-    table = pd.DataFrame.from_records([*rows, *grid_rows], columns=list(CAPACITY_COLUMNS))
+    grid, grid_lines = grid_rows(df, grid_tiers(slo, cells), result_dir_reader(notes))
+    table = pd.DataFrame.from_records([*rows, *grid], columns=list(CAPACITY_COLUMNS))
     return CapacityResults(table=table, lines=[*lines, *grid_lines], cells=cells, notes=notes)

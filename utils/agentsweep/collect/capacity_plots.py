@@ -11,14 +11,18 @@ import math
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from agentsweep.capacity.search import points_of, smoothed
 from agentsweep.collect.capacity import CapacityCell
 from agentsweep.collect.output import save_figure
-from agentsweep.collect.plots import DPI, INVALID_COLOR
+from agentsweep.collect.plots import DPI
+from agentsweep.style import INVALID_COLOR
 
 TIER_COLORS = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 STEP_COLOR = "#333333"
+# A figure's unit as an axis says it.
+UNIT_TEXT = {"s": "s", "tok/s": "tok/s per user", "share": "share of requests"}
 SMOOTH_COLOR = "#0f8b6d"
 
 
@@ -76,11 +80,16 @@ def capacity_figure(item: CapacityCell, path: Path) -> Path:
                            linewidth=1.2, label=f"{result.tier} boundary ({result.boundary_type})")  # fmt: skip
         positive = [v for v in values if v > 0]
         if positive and max(positive) / min(positive) > 30:
-            ax.set_yscale("log")
-        ax.set_xlabel("users")
-        unit = constraint.figure.unit if constraint.figure.unit != "share" else "share"
-        ax.set_ylabel(f"{constraint.statistic_label} ({unit})")
-        ax.set_title(f"{constraint.statistic_label} vs users", fontsize=10)
+            ax.set_yscale("log")  # plain labels at 1, 2, 5 of each decade, not only 10^n
+            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("concurrent users (agents)")
+        ax.set_ylabel(
+            f"{constraint.statistic_label} ({UNIT_TEXT.get(constraint.figure.unit, constraint.figure.unit)})"
+        )
+        ax.set_title(f"{constraint.statistic_label} vs concurrent users", fontsize=10)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     fig.suptitle(f"{item.exp_name}: SLO statistics over the search ({len(steps)} steps)", fontsize=11)

@@ -1,4 +1,4 @@
-"""`agentsweep collect ARTIFACTS_DIR OUT_DIR [--matrix MATRIX_JSON]`.
+"""`agentsweep collect ARTIFACTS_DIR OUT_DIR [--matrix MATRIX_JSON]` (or `-o OUT_DIR`).
 
 Writes summary.csv, frontier.csv, capacity.csv (the capacity under SLO per tier: capacity cells'
 searches and the grid-derived capacity of ordinary series), the PNG plots, report.html and summary.md
@@ -27,7 +27,7 @@ from agentsweep.collect.output import one_set, write_csv, write_text
 from agentsweep.collect.pareto import frontier_table
 from agentsweep.collect.plots import PLOT_FILES, write_plots
 from agentsweep.collect.provenance import mixed_in_sweep, refuse_mixed
-from agentsweep.collect.report import summary_markdown, write_report
+from agentsweep.collect.report import summary_markdown, sweep_headline, write_report
 from agentsweep.config import overrides
 from agentsweep.contract.resultdir import read_matrix
 from agentsweep.contract.verdict import INVALID_EXIT
@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "artifacts", type=Path, help="folder of cell result dirs (download-artifact or results/<key>)"
     )
-    parser.add_argument("out_dir", type=Path, help="output folder (e.g. results/<key>/aggregated)")
+    add_out_dir(parser, "output folder (e.g. results/<key>/aggregated)")
     parser.add_argument(
         "--matrix", type=Path, default=None, help="`agentsweep matrix --json` output: expected cells"
     )
@@ -72,6 +72,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="an SLO tier to read the grid-derived capacity against, e.g. 'interactive: ttft p90 <= 10 s, "
         "speed p25 >= 20 tok/s' (repeatable; default: the capacity cells' tiers, else the default tiers)",
     )
+
+
+def add_out_dir(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """The output folder, given as the last positional argument or as ``-o/--output`` (the one
+    spelling every writing command takes); ``out_dir_of`` reads it."""
+    parser.add_argument("out_dir", type=Path, nargs="?", default=None, help=f"{help_text}; or -o DIR")
+    parser.add_argument("-o", "--output", type=Path, default=None, metavar="DIR", help=help_text)
+
+
+def out_dir_of(args: argparse.Namespace) -> Path:
+    """The output folder of ``add_out_dir``; one line and exit 2 when it is missing or given twice."""
+    if args.out_dir is not None and args.output is not None and args.out_dir != args.output:
+        raise InputError(f"two output folders: {args.out_dir} and -o {args.output}; give one")
+    found: Path | None = args.output or args.out_dir
+    if found is None:
+        raise InputError("no output folder: give OUT_DIR or -o DIR")
+    return found
 
 
 def prepare_out_dir(path: Path) -> Path:
@@ -116,12 +133,13 @@ def render_outputs(
     write_csv(frontier, out_dir / "frontier.csv")
     if capacity is not None:
         write_csv(capacity.table, out_dir / "capacity.csv")
+    head = sweep_headline(df, capacity)
     if plots:
         figures = write_plots(df, out_dir, include_invalid)
         if capacity is not None:
             figures += write_capacity_plots(capacity.cells, out_dir)
-        write_report(df, figures, out_dir, capacity)
-    text = summary_markdown(df, frontier, capacity)
+        write_report(df, figures, out_dir, capacity, head)
+    text = summary_markdown(df, frontier, capacity, head)
     if mixed:
         text += "\n### Points measured differently (--allow-mixed)\n\n" + "".join(f"- {m}\n" for m in mixed)
     write_text(out_dir / "summary.md", text)
@@ -129,6 +147,7 @@ def render_outputs(
 
 
 def run(args: argparse.Namespace) -> int:
+    args.out_dir = out_dir_of(args)
     matrix = read_matrix(args.matrix) if args.matrix else None
     skipped: list[str] = []
     found = find_cells(args.artifacts, skipped)
@@ -159,10 +178,9 @@ def run(args: argparse.Namespace) -> int:
             capacity=capacity,
             mixed=mixed,
         )
+    append_step_summary((args.out_dir / "summary.md").read_text(encoding="utf-8"))
     for line in capacity.lines:
         print(f"collect: {line}", file=sys.stderr)
-
-    append_step_summary((args.out_dir / "summary.md").read_text(encoding="utf-8"))
 
     # A capacity cell's steps are its measurements: one past the boundary is INVALID by design; the
     # capacity cell itself stands for them.

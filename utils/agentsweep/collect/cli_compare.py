@@ -21,7 +21,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", type=Path, help="baseline: an aggregated folder or its summary.csv")
     parser.add_argument("b", type=Path, help="candidate: an aggregated folder or its summary.csv")
     parser.add_argument(
-        "--out", type=Path, default=None, help="folder for compare.csv and compare.md (default: B's)"
+        "-o",
+        "--output",
+        "--out",
+        dest="out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="folder for compare.csv and compare.md (default: B's)",
     )
     parser.add_argument(
         "--allow-mixed",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from agentsweep.collect.cli_collect import OUTPUTS, prepare_out_dir, render_outputs
+from agentsweep.collect.cli_collect import OUTPUTS, add_out_dir, out_dir_of, prepare_out_dir, render_outputs
 from agentsweep.collect.output import one_set
 from agentsweep.errors import InputError
 
@@ -44,11 +44,12 @@ def read_summary(path: Path, *, literal: bool = False) -> pd.DataFrame:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("summary", type=Path, help="summary.csv (or the folder holding it)")
-    parser.add_argument("out_dir", type=Path, help="output folder")
+    add_out_dir(parser, "output folder")
     parser.add_argument("--no-plots", action="store_true", help="frontier.csv and summary.md only")
 
 
 def run(args: argparse.Namespace) -> int:
+    args.out_dir = out_dir_of(args)
     df = read_summary(args.summary)
     prepare_out_dir(args.out_dir)
     with one_set(args.out_dir, [name for name in OUTPUTS if name != "summary.csv"]):  # its input stays

@@ -1,5 +1,9 @@
 """Collect's files written whole or not at all: through a temporary sibling and a rename.
 
+A folder of outputs that someone may be reading (the sweep's aggregated/) is replaced whole:
+written beside it, then exchanged with it in one step (``replace_folder``), so a reader never finds
+it missing or half written.
+
 A write that fails (a full disk, a read-only folder) removes its temporary file and is one line naming
 the file (``WriteError``, exit status 2). A command's outputs are one set (``one_set``): when one of
 them cannot be written, the set's files already in the folder go too, so a folder never holds a
@@ -9,7 +13,9 @@ partial set (a fresh summary.csv beside no frontier, or an older report) that re
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -62,3 +68,36 @@ def save_figure(fig: Any, path: Path) -> Path:
     with writing(path) as tmp:
         fig.savefig(tmp, format=path.suffix.lstrip(".") or "png")
     return path
+
+
+AT_FDCWD = -100
+RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where the system has no
+    such call (another kernel or libc, a file system without it)."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    done = renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE)
+    return bool(done == 0)
+
+
+def replace_folder(new: Path, target: Path) -> None:
+    """Put folder ``new`` where ``target`` is and remove the old one. The two are exchanged in one
+    step where the system can (a reader of ``target`` sees the old folder or the new, never none);
+    elsewhere the old folder is moved aside first, leaving ``target`` missing for an instant. A reader
+    holding an old file open keeps reading it."""
+    if not target.exists():
+        os.replace(new, target)
+        return
+    if _exchange(new, target):
+        shutil.rmtree(new, ignore_errors=True)  # now the old folder
+        return
+    aside = target.with_name(f".{target.name}.old")
+    shutil.rmtree(aside, ignore_errors=True)
+    os.replace(target, aside)
+    os.replace(new, target)
+    shutil.rmtree(aside, ignore_errors=True)

@@ -20,40 +20,36 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, PercentFormatter
 
 from agentsweep.collect.output import save_figure
-from agentsweep.collect.pareto import ROUTING, X_METRICS, Y_METRICS, XMetric, frontier, successful
+from agentsweep.collect.pareto import (
+    ROUTING,
+    X_BY_COLUMN,
+    X_METRICS,
+    Y_METRICS,
+    XMetric,
+    frontier,
+    successful,
+)
 from agentsweep.contract.resultdir import ROUTER_METRICS_CSV
 from agentsweep.errors import ResultFileError
 from agentsweep.metrics.scrapes import ScrapeReader
-
-OFFLOAD_COLORS = {"on": "#0f8b6d", "off": "#e07a1f", "noprefix": "#6a5acd"}
-INVALID_COLOR = "#9a9a9a"
-OFFLOAD_NAMES = {
-    "on": "offload on (CPU KV tier)",
-    "off": "offload off (GPU prefix cache)",
-    "noprefix": "no prefix caching",
-}
-OTHER_COLOR = "#777777"
-# Colours of routed series (offload × router policy × disaggregation shape), apart from the offload ones.
-ROUTED_COLORS = (
-    "#1f77b4",
-    "#d62728",
-    "#8c564b",
-    "#e377c2",
-    "#17becf",
-    "#bcbd22",
-    "#393b79",
-    "#ad494a",
-    "#637939",
-    "#7b4173",
+from agentsweep.style import (
+    INVALID_COLOR,
+    OFFLOAD_COLORS,
+    OFFLOAD_NAMES,
+    ROUTED_COLORS,
+    offload_color,
+    tp_marker,
 )
-TP_MARKERS = ("o", "s", "^", "D", "P", "X", "v", "*")
+
+__all__ = ["INVALID_COLOR", "OFFLOAD_COLORS", "OFFLOAD_NAMES", "PLOT_FILES", "write_plots"]
+
 ENGINE_STYLES = ("-", "--", ":", "-.")
 LABEL_ALL_MAX = 36  # label every point up to this many cells, else only frontier points
 DPI = 120
 
 
 def _color(offload: str) -> str:
-    return OFFLOAD_COLORS.get(offload, OTHER_COLOR)
+    return offload_color(offload)
 
 
 SeriesKey = tuple[str, str, str]  # (offload, router policy, disaggregation shape)
@@ -97,9 +93,11 @@ def _tp_text(tp: object) -> str:
 
 
 def _styles(ok: pd.DataFrame) -> tuple[dict[str, str], dict[str, str]]:
+    """(marker per TP present, line style per engine): a TP's marker is the one agentsweep.style gives
+    it, whichever other TPs the sweep has."""
     tps = sorted({_tp_text(t) for t in ok["tp"]}, key=lambda t: (len(t), t))
     engines = sorted(set(ok["engine"]))
-    markers = {tp: TP_MARKERS[i % len(TP_MARKERS)] for i, tp in enumerate(tps)}
+    markers = {tp: tp_marker(tp)[0] for tp in tps}
     styles = {e: ENGINE_STYLES[i % len(ENGINE_STYLES)] for i, e in enumerate(engines)}
     return markers, styles
 
@@ -269,6 +267,135 @@ def pareto_figure(df: pd.DataFrame, y: str, path: Path, include_invalid: bool = 
         va="bottom",
     )
     fig.suptitle(f"{Y_METRICS[y]} — {_title(df)}", fontsize=14, x=0.01, ha="left")
+    save_figure(fig, path)
+    return path
+
+
+# Where a point's label may go, in points from the point (tried in this order).
+LABEL_OFFSETS = ((5, 5), (5, -11), (-5, 5), (-5, -11), (9, -3), (-9, -3))
+
+
+def _place_labels(ax: Axes, points: list[tuple[float, float, str]], fontsize: float = 7.5) -> None:
+    """Label points without overlapping each other: each label takes the first offset whose box (an
+    estimate from the text's length) overlaps no label placed before; a label with no free place is
+    left out (the point keeps its marker, and the table its figures)."""
+    fig = ax.figure
+    fig.canvas.draw_idle()
+    to_px = ax.transData.transform
+    per_pt = fig.dpi / 72.0
+    placed: list[tuple[float, float, float, float]] = []
+    for x, y, text in points:
+        px, py = to_px((x, y))
+        width, height = 0.6 * fontsize * len(text) * per_pt, fontsize * 1.2 * per_pt
+        for dx, dy in LABEL_OFFSETS:
+            left = px + dx * per_pt - (width if dx < 0 else 0)
+            bottom = py + dy * per_pt
+            box = (left, bottom, left + width, bottom + height)
+            if all(box[2] < b[0] or box[0] > b[2] or box[3] < b[1] or box[1] > b[3] for b in placed):
+                placed.append(box)
+                ax.annotate(
+                    text,
+                    (x, y),
+                    xytext=(dx, dy),
+                    textcoords="offset points",
+                    ha="right" if dx < 0 else "left",
+                    fontsize=fontsize,
+                    color="#222222",
+                    zorder=5,
+                )
+                break
+
+
+# The main Pareto figure: the axes a reader picks first (the rest: pareto_<metric>.png).
+MAIN_Y = "output_tok_per_s_per_gpu"
+MAIN_X = ("interactivity_p50_tok_per_s", "ttft_p90_s")
+MAIN_LEVELS = (20.0, 50.0, 100.0)  # the headline's interactivity levels, drawn as guides
+
+
+def _log_if_tail(ax: Axes, values: np.ndarray, which: str = "x") -> bool:
+    """A log axis where a tail dominates (largest over smallest above 20), with plain tick labels."""
+    positive = values[np.isfinite(values) & (values > 0)]
+    if not len(positive) or positive.max() / positive.min() <= 20:
+        return False
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+    return True
+
+
+def main_pareto_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False) -> Path:
+    """Output tok/s per GPU against interactivity (the headline's levels marked) and against TTFT p90:
+    two labelled panels, frontier points named, colour per offload mode and marker per TP."""
+    ok = successful(df, include_invalid)
+    invalid = df.iloc[0:0] if include_invalid or "status" not in df else df[df["status"] == "INVALID"]
+    markers, styles = _styles(ok) if not ok.empty else ({}, {})
+    series = _series_styles(ok)
+    fig = Figure(figsize=(15, 6.4), dpi=DPI)
+    fig.subplots_adjust(left=0.06, right=0.80, bottom=0.11, top=0.88, wspace=0.2)
+    axes = fig.subplots(1, 2)
+    for ax, column in zip(axes, MAIN_X, strict=True):
+        xm = X_BY_COLUMN[column]
+        ax.set_xlabel(xm.label + ("  ← better" if xm.minimize else "  → better"), fontsize=10)
+        ax.set_ylabel(Y_METRICS[MAIN_Y] + "  ↑ better", fontsize=10)
+        ax.set_title(xm.label.split(":")[0].split(" (")[0], fontsize=12, loc="left", fontweight="bold")
+        ax.grid(True, which="major", color="#dddddd", linewidth=0.7)
+        ax.set_axisbelow(True)
+        ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
+        have = ok
+        if not ok.empty:
+            xs = pd.to_numeric(ok[column], errors="coerce")
+            ys = pd.to_numeric(ok[MAIN_Y], errors="coerce")
+            have = ok[np.isfinite(xs) & np.isfinite(ys)]
+        if have.empty:
+            ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="#999999")
+            continue
+        hx = pd.to_numeric(have[column], errors="coerce").to_numpy(float)
+        hy = pd.to_numeric(have[MAIN_Y], errors="coerce").to_numpy(float)
+        _log_if_tail(ax, hx)
+        labels: list[tuple[float, float, str]] = []
+        for (engine, *key), group in have.groupby(["engine", "offload", *ROUTING], sort=True):
+            gx = pd.to_numeric(group[column], errors="coerce").to_numpy(float)
+            gy = pd.to_numeric(group[MAIN_Y], errors="coerce").to_numpy(float)
+            idx = frontier(list(zip(gx, gy, strict=True)), xm.minimize)
+            color = series[tuple(key)][0]
+            if len(idx) > 1:
+                ax.plot(gx[idx], gy[idx], linestyle=styles[engine], color=color, linewidth=1.8, alpha=0.85)
+            for pos in range(len(group)):
+                row = group.iloc[pos]
+                front = pos in idx
+                ax.scatter(
+                    gx[pos], gy[pos], marker=markers[_tp_text(row["tp"])], s=70 if front else 36, color=color,
+                    edgecolors="black" if front else "white", linewidths=0.8, alpha=1.0 if front else 0.6, zorder=3,
+                )  # fmt: skip
+                if front:
+                    labels.append((float(gx[pos]), float(gy[pos]), _point_label(row)))
+        _invalid_points(ax, invalid, xm, MAIN_Y)
+        ax.set_ylim(bottom=0, top=max(hy.max() * 1.15, 1e-9))
+        if column.startswith("interactivity"):
+            lo, hi = ax.get_xlim()
+            for level in MAIN_LEVELS:
+                if lo <= level <= hi:
+                    ax.axvline(level, color="#555555", linestyle=":", linewidth=1.0, zorder=1)
+                    ax.text(level, ax.get_ylim()[1], f" {level:g} tok/s/user", fontsize=8, color="#555555",
+                            va="top", ha="left")  # fmt: skip
+        _place_labels(ax, labels)
+    legend = fig.add_axes((0.81, 0.11, 0.18, 0.77))
+    legend.axis("off")
+    if not ok.empty:
+        legend.legend(
+            handles=_legend_handles(ok, markers, styles), loc="upper left", fontsize=9, frameon=False
+        )
+    legend.text(
+        0.0, 0.0,
+        "Lines: each series' Pareto frontier\n(outlined points, labelled\nusers · TP).\n"
+        "Interactivity = 1 / median\nfull-response ITL.\n"
+        + (f"Grey hollow: {len(invalid)} INVALID cells.\n" if len(invalid) else "")
+        + f"{len(ok)} {'usable' if include_invalid else 'successful'} points.",
+        transform=legend.transAxes, fontsize=8.5, color="#444444", va="bottom",
+    )  # fmt: skip
+    fig.suptitle(f"{Y_METRICS[MAIN_Y]} — {_title(df)}", fontsize=13, x=0.01, ha="left")
     save_figure(fig, path)
     return path
 
@@ -536,7 +663,9 @@ def _energy_panel(
     ax.set_ylim(bottom=0)
 
 
+MAIN_TITLE = "Output throughput per GPU against interactivity and TTFT p90"
 PLOT_FILES = {
+    "pareto.png": MAIN_TITLE,
     **{f"pareto_{y}.png": Y_METRICS[y] for y in Y_METRICS},
     "cache.png": "KV cache hit rates vs throughput",
     "hit_rates.png": "Ideal vs measured hit rate per cell",
@@ -547,7 +676,9 @@ PLOT_FILES = {
 
 def write_plots(df: pd.DataFrame, out_dir: Path, include_invalid: bool = False) -> list[tuple[str, Path]]:
     """Every plot of the sweep; returns (title, path) in report order."""
-    out: list[tuple[str, Path]] = []
+    out: list[tuple[str, Path]] = [
+        (MAIN_TITLE, main_pareto_figure(df, out_dir / "pareto.png", include_invalid))
+    ]
     for y in Y_METRICS:
         out.append((Y_METRICS[y], pareto_figure(df, y, out_dir / f"pareto_{y}.png", include_invalid)))
     out.append(("KV cache hit rates vs throughput", cache_figure(df, out_dir / "cache.png", include_invalid)))

@@ -6,6 +6,8 @@ import base64
 import html
 import json
 import math
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,18 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from agentsweep import __version__
+from agentsweep.collect.aggregate import natural_key
 from agentsweep.collect.capacity import CapacityResults
+from agentsweep.collect.capacity_plots import capacity_plot_name
+from agentsweep.collect.headline import (
+    INTERACTIVITY_TEXT,
+    Headline,
+    agents_text,
+    capacity_binding,
+    capacity_reading,
+    configuration,
+    headline,
+)
 from agentsweep.collect.output import write_text
 from agentsweep.collect.pareto import routed
 from agentsweep.collect.window import INFERRED, READ_FROM_ENGINE
@@ -58,12 +71,12 @@ TABLE = (
     ("total_tok_per_s_per_gpu", "Total tok/s/GPU", "num"),
     ("ttft_p50_s", "TTFT p50 (s)", "sec"),
     ("ttft_p99_s", "TTFT p99 (s)", "sec"),
+    ("e2e_p50_s", "E2E p50 (s)", "sec"),
     # Interactivity is 1 / full-response ITL at the percentile (docs/metrics.md), as InferenceX's rows.
     ("interactivity_p50_tok_per_s", "Interact. p50 (tok/s, 1/full-resp. ITL)", "num"),
     ("interactivity_p90_tok_per_s", "Interact. p90 (tok/s, 1/full-resp. ITL)", "num"),
     # InferenceX's headline x-axis: 1 / p90 of E2E per output token (docs/metrics.md).
     ("e2e_norm_interactivity_p90_tok_per_s", "E2E-norm. interact. p90 (tok/s)", "num"),
-    ("e2e_p50_s", "E2E p50 (s)", "sec"),
     ("gpu_hit_rate", "GPU hit", "pct"),
     ("cpu_hit_rate", "CPU hit", "pct"),
     ("theoretical_hit_rate", "Ideal hit", "pct"),
@@ -95,6 +108,56 @@ POWER_TABLE = (
     ("avg_power_per_gpu_w", "W/GPU", "num"),
     ("power_reasons", "Power withheld because", "reasons"),
 )
+
+
+# The summary table's column sets in report.html: the identity columns stay put (sticky) while the
+# others scroll, and each other set can be hidden. (key, heading); a column's set is COLUMN_SET's.
+COLUMN_SETS = (
+    ("identity", ""),
+    ("routing", "Routing"),
+    ("throughput", "Throughput per GPU (tok/s)"),
+    ("latency", "Latency (s)"),
+    ("interactivity", "Interactivity (tok/s per user)"),
+    ("cache", "KV cache"),
+    ("health", "Health"),
+    ("power", "Power"),
+)
+HIDDEN_SETS = ("health",)  # hidden until asked for
+COLUMN_SET = {
+    **dict.fromkeys(("exp_name", "status", "tp", "users", "offload"), "identity"),
+    **{c: "routing" for c, _h, _k in ROUTED_TABLE},
+    **dict.fromkeys(("output_tok_per_s_per_gpu", "total_tok_per_s_per_gpu"), "throughput"),
+    **dict.fromkeys(("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "client_gap_ttft_p50"), "latency"),
+    **dict.fromkeys(
+        (
+            "interactivity_p50_tok_per_s",
+            "interactivity_p90_tok_per_s",
+            "e2e_norm_interactivity_p90_tok_per_s",
+        ),
+        "interactivity",
+    ),
+    **dict.fromkeys(
+        ("gpu_hit_rate", "cpu_hit_rate", "theoretical_hit_rate", "kv_usage_peak", "past_kv_cliff"), "cache"
+    ),
+    **dict.fromkeys(("preemptions", "requests_failed"), "health"),
+    **{c: "power" for c, _h, _k in POWER_TABLE},
+}
+# Headers under a set's heading in report.html (summary.md keeps TABLE's, which say it all).
+SHORT_HEADERS = {
+    "output_tok_per_s_per_gpu": "Output",
+    "total_tok_per_s_per_gpu": "Total",
+    "ttft_p50_s": "TTFT p50",
+    "ttft_p99_s": "TTFT p99",
+    "e2e_p50_s": "E2E p50",
+    "interactivity_p50_tok_per_s": "p50",
+    "interactivity_p90_tok_per_s": "p90",
+    "e2e_norm_interactivity_p90_tok_per_s": "E2E-norm. p90",
+}
+
+
+def _is_set(value: Any) -> bool:
+    """A text field with a value (an empty CSV field reads back as NaN)."""
+    return value is not None and not (isinstance(value, float) and math.isnan(value)) and str(value) != ""
 
 
 def _has(df: pd.DataFrame, column: str) -> bool:
@@ -185,14 +248,145 @@ def identity(df: pd.DataFrame) -> list[tuple[str, str]]:
             )
             kind = "text" if column == "offload" else "int"
             rows.append((label, ", ".join(fmt(v, kind) for v in values)))
-    counts = df["status"].value_counts().to_dict() if "status" in df.columns else {}
+    steps = df["step_of"].map(_is_set).astype(bool) if "step_of" in df.columns else None
+    cells = df[~steps] if steps is not None else df
+    counts = cells["status"].value_counts().to_dict() if "status" in cells.columns else {}
     rows.append(("Cells", ", ".join(f"{n} {s}" for s, n in counts.items()) or "none"))
+    if steps is not None and steps.any():
+        counts = df[steps]["status"].value_counts().to_dict()
+        rows.append(("Capacity steps", ", ".join(f"{n} {s}" for s, n in counts.items())))
     return rows
+
+
+def _search_range(row: dict[str, Any]) -> str:
+    """A capacity cell's searched users (``1–16``), from its cell's ``capacity`` field."""
+    try:
+        spec = json.loads(str(row.get("capacity")))
+        return f"{int(spec['low'])}–{int(spec['high'])}"
+    except (ValueError, TypeError, KeyError):
+        return "?"
+
+
+def ordered_records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The table's rows in report order: as collected, a capacity cell's steps after it in user order
+    (the order they ran in is the search's, not the reader's), each step with ``_run`` (its run at
+    that count, from 1) and ``_runs`` (how many runs the count had)."""
+    records = df.to_dict("records")
+    parents = {str(r.get("exp_name")) for r in records if not _is_set(r.get("step_of"))}
+    steps: dict[str, list[dict[str, Any]]] = {}
+    out: list[dict[str, Any]] = []
+    for row in records:
+        parent = row.get("step_of")
+        if _is_set(parent) and str(parent) in parents:
+            steps.setdefault(str(parent), []).append(row)
+    for row in records:
+        if _is_set(row.get("step_of")) and str(row.get("step_of")) in parents:
+            continue  # placed after its capacity cell
+        out.append(row)
+        mine = steps.pop(str(row.get("exp_name")), [])
+        if mine:
+            mine.sort(key=lambda r: (_users(r), natural_key(str(r.get("exp_name")))))
+            runs: dict[float, int] = {}
+            for step in mine:
+                runs[_users(step)] = runs.get(_users(step), 0) + 1
+            seen: dict[float, int] = {}
+            for step in mine:
+                seen[_users(step)] = seen.get(_users(step), 0) + 1
+                out.append({**step, "_run": seen[_users(step)], "_runs": runs[_users(step)]})
+    return out
+
+
+def _users(row: dict[str, Any]) -> float:
+    try:
+        return float(row.get("users"))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.inf
+
+
+def row_cells(row: dict[str, Any], spec: tuple[tuple[str, str, str], ...]) -> list[str]:
+    """One row's cells as text: a capacity cell's users are its searched range, a step's users say
+    which run of how many at that count it was."""
+    cells = [fmt(row.get(col), kind) for col, _h, kind in spec]
+    at = next((i for i, c in enumerate(spec) if c[0] == "users"), None)
+    if at is not None and _is_set(row.get("capacity")):
+        cells[at] = f"{_search_range(row)} (search)"
+    elif at is not None and row.get("_runs", 1) > 1:
+        cells[at] += f" (run {row['_run']}/{row['_runs']})"
+    return cells
 
 
 def table_rows(df: pd.DataFrame) -> list[list[str]]:
     spec = table_spec(df)
-    return [[fmt(row.get(col), kind) for col, _h, kind in spec] for row in df.to_dict("records")]
+    return [row_cells(row, spec) for row in ordered_records(df)]
+
+
+@dataclass(frozen=True)
+class Td:
+    """One cell of report.html's summary table."""
+
+    text: str
+    classes: str
+    colspan: int = 1
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    """A summary table row of report.html: its cells, its status, and what kind of row it is."""
+
+    tds: list[Td]
+    status: str
+    kind: str  # cell | capacity | step
+
+
+def _column_classes(df: pd.DataFrame) -> list[str]:
+    """Per column of the table, its classes: its set, and for the identity columns their place."""
+    out, identity = [], 0
+    for column, _h, _k in table_spec(df):
+        key = COLUMN_SET.get(column, "other")
+        out.append(f"c-{key}" + (f" id-{identity}" if key == "identity" else ""))
+        identity += key == "identity"
+    return out
+
+
+def report_rows(df: pd.DataFrame) -> list[ReportRow]:
+    """The rows of report.html's summary table. A capacity cell's row has no figures of its own: one
+    cell across its figure columns says where they are."""
+    spec = table_spec(df)
+    classes = _column_classes(df)
+    identity = sum(c.startswith("c-identity") for c in classes)
+    out = []
+    for row in ordered_records(df):
+        cells = row_cells(row, spec)
+        name = str(row.get("exp_name"))
+        tds = [
+            Td(text, cls, title=name if i == 0 else "")
+            for i, (text, cls) in enumerate(zip(cells, classes, strict=True))
+        ]
+        kind = "cell"
+        if _is_set(row.get("capacity")):
+            kind = "capacity"
+            note = (
+                f"capacity search over {_search_range(row)} users: its steps follow, in user order; its "
+                "capacity per tier is under Capacity under SLO"
+            )
+            tds = [*tds[:identity], Td(note, "note", colspan=len(cells) - identity)]
+        elif _is_set(row.get("step_of")):
+            kind = "step"
+        out.append(ReportRow(tds, str(row.get("status")), kind))
+    return out
+
+
+def column_sets(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The table's columns grouped into their sets, in table order: key, heading, headers, hidden."""
+    out: list[dict[str, Any]] = []
+    for column, header, _kind in table_spec(df):
+        key = COLUMN_SET.get(column, "other")
+        if not out or out[-1]["key"] != key:
+            heading = dict(COLUMN_SETS).get(key, "")
+            out.append({"key": key, "heading": heading, "headers": [], "hidden": key in HIDDEN_SETS})
+        out[-1]["headers"].append(SHORT_HEADERS.get(column, header))
+    return out
 
 
 def problem_cells(df: pd.DataFrame) -> list[dict[str, str]]:
@@ -261,6 +455,131 @@ CAPACITY_TABLE = (
 )
 
 
+@dataclass(frozen=True)
+class CapacityTier:
+    """One tier's capacity per configuration, best first; configurations that meet it nowhere apart."""
+
+    description: str
+    rows: list[list[str]]  # CAPACITY_TIER_HEADERS
+    unmet: list[str]  # "TP 1 · offload noprefix (grid): even 2 users miss it, bound by TTFT p90 (12 s)"
+
+
+CAPACITY_TIER_HEADERS = (
+    "Configuration",
+    "Agents/GPU",
+    "Agents/MW",
+    "Out tok/s/GPU at it",
+    "Bound by",
+    "How it was read",
+)
+
+
+def _num(value: Any) -> float:
+    """A figure of the capacity table, 0 where it has none (for ordering)."""
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else 0.0
+
+
+def capacity_tiers(capacity: CapacityResults | None) -> list[CapacityTier]:
+    """The capacity table per tier: configurations that meet it by agents per GPU (most first), then
+    in one list the ones that meet it nowhere, so that zeros do not bury the answer."""
+    if capacity is None or capacity.table.empty:
+        return []
+    records = capacity.table.to_dict("records")
+    engines = len({str(r.get("engine")) for r in records}) > 1
+    tiers: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        tiers.setdefault(str(r.get("tier")), []).append(r)
+    out = []
+    for rows in tiers.values():
+        met = [r for r in rows if r.get("boundary_type") != "none" and (r.get("boundary_users") or 0) > 0]
+        # The headline's order: most agents per GPU, then most output tok/s per GPU at the boundary.
+        met.sort(key=lambda r: (-_num(r.get("agents_per_gpu")), -_num(r.get("output_tok_per_s_per_gpu"))))
+        unmet = []
+        for r in rows:
+            if r in met:
+                continue
+            label = configuration({**r, "users": None}, engines).text(with_users=False)
+            where = "search" if r.get("source") == "search" else "grid"
+            unmet.append(f"{label} ({where}) misses it: {capacity_binding(r)}")
+        table = []
+        for r in met:
+            at_least = r.get("boundary_type") in ("at_least", "unresolved")
+            table.append(
+                [
+                    configuration({**r, "users": None}, engines).text(with_users=False),
+                    ("≥ " if at_least else "") + agents_text(_num(r.get("agents_per_gpu"))),
+                    fmt(r.get("agents_per_mw"), "int"),
+                    fmt(r.get("output_tok_per_s_per_gpu"), "num"),
+                    capacity_binding(r),
+                    capacity_reading(r),
+                ]
+            )
+        out.append(CapacityTier(str(rows[0].get("description") or rows[0].get("tier")), table, unmet))
+    return out
+
+
+@dataclass(frozen=True)
+class CapacitySteps:
+    """A capacity cell's steps by user count (the reader's order), each count with its runs."""
+
+    exp_name: str
+    headers: list[str]
+    rows: list[list[str]]
+    runs_note: str
+
+
+def capacity_steps(capacity: CapacityResults | None) -> list[CapacitySteps]:
+    if capacity is None:
+        return []
+    out = []
+    for item in capacity.cells:
+        spec = item.cell.capacity
+        if spec is None or not item.record.steps:
+            continue
+        constraints = spec.constraints
+        by_users: dict[int, list[Any]] = {}
+        for step in item.record.steps:
+            by_users.setdefault(step.users, []).append(step)
+        rows = []
+        for users in sorted(by_users):
+            runs = by_users[users]
+            verdicts = ", ".join(f"{n} {v}" for v, n in Counter(s.status for s in runs).items())
+            figures = []
+            for constraint in constraints:
+                values = [s.statistics.get(constraint.key) for s in runs]
+                figures.append(
+                    " / ".join(constraint.format_value(v) if v is not None else "–" for v in values)
+                )
+            outputs = [s.output_tok_per_s_per_gpu for s in runs]
+            rows.append(
+                [
+                    str(users),
+                    str(len(runs)),
+                    verdicts,
+                    *figures,
+                    " / ".join(fmt(v, "num") for v in outputs),
+                    ", ".join(str(s.index) for s in runs),
+                ]
+            )
+        headers = [
+            "Users",
+            "Runs",
+            "Verdicts",
+            *(c.statistic_label for c in constraints),
+            "Out tok/s/GPU",
+            "Search order (step)",
+        ]
+        repeats = item.record.repeats
+        note = (
+            "one run per count: the bracket around a boundary is the search's resolution, not a measured "
+            "spread (a config's users: {search: ..., repeats: N} measures that)"
+            if repeats == 1
+            else f"{repeats} runs per count (values of each run, in order); the tiers' intervals are bootstrapped"
+        )
+        out.append(CapacitySteps(item.exp_name, headers, rows, note))
+    return out
+
+
 def capacity_rows(capacity: CapacityResults | None) -> list[list[str]]:
     if capacity is None or capacity.table.empty:
         return []
@@ -269,17 +588,40 @@ def capacity_rows(capacity: CapacityResults | None) -> list[list[str]]:
     ]
 
 
+def sweep_headline(df: pd.DataFrame, capacity: CapacityResults | None) -> Headline:
+    """The headline of the collected table (collect.headline), from its summary and capacity tables."""
+    return headline(df, capacity.table if capacity is not None else None)
+
+
 def write_report(
-    df: pd.DataFrame, plots: list[tuple[str, Path]], out_dir: Path, capacity: CapacityResults | None = None
+    df: pd.DataFrame,
+    plots: list[tuple[str, Path]],
+    out_dir: Path,
+    capacity: CapacityResults | None = None,
+    head: Headline | None = None,
 ) -> Path:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
     template = env.get_template("report.html.j2")
+    figures = [{"title": title, "file": path.name, "src": _data_uri(path)} for title, path in plots]
+    main = [f for f in figures if f["file"] == "pareto.png"]
+    panels = [
+        {**f, "key": f["file"].removeprefix("pareto_").removesuffix(".png")}
+        for f in figures
+        if f["file"].startswith("pareto_")
+    ]
+    by_cell = {f["file"]: f for f in figures if f["file"].startswith("capacity_")}
+    steps: list[dict[str, Any]] = [
+        {"steps": found, "plot": by_cell.get(capacity_plot_name(found.exp_name))}
+        for found in capacity_steps(capacity)
+    ]
+    placed = {f["file"] for f in [*main, *panels]} | {s["plot"]["file"] for s in steps if s["plot"]}
     html = template.render(
         title=f"agentsweep report — {_distinct(df, 'config_key')}",
+        headline=head if head is not None else sweep_headline(df, capacity),
+        interactivity_text=INTERACTIVITY_TEXT,
         identity=identity(df),
-        headers=[h for _c, h, _k in table_spec(df)],
-        rows=table_rows(df),
-        statuses=[str(s) for s in df.get("status", pd.Series(dtype=str)).tolist()],
+        column_sets=column_sets(df),
+        rows=report_rows(df),
         problems=problem_cells(df),
         hit_headers=[
             "Cell",
@@ -293,8 +635,12 @@ def write_report(
             "CPU tier lookups from",
         ],
         hit_rows=hit_rows(df),
-        plots=[{"title": title, "file": path.name, "src": _data_uri(path)} for title, path in plots],
-        capacity_lines=capacity.lines if capacity is not None else [],
+        main_plot=main[0] if main else None,
+        pareto_panels=panels,
+        plots=[f for f in figures if f["file"] not in placed],
+        capacity_tiers=capacity_tiers(capacity),
+        capacity_steps=steps,
+        capacity_tier_headers=CAPACITY_TIER_HEADERS,
         capacity_headers=[h for _c, h, _k in CAPACITY_TABLE],
         capacity_rows=capacity_rows(capacity),
         version=__version__,
@@ -307,11 +653,51 @@ def _md_escape(text: str) -> str:
     return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|").replace("`", "'")
 
 
+def headline_markdown(head: Headline) -> list[str]:
+    """The headline as Markdown: per hardware and model, the tiers' and interactivity levels' tables."""
+    lines: list[str] = []
+    for group in head.groups:
+        lines += [f"### {_md_escape(group.title)}", "", _md_escape(group.verdicts), ""]
+        if group.note:
+            lines += [_md_escape(group.note), ""]
+        if group.tiers:
+            lines += [
+                "| SLO tier | Agents/GPU | Agents/MW | Best configuration | Bound by | How it was read |",
+                "|---|---|---|---|---|---|",
+            ]
+            for t in group.tiers:
+                if t.met:
+                    config = t.configuration + (f" (and {t.ties} as many)" if t.ties else "")
+                    cells = [t.description, t.agents, t.per_mw, config, t.binding, t.reading]
+                else:
+                    cells = [t.description, "none", "–", "no configuration meets it", t.binding, ""]
+                lines.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
+            lines.append("")
+        lines += [
+            f"Throughput per GPU on the frontier at each interactivity level ({_md_escape(INTERACTIVITY_TEXT)}):",
+            "",
+            "| Interactivity | Output tok/s/GPU | Total tok/s/GPU | Configuration | How |",
+            "|---|---|---|---|---|",
+        ]
+        for level in group.levels:
+            out = f"{level.output:,.1f}" if level.output is not None else "–"
+            total = f"{level.total:,.0f}" if level.total is not None else "–"
+            cells = [level.level_text, out, total, level.configuration or "–", level.how]
+            lines.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
+        lines.append("")
+    return lines
+
+
 def summary_markdown(
-    df: pd.DataFrame, frontier: pd.DataFrame, capacity: CapacityResults | None = None
+    df: pd.DataFrame,
+    frontier: pd.DataFrame,
+    capacity: CapacityResults | None = None,
+    head: Headline | None = None,
 ) -> str:
-    """A compact Markdown summary for $GITHUB_STEP_SUMMARY."""
+    """A compact Markdown summary for $GITHUB_STEP_SUMMARY: the headline first, then the details."""
     lines = [f"## agentsweep — {_md_escape(_distinct(df, 'config_key'))}", ""]
+    lines += headline_markdown(head if head is not None else sweep_headline(df, capacity))
+    lines += ["### Sweep", ""]
     lines += ["| | |", "|---|---|"] + [f"| {k} | {_md_escape(v)} |" for k, v in identity(df)] + [""]
     headers = [h for _c, h, _k in table_spec(df)]
     lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
@@ -339,8 +725,17 @@ def summary_markdown(
             lines.append(
                 f"- {series}: {best['y']:,.1f} tok/s/GPU at TTFT p50 {best['x']:.3f} s ({best['exp_name']})"
             )
-    if capacity is not None and capacity.lines:
+    tiers = capacity_tiers(capacity)
+    if tiers:
         lines += ["", "### Capacity under SLO", ""]
-        lines += [f"- {_md_escape(line)}" for line in capacity.lines]
+        for tier in tiers:
+            lines += [f"**{_md_escape(tier.description)}**", ""]
+            for config, agents, per_mw, _out, binding, reading in tier.rows:
+                mw = f", {per_mw} agents/MW" if per_mw != "–" else ""
+                text = f"{agents} agents/GPU{mw}: {config}, bound by {binding} ({reading})"
+                lines.append(f"- {_md_escape(text)}")
+            if tier.unmet:
+                lines.append(f"- meets it nowhere measured: {_md_escape('; '.join(tier.unmet))}")
+            lines.append("")
     lines.append("")
     return "\n".join(lines)

@@ -5,7 +5,8 @@ Layout of the folder::
     index.html              the page (links the three scripts below, in order)
     assets/plotly.min.js    plotly.js as the plotly Python package ships it for offline use
     assets/app.js           the explorer (assets/app.css its style)
-    data/index.js           runs, points, figures and history flags: ``window.AGENTSWEEP_INDEX = {...}``
+    data/index.js           runs, points, figures, history flags and each run's headline
+                            (dashboard.headline): ``window.AGENTSWEEP_INDEX = {...}``
     data/points/<id>.js     one point's drill-down, loaded on demand by a <script> tag (file:// pages
                             cannot fetch() files, but may load scripts): ``agentsweepPoint(id, {...})``
 
@@ -30,7 +31,9 @@ from typing import Any
 from kv_cache_tester.replay.jsonfast import loads
 
 from agentsweep.dashboard import data
+from agentsweep.dashboard.headline import HEADLINE_METRICS, headlines
 from agentsweep.errors import InputError, WriteError
+from agentsweep.store import query
 from agentsweep.store.db import DamagedStore, Store
 
 MARKER = ".agentsweep-dashboard"
@@ -130,6 +133,7 @@ def build(store: Store, out: Path) -> dict[str, int]:
         (work / "assets").mkdir()
         (work / "data" / "points").mkdir(parents=True)
         capacity = []
+        by_point: dict[int, dict[str, Any]] = {}
         drilled = 0
         with store.read() as conn:
             idx = data.index(conn)
@@ -147,6 +151,9 @@ def build(store: Store, out: Path) -> dict[str, int]:
                     capacity.append(
                         {"point": point_id, "exp_name": exp_names.get(point_id), "capacity": found}
                     )
+                    if isinstance(found, dict):
+                        by_point[point_id] = found
+            idx["headlines"] = headlines(query.load_points(conn, metrics=HEADLINE_METRICS), by_point)
         idx["capacity"] = capacity
         (work / "data" / "index.js").write_text(f"window.AGENTSWEEP_INDEX={_js(idx)};\n", encoding="utf-8")
         (work / "assets" / "plotly.min.js").write_bytes(bundle)

@@ -22,7 +22,14 @@ from agentsweep.store.db import Store
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-o", "--out", type=Path, required=True, metavar="DIR", help="folder to write the site to"
+        "-o",
+        "--output",
+        "--out",
+        dest="out",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="folder to write the site to",
     )
     parser.add_argument("--serve", action="store_true", help="serve DIR on 127.0.0.1 after writing it")
     parser.add_argument(

@@ -13,6 +13,8 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from agentsweep import style
+from agentsweep.collect import columns
 from agentsweep.store import query, schema
 from agentsweep.store.db import DamagedStore
 from agentsweep.store.scope import SCOPE_FIELDS, VERSION_FIELDS
@@ -20,16 +22,98 @@ from agentsweep.store.scope import SCOPE_FIELDS, VERSION_FIELDS
 PERCENTILES = (("p50", "p50"), ("p90", "p90"), ("p95", "p95"), ("p99", "p99"), ("p99.9", "p999"))
 # y: throughput per GPU; x: interactivity (higher is better) or TTFT / E2E (lower is better).
 Y_METRICS = (
-    ("total_tok_per_s_per_gpu", "Total tok/s per GPU"),
-    ("output_tok_per_s_per_gpu", "Output tok/s per GPU"),
-    ("input_tok_per_s_per_gpu", "Input tok/s per GPU"),
+    ("total_tok_per_s_per_gpu", "Total throughput per GPU (tok/s)"),
+    ("output_tok_per_s_per_gpu", "Output throughput per GPU (tok/s)"),
+    ("input_tok_per_s_per_gpu", "Input throughput per GPU (tok/s)"),
 )
 X_MODES = (
-    ("interactivity", "Interactivity (tok/s per user)", "interactivity_{p}_tok_per_s", True),
+    (
+        "interactivity",
+        "Interactivity: 1 / full-response ITL (tok/s per user)",
+        "interactivity_{p}_tok_per_s",
+        True,
+    ),
     ("ttft", "TTFT (s)", "ttft_{p}_s", False),
     ("e2e", "E2E latency (s)", "e2e_{p}_s", False),
 )
-EXTRA_METRICS = ("gpu_hit_rate", "cpu_hit_rate", "requests_ok", "requests_per_s", "clock_scale")
+EXTRA_METRICS = (
+    "gpu_hit_rate",
+    "cpu_hit_rate",
+    "requests_ok",
+    "requests_failed",
+    "requests_per_s",
+    "clock_scale",
+    "ttft_p50_s",
+    "e2e_p50_s",
+    "kv_usage_peak",
+    "avg_power_per_gpu_w",
+    "joules_per_output_token",
+)
+# A drill-down's own figures, in this order (each named with its unit by metric_label).
+POINT_FIGURES = (
+    "output_tok_per_s_per_gpu",
+    "total_tok_per_s_per_gpu",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "ttft_p99_s",
+    "e2e_p50_s",
+    "e2e_p90_s",
+    "interactivity_p50_tok_per_s",
+    "interactivity_p90_tok_per_s",
+    "gpu_hit_rate",
+    "cpu_hit_rate",
+    "kv_usage_peak",
+    "requests_ok",
+    "requests_failed",
+    "requests_per_s",
+    "avg_power_per_gpu_w",
+    "joules_per_output_token",
+)
+_STAT = {f"p{p.replace('.', '')}": f"p{p}" for p in ("50", "75", "90", "95", "99", "99.9")} | {"mean": "mean"}
+_NAMED = {
+    "gpu_hit_rate": "GPU prefix-cache hit rate",
+    "cpu_hit_rate": "CPU / external KV hit rate",
+    "kv_usage_peak": "GPU KV cache usage, peak",
+    "requests_ok": "Requests ok",
+    "requests_failed": "Requests failed",
+    "requests_per_s": "Requests per second",
+    "clock_scale": "Engine clock speed-up",
+    "avg_power_per_gpu_w": "GPU power, mean per GPU",
+    "joules_per_output_token": "GPU energy per output token",
+}
+_UNIT_TEXT = {
+    "s": "s",
+    "tok/s/gpu": "tok/s",
+    "tok/s/user": "tok/s per user",
+    "req/s": "req/s",
+    "fraction": "share",
+    "count": "count",
+    "factor": "×",
+    "W": "W",
+    "J/tok": "J",
+}
+
+
+def metric_label(name: str) -> str:
+    """A summary.csv column as an axis or a hover names it, with its unit: ``TTFT p90 (s)``."""
+    unit = columns.UNITS.get(name)
+    unit_text = f" ({_UNIT_TEXT.get(str(unit), str(unit))})" if unit is not None else ""
+    if name in _NAMED:
+        return _NAMED[name] + unit_text
+    for y, label in Y_METRICS:
+        if name == y:
+            return label
+    for prefix, text in (("ttft_", "TTFT"), ("e2e_", "E2E latency"), ("tpot_", "TPOT"), ("itl_", "ITL")):
+        stat = name.removeprefix(prefix).removesuffix("_s")
+        if name.startswith(prefix) and name.endswith("_s") and stat in _STAT:
+            return f"{text} {_STAT[stat]}{unit_text}"
+    if name.startswith("interactivity_") and name.endswith("_tok_per_s"):
+        stat = name.removeprefix("interactivity_").removesuffix("_tok_per_s")
+        if stat in _STAT:
+            return f"Interactivity {_STAT[stat]}: 1 / full-response ITL{unit_text}"
+    return name + unit_text
+
+
 HISTORY_METRICS = (*query.DIFF_METRICS, "gpu_hit_rate")
 
 
@@ -37,7 +121,8 @@ def plotted_metrics() -> list[str]:
     names = [name for name, _ in Y_METRICS]
     for _, _, template, _ in X_MODES:
         names += [template.format(p=key) for _, key in PERCENTILES]
-    return [*names, *EXTRA_METRICS]
+    names += [*EXTRA_METRICS, *POINT_FIGURES, *HISTORY_METRICS]
+    return list(dict.fromkeys(names))
 
 
 def _history(points: list[query.Point]) -> list[dict[str, Any]]:
@@ -117,6 +202,9 @@ def index(conn: Connection) -> dict[str, Any]:
         ],
         "percentiles": [{"label": label, "key": key} for label, key in PERCENTILES],
         "history_metrics": list(HISTORY_METRICS),
+        "metric_labels": {name: metric_label(name) for name in plotted_metrics()},
+        "point_figures": list(POINT_FIGURES),
+        "style": style.for_dashboard(),
         "history": _history(points),
     }
 

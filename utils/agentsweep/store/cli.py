@@ -67,7 +67,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("head", help="run id, label or 'latest'")
     p.add_argument("--metric", action="append", help=f"repeatable (default {', '.join(query.DIFF_METRICS)})")
     p.add_argument("--scope", action="append", metavar="FIELD=VALUE[,...]", help="only these points")
-    p.add_argument("--check", action="store_true", help="exit 1 when any change is flagged worse")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 when any change is flagged worse, or a SUCCESS point of the base is not SUCCESS in the head",
+    )
     add_db(p)
 
     p = sub.add_parser("migrate", help="bring the store's schema up to date")
@@ -223,13 +227,24 @@ def _diff(args: argparse.Namespace, store: Store) -> int:
     with store.read() as conn:
         runs = query.list_runs(conn)
         base, head = query.find_run(runs, args.base, "BASE"), query.find_run(runs, args.head, "HEAD")
-        pool = [p for p in query.load_points(conn, where, metrics=metrics) if p.status == "SUCCESS"]
+        every = query.load_points(conn, where, metrics=metrics)
+    pool = [p for p in every if p.status == "SUCCESS"]
     base_points = [p for p in pool if p.run.id == base.id]
     head_points = [p for p in pool if p.run.id == head.id]
+    # A point of one side that the other side measured but not successfully is no "only in" point.
+    unsuccessful = {(p.run.id, p.identity): p for p in query.measured(every) if p.status != "SUCCESS"}
     rows: list[tuple[object, ...]] = []
     worse = 0
     for pair in query.diff(base_points, head_points, metrics, pool):
         if not pair.changes:
+            other = head if pair.head is None else base  # the side without a SUCCESS point
+            failed = unsuccessful.get((other.id, pair.point.identity))
+            if failed is not None:
+                side = "head" if other is head else "base"
+                worse += side == "head"  # a point that passed its checks and now does not
+                reason = failed.reason[:120]
+                rows.append((_position(pair.point), "", "", "", "", f"{failed.status} in {side}", reason))
+                continue
             side = "base" if pair.head is None else "head"
             rows.append((_position(pair.point), "", "", "", "", f"only in {side}", ""))
             continue

@@ -396,7 +396,15 @@ def _insert_point(conn: Connection, run_id: int, item: Checked, ready: Prepared)
             end_utc=facts.end_utc,
             cell_json=_json(cell),
             validity_json=_json(facts.validity),
-            stability_json=_json({"block": facts.stability, "ranges": facts.noise, "labels": facts.labels}),
+            stability_json=_json(
+                {
+                    "block": facts.stability,
+                    "ranges": facts.noise,
+                    "throughput_ranges": facts.throughput_noise,
+                    "labels": facts.labels,
+                    "slo_run": facts.slo_run,
+                }
+            ),
         )
     )
     key = result.inserted_primary_key

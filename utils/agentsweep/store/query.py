@@ -2,8 +2,10 @@
 
 A change between two measurements is flagged only beyond the noise measured for them, never on a
 bare threshold:
-- a point's stability block gives, per metric, the min and max over its sub-windows: the base's
-  range and the head's range must not overlap (one range alone: the other value must lie outside it);
+- a point's stability block gives, per metric, the min and max over its sub-windows, and for a
+  throughput its value ± 2 standard errors over the same sub-windows (result_files.read_throughput_noise):
+  the base's range and the head's range must not overlap (one range alone: the other value must lie
+  outside it);
 - without one, the spread (min..max) of the base measurement's repeats in the store (same identity
   and recipe fingerprint, two or more points, the head left out), and the head must lie outside it;
 - with neither, the change is shown with "no noise figure" and not flagged.
@@ -85,10 +87,13 @@ class Point:
     recipe_fingerprint: str
     metrics: dict[str, float] = field(default_factory=dict)
     noise: dict[str, tuple[float, float]] = field(default_factory=dict)
+    noise_source: dict[str, str] = field(default_factory=dict)  # metric -> what its range is
     labels: dict[str, str] = field(default_factory=dict)
+    slo_run: dict[str, Any] = field(default_factory=dict)  # result_files.PointFacts.slo_run
     # A capacity cell: its figures are its steps' (points of their own) and its capacity.json; it
     # lies on no curve, in no history and in no diff itself.
     capacity: bool = False
+    capacity_cell: dict[str, Any] | None = None  # the capacity cell's cell, as cell.json holds it
 
     @property
     def facts(self) -> dict[str, Any]:
@@ -181,7 +186,7 @@ def load_points(
         query = query.where(p.c.run_id.in_(list(run_ids)))
     points: dict[int, Point] = {}
     for row in conn.execute(query).mappings():
-        noise, labels = _stability(row["id"], row["stability_json"])
+        noise, noise_source, labels, slo_run = _stability(row["id"], row["stability_json"])
         points[row["id"]] = Point(
             id=row["id"],
             run=runs[row["run_id"]],
@@ -198,9 +203,12 @@ def load_points(
             receipt_id=row["receipt_id"],
             recipe_fingerprint=row["recipe_fingerprint"],
             noise=noise,
+            noise_source=noise_source,
             labels=labels,
-            capacity=_is_capacity(row["cell_json"]),
+            slo_run=slo_run,
+            capacity_cell=_capacity_cell(row["cell_json"]),
         )
+        points[row["id"]].capacity = points[row["id"]].capacity_cell is not None
     if points:
         mq = select(m.c.point_id, m.c.name, m.c.value)
         if metrics is not None:
@@ -212,12 +220,13 @@ def load_points(
     return sorted(points.values(), key=lambda pt: (pt.when, pt.exp_name))
 
 
-def _is_capacity(cell_json: str | None) -> bool:
+def _capacity_cell(cell_json: str | None) -> dict[str, Any] | None:
+    """A capacity cell's cell.json cell; None for every other point."""
     try:
         cell = json.loads(cell_json or "{}")
     except ValueError:
-        return False
-    return isinstance(cell, dict) and bool(cell.get("capacity"))
+        return None
+    return cell if isinstance(cell, dict) and cell.get("capacity") else None
 
 
 def measured(points: Iterable[Point]) -> list[Point]:
@@ -225,12 +234,25 @@ def measured(points: Iterable[Point]) -> list[Point]:
     return [p for p in points if not p.capacity]
 
 
-def _stability(point_id: int, text: str | None) -> tuple[dict[str, tuple[float, float]], dict[str, Any]]:
-    """(noise ranges, labels) of a point's stability_json as ingest wrote it; DamagedStore otherwise."""
+def _stability(
+    point_id: int, text: str | None
+) -> tuple[dict[str, tuple[float, float]], dict[str, str], dict[str, Any], dict[str, Any]]:
+    """(noise ranges, what each range is, labels, the run's SLO reading) of a point's stability_json as
+    ingest wrote it; DamagedStore otherwise. A throughput range comes from the run's sub-windows, a
+    latency or interactivity range from the stability block."""
     try:
         extra = json.loads(text or "{}")
-        noise = {str(k): (_finite(v[0]), _finite(v[1])) for k, v in (extra.get("ranges") or {}).items()}
-        return noise, dict(extra.get("labels") or {})
+        throughput = {
+            str(k): (_finite(v[0]), _finite(v[1])) for k, v in (extra.get("throughput_ranges") or {}).items()
+        }
+        stability = {str(k): (_finite(v[0]), _finite(v[1])) for k, v in (extra.get("ranges") or {}).items()}
+        source = {**dict.fromkeys(throughput, "sub-windows"), **dict.fromkeys(stability, "stability")}
+        return (
+            {**throughput, **stability},
+            source,
+            dict(extra.get("labels") or {}),
+            dict(extra.get("slo_run") or {}),
+        )
     except (ValueError, TypeError, AttributeError, KeyError, IndexError) as err:
         raise DamagedStore(f"point {point_id}: stability_json does not decode ({err})") from None
 
@@ -300,8 +322,10 @@ class Noise:
 
 
 def stability_noise(point: Point, metric: str) -> Noise | None:
+    """The point's own range for the metric: its stability block's sub-window extremes (latency,
+    interactivity), or for a throughput its value ± 2 standard errors over the same sub-windows."""
     rng = point.noise.get(metric)
-    return Noise(rng[0], rng[1], "stability") if rng else None
+    return Noise(rng[0], rng[1], point.noise_source.get(metric, "stability")) if rng else None
 
 
 def repeat_noise(point: Point, metric: str, pool: Sequence[Point], leave_out: int) -> Noise | None:

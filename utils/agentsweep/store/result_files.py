@@ -26,7 +26,9 @@ from kv_cache_tester.inputfiles import InputFileProblem, open_regular
 from kv_cache_tester.metrics import finite
 from kv_cache_tester.replay import RecordReader, RequestRecord, ResultError, Summary, load_summary
 from kv_cache_tester.replay.jsonfast import dumps
+from kv_cache_tester.replay.stability import MIN_SUBWINDOWS, subwindow_length
 
+from agentsweep.capacity.measure import run_figures
 from agentsweep.collect import columns
 from agentsweep.collect.aggregate import load_cell
 from agentsweep.collect.discover import FoundCell, find_cells
@@ -47,6 +49,7 @@ from agentsweep.contract.resultdir import (
     result_file,
 )
 from agentsweep.contract.resultdir.fileio import exists
+from agentsweep.contract.slo import DEFAULT_TIERS, distinct_constraints
 from agentsweep.errors import InputError, ResultFileError
 from agentsweep.metrics.scrapes import FIGURES, ScrapeReader
 
@@ -94,6 +97,8 @@ class RequestTimeline:
     itl: array[float] = field(default_factory=lambda: array("d"))
     lane: array[int] = field(default_factory=lambda: array("l"))
     flags: array[int] = field(default_factory=lambda: array("b"))  # 1 ok, 2 warmup (bits)
+    prompt_tokens: array[float] = field(default_factory=lambda: array("d"))  # for the throughput noise
+    output_tokens: array[float] = field(default_factory=lambda: array("d"))
     warmup_end: float = 0.0
 
     def add(self, rec: RequestRecord) -> None:
@@ -117,6 +122,9 @@ class RequestTimeline:
         self.itl.append(_NAN if itl is None else itl)
         self.lane.append(-1 if user is None else user)
         self.flags.append((1 if get("status") == "ok" else 0) | (2 if warm else 0))
+        prompt, output = get("prompt_tokens"), get("output_tokens")
+        self.prompt_tokens.append(0.0 if prompt is None else float(prompt))
+        self.output_tokens.append(0.0 if output is None else float(output))
 
     def __len__(self) -> int:
         return len(self.t)
@@ -141,6 +149,12 @@ class PointFacts:
     validity: dict[str, Any]  # summary.json's validity (every check with value and limit); {} if none
     stability: dict[str, Any]  # summary.json's stability block; {} if none
     noise: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric -> (min, max)
+    # Throughput metric -> (low, high): its value ± 2 standard errors over the window's sub-windows.
+    throughput_noise: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # The run as a grid of ordinary cells reads it against the default SLO tiers (collect.capacity):
+    # {"statistics": {constraint key: value}, "output"/"total": tok/s per GPU, "kv_working_set",
+    # "kv_pool"}; {} for a capacity cell and a FAILED one.
+    slo_run: dict[str, Any] = field(default_factory=dict)
     requests: RequestTimeline = field(default_factory=RequestTimeline, repr=False)
 
     @property
@@ -210,6 +224,16 @@ def read_point(path: Path, step_of: str = "") -> PointFacts:
         except ResultError as err:
             raise InputError(f"{path}: {err}") from None
     block, noise = read_stability(summary, metrics.get("clock_scale", 1.0))
+    slo_run: dict[str, Any] = {}
+    if summary is not None and row.status in ("SUCCESS", "INVALID"):
+        figures = run_figures(path, record.parse_cell(), distinct_constraints(DEFAULT_TIERS))
+        slo_run = {
+            "statistics": figures.statistics,
+            "output": figures.output_tok_per_s_per_gpu,
+            "total": figures.total_tok_per_s_per_gpu,
+            "kv_working_set": figures.kv_working_set_tokens,
+            "kv_pool": figures.kv_pool_tokens,
+        }
     return PointFacts(
         path=path,
         exp_name=row.exp_name,
@@ -226,6 +250,8 @@ def read_point(path: Path, step_of: str = "") -> PointFacts:
         validity=dict(summary.get("validity") or {}) if summary is not None else {},
         stability=block,
         noise=noise,
+        throughput_noise=read_throughput_noise(timeline, summary, metrics),
+        slo_run=slo_run,
         requests=timeline,
     )
 
@@ -264,6 +290,61 @@ def read_stability(
             scaled = [v * clock_scale if power > 0 else v / clock_scale for v in (low, high)]
             ranges[template.format(p=stat)] = (min(scaled), max(scaled))
     return block, ranges
+
+
+# Throughput metrics -> which tokens they count (the noise figure scales with the value).
+THROUGHPUT_NOISE_METRICS = {
+    "output_tok_per_s_per_gpu": "output",
+    "total_tok_per_s_per_gpu": "total",
+    "input_tok_per_s_per_gpu": "input",
+    "output_tok_per_s": "output",
+    "total_tok_per_s": "total",
+    "input_tok_per_s": "input",
+}
+NOISE_SPREAD = 2.0  # standard errors either side of the value
+
+
+def read_throughput_noise(
+    timeline: RequestTimeline, summary: Summary | None, metrics: dict[str, float]
+) -> dict[str, tuple[float, float]]:
+    """Per throughput metric, its value ± 2 standard errors, the standard error from the measurement
+    window's sub-windows (those of the stability block: tokens of the successful profile requests
+    that finished in each, over its length; the mean of k sub-windows has the standard error of their
+    spread over √k). Relative, so the clock does not matter. Empty without a window in
+    requests.jsonl's clock (a summary written before it) or with fewer than 3 sub-windows."""
+    if summary is None:
+        return {}
+    window = cast(dict[str, Any], summary.get("window") or {})
+    start, stop = finite(window.get("start_s")), finite(window.get("end_s"))
+    if start is None or stop is None or stop <= start:
+        return {}
+    block = cast(dict[str, Any], summary.get("stability") or {})
+    length = finite(block.get("subwindow_s")) or subwindow_length(stop - start)
+    count = int((stop - start) / length + 1e-9) if length > 0 else 0
+    if count < MIN_SUBWINDOWS:
+        return {}
+    sums = {"output": [0.0] * count, "input": [0.0] * count}
+    for i in range(len(timeline)):
+        done = timeline.done[i]
+        if timeline.flags[i] != 1 or not start <= done <= stop:  # ok, not warmup, finished in the window
+            continue
+        k = min(count - 1, int((done - start) / length))
+        sums["output"][k] += timeline.output_tokens[i]
+        sums["input"][k] += timeline.prompt_tokens[i]
+    sums["total"] = [a + b for a, b in zip(sums["output"], sums["input"], strict=True)]
+    relative: dict[str, float] = {}
+    for kind, values in sums.items():
+        mean = math.fsum(values) / count
+        if mean > 0:
+            spread = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (count - 1))
+            relative[kind] = spread / mean / math.sqrt(count)
+    out = {}
+    for metric, kind in THROUGHPUT_NOISE_METRICS.items():
+        value = metrics.get(metric)
+        if value is not None and kind in relative:
+            half = NOISE_SPREAD * relative[kind] * value
+            out[metric] = (value - half, value + half)
+    return out
 
 
 def kept_files(path: Path, names: Iterable[str]) -> list[str]:

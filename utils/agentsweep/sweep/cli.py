@@ -23,6 +23,7 @@ from agentsweep.sweep.local import (
     check_reuse,
     dry_run_lines,
     fmt_duration,
+    headline_lines,
     install_stop_handlers,
     plan_sweep,
     prepare,
@@ -142,13 +143,13 @@ def _run_plans(plans: list[SweepPlan], launcher: Path, *, collect: bool) -> int:
             code, report = run_collect(plan.key_dir, plan.tiers)
             collect_ok &= code in (0, INVALID_EXIT)
             collect_invalid |= code == INVALID_EXIT
-            if report.exists():
+            if report is not None and report.exists():
                 print(f"sweep: report: {report.resolve()}", flush=True)
+                for line in headline_lines(report.parent):
+                    print(f"sweep: {line}", flush=True)
             else:
-                print(
-                    f"sweep: collect wrote no report.html under {report.parent} (exit status {code})",
-                    flush=True,
-                )
+                where = plan.key_dir / "aggregated"
+                print(f"sweep: collect wrote no report.html under {where} (exit status {code})", flush=True)
     if interrupted is not None:
         left = sum(r.state in ("pending", "interrupted") for r in all_runs)
         print(

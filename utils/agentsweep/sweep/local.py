@@ -22,6 +22,7 @@ from pathlib import Path
 
 from agentsweep.cell.plan import plan_cell
 from agentsweep.cell.record import mask_cell, mask_text
+from agentsweep.collect.output import replace_folder
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.contract.resultdir import read_status
 from agentsweep.contract.slo import SloTier
@@ -109,8 +110,7 @@ def prepare(plans: Sequence[SweepPlan], *, force: bool) -> None:
                     print(f"sweep: {run.exp_name}: {line}", flush=True)
             else:
                 shutil.rmtree(run.result_dir)
-        if force and (plan.key_dir / "aggregated").exists():
-            shutil.rmtree(plan.key_dir / "aggregated")
+        # The previous report stays readable until collect's new one replaces it (run_collect).
 
 
 def launcher_env(run: CellRun, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
@@ -151,9 +151,15 @@ def dry_run_lines(plans: Sequence[SweepPlan], launcher: Path) -> list[str]:
     return lines
 
 
+def staging_dir(key_dir: Path) -> Path:
+    """Where collect writes the key's new aggregated folder, beside the key's results (not among its
+    cells), before it replaces ``aggregated``; one per key (one sweep at a time holds the results root)."""
+    return key_dir.parent / f".{key_dir.name}.aggregated.new"
+
+
 def collect_command(key_dir: Path, tiers: Sequence[SloTier] = (), python: str = sys.executable) -> list[str]:
     slo = [arg for tier in tiers for arg in ("--slo", tier.text())]
-    return [python, "-m", "agentsweep.cli", "collect", str(key_dir), str(key_dir / "aggregated"), *slo]
+    return [python, "-m", "agentsweep.cli", "collect", str(key_dir), str(staging_dir(key_dir)), *slo]
 
 
 class Interrupted(Exception):
@@ -253,15 +259,39 @@ def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
         os.killpg(proc.pid, sig)
 
 
-def run_collect(key_dir: Path, tiers: Sequence[SloTier] = ()) -> tuple[int, Path]:
-    """Run `agentsweep collect` on the key's results; (exit status, report.html path)."""
+def run_collect(key_dir: Path, tiers: Sequence[SloTier] = ()) -> tuple[int, Path | None]:
+    """Run `agentsweep collect` on the key's results into a folder beside them, then put that folder
+    in place of ``aggregated`` in one step: a report someone is reading is never deleted before its
+    successor is whole, and a collect that wrote nothing leaves the previous one (and says so).
+    (exit status, report.html path; None when collect wrote nothing)."""
+    staging = staging_dir(key_dir)
+    shutil.rmtree(staging, ignore_errors=True)
     cmd = collect_command(key_dir, tiers)
     print(f"sweep: {shlex.join(cmd)}", flush=True)
     try:
         code = subprocess.run(cmd, check=False, preexec_fn=die_with_parent(signal.SIGTERM)).returncode
     except KeyboardInterrupt as err:
         code = 128 + signal_number(err)
-    return code, key_dir / "aggregated" / "report.html"
+    aggregated = key_dir / "aggregated"
+    if (staging / "summary.csv").is_file():
+        replace_folder(staging, aggregated)
+        return code, aggregated / "report.html"
+    shutil.rmtree(staging, ignore_errors=True)
+    if aggregated.exists():
+        print(f"sweep: collect wrote nothing; {aggregated} still holds the previous collect", flush=True)
+    return code, None
+
+
+def headline_lines(aggregated: Path) -> list[str]:
+    """The collected sweep's headline (collect.headline) as plain lines, from its summary.csv and
+    capacity.csv; one line saying why when it cannot be read (the sweep still ends as it would)."""
+    from agentsweep.collect import headline  # pandas and collect, only once a sweep has collected
+
+    try:
+        found = headline.from_files(aggregated)
+    except (OSError, ValueError) as err:
+        return [f"no headline: {aggregated}: {err}"]
+    return found.lines() if found is not None else []
 
 
 def fmt_duration(seconds: float) -> str:

@@ -15,12 +15,24 @@
   const $ = (id) => document.getElementById(id);
   const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
     "#17becf", "#bcbd22", "#7f7f7f"];
+  // One colour per offload mode and one marker per TP, as agentsweep.style defines them for the
+  // report's PNGs too (handed over in the index).
+  const STYLE = IDX.style;
+  const RUN_DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"];
+  function offloadColor(offload) { return STYLE.offload_colors[offload] || STYLE.other_color; }
+  function tpSymbol(tp) {
+    const known = STYLE.tp_symbols[String(tp)];
+    if (known) return known;
+    const n = Number(tp);
+    return Number.isInteger(n) && n > 0 ? STYLE.other_symbols[n % STYLE.other_symbols.length] : STYLE.other_symbols[0];
+  }
+  function label(metric) { return IDX.metric_labels[metric] || metric; }
   const CONFIG = { displaylogo: false, responsive: true };
   const runs = new Map(IDX.runs.map((r) => [r.id, r]));
   const xModes = new Map(IDX.x_modes.map((m) => [m.key, m]));
   const state = {
     y: IDX.y_metrics[0].key, x: "interactivity", p: "p90", invalid: false,
-    runFilter: "latest", model: "", hardware: "", engine: "",
+    runFilter: "latest", model: "", hardware: "", engine: "", xScale: "auto", headlineRun: "",
     overlay: new Set(), historyScope: 0, historyMetric: IDX.history_metrics[0], tab: "pareto",
   };
   const hook = (window.agentsweep = { drawn: 0, drill: null, timings: {}, started: performance.now() });
@@ -90,29 +102,48 @@
   function painted() { return new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done))); }
 
   // --- which points ---------------------------------------------------------------------------
-  function latestRuns() {
+  // The same measurement in another run: everything but the versions (store.scope.identity).
+  const IDENTITY_FIELDS = ["model", "hardware", "engine", "precision", "offload", "router", "shape",
+    "config_key", "tp", "ep", "users", "gpus"];
+  function identityKey(p) { return IDENTITY_FIELDS.map((k) => String(p[k] === undefined ? "" : p[k])).join("\u0001"); }
+  // The newest measurement of each point: a rerun of some points hides only their older measurements,
+  // never the points it did not rerun.
+  function newestOfEach() {
     const newest = new Map();
     for (const p of IDX.points) {
-      const have = newest.get(p.scope_key);
-      if (have === undefined || newer(runs.get(p.run), runs.get(have))) newest.set(p.scope_key, p.run);
+      const key = identityKey(p), have = newest.get(key);
+      if (have === undefined || newer(runs.get(p.run), runs.get(have.run))) newest.set(key, p);
     }
-    return newest;
+    return new Set([...newest.values()].map((p) => p.id));
   }
-  function paretoPoints() {
-    const newest = state.runFilter === "latest" ? latestRuns() : null;
-    return IDX.points.filter((p) =>
-      (newest ? newest.get(p.scope_key) === p.run : String(p.run) === state.runFilter) &&
-      (!state.model || p.model === state.model) &&
-      (!state.hardware || p.hardware === state.hardware) &&
-      (!state.engine || p.engine === state.engine));
+  // The points the Pareto view takes, and why each other point is left out (counted, and said).
+  function paretoSelection() {
+    const keep = state.runFilter === "latest" ? newestOfEach() : null;
+    const hidden = { older: 0, run: 0, filter: 0 };
+    const points = [];
+    for (const p of IDX.points) {
+      if (keep ? !keep.has(p.id) : state.runFilter !== "all" && String(p.run) !== state.runFilter) {
+        hidden[keep ? "older" : "run"] += 1;
+      } else if ((state.model && p.model !== state.model) || (state.hardware && p.hardware !== state.hardware) ||
+          (state.engine && p.engine !== state.engine)) {
+        hidden.filter += 1;
+      } else {
+        points.push(p);
+      }
+    }
+    return { points, hidden };
   }
+  function paretoPoints() { return paretoSelection().points; }
+  // A series' name: what varies among the points, the offload mode, and a router or scale-out
+  // shape only where there is one (one engine, one replica says nothing).
   function seriesLabel(p, varying) {
     const parts = varying.map((k) => p[k]).filter((v) => v);
     parts.push(`offload ${p.offload}`);
-    parts.push(p.router ? `router ${p.router}` : "no router");
-    parts.push(p.shape);
+    if (p.router) parts.push(`router ${p.router}`);
+    if (p.shape && p.shape !== "r1") parts.push(p.shape);
     return parts.join(" · ");
   }
+  function routed(p) { return Boolean(p.router) || Boolean(p.shape && p.shape !== "r1"); }
   function varyingFields(points) {
     return ["model", "hardware", "engine", "engine_version", "precision"].filter(
       (k) => new Set(points.map((p) => p[k])).size > 1);
@@ -128,6 +159,8 @@
   }
 
   // --- traces ---------------------------------------------------------------------------------
+  // groupOf(p) -> [series name, offload colour's point, dash]; every series takes its offload mode's
+  // colour (a routed series one of its own), every point its TP's marker.
   function pointTraces(points, groupOf, withFrontier) {
     const xKey = xMetric(), mode = xModes.get(state.x);
     const plotted = [], missing = [];
@@ -138,86 +171,150 @@
     const groups = new Map();
     for (const p of plotted.filter((q) => q.status === "SUCCESS")) {
       const g = groupOf(p);
-      if (!groups.has(g)) groups.set(g, []);
-      groups.get(g).push(p);
+      if (!groups.has(g.name)) groups.set(g.name, { style: g, members: [] });
+      groups.get(g.name).members.push(p);
     }
     const traces = [];
-    let i = 0;
-    for (const [name, members] of [...groups.entries()].sort()) {
-      const color = PALETTE[i++ % PALETTE.length];
+    let routedIndex = 0;
+    for (const [name, { style, members }] of [...groups.entries()].sort()) {
+      const color = style.routed ? STYLE.routed_colors[routedIndex++ % STYLE.routed_colors.length] : offloadColor(style.offload);
       traces.push(markerTrace(members, name, color, xKey));
       if (withFrontier && members.length > 1) {
         const f = frontier(members, xKey, mode.higher_better);
         traces.push({
           x: f.map((p) => p.m[xKey]), y: f.map((p) => p.m[state.y]), mode: "lines", type: "scatter",
-          line: { color, width: 1.5 }, legendgroup: plotText(name), showlegend: false, hoverinfo: "skip",
+          line: { color, width: 1.5, dash: style.dash || "solid" }, legendgroup: plotText(name), showlegend: false,
+          hoverinfo: "skip",
         });
       }
     }
     const invalid = plotted.filter((p) => p.status === "INVALID");
     if (invalid.length) {
-      const t = markerTrace(invalid, "INVALID", "#b0b0b0", xKey);
+      const t = markerTrace(invalid, "INVALID", STYLE.invalid_color, xKey);
       t.marker.symbol = "x";
       traces.push(t);
     }
     return { traces, missing, plotted };
   }
+  // Where a tail dominates (the largest value over 20 times the smallest), the x axis is logarithmic
+  // unless the reader picked a scale.
+  function xAxisType(traces) {
+    if (state.xScale !== "auto") return state.xScale;
+    const xs = traces.filter((t) => t.mode === "markers").flatMap((t) => t.x).filter((v) => v > 0);
+    return xs.length && Math.max(...xs) / Math.min(...xs) > 20 ? "log" : "linear";
+  }
   function markerTrace(points, name, color, xKey) {
-    const lines = points.map((p) => [p.exp_name, `${runLabel(p.run)} · ${p.status}`]
+    const lines = points.map((p) => [p.exp_name, `TP ${p.tp} · ${p.users} users · offload ${p.offload}`,
+      `${runLabel(p.run)} · ${p.status}`]
       .concat(p.status === "INVALID" ? [String(p.reason || "").slice(0, 120)] : []));
+    // Every hover names its figures and their units: the axes' metrics, then the other one.
+    const other = state.y === "total_tok_per_s_per_gpu" ? "output_tok_per_s_per_gpu" : "total_tok_per_s_per_gpu";
     const trace = {
       x: points.map((p) => p.m[xKey]), y: points.map((p) => p.m[state.y]),
       customdata: points.map((p) => p.id),
-      text: lines.map((l) => l.map(plotText).join("<br>")),
-      hovertemplate: "%{text}<br>x %{x:.4g}<br>y %{y:.4g}<extra></extra>",
+      text: lines.map((l, i) => l.map(plotText).join("<br>") + "<br>" +
+        plotText(`${label(other)}: ${fmt(points[i].m[other])}`)),
+      hovertemplate: "%{text}<br>" + plotText(label(xKey)) + ": %{x:.4g}<br>" + plotText(label(state.y)) +
+        ": %{y:.4g}<extra></extra>",
       mode: "markers", type: "scatter", name: plotText(name), legendgroup: plotText(name),
-      marker: { color, size: 9, line: { width: 1, color: "#333" } },
+      marker: { color, size: 10, symbol: points.map((p) => tpSymbol(p.tp)), line: { width: 1, color: "#333" } },
     };
     // The unescaped name and hover lines, for the SVG preview (which escapes them itself); not
     // enumerable, so Plotly never sees them.
     Object.defineProperty(trace, "raw", { value: { name, lines } });
     return trace;
   }
-  function axesLayout(title) {
-    const mode = xModes.get(state.x);
-    const yLabel = IDX.y_metrics.find((m) => m.key === state.y).label;
+  function axesLayout(title, traces) {
     return {
       title: { text: title, font: { size: 14 } },
-      xaxis: { title: { text: `${mode.label} at ${state.p === "p999" ? "p99.9" : state.p}` }, zeroline: false },
-      yaxis: { title: { text: yLabel }, rangemode: "tozero" },
+      xaxis: { title: { text: plotText(label(xMetric())) }, zeroline: false, type: xAxisType(traces || []) },
+      yaxis: { title: { text: plotText(label(state.y)) }, rangemode: "tozero" },
       hovermode: "closest", margin: { t: 40, r: 10 }, legend: { orientation: "h", y: -0.2 },
     };
+  }
+  // Marker per TP, said once under the chart (the legend's entries are the series).
+  function markerNote(points) {
+    const tps = [...new Set(points.map((p) => p.tp))].sort((a, b) => a - b);
+    return tps.map((tp) => `TP ${tp}: ${tpSymbol(tp)}`).join(", ");
   }
   function missingNote(missing) {
     return missing.length ? `${missing.length} point(s) have no value for ${xMetric()} or ${state.y}; not drawn.` : "";
   }
 
+  // --- Headline: each run's answer (collect.headline, computed when the dashboard was built) --------
+  function drawHeadline() {
+    const box = $("headline-body");
+    const head = IDX.headlines[state.headlineRun];
+    if (!head) { setHTML(box, html`<p class="note">No run in this store yet.</p>`); return; }
+    setHTML(box, html`${head.groups.map((g) => html`<div class="group">
+      <h2>${g.title}</h2><p class="verdicts">${g.verdicts}</p>
+      ${g.note ? html`<p class="note">${g.note}</p>` : html``}
+      ${g.tiers.length ? html`<table class="answer tiers"><tr><th>SLO tier</th><th>agents per GPU</th>
+        <th>agents per MW</th><th>best configuration</th><th>bound by</th><th>how it was read</th></tr>
+        ${g.tiers.map((t) => t.met ? html`<tr><td>${t.description}</td><td class="big">${t.agents}</td>
+          <td>${t.per_mw}</td><td>${t.configuration}${t.ties ? ` (and ${t.ties} more with as many)` : ""}</td>
+          <td>${t.binding}</td><td class="how">${t.reading}</td></tr>`
+        : html`<tr class="unmet"><td>${t.description}</td><td class="big">none</td><td>-</td>
+          <td>no configuration meets it</td><td colspan="2">${t.binding}</td></tr>`)}</table>` : html``}
+      <table class="answer levels"><tr><th>interactivity</th><th>output tok/s per GPU</th>
+        <th>total tok/s per GPU</th><th>configuration</th><th>how</th></tr>
+        ${g.levels.map((l) => html`<tr class="level-${l.kind.replace(/ /g, "-")}"><td>${l.level_text}</td>
+          <td class="big">${l.output === null ? "-" : l.output.toFixed(1)}</td>
+          <td>${l.total === null ? "-" : l.total.toFixed(0)}</td><td>${l.configuration || "-"}</td>
+          <td class="how">${l.how}</td></tr>`)}</table></div>`)}
+      <p class="note">Throughput per GPU on the Pareto frontier of the run's SUCCESS points at each level of
+        ${head.interactivity}: interpolated between frontier points where marked, never extrapolated. Tiers:
+        the run's capacity searches, and its series read as grids against the default tiers.</p>`);
+  }
+
   // --- Pareto ---------------------------------------------------------------------------------
   async function drawPareto() {
-    const points = paretoPoints();
+    const { points, hidden } = paretoSelection();
     const varying = varyingFields(points);
-    const { traces, missing, plotted } = pointTraces(points, (p) => seriesLabel(p, varying), true);
+    const { traces, missing, plotted } = pointTraces(points, (p) => seriesOf(p, varying), true);
     const gd = $("pareto");
     await plotly();
     const preview = gd.querySelector(".preview");
     if (preview) preview.remove();
-    await Plotly.react(gd, traces, axesLayout("Throughput per GPU against interactivity / latency"), CONFIG);
+    await Plotly.react(gd, traces, axesLayout("Throughput per GPU against interactivity / latency", traces), CONFIG);
     if (!gd.dataset.bound) {
       gd.on("plotly_click", (ev) => { if (ev.points.length) openDrill(ev.points[0].customdata); });
       gd.dataset.bound = "1";
     }
-    const shown = plotted.length;
-    $("pareto-note").textContent = `${shown} point(s) shown. ${missingNote(missing)} ` +
-      (state.invalid ? "INVALID points are grey crosses." : "INVALID points are hidden (tick the box to show them).");
+    $("pareto-note").textContent = paretoNote(points, plotted, missing, hidden);
     hook.drawn += 1;
+  }
+
+  function seriesOf(p, varying) {
+    return { name: seriesLabel(p, varying), offload: p.offload, routed: routed(p) };
+  }
+  // What the view shows and what it leaves out, every point counted once.
+  function paretoNote(points, plotted, missing, hidden) {
+    const other = points.filter((p) => p.status !== "SUCCESS" && p.status !== "INVALID").length;
+    const invalid = state.invalid ? 0 : points.filter((p) => p.status === "INVALID").length;
+    const parts = [`${plotted.length} of ${IDX.points.length} point(s) shown.`];
+    const left = [];
+    if (hidden.older) left.push(`${hidden.older} older measurement(s) of points measured again later (runs: pick "every run" or a run to see them)`);
+    if (hidden.run) left.push(`${hidden.run} point(s) of other runs`);
+    if (hidden.filter) left.push(`${hidden.filter} point(s) outside the model / hardware / engine filters`);
+    if (invalid) left.push(`${invalid} INVALID point(s) (tick the box to show them as grey crosses)`);
+    if (other) left.push(`${other} FAILED, MALFORMED or capacity-cell point(s) (no figures to plot)`);
+    if (missing.length) left.push(`${missing.length} point(s) without a value for ${label(xMetric())} or ${label(state.y)}`);
+    parts.push(left.length ? `Hidden: ${left.join("; ")}.` : "Nothing hidden.");
+    if (plotted.length) parts.push(`Markers: ${markerNote(plotted)}.`);
+    return parts.join(" ");
   }
 
   // --- Overlay --------------------------------------------------------------------------------
   async function drawOverlay() {
     const points = IDX.points.filter((p) => state.overlay.has(p.run));
-    const { traces, missing } = pointTraces(points, (p) => runLabel(p.run), false);
+    const order = [...state.overlay].sort((a, b) => a - b);
+    const varying = varyingFields(points);
+    // Each run's own series and frontiers: the offload mode's colour, one line dash per run.
+    const { traces, missing } = pointTraces(points, (p) => ({ ...seriesOf(p, varying),
+      name: `run ${p.run} · ${seriesLabel(p, varying)}`, dash: RUN_DASHES[order.indexOf(p.run) % RUN_DASHES.length] }), true);
     await plotly();
-    await Plotly.react($("overlay"), traces, axesLayout("Runs overlaid on the same axes"), CONFIG);
+    await Plotly.react($("overlay"), traces, axesLayout("Runs overlaid: each run's frontiers (line dash per run)", traces), CONFIG);
     const gd = $("overlay");
     if (!gd.dataset.bound) {
       gd.on("plotly_click", (ev) => { if (ev.points.length) openDrill(ev.points[0].customdata); });
@@ -267,7 +364,8 @@
         x: line.entries.map((e) => e.when), y: line.entries.map((e) => e.value), name: plotText(line.label),
         mode: "lines+markers", type: "scatter", line: { color: PALETTE[i % PALETTE.length] },
         text: line.entries.map((e) => plotText(`${runLabel(e.run)} · engine ${e.engine_version}`)),
-        hovertemplate: "%{text}<br>%{y:.4g}<extra>" + plotText(line.label) + "</extra>",
+        hovertemplate: "%{text}<br>" + plotText(label(state.historyMetric)) + ": %{y:.4g}<extra>" +
+          plotText(line.label) + "</extra>",
       });
       for (const e of line.entries) {
         if (e.flag) { flaggedX.push(e.when); flaggedY.push(e.value); flaggedText.push(plotText(`${line.label}: ${e.direction}`)); }
@@ -282,9 +380,12 @@
       traces.push({ x: flaggedX, y: flaggedY, text: flaggedText, name: "flagged change", mode: "markers",
         type: "scatter", marker: { symbol: "x", size: 14, color: "#b00020" }, hovertemplate: "%{text}<extra></extra>" });
     }
+    const dates = new Set(lines.flatMap((line) => line.entries.map((e) => e.when)));
     await Plotly.react(gd, traces, {
-      title: { text: `${state.historyMetric} over runs`, font: { size: 14 } },
-      xaxis: { title: { text: "run date" } }, yaxis: { title: { text: state.historyMetric } },
+      title: { text: plotText(`${label(state.historyMetric)} over runs`), font: { size: 14 } },
+      // One run date is a category, not a time axis of milliseconds.
+      xaxis: { title: { text: "run date" }, type: dates.size > 1 ? "date" : "category" },
+      yaxis: { title: { text: plotText(label(state.historyMetric)) } },
       margin: { t: 40 }, legend: { orientation: "h", y: -0.25 },
     }, CONFIG);
     setHTML(table, html`${rows}`);
@@ -300,8 +401,21 @@
         points appear here once ingested.</p>`);
       return;
     }
+    const tiers = (c) => (c.capacity && Array.isArray(c.capacity.tiers) ? c.capacity.tiers : []);
+    const steps = (c) => (c.capacity && Array.isArray(c.capacity.steps) ? c.capacity.steps.slice() : [])
+      .sort((a, b) => a.users - b.users || a.index - b.index);
     setHTML(box, html`${IDX.capacity.map((c) => html`<h3>${c.exp_name || String(c.point)}</h3>
-      <pre>${JSON.stringify(c.capacity, null, 1)}</pre>`)}`);
+      <table><tr><th>tier</th><th>agents per GPU</th><th>agents per MW</th><th>boundary (users)</th>
+        <th>interval (users)</th><th>boundary type</th><th>bound by</th><th>stop reason</th></tr>
+      ${tiers(c).map((t) => html`<tr><td>${t.description}</td><td>${fmt(t.agents_per_gpu)}</td>
+        <td>${fmt(t.agents_per_mw)}</td><td>${fmt(t.boundary_users)}</td>
+        <td>${t.interval_users ? `${t.interval_users[0]}–${t.interval_users[1] === null ? "" : t.interval_users[1]}` : "-"}</td>
+        <td>${t.boundary_type}</td><td>${t.binding || "-"}</td><td>${t.stop_reason}</td></tr>`)}</table>
+      <p class="note">Steps in user order (${c.capacity && c.capacity.repeats > 1 ? `${c.capacity.repeats} runs per count` :
+        "one run per count: a boundary's bracket is the search's resolution, not a measured spread"}):</p>
+      <table><tr><th>users</th><th>run</th><th>step</th><th>verdict</th><th>output tok/s per GPU</th></tr>
+      ${steps(c).map((s) => html`<tr><td>${s.users}</td><td>${(s.repeat || 0) + 1}</td><td>${s.index}</td>
+        <td>${s.status}</td><td>${fmt(s.output_tok_per_s_per_gpu)}</td></tr>`)}</table>`)}`);
   }
 
   // --- Drill-down -----------------------------------------------------------------------------
@@ -439,6 +553,13 @@
     if (d.clock_scale !== 1) bits.push(`simulated engine at speed ${d.clock_scale}: times in the engine's clock`);
     if (d.notes && d.notes.length) bits.push(`notes: ${d.notes.join("; ")}`);
     $("drill-meta").textContent = bits.join(" · ");
+    // The point's own figures (the ones on the chart and in the tables), each named with its unit.
+    const figures = meta ? IDX.point_figures.filter((k) => meta.m[k] !== undefined) : [];
+    setHTML($("drill-figures"), figures.length ? html`<tr><th>figure</th><th>value</th></tr>${figures.map((k) =>
+      html`<tr><td>${label(k)}</td><td>${k.endsWith("hit_rate") || k === "kv_usage_peak" ?
+        (100 * meta.m[k]).toFixed(1) + " %" : fmt(meta.m[k])}</td></tr>`)}` :
+      html`<tr><td>no figures: the cell ran nothing to measure (a FAILED cell, or a capacity cell whose steps
+        are points of their own)</td></tr>`);
     const shapes = windowShape(d.window);
     const base = (title, y) => ({ title: { text: title, font: { size: 13 } }, margin: { t: 36, r: 10 },
       xaxis: { title: { text: "s from run start" } }, yaxis: { title: { text: y } }, shapes,
@@ -472,7 +593,9 @@
     }
     const routerLayout = base(routerTitle, "requests");
     if (!(d.router && d.router.over_time)) { routerLayout.xaxis = {}; routerLayout.shapes = []; }
-    draws.push(Plotly.react($("drill-router"), rt, routerLayout, CONFIG));
+    // An unrouted cell has no router chart at all (not an empty one).
+    $("drill-router").hidden = !d.router;
+    if (d.router) draws.push(Plotly.react($("drill-router"), rt, routerLayout, CONFIG));
     const rows = [html`<tr><th>check</th><th>value</th><th>limit</th><th>result</th><th>reason</th></tr>`];
     for (const c of d.checks) {
       rows.push(html`<tr><td>${c.name}</td><td>${fmt(c.value)}</td><td>${fmt(c.limit)}</td>
@@ -503,6 +626,11 @@
     select.addEventListener("change", () => { state[key] = select.value; drawPareto(); });
   }
   function setup() {
+    const byAge = IDX.runs.slice().sort((a, b) => (newer(a, b) ? -1 : 1));
+    for (const r of byAge) option($("headline-run"), String(r.id), runLabel(r.id), false);
+    state.headlineRun = byAge.length ? String(byAge[0].id) : "";
+    $("headline-run").value = state.headlineRun;
+    $("headline-run").addEventListener("change", (e) => { state.headlineRun = e.target.value; drawHeadline(); });
     for (const m of IDX.y_metrics) option($("y-metric"), m.key, m.label, m.key === state.y);
     for (const m of IDX.x_modes) option($("x-mode"), m.key, m.label, m.key === state.x);
     for (const p of IDX.percentiles) option($("percentile"), p.key, p.label, p.key === state.p);
@@ -510,14 +638,19 @@
     $("x-mode").addEventListener("change", (e) => { state.x = e.target.value; redraw(); });
     $("percentile").addEventListener("change", (e) => { state.p = e.target.value; redraw(); });
     $("show-invalid").addEventListener("change", (e) => { state.invalid = e.target.checked; redraw(); });
-    option($("run-filter"), "latest", "latest run of each scope", true);
+    for (const [v, l] of [["auto", "auto (log where a tail dominates)"], ["linear", "linear"], ["log", "log"]]) {
+      option($("x-scale"), v, l, v === state.xScale);
+    }
+    $("x-scale").addEventListener("change", (e) => { state.xScale = e.target.value; redraw(); });
+    option($("run-filter"), "latest", "newest measurement of each point", true);
+    option($("run-filter"), "all", "every run", false);
     for (const r of IDX.runs.slice().reverse()) option($("run-filter"), String(r.id), runLabel(r.id), false);
     $("run-filter").addEventListener("change", (e) => { state.runFilter = e.target.value; drawPareto(); });
     fillFilter("model-filter", "model", "model");
     fillFilter("hardware-filter", "hardware", "hardware");
     fillFilter("engine-filter", "engine", "engine");
     IDX.history.forEach((g, i) => option($("history-scope"), String(i), g.scope, i === 0));
-    for (const m of IDX.history_metrics) option($("history-metric"), m, m, m === state.historyMetric);
+    for (const m of IDX.history_metrics) option($("history-metric"), m, label(m), m === state.historyMetric);
     $("history-scope").addEventListener("change", (e) => { state.historyScope = Number(e.target.value); drawHistory(); });
     $("history-metric").addEventListener("change", (e) => { state.historyMetric = e.target.value; drawHistory(); });
     buildOverlayControls();
@@ -527,6 +660,7 @@
         for (const other of document.querySelectorAll("#tabs button")) other.classList.toggle("active", other === b);
         for (const t of document.querySelectorAll(".tab")) t.hidden = t.id !== `tab-${state.tab}`;
         $("axes").hidden = state.tab === "history" || state.tab === "capacity";
+        $("drilldown").hidden = true;  // a point's drill-down belongs to the chart it was opened from
         redraw();
       });
     }
@@ -546,7 +680,7 @@
   // The same traces drawPareto hands Plotly, as one SVG string (the HTML parser builds it at once).
   function drawPreview() {
     const points = paretoPoints();
-    const { traces } = pointTraces(points, (p) => seriesLabel(p, varyingFields(points)), true);
+    const { traces } = pointTraces(points, (p) => seriesOf(p, varyingFields(points)), true);
     const gd = $("pareto");
     const width = Math.max(400, gd.clientWidth), height = Math.max(300, gd.clientHeight);
     const series = traces.filter((t) => t.mode === "markers");
@@ -571,11 +705,10 @@
         out.push(html`<line x1="${m.l}" x2="${m.l + w}" y1="${py(t)}" y2="${py(t)}" stroke="#eee"/>`,
           html`<text x="${m.l - 6}" y="${+py(t) + 4}" text-anchor="end" fill="#444">${fmt(t)}</text>`);
       }
-      const layout = axesLayout("");
       out.push(html`<text x="${m.l + w / 2}" y="${m.t + h + 32}" text-anchor="middle" font-size="12">${
-        layout.xaxis.title.text}</text>`,
+        label(xMetric())}</text>`,
         html`<text x="16" y="${m.t + h / 2}" text-anchor="middle" font-size="12"
-          transform="rotate(-90 16 ${m.t + h / 2})">${layout.yaxis.title.text}</text>`);
+          transform="rotate(-90 16 ${m.t + h / 2})">${label(state.y)}</text>`);
       for (const t of traces) {
         if (t.mode !== "lines") continue;
         const line = t.x.map((x, i) => `${px(x)},${py(t.y[i])}`).join(" ");
@@ -602,6 +735,7 @@
   }
 
   setup();
+  drawHeadline();
   drawPreview();
   painted().then(() => {
     hook.timings.first_paint = performance.now();  // ms since the page began to load
