@@ -51,6 +51,13 @@ def test_demo_mini_sweep_end_to_end(repo_root, tmp_path):
     with open(key_dir / "aggregated" / "summary.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 3 and {r["status"] for r in rows} == {"SUCCESS"}
+    # Each cell's progress says what it measured, as the table reads it.
+    for row in rows:
+        figures = (
+            f"[cell {row['exp_name']}] figures: {float(row['output_tok_per_s_per_gpu']):,.1f} output tok/s per GPU "
+            f"({float(row['total_tok_per_s_per_gpu']):,.0f} total), TTFT p50 {float(row['ttft_p50_s']):.3g} s"
+        )
+        assert figures in out, figures
     # Every cell sealed its directory last: `agentsweep verify` passes, and the receipt covers every
     # file the cell left, each one declared by the result directory's owner.
     verified = subprocess.run(

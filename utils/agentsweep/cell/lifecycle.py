@@ -128,6 +128,8 @@ def run_cell(
         if reason is None:
             reasons = judge(plan, stated)
             status = "INVALID" if reasons else "SUCCESS"
+            if plan.cell.capacity is None:
+                say(_figures_line(plan))
             if plan.power is not None:
                 say(_power_line(plan))
         else:
@@ -203,6 +205,35 @@ def _write_verdict(
     finally:
         space.release(plan.result_dir)
     return status, reasons
+
+
+def _figures_line(plan: CellPlan) -> str:
+    """One line on what the cell measured, as collect's table will read it (its definitions, the
+    engine's clock): throughput per GPU, TTFT and interactivity."""
+    from agentsweep.collect import aggregate  # pandas: only once the run is over
+
+    try:
+        summary = load_summary(plan.result_dir)
+        values: dict[str, Any] = {"gpus": plan.cell.gpus, "tp": plan.cell.tp, "speed": plan.cell.speed}
+        values.update(aggregate.summary_columns(summary))
+        beside, engine = aggregate.engine_clock_columns(summary)
+        values.update(beside)
+        aggregate.to_engine_clock(values)
+        values.update(engine)
+        values.update(aggregate.derived_columns(values))
+    except Exception as err:  # a line of progress never decides a cell's fate
+        return f"figures not read: {type(err).__name__}: {err}"
+
+    def num(key: str, spec: str) -> str:
+        value = values.get(key)
+        return format(value, spec) if isinstance(value, int | float) else "–"
+
+    return (
+        f"figures: {num('output_tok_per_s_per_gpu', ',.1f')} output tok/s per GPU "
+        f"({num('total_tok_per_s_per_gpu', ',.0f')} total), TTFT p50 {num('ttft_p50_s', '.3g')} s "
+        f"p90 {num('ttft_p90_s', '.3g')} s, interactivity p50 {num('interactivity_p50_tok_per_s', '.1f')} "
+        "tok/s per user"
+    )
 
 
 def _power_line(plan: CellPlan) -> str:
