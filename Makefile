@@ -74,8 +74,13 @@ test-engine-parsers: venv-test
 # Slurm; `chromium` a headless browser. `make test` runs every tier, spread over the machine's cores
 # (pytest-xdist; the tests that share the session's Slurm clusters or PostgreSQL server run on one
 # worker), and ends with every skip summarised by reason and tier with what installs the missing part.
+# Tests marked `serial` (container cells under podman, whose engines miss their start-up timings beside
+# other tests on two cores) run after, alone.
 test: venv-test
-	$(BIN)/python -m pytest -q -n auto --dist loadgroup
+	@status=0; \
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup -m "not serial" || status=$$?; \
+	$(BIN)/python -m pytest -q -m serial || status=$$?; \
+	exit $$status
 
 # The Debian packages the Slurm, PostgreSQL, browser, registry and container tests need (.ci/apt-packages.txt).
 test-deps:

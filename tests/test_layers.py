@@ -35,6 +35,8 @@ KNOWN_DEBTS = {
     ("agentsweep.cell", "agentsweep.capacity"),
     # `python -m agentsweep.cell.allocation` reads the runners file through the config package.
     ("agentsweep.cell", "agentsweep.config"),
+    # A finished cell's progress line takes its figures as collect's table will (collect.aggregate).
+    ("agentsweep.cell", "agentsweep.collect"),
     # `agentsweep images lock` reads every config's image through the config loader.
     ("agentsweep.images", "agentsweep.config"),
 }

@@ -31,6 +31,10 @@ from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from tests.slurm import container_image
 from tests.support import poll_until
 
+# Container cells under podman start their engines in seconds alone, and miss those timings beside
+# the rest of the suite on two cores: they run after it, alone (make test).
+pytestmark = pytest.mark.serial
+
 REPO = Path(__file__).resolve().parents[2]
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 

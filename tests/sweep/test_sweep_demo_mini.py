@@ -28,7 +28,7 @@ def test_demo_mini_sweep_end_to_end(repo_root, tmp_path):
     # The sweep ends with the headline: the verdicts, each default tier, each interactivity level.
     printed = proc.stdout.splitlines()
     tail = printed[printed.index(f"sweep: report: {report}") + 1 :]
-    assert tail[0] == "sweep: local · meta-llama/Llama-3.3-70B-Instruct: 3 cell(s): 3 SUCCESS", tail
+    assert tail[0] == "sweep: simulated H200 · meta-llama/Llama-3.3-70B-Instruct: 3 cell(s): 3 SUCCESS", tail
     for tier in ("interactive", "fast", "realtime"):
         assert sum(line.startswith(f"sweep:   tier {tier} (") for line in tail) == 1, tail
     for level in (20, 50, 100):

@@ -99,9 +99,9 @@ def _text(value: Any) -> str:
 
 
 def hardware_of(row: dict[str, Any]) -> str:
-    """The hardware a row ran on as collect's table says it: its ``hardware`` column where the table
-    has one, else its runner."""
-    return _text(row.get("hardware")) or _text(row.get("runner"))
+    """The hardware a row ran on as collect's table says it: its label ("simulated H200", "B200") where
+    the table has one, else its ``hardware`` column, else its runner."""
+    return _text(row.get("hardware_label")) or _text(row.get("hardware")) or _text(row.get("runner"))
 
 
 def config_facts(row: dict[str, Any]) -> dict[str, Any]:
