@@ -372,20 +372,14 @@ def summarize(
     if bad_rows:
         reasons.add(BAD_ROWS, f"{POWER_CSV}: {bad_rows} unreadable rows")
 
-    if reasons:
+    def withheld() -> PowerSummary:  # the figures withheld, the audit kept: one call for both checks
         return _withheld(
-            reasons,
-            source,
-            window,
-            expected_gpus,
-            len(observed),
-            gap,
-            gap_gpu,
-            max_gap,
-            faults,
-            bad_rows,
+            reasons, source, window, expected_gpus, len(observed), gap, gap_gpu, max_gap, faults, bad_rows,
             samples,
-        )
+        )  # fmt: skip
+
+    if reasons:
+        return withheld()
     per_gpu = [_gpu_figures(key, series[key], window, interval_s) for key in observed]
     for g in per_gpu:  # an energy counter in the wrong unit shows only in its average
         if g.avg_power_w is not None and not 0 <= g.avg_power_w <= limit.watts:
@@ -395,19 +389,7 @@ def summarize(
                 f"outside 0..{limit.watts:g} W ({limit.basis}): not a measurement",
             )
     if reasons:
-        return _withheld(
-            reasons,
-            source,
-            window,
-            expected_gpus,
-            len(observed),
-            gap,
-            gap_gpu,
-            max_gap,
-            faults,
-            bad_rows,
-            samples,
-        )
+        return withheld()
     return _valid(
         per_gpu,
         series,
