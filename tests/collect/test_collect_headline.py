@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from agentsweep.cli import main
-from agentsweep.collect.headline import INTERACTIVITY, OUTPUT, TOTAL, from_files, headline
+from agentsweep.collect.headline import INTERACTIVITY, OUTPUT, OUTPUT_RANGE, TOTAL, from_files, headline
 
 from tests.dashboard.browser import offline_page
 
@@ -83,6 +83,26 @@ def test_throughput_at_each_level_is_read_off_the_frontier_interpolated_and_neve
     assert with_steps.cells == (("SUCCESS", 5), ("INVALID", 1))
     assert with_steps.steps == (("SUCCESS", 1),)
     assert with_steps.verdicts == "6 cell(s): 5 SUCCESS, 1 INVALID; and 1 capacity step(s): 1 SUCCESS"
+
+
+def test_a_levels_noise_range_is_read_off_the_frontier_as_its_figure_is() -> None:
+    ranged = [
+        {**POINTS[0], OUTPUT_RANGE: (280.0, 320.0)},
+        {**POINTS[1], OUTPUT_RANGE: (190.0, 210.0)},
+        POINTS[2],  # no range: a level read from it has none
+        POINTS[3],
+    ]
+    at = {p.level: p for p in headline(pd.DataFrame(ranged), None).groups[0].levels}
+    share = (20 - 10) / (30 - 10)
+    assert at[20].output_range is not None
+    low, high = at[20].output_range
+    assert math.isclose(low, 280 + share * (190 - 280)) and math.isclose(high, 320 + share * (210 - 320))
+    assert low < at[20].output < high
+    assert at[50].output_range is None  # between b (a range) and c (none)
+    faster = headline(pd.DataFrame(ranged[1:]), None).groups[0].levels[0]
+    assert (faster.kind, faster.output_range) == ("faster", (190.0, 210.0))
+    # Rows without the column (collect's summary.csv) read as no range.
+    assert all(p.output_range is None for p in headline(pd.DataFrame(POINTS), None).groups[0].levels)
 
 
 def test_each_tier_names_its_best_configuration_or_says_none_meets_it() -> None:

@@ -136,7 +136,7 @@ def test_no_panel_of_another_tab_stays_and_a_drilldown_shows_its_points_figures(
             page.evaluate("(v) => (Math.abs(v) >= 1000 ? v.toFixed(0) : v.toPrecision(4))", ttft) in figures
         )
         assert not page.locator("#drill-router").is_visible()  # no empty router chart for one engine
-        for tab in ("history", "capacity", "overlay"):
+        for tab in ("history", "capacity", "overlay", "compare"):
             page.click(f"#tabs button[data-tab='{tab}']")
             assert not page.locator("#drilldown").is_visible()
             assert not page.locator("#tab-pareto .controls").is_visible()

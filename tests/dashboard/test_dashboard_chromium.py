@@ -24,7 +24,7 @@ def _index(out):
 def _traces(page, div):
     return page.evaluate(
         """(div) => document.getElementById(div).data.map(t => ({name: t.name, mode: t.mode, x: t.x, y: t.y,
-             ids: t.customdata || [], color: t.marker ? t.marker.color : null}))""",
+             ids: t.customdata || [], color: t.marker ? t.marker.color : null, text: t.text || null}))""",
         div,
     )
 
@@ -98,6 +98,12 @@ def test_dashboard_in_headless_chromium(site):
                 assert {by_id[i]["run"] for i in trace["ids"]} == {int(found[1])}
                 assert {by_id[i]["offload"] for i in trace["ids"]} == {found[2]}
                 assert trace["color"] == index["style"]["offload_colors"][found[2]]
+        # Each run's frontier names its points (TP and users), so overlaid runs read without hovering.
+        labelled = [t for t in _traces(page, "overlay") if t["mode"] == "lines+text"]
+        assert len(labelled) >= 4
+        for trace in labelled:
+            assert len(trace["text"]) == len(trace["x"])
+            assert all(re.fullmatch(r"TP\d+ u\d+", text) for text in trace["text"]), trace["text"]
 
         # History: the flagged change is marked and listed.
         page.click("#tabs button[data-tab='history']")

@@ -17,6 +17,9 @@ What it says and how it says it honestly:
   at that level, else interpolated linearly between the two frontier points around it (and marked
   so), else the frontier's slowest point when every point is faster, and "not reached" past the
   fastest point: never extrapolated.
+- where the rows carry a throughput's noise range (the store's points do: value ± 2 standard errors
+  over the window's sub-windows), a level's figure carries the range read the same way, so two runs'
+  figures at a level can be judged against their noise (the dashboard's baseline-versus-head view).
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ INTERACTIVITY = "interactivity_p50_tok_per_s"
 INTERACTIVITY_TEXT = "interactivity = 1 / median full-response ITL (tok/s per user)"
 OUTPUT = "output_tok_per_s_per_gpu"
 TOTAL = "total_tok_per_s_per_gpu"
+# A row's (low, high) noise range of its output tok/s per GPU, where it has one.
+OUTPUT_RANGE = "output_tok_per_s_per_gpu_range"
 STATUS_ORDER = ("SUCCESS", "INVALID", "FAILED", "MALFORMED", "MISSING")
 UNKNOWN = "unknown"
 
@@ -175,6 +180,7 @@ class LevelPick:
     total: float | None = None
     configuration: str = ""
     how: str = ""
+    output_range: tuple[float, float] | None = None  # the output figure's noise range, read as it is
 
     @property
     def level_text(self) -> str:
@@ -346,6 +352,13 @@ def _level_pick(level: float, points: list[dict[str, Any]], engines: bool) -> Le
     def total(p: dict[str, Any]) -> float | None:
         return _number(p.get(TOTAL))
 
+    def noise(p: dict[str, Any]) -> tuple[float, float] | None:
+        found = p.get(OUTPUT_RANGE)
+        if not isinstance(found, tuple | list) or len(found) != 2:
+            return None
+        low, high = _number(found[0]), _number(found[1])
+        return (low, high) if low is not None and high is not None else None
+
     if xs[-1] < level and not math.isclose(xs[-1], level, rel_tol=1e-9):
         return LevelPick(
             level, "not reached",
@@ -353,20 +366,28 @@ def _level_pick(level: float, points: list[dict[str, Any]], engines: bool) -> Le
         )  # fmt: skip
     j = next(k for k, x in enumerate(xs) if x >= level or math.isclose(x, level, rel_tol=1e-9))
     if math.isclose(xs[j], level, rel_tol=1e-9):
-        return LevelPick(level, "measured", ys[j], total(chain[j]), label(chain[j]), "measured at this level")
+        return LevelPick(
+            level, "measured", ys[j], total(chain[j]), label(chain[j]), "measured at this level", noise(chain[j])
+        )  # fmt: skip
     if j == 0:
         return LevelPick(
             level, "faster", ys[0], total(chain[0]), label(chain[0]),
             f"measured at {xs[0]:.1f} tok/s/user: every frontier point is faster than this level",
+            noise(chain[0]),
         )  # fmt: skip
     share = (level - xs[j - 1]) / (xs[j] - xs[j - 1])
     y = ys[j - 1] + share * (ys[j] - ys[j - 1])
     t0, t1 = total(chain[j - 1]), total(chain[j])
     t = t0 + share * (t1 - t0) if t0 is not None and t1 is not None else None
+    r0, r1 = noise(chain[j - 1]), noise(chain[j])
+    band = None
+    if r0 is not None and r1 is not None:  # each end of the range read between the two as the figure is
+        band = (r0[0] + share * (r1[0] - r0[0]), r0[1] + share * (r1[1] - r0[1]))
     return LevelPick(
         level, "interpolated", y, t,
         f"between {label(chain[j - 1])} and {label(chain[j])}",
         f"interpolated between {xs[j - 1]:.1f} and {xs[j]:.1f} tok/s/user",
+        band,
     )  # fmt: skip
 
 

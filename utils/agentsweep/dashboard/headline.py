@@ -28,7 +28,7 @@ from agentsweep.collect.capacity import (
     grid_rows,
     search_rows,
 )
-from agentsweep.collect.headline import INTERACTIVITY_TEXT, Headline, headline
+from agentsweep.collect.headline import INTERACTIVITY_TEXT, OUTPUT, OUTPUT_RANGE, Headline, headline
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.resultdir import CapacityRecord
 from agentsweep.contract.slo import DEFAULT_TIERS, SloConstraint
@@ -69,6 +69,7 @@ def _row(point: Point) -> dict[str, Any]:
         "step_of": _step_of(point),
         "capacity": "capacity" if point.capacity else "",
         "_point": point,
+        OUTPUT_RANGE: point.noise.get(OUTPUT),
         **{name: point.metrics.get(name) for name in HEADLINE_METRICS},
     }
 

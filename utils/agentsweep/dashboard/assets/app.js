@@ -1,4 +1,5 @@
-// agentsweep dashboard: the Pareto explorer, drill-down, run overlay, history and capacity views.
+// agentsweep dashboard: the Pareto explorer, drill-down, run overlay, baseline-versus-head, history and
+// capacity views.
 // Reads window.AGENTSWEEP_INDEX (data/index.js); each point's drill-down comes from
 // data/points/<id>.js through a <script> tag, which also works from file://.
 // window.agentsweep exposes what the page has drawn (for people poking at it and for tests).
@@ -33,7 +34,7 @@
   const state = {
     y: IDX.y_metrics[0].key, x: "interactivity", p: "p90", invalid: false,
     runFilter: "latest", model: "", hardware: "", engine: "", xScale: "auto", headlineRun: "",
-    overlay: new Set(), historyScope: 0, historyMetric: IDX.history_metrics[0], tab: "pareto",
+    overlay: new Set(), compareBase: "", compareHead: "", historyScope: 0, historyMetric: IDX.history_metrics[0], tab: "pareto",
   };
   const hook = (window.agentsweep = { drawn: 0, drill: null, timings: {}, started: performance.now() });
   const drillCache = new Map();
@@ -161,7 +162,8 @@
   // --- traces ---------------------------------------------------------------------------------
   // groupOf(p) -> [series name, offload colour's point, dash]; every series takes its offload mode's
   // colour (a routed series one of its own), every point its TP's marker.
-  function pointTraces(points, groupOf, withFrontier) {
+  // labelled: each frontier point named by its TP and users (the overlay, where runs share a chart).
+  function pointTraces(points, groupOf, withFrontier, labelled) {
     const xKey = xMetric(), mode = xModes.get(state.x);
     const plotted = [], missing = [];
     for (const p of points) {
@@ -181,11 +183,16 @@
       traces.push(markerTrace(members, name, color, xKey));
       if (withFrontier && members.length > 1) {
         const f = frontier(members, xKey, mode.higher_better);
-        traces.push({
+        const line = {
           x: f.map((p) => p.m[xKey]), y: f.map((p) => p.m[state.y]), mode: "lines", type: "scatter",
           line: { color, width: 1.5, dash: style.dash || "solid" }, legendgroup: plotText(name), showlegend: false,
           hoverinfo: "skip",
-        });
+        };
+        if (labelled) {
+          Object.assign(line, { mode: "lines+text", text: f.map((p) => plotText(`TP${p.tp} u${p.users}`)),
+            textposition: "top center", textfont: { size: 10, color } });
+        }
+        traces.push(line);
       }
     }
     const invalid = plotted.filter((p) => p.status === "INVALID");
@@ -312,9 +319,10 @@
     const varying = varyingFields(points);
     // Each run's own series and frontiers: the offload mode's colour, one line dash per run.
     const { traces, missing } = pointTraces(points, (p) => ({ ...seriesOf(p, varying),
-      name: `run ${p.run} · ${seriesLabel(p, varying)}`, dash: RUN_DASHES[order.indexOf(p.run) % RUN_DASHES.length] }), true);
+      name: `run ${p.run} · ${seriesLabel(p, varying)}`, dash: RUN_DASHES[order.indexOf(p.run) % RUN_DASHES.length] }), true, true);
     await plotly();
-    await Plotly.react($("overlay"), traces, axesLayout("Runs overlaid: each run's frontiers (line dash per run)", traces), CONFIG);
+    await Plotly.react($("overlay"), traces, axesLayout("Runs overlaid: each run's frontiers (line dash per run; " +
+      "frontier points named TP and users)", traces), CONFIG);
     const gd = $("overlay");
     if (!gd.dataset.bound) {
       gd.on("plotly_click", (ev) => { if (ev.points.length) openDrill(ev.points[0].customdata); });
@@ -324,6 +332,115 @@
       missingNote(missing) : missingNote(missing);
     hook.drawn += 1;
   }
+
+  // --- Baseline versus head -------------------------------------------------------------------------
+  // Each run's headline carries, per hardware · model, output tok/s per GPU off its frontier at the
+  // stated interactivity levels, with the figure's noise range where the store has one (± 2 standard
+  // errors over the window's sub-windows, read off the frontier as the figure is). A change is judged
+  // as `results diff` judges one (store.query.judge): beyond noise when the two ranges do not overlap,
+  // with one range only when the other value lies outside it, and not judged without either.
+  function beyondNoise(b, h, rb, rh) {
+    if (rb && rh) return rh[0] > rb[1] || rh[1] < rb[0];
+    if (rb) return h < rb[0] || h > rb[1];
+    if (rh) return b < rh[0] || b > rh[1];
+    return null;
+  }
+  function compareRows(baseId, headId) {
+    const base = IDX.headlines[baseId], head = IDX.headlines[headId];
+    const rows = [];
+    if (!base || !head) return rows;
+    const titles = [...head.groups.map((g) => g.title)];
+    for (const g of base.groups) if (!titles.includes(g.title)) titles.push(g.title);
+    for (const title of titles) {
+      const bg = base.groups.find((g) => g.title === title), hg = head.groups.find((g) => g.title === title);
+      if (!bg || !hg) {
+        rows.push({ group: title, level: null, verdict: bg ? "only in the baseline" : "only in the head" });
+        continue;
+      }
+      for (const hl of hg.levels) {
+        const bl = bg.levels.find((l) => l.level === hl.level);
+        const row = { group: title, level: hl.level, level_text: hl.level_text, base: bl || null, head: hl,
+          change: null, flagged: null, verdict: "" };
+        if (!bl || bl.output === null || hl.output === null) {
+          const missing = !bl || bl.output === null ? ["baseline", bl] : ["head", hl];
+          row.verdict = `not compared: the ${missing[0]} has no figure (${missing[1] ? missing[1].how : "no level"})`;
+        } else {
+          row.change = bl.output ? (hl.output - bl.output) / Math.abs(bl.output) : null;
+          row.flagged = beyondNoise(bl.output, hl.output, bl.output_range, hl.output_range);
+          row.verdict = row.flagged === null ? "not judged: no noise figure"
+            : row.flagged ? (hl.output > bl.output ? "better beyond noise" : "worse beyond noise") : "within noise";
+        }
+        rows.push(row);
+      }
+    }
+    return rows;
+  }
+  function rangeText(level) {
+    return level && level.output_range ? `${fmt(level.output_range[0])}..${fmt(level.output_range[1])}` : "-";
+  }
+  async function drawCompare() {
+    const rows = compareRows(state.compareBase, state.compareHead);
+    const figures = rows.filter((r) => r.change !== null);
+    const groups = new Set(figures.map((r) => r.group));
+    const category = (r) => (groups.size > 1 ? `${r.group} · ` : "") + r.level_text;
+    const bar = (side, name, color) => {
+      const levels = figures.map((r) => r[side]);
+      return {
+        type: "bar", name: plotText(name), marker: { color },
+        x: figures.map((r) => plotText(category(r))), y: levels.map((l) => l.output),
+        error_y: { type: "data", symmetric: false, color: "#333",
+          array: levels.map((l) => (l.output_range ? l.output_range[1] - l.output : 0)),
+          arrayminus: levels.map((l) => (l.output_range ? l.output - l.output_range[0] : 0)) },
+        text: levels.map((l) => plotText(l.configuration)),
+        hovertemplate: "%{x}<br>" + plotText(label("output_tok_per_s_per_gpu")) + ": %{y:.4g}<br>%{text}<extra>" +
+          plotText(name) + "</extra>",
+      };
+    };
+    const traces = figures.length ? [bar("base", runLabel(Number(state.compareBase)) + " (baseline)", "#9aa5b1"),
+      bar("head", runLabel(Number(state.compareHead)) + " (head)", "#224b8b")] : [];
+    await plotly();
+    await Plotly.react($("compare"), traces, {
+      title: { text: "Output tok/s per GPU at each interactivity level: baseline against head (whiskers: noise range)",
+        font: { size: 14 } },
+      barmode: "group", hovermode: "closest", margin: { t: 40, r: 10 }, legend: { orientation: "h", y: -0.2 },
+      xaxis: { title: { text: "interactivity level (tok/s per user), by hardware · model" } },
+      yaxis: { title: { text: plotText(label("output_tok_per_s_per_gpu")) }, rangemode: "tozero" },
+    }, CONFIG);
+    const head = html`<tr><th>hardware · model</th><th>interactivity</th><th>baseline output tok/s/GPU</th>
+      <th>head output tok/s/GPU</th><th>change</th><th>verdict</th><th>noise ranges (baseline / head)</th></tr>`;
+    const body = rows.map((r) => r.level === null ? html`<tr><td>${r.group}</td><td colspan="6">${r.verdict}</td></tr>`
+      : html`<tr class="${r.flagged ? (r.verdict.startsWith("worse") ? "worse" : "better") : ""}">
+        <td>${r.group}</td><td>${r.level_text}</td>
+        <td>${r.base && r.base.output !== null ? `${fmt(r.base.output)} (${r.base.configuration}; ${r.base.kind})` : "-"}</td>
+        <td>${r.head.output !== null ? `${fmt(r.head.output)} (${r.head.configuration}; ${r.head.kind})` : "-"}</td>
+        <td>${r.change === null ? "-" : `${r.change >= 0 ? "+" : ""}${(100 * r.change).toFixed(1)} %`}</td>
+        <td class="verdict">${r.verdict}</td><td>${rangeText(r.base)} / ${rangeText(r.head)}</td></tr>`);
+    setHTML($("compare-table"), html`${head}${body}`);
+    const worse = rows.filter((r) => r.verdict === "worse beyond noise").length;
+    const better = rows.filter((r) => r.verdict === "better beyond noise").length;
+    $("compare-note").textContent = state.compareBase === state.compareHead ? "Pick two different runs." :
+      `${figures.length} level(s) compared: ${worse} worse and ${better} better beyond noise. Figures off each ` +
+      `run's frontier of SUCCESS points, ${IDX.headlines[state.compareHead] ? IDX.headlines[state.compareHead].interactivity : ""}.`;
+    hook.compare = rows;
+    hook.drawn += 1;
+  }
+  function buildCompareControls() {
+    const byAge = IDX.runs.slice().sort((a, b) => (newer(a, b) ? -1 : 1));
+    for (const r of byAge) {
+      option($("compare-base"), String(r.id), runLabel(r.id), false);
+      option($("compare-head"), String(r.id), runLabel(r.id), false);
+    }
+    // Head: the newest run; baseline: the newest older run that measured a hardware · model the head did.
+    const titles = (id) => new Set(((IDX.headlines[id] || {}).groups || []).map((g) => g.title));
+    state.compareHead = byAge.length ? String(byAge[0].id) : "";
+    const shared = byAge.slice(1).find((r) => [...titles(String(r.id))].some((t) => titles(state.compareHead).has(t)));
+    state.compareBase = shared ? String(shared.id) : byAge.length > 1 ? String(byAge[1].id) : state.compareHead;
+    $("compare-head").value = state.compareHead;
+    $("compare-base").value = state.compareBase;
+    $("compare-base").addEventListener("change", (e) => { state.compareBase = e.target.value; drawCompare(); });
+    $("compare-head").addEventListener("change", (e) => { state.compareHead = e.target.value; drawCompare(); });
+  }
+
   function buildOverlayControls() {
     const box = $("overlay-runs");
     const ordered = IDX.runs.slice().sort((a, b) => (newer(a, b) ? -1 : 1));
@@ -616,6 +733,7 @@
   function redraw() {
     if (state.tab === "pareto") return drawPareto();
     if (state.tab === "overlay") return drawOverlay();
+    if (state.tab === "compare") return drawCompare();
     if (state.tab === "history") return drawHistory();
     return drawCapacity();
   }
@@ -654,12 +772,13 @@
     $("history-scope").addEventListener("change", (e) => { state.historyScope = Number(e.target.value); drawHistory(); });
     $("history-metric").addEventListener("change", (e) => { state.historyMetric = e.target.value; drawHistory(); });
     buildOverlayControls();
+    buildCompareControls();
     for (const b of document.querySelectorAll("#tabs button")) {
       b.addEventListener("click", () => {
         state.tab = b.dataset.tab;
         for (const other of document.querySelectorAll("#tabs button")) other.classList.toggle("active", other === b);
         for (const t of document.querySelectorAll(".tab")) t.hidden = t.id !== `tab-${state.tab}`;
-        $("axes").hidden = state.tab === "history" || state.tab === "capacity";
+        $("axes").hidden = ["history", "capacity", "compare"].includes(state.tab);
         $("drilldown").hidden = true;  // a point's drill-down belongs to the chart it was opened from
         redraw();
       });
