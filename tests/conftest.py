@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 
 from tests.support import MarkedTree, running_engine_sim
+from tests.support.signals import SignalGuard
 from tests.support.skips import SkipSummary
 from tests.support.tiers import guarded
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(SkipSummary(), "agentsweep-skip-summary")
+    config.pluginmanager.register(SignalGuard(), "agentsweep-signal-guard")
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

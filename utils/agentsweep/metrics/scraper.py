@@ -213,9 +213,12 @@ class Scraper:
         def _stop(signum: int, _frame: FrameType | None) -> None:
             self.stop.set()
 
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
-        stats = self.run()
+        previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            stats = self.run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         print(
             f"{self.name}: stopped; {stats.ok} rows written to {self.output}, {stats.failed} scrapes failed",
             file=sys.stderr,
