@@ -59,11 +59,28 @@ def xdist_group(item: pytest.Item) -> str | None:
     return None
 
 
+# First: pytest-xdist's worker reads the xdist_group marks in its own collection hook (it appends the
+# group to each node id, which is what --dist loadgroup schedules by); marks added after it are ignored.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         group = xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On an xdist worker under --dist loadgroup, every grouped test's id must carry its group (that is
+    how pytest-xdist schedules one group on one worker); a pytest that xdist cannot mark this way
+    would spread the Slurm, PostgreSQL and module-fixture groups over workers, silently."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    lost = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+    if lost:
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} with this pytest-xdist drops the xdist_group marks ({lost[0]} has no "
+            "@group): install the test extra's pinned range (pip install -e '.[test]')"
+        )
 
 
 @pytest.fixture
