@@ -13,13 +13,17 @@ The gate, per cell (scripts/fidelity.py): every request accepted and reported; t
 over prompt tokens (/metrics) within 0.5 pp of the theoretical rate (zero cached tokens for
 noprefix); the server's prompt-token counter equal to the client's sum of usage prompt tokens (the
 trace's `in` plus the chat template's fixed tokens, which the usage reports; none for completions),
-and its cached-token counter equal to the client's sum. Exit status 0 when every cell passes.
+and its cached-token counter equal to the client's sum. And the engine's evictions: each cell's
+scraper subscribes to vLLM's KV-cache events (--kv-events-config), and the cell's last
+evicted_tokens_total must be whole (no message lost) and equal the listener's own final count of
+evicted GPU blocks (metrics-collector.log) times the block size. Exit status 0 when every cell passes.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,7 +39,7 @@ from agentsweep.contract.resultdir import (  # noqa: E402
     read_cell_record,
     read_status,
 )
-from agentsweep.metrics.scrapes import read_scrapes  # noqa: E402
+from agentsweep.metrics.scrapes import Scrape, read_scrapes  # noqa: E402
 from fidelity import Fidelity, gate, measure, table  # noqa: E402
 from kv_cache_tester.replay import read_records  # noqa: E402
 
@@ -161,6 +165,7 @@ def _verify(results: Path, wall: float) -> int:
                 problems.append(
                     f"{cell.name}: fewer than two sub-agent sessions replayed ({sorted(siblings)})"
                 )
+            problems.extend(f"{cell.name}: {p}" for p in _evictions(cell, scrapes))
             record = read_cell_record(cell)
             engine = record.versions.get("engine") if record is not None else None
             print(f"vllm-cpu: {cell.name}: vllm {engine}, status {status}, "
@@ -172,6 +177,33 @@ def _verify(results: Path, wall: float) -> int:
     if not problems:
         print("vllm-cpu: OK: every cell passed the fidelity gate")
     return 1 if problems else 0
+
+
+LISTENER_LINE = re.compile(
+    r"KV-cache events: (\d+) batches, (\d+) GPU blocks evicted, (\d+) messages missing"
+)
+
+
+def _evictions(cell: Path, scrapes: list[Scrape]) -> list[str]:
+    """The cell's evicted_tokens_total (its scraper's KV-event listener, through server_metrics.csv)
+    against the listener's own final count in metrics-collector.log: whole, and the same tokens."""
+    log = cell / "metrics-collector.log"
+    found = LISTENER_LINE.findall(log.read_text(errors="replace")) if log.is_file() else []
+    if not found:
+        return [
+            "metrics-collector.log: no KV-cache event count (was the engine started with --kv-events-config?)"
+        ]
+    batches, blocks, missing = (int(v) for v in found[-1])
+    last = scrapes[-1].values.get("evicted_tokens_total") if scrapes else None
+    print(
+        f"vllm-cpu: {cell.name}: KV events: {batches} batches, {blocks} GPU blocks evicted, {missing} missing; "
+        f"server_metrics.csv evicted_tokens_total {last}"
+    )
+    if missing:
+        return [f"the KV-event listener lost {missing} messages"]
+    if last is None or last != blocks * BLOCK_SIZE:
+        return [f"evicted_tokens_total {last} != the listener's {blocks} blocks x {BLOCK_SIZE} tokens"]
+    return []
 
 
 def run_command(cmd: list[str], env: dict[str, str] | None = None, check: bool = True) -> int:
