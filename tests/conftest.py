@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import MarkedTree, running_engine_sim
-from tests.support.signals import SignalGuard
+from tests.support.signals import SignalGuard, take_back_sigint
 from tests.support.skips import SkipSummary
 from tests.support.tiers import guarded
 
@@ -16,6 +16,7 @@ from tests.support.tiers import guarded
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(SkipSummary(), "agentsweep-skip-summary")
     config.pluginmanager.register(SignalGuard(), "agentsweep-signal-guard")
+    take_back_sigint()
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
