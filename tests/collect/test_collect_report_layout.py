@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from agentsweep.cli import main
-from agentsweep.collect.plots import OFFLOAD_COLORS, _series_styles, _styles
+from agentsweep.collect.plots import OFFLOAD_COLORS, _series_styles, _styles, _title
 from agentsweep.contract.resultdir import StepRecord, step_dir, write_capacity
 from agentsweep.style import TP_MARKERS, tp_marker
 
@@ -49,6 +49,21 @@ def _repeated_capacity_dir(root: Path) -> Path:
     write_capacity(path, search_record(cell, done))
     _verdict(path, cell, "SUCCESS", ())
     return path
+
+
+def test_a_figures_title_names_the_hardware_by_its_label_not_the_runner() -> None:
+    rows = [
+        {
+            "config_key": "demo",
+            "model": "m",
+            "runner": "local",
+            "hardware": "h200",
+            "hardware_label": "simulated H200",
+        },
+        {"config_key": "demo", "model": "m", "runner": "b300", "hardware": "b300", "hardware_label": ""},
+    ]
+    assert _title(pd.DataFrame(rows)) == "demo · m · b300, simulated H200"
+    assert _title(pd.DataFrame([{"config_key": "k", "model": "m", "runner": "local"}])) == "k · m · local"
 
 
 def test_capacity_steps_read_in_user_order_with_their_runs(tmp_path: Path) -> None:

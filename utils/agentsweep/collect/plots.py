@@ -19,6 +19,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, PercentFormatter
 
+from agentsweep.collect.capacity import hardware_of
 from agentsweep.collect.output import save_figure
 from agentsweep.collect.pareto import (
     ROUTING,
@@ -206,13 +207,14 @@ def _legend_handles(ok: pd.DataFrame, markers: dict[str, str], styles: dict[str,
 
 
 def _title(df: pd.DataFrame) -> str:
-    parts = []
-    for column in ("config_key", "model", "runner"):
-        if column in df.columns:
-            values = sorted({str(v) for v in df[column].dropna()})
-            if values:
-                parts.append(", ".join(values[:3]) + ("…" if len(values) > 3 else ""))
-    return " · ".join(parts)
+    """Config keys · models · hardware, the hardware by its label ("simulated H200"), never the runner."""
+    columns = [
+        sorted({str(v) for v in df[c].dropna()}) if c in df.columns else [] for c in ("config_key", "model")
+    ]
+    columns.append(sorted({hardware_of(row) for row in df.to_dict("records")} - {""}))
+    return " · ".join(
+        ", ".join(values[:3]) + ("…" if len(values) > 3 else "") for values in columns if values
+    )
 
 
 def _invalid_points(ax: Any, invalid: pd.DataFrame, xm: XMetric, y: str) -> None:
