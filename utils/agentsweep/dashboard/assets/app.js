@@ -267,7 +267,7 @@
         <th>total tok/s per GPU</th><th>configuration</th><th>how</th></tr>
         ${g.levels.map((l) => html`<tr class="level-${l.kind.replace(/ /g, "-")}"><td>${l.level_text}</td>
           <td class="big">${l.output === null ? "-" : l.output.toFixed(1)}</td>
-          <td>${l.total === null ? "-" : l.total.toFixed(0)}</td><td>${l.configuration || "-"}</td>
+          <td>${l.total === null ? "-" : Math.round(l.total).toLocaleString("en-US")}</td><td>${l.configuration || "-"}</td>
           <td class="how">${l.how}</td></tr>`)}</table></div>`)}
       <p class="note">Throughput per GPU on the Pareto frontier of the run's SUCCESS points at each level of
         ${head.interactivity}: interpolated between frontier points where marked, never extrapolated. Tiers:
@@ -361,8 +361,11 @@
         const bl = bg.levels.find((l) => l.level === hl.level);
         const row = { group: title, level: hl.level, level_text: hl.level_text, base: bl || null, head: hl,
           change: null, flagged: null, verdict: "" };
-        if (!bl || bl.output === null || hl.output === null) {
-          const missing = !bl || bl.output === null ? ["baseline", bl] : ["head", hl];
+        const baseLacks = !bl || bl.output === null, headLacks = hl.output === null;
+        if (baseLacks && headLacks) {
+          row.verdict = "not compared: neither run has a figure at this level";
+        } else if (baseLacks || headLacks) {
+          const missing = baseLacks ? ["baseline", bl] : ["head", hl];
           row.verdict = `not compared: the ${missing[0]} has no figure (${missing[1] ? missing[1].how : "no level"})`;
         } else {
           row.change = bl.output ? (hl.output - bl.output) / Math.abs(bl.output) : null;
