@@ -294,3 +294,28 @@ def test_each_client_node_of_a_run_over_several_is_judged_alone(tmp_path):
     reasons = _reasons(path)
     assert reasons["client_cpu_share.client1"].startswith("client 1 on gpunode2 used 95% of a core")
     assert reasons["dispatch_lag_p99.client1"].startswith("client 1 on gpunode2 dispatched 400 ms late")
+
+
+def test_validity_is_its_checks_each_a_function_of_the_evidence_in_order(tmp_path):
+    from agentsweep.validity.checks import CHECKS, client_limits
+    from agentsweep.validity.evidence import load
+
+    clients = {"0": {"node": "n0", "client_cpu_share": 0.95, "dispatch_lag_p99_s": 0.4}}
+    path = write_dir(tmp_path, healthy_records(), audit={"clients": clients})
+    evidence = load(path, CELL)
+    names = [name for check in CHECKS for name in check(evidence)]
+    assert list(evaluate(path, CELL).checks) == names and len(names) == len(set(names))
+    # The per-client checks are the aggregate ones over the client's figures: the same limit, the
+    # same verdict on the same value.
+    checks = client_limits(evidence)
+    assert checks["client_cpu_share.client0"].limit == checks["client_cpu_share"].limit
+    assert not checks["client_cpu_share.client0"].ok and not checks["dispatch_lag_p99.client0"].ok
+    one = write_dir(
+        tmp_path / "one", healthy_records(), audit={"client_cpu_share": 0.95, "dispatch_lag_s": {"p99": 0.4}}
+    )
+    aggregate = client_limits(load(one, CELL))
+    for name in ("client_cpu_share", "dispatch_lag_p99"):
+        assert (aggregate[name].value, aggregate[name].ok) == (
+            checks[f"{name}.client0"].value,
+            checks[f"{name}.client0"].ok,
+        )

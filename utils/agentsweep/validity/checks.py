@@ -1,11 +1,9 @@
 """Is a finished cell's measurement trustworthy? Every check, with its value and limit.
 
-Inputs are the cell's own result files: summary.json (the replayer's counts, window and self-audit),
-requests.jsonl (every finished request) and server_metrics.csv (the engine's counters, the last row
-scraped after the replayer stopped). Times in requests.jsonl are wall-clock seconds from the run's
-start; the window is the replayer's steady window (``window.start_s``/``end_s``, ramp-up and drain
-excluded), or for an older summary without them, the span from the last warmup request's finish
-lasting ``window.duration_s``. The drift check judges that window.
+Validity is a tuple of small checks (``CHECKS``), each a function of the cell's loaded evidence
+(``validity.evidence``) that gives its named checks, each with its value, its limit and its reason.
+The per-client checks of a run over several client processes are the same lag and CPU checks over
+each client's slice of the self-audit.
 
 The client/server cross-checks compare whole-run totals: every request the client saw finish (warmup
 included) against the engine's counters between the first scrape (before any request) and the last.
@@ -14,24 +12,15 @@ included) against the engine's counters between the first scrape (before any req
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
-from kv_cache_tester.replay import (
-    RecordReader,
-    RequestRecord,
-    ResultError,
-    Summary,
-    abandoned_at_end,
-    load_summary,
-)
+from kv_cache_tester.replay import ResultError
 
 from agentsweep.contract.cell import Cell
-from agentsweep.contract.resultdir import REQUESTS_JSONL, SERVER_METRICS_CSV
+from agentsweep.contract.resultdir import SERVER_METRICS_CSV
 from agentsweep.contract.verdict import Check, Validity
-from agentsweep.errors import ResultFileError
-from agentsweep.metrics.scrapes import ScrapeReader
+from agentsweep.validity.evidence import Evidence, RecordFacts, load
 from agentsweep.validity.instances import instance_checks
 
 # Engine-neutral server columns a cell must have scraped (at least one value each).
@@ -47,103 +36,8 @@ REQUIRED_SERVER_COLUMNS = (
 MIN_DRIFT_REQUESTS = 30
 # Engine seconds a lane may idle beyond the entry's max_delay before it counts as stuck.
 LANE_IDLE_SLACK_S = 10.0
-# What the checks need of a record to place it in time; a line without them is unreadable.
-RECORD_NEEDS = frozenset({"t_dispatch", "t_done"})
 
-
-@dataclass
-class _Lane:
-    busy: list[tuple[float, float]] = field(default_factory=list)  # (dispatch, done), wall seconds
-
-
-@dataclass
-class RecordFacts:
-    """What the checks need from requests.jsonl, in one pass."""
-
-    warmup_done: list[float] = field(default_factory=list)
-    lanes: dict[int, _Lane] = field(default_factory=lambda: defaultdict(_Lane))
-    streaming: list[tuple[float, float]] = field(default_factory=list)  # first token .. done (ok)
-    ok_done_out: list[tuple[float, int]] = field(default_factory=list)  # (done, output tokens), ok
-    ok_requests: int = 0
-    abandoned: int = 0  # requests the client gave up at the end of the run: the server may finish them
-    prompt_tokens: int = 0
-    prompt_reported: int = 0  # ok requests whose prompt size the server reported
-    cached_tokens: int = 0
-    cached_reported: int = 0
-    bad_lines: int = 0
-
-
-def read_records(path: Path) -> RecordFacts:
-    """The facts of a requests.jsonl in one streamed pass; a line that cannot be placed in time (or is
-    no record at all) counts in ``bad_lines``. A file that cannot be opened is ResultError."""
-    facts = RecordFacts()
-    reader = RecordReader(path, required=RECORD_NEEDS)
-    for rec in reader:
-        _add(facts, rec)
-    facts.bad_lines = reader.bad_lines
-    return facts
-
-
-def _add(facts: RecordFacts, rec: RequestRecord) -> None:
-    dispatch, done = rec["t_dispatch"], rec["t_done"]
-    if rec.get("phase") == "warmup":
-        facts.warmup_done.append(done)
-    user = rec.get("user")
-    if user is not None:
-        facts.lanes[user].busy.append((dispatch, done))
-    if rec.get("status") != "ok":
-        facts.abandoned += abandoned_at_end(rec)
-        return
-    facts.ok_requests += 1
-    ttft = rec.get("ttft_s")
-    if ttft is not None:
-        facts.streaming.append((dispatch + ttft, done))
-    facts.ok_done_out.append((done, rec.get("output_tokens") or 0))
-    prompt = rec.get("prompt_tokens")
-    if rec.get("prompt_tokens_source") == "server" and prompt is not None:
-        facts.prompt_tokens += prompt
-        facts.prompt_reported += 1
-        cached = rec.get("cached_tokens")
-        if cached is not None:
-            facts.cached_tokens += cached
-            facts.cached_reported += 1
-
-
-@dataclass
-class ServerFacts:
-    """The scraped counters: first and last value of each column, and which went down."""
-
-    rows: int = 0
-    first: dict[str, float] = field(default_factory=dict)
-    last: dict[str, float] = field(default_factory=dict)
-    decreased: list[str] = field(default_factory=list)
-    unreadable: str = ""
-
-    def delta(self, column: str) -> float | None:
-        if column not in self.first or column not in self.last:
-            return None
-        return self.last[column] - self.first[column]
-
-
-def read_server(path: Path) -> ServerFacts:
-    """First and last value of every column of a server_metrics*.csv, read through its one reader."""
-    facts = ServerFacts()
-    try:
-        for scrape in ScrapeReader(path):
-            facts.rows += 1
-            if scrape.not_number is not None:
-                column, text = scrape.not_number
-                facts.unreadable = f"{column}={text[:40]!r} is not a number"
-            for column, value in scrape.values.items():
-                if value is None:
-                    continue
-                if column.endswith("_total") and value < facts.last.get(column, value):
-                    facts.decreased.append(column)
-                facts.first.setdefault(column, value)
-                facts.last[column] = value
-    except ResultFileError as err:
-        facts.unreadable = str(err)
-    return facts
+Checks = dict[str, Check]
 
 
 def _covered_seconds(intervals: list[tuple[float, float]], start: float, end: float) -> tuple[int, int]:
@@ -193,6 +87,239 @@ def _share_check(count: int, of: int, limit: float, what: str) -> Check:
     )
 
 
+def _lane_idle_limit(cell: Cell) -> float:
+    return cell.max_lane_idle_s or cell.max_delay + LANE_IDLE_SLACK_S  # engine clock
+
+
+# --- the checks, each over the evidence -------------------------------------------------------------
+
+
+def failed_shares(ev: Evidence) -> Checks:
+    """Requests that failed (those still in flight when the run ended included: class stall or
+    timeout), and those that exceeded the model's context, as shares of those sent."""
+    attempted, failed = ev.counts.get("sent", 0), ev.counts.get("failed", 0)
+    limit = ev.cell.max_failed_share
+    if attempted == 0:
+        return {"failed_share": Check(None, limit, False, "no request in the profiling window")}
+    context = ev.counts.get("failed_by_class", {}).get("context_length", 0)
+    return {
+        "failed_share": _share_check(failed, attempted, limit, "failed or were abandoned in flight"),
+        "context_error_share": _share_check(
+            context, attempted, ev.cell.max_context_error_share, "exceeded the model's context length"
+        ),
+    }
+
+
+def window_requests(ev: Evidence) -> Checks:
+    ok, limit = ev.counts.get("ok", 0), ev.cell.min_window_requests
+    return {
+        "window_requests": Check(
+            float(ok),
+            float(limit),
+            ok >= limit,
+            f"only {ok} requests finished ok in the profiling window (limit {limit}): too few "
+            "for its percentiles and rates; give the cell a longer duration or more users",
+        )
+    }
+
+
+def window_steadiness(ev: Evidence) -> Checks:
+    """Tokens arriving through the window, every lane busy, and a steady output rate."""
+    cell, start, end = ev.cell, ev.window_start, ev.window_end
+    if ev.window_duration <= 0:  # the warm-up requests finished only when the run ended
+        return {
+            "window_coverage": Check(
+                0.0,
+                cell.min_window_coverage,
+                False,
+                "the profiling window is empty: the warm-up requests finished only when the replay ended",
+            )
+        }
+    covered, seconds = _covered_seconds(ev.records.streaming, start, end)
+    coverage = covered / seconds
+    idle_limit = _lane_idle_limit(cell)
+    idle = {
+        user: _longest_idle(lane.busy, start, end) * cell.speed for user, lane in ev.records.lanes.items()
+    }
+    missing = cell.users - len(idle)
+    worst = max(idle.values(), default=ev.window_duration * cell.speed)
+    stuck = sorted(u for u, s in idle.items() if s > idle_limit)
+    return {
+        "window_coverage": Check(
+            coverage,
+            cell.min_window_coverage,
+            coverage >= cell.min_window_coverage,
+            f"{seconds - covered} of {seconds} window seconds saw no token arrive "
+            f"(coverage {coverage:.1%}, limit {cell.min_window_coverage:.0%})",
+        ),
+        "lanes_active": Check(
+            worst,
+            idle_limit,
+            not stuck and missing <= 0,
+            f"{missing} of {cell.users} lanes sent nothing"
+            if missing > 0
+            else f"lane(s) {', '.join(map(str, stuck[:5]))} idle {worst:.1f} s with nothing in flight "
+            f"(limit {idle_limit:g} s)",
+        ),
+        "throughput_drift": _drift_check(ev.records, start, end, cell.max_throughput_drift),
+    }
+
+
+def _lag_check(lag: float | None, limit: float, who: str, measurer: str) -> Check:
+    return Check(
+        lag,
+        limit,
+        lag is not None and lag <= limit,
+        f"{measurer} measured no dispatch lag"
+        if lag is None
+        else f"{who} dispatched {lag * 1000:.0f} ms late at p99 "
+        f"(limit {limit * 1000:.0f} ms): the client, not the engine, was the limit",
+    )
+
+
+def _cpu_check(cpu: float | None, limit: float, who: str) -> Check:
+    return Check(
+        cpu,
+        limit,
+        cpu is None or cpu <= limit,
+        f"{who} used {cpu:.0%} of a core (limit {limit:.0%}): it was the bottleneck"
+        if cpu is not None
+        else "",
+    )
+
+
+def client_limits(ev: Evidence) -> Checks:
+    """The client was not the limit: its dispatch lag and CPU share, and over several client
+    processes (nodes) the same two checks over each client's own figures."""
+    lag_limit, cpu_limit = ev.cell.max_dispatch_lag_p99_s, ev.cell.max_client_cpu_share
+    out = {
+        "dispatch_lag_p99": _lag_check(
+            ev.audit.get("dispatch_lag_s", {}).get("p99"), lag_limit, "the client", "the replayer"
+        ),
+        "client_cpu_share": _cpu_check(ev.audit.get("client_cpu_share"), cpu_limit, "the client"),
+    }
+    for key, client in sorted(ev.audit.get("clients", {}).items()):
+        who = f"client {key} on {client.get('node')}"
+        out[f"dispatch_lag_p99.client{key}"] = _lag_check(
+            client.get("dispatch_lag_p99_s"), lag_limit, who, who
+        )
+        out[f"client_cpu_share.client{key}"] = _cpu_check(client.get("client_cpu_share"), cpu_limit, who)
+    return out
+
+
+def client_clock_share(ev: Evidence) -> Checks:
+    """Where the engine stated its own timelines (a simulated cell): the client and HTTP path's
+    share of the requests' time."""
+    gap = ev.summary.get("engine_clock", {}).get("gap")
+    if gap is None:
+        return {}
+    share, limit = gap.get("e2e_share"), ev.cell.max_client_clock_share
+    return {
+        "client_clock_share": Check(
+            share,
+            limit,
+            share is not None and share <= limit,
+            "no request carried both clocks"
+            if share is None
+            else f"the client and HTTP path took {share:.1%} of the requests' time against the engine's "
+            f"own timelines (limit {limit:.0%}): the engine saw a thinner load than the lanes meant",
+        )
+    }
+
+
+def server_agreement(ev: Evidence) -> Checks:
+    """The scrapes are whole, and the server's request, prompt-token and cached-token counts agree
+    with the client's sums."""
+    server, records, cell = ev.server, ev.records, ev.cell
+    missing = [c for c in REQUIRED_SERVER_COLUMNS if c not in server.last]
+    problem = (
+        server.unreadable
+        or (f"never scraped {', '.join(missing)}" if missing else "")
+        or (f"counters went down: {', '.join(sorted(set(server.decreased)))}" if server.decreased else "")
+    )
+    if server.rows < 2 and not problem:
+        problem = f"only {server.rows} scrape(s)"
+    out = {"server_metrics": Check(float(server.rows), None, not problem, problem)}
+    if problem:
+        return out
+    requests = server.delta("requests_finished_total")
+    # A request the client gave up at the end of the run may have finished on the server after all:
+    # the server's count is right anywhere from the client's finished requests to those plus the
+    # abandoned ones.
+    seen = float(records.ok_requests)
+    if requests is not None and records.abandoned:
+        seen = min(max(requests, seen), seen + records.abandoned)
+    gap = _gap(seen, requests)
+    abandoned = f" (and gave up {records.abandoned} at the end)" if records.abandoned else ""
+    out["request_count_gap"] = Check(
+        gap,
+        cell.max_request_count_gap,
+        gap is not None and gap <= cell.max_request_count_gap,
+        f"the client saw {records.ok_requests} requests finish{abandoned}, the server counted {_fmt(requests)}",
+    )
+    if records.prompt_reported:
+        prompt = server.delta("prompt_tokens_total")
+        gap = _gap(records.prompt_tokens, prompt)
+        out["prompt_token_gap"] = Check(
+            gap,
+            cell.max_prompt_token_gap,
+            gap is not None and gap <= cell.max_prompt_token_gap,
+            f"the client summed {records.prompt_tokens} prompt tokens, the server counted {_fmt(prompt)}",
+        )
+    if records.cached_reported:
+        hits = ev.cached_server.delta("prefix_cache_hits_total")
+        external = ev.cached_server.delta("cpu_cache_hits_total")
+        served = None if hits is None else hits + (external or 0.0)
+        gap = _gap(records.cached_tokens, served)
+        out["cached_token_gap"] = Check(
+            gap,
+            cell.max_cached_token_gap,
+            gap is not None and gap <= cell.max_cached_token_gap,
+            f"the client summed {records.cached_tokens} cached tokens, the server counted {_fmt(served)} "
+            "prefix-cache hits"
+            + ("" if ev.cached_metrics == SERVER_METRICS_CSV else f" ({ev.cached_metrics})"),
+        )
+    return out
+
+
+def instances(ev: Evidence) -> Checks:
+    """Each instance behind the router on its own (a frozen replica hidden by a healthy one)."""
+    window = ev.window
+    if not ev.cell.routed or "start_unix" not in window or "end_unix" not in window:
+        return {}
+    failures = ev.counts.get("sent", 0) + ev.counts.get("warmup", 0) - ev.records.ok_requests
+    return instance_checks(
+        ev.result_dir,
+        ev.cell,
+        window["start_unix"],
+        window["end_unix"],
+        max(failures, 0),
+        _lane_idle_limit(ev.cell),
+    )
+
+
+def records_readable(ev: Evidence) -> Checks:
+    bad = ev.records.bad_lines
+    if not bad:
+        return {}
+    return {
+        "records_readable": Check(float(bad), 0.0, False, f"{bad} lines of requests.jsonl are unreadable")
+    }
+
+
+# Every check, in the order the verdict lists them.
+CHECKS: tuple[Callable[[Evidence], Checks], ...] = (
+    failed_shares,
+    window_requests,
+    window_steadiness,
+    client_limits,
+    client_clock_share,
+    server_agreement,
+    instances,
+    records_readable,
+)
+
+
 def evaluate(result_dir: Path, cell: Cell, cached_metrics: str = SERVER_METRICS_CSV) -> Validity:
     """Run every check on a cell whose replayer finished; never raises for bad file content.
 
@@ -201,161 +328,13 @@ def evaluate(result_dir: Path, cell: Cell, cached_metrics: str = SERVER_METRICS_
     client, the prefill instances' (``server_metrics.prefill.csv``).
     """
     validity = Validity()
-    checks = validity.checks
     try:
-        summary: Summary = load_summary(result_dir, required=())
-        records = read_records(result_dir / REQUESTS_JSONL)
+        evidence = load(result_dir, cell, cached_metrics)
     except ResultError as err:
-        checks["results_readable"] = Check(None, None, False, str(err))
+        validity.checks["results_readable"] = Check(None, None, False, str(err))
         return validity
-    counts = summary.get("counts", {})
-    audit = summary.get("self_audit", {})
-    window = summary.get("window", {})
-    server = read_server(result_dir / SERVER_METRICS_CSV)
-    cached_server = (
-        server if cached_metrics == SERVER_METRICS_CSV else read_server(result_dir / cached_metrics)
-    )
-
-    # Requests still in flight when the run ended are failure records (class stall or timeout).
-    attempted = counts.get("sent", 0)
-    failed = counts.get("failed", 0)
-    if attempted == 0:
-        checks["failed_share"] = Check(
-            None, cell.max_failed_share, False, "no request in the profiling window"
-        )
-    else:
-        checks["failed_share"] = _share_check(
-            failed, attempted, cell.max_failed_share, "failed or were abandoned in flight"
-        )
-        context = counts.get("failed_by_class", {}).get("context_length", 0)
-        checks["context_error_share"] = _share_check(
-            context, attempted, cell.max_context_error_share, "exceeded the model's context length"
-        )
-
-    ok = counts.get("ok", 0)
-    checks["window_requests"] = Check(
-        float(ok),
-        float(cell.min_window_requests),
-        ok >= cell.min_window_requests,
-        f"only {ok} requests finished ok in the profiling window (limit {cell.min_window_requests}): too few "
-        "for its percentiles and rates; give the cell a longer duration or more users",
-    )
-
-    # The measurement window in record time: the steady window's own bounds where the summary holds
-    # them; an older summary's window started when the last warmup request finished.
-    w_start = window.get("start_s", max(records.warmup_done, default=0.0))
-    duration = window.get("duration_s", 0.0)
-    w_end = window.get("end_s", w_start + duration)
-    if duration > 0:
-        covered, seconds = _covered_seconds(records.streaming, w_start, w_end)
-        coverage = covered / seconds
-        checks["window_coverage"] = Check(
-            coverage,
-            cell.min_window_coverage,
-            coverage >= cell.min_window_coverage,
-            f"{seconds - covered} of {seconds} window seconds saw no token arrive "
-            f"(coverage {coverage:.1%}, limit {cell.min_window_coverage:.0%})",
-        )
-        idle_limit = cell.max_lane_idle_s or cell.max_delay + LANE_IDLE_SLACK_S  # engine clock
-        idle = {
-            user: _longest_idle(lane.busy, w_start, w_end) * cell.speed
-            for user, lane in records.lanes.items()
-        }
-        missing = cell.users - len(idle)
-        worst = max(idle.values(), default=duration * cell.speed)
-        stuck = sorted(u for u, s in idle.items() if s > idle_limit)
-        checks["lanes_active"] = Check(
-            worst,
-            idle_limit,
-            not stuck and missing <= 0,
-            f"{missing} of {cell.users} lanes sent nothing"
-            if missing > 0
-            else f"lane(s) {', '.join(map(str, stuck[:5]))} idle {worst:.1f} s with nothing in flight "
-            f"(limit {idle_limit:g} s)",
-        )
-        checks["throughput_drift"] = _drift_check(records, w_start, w_end, cell.max_throughput_drift)
-    else:  # the warm-up requests finished only when the run ended: nothing was measured
-        checks["window_coverage"] = Check(
-            0.0,
-            cell.min_window_coverage,
-            False,
-            "the profiling window is empty: the warm-up requests finished only when the replay ended",
-        )
-
-    lag = audit.get("dispatch_lag_s", {}).get("p99")
-    checks["dispatch_lag_p99"] = Check(
-        lag,
-        cell.max_dispatch_lag_p99_s,
-        lag is not None and lag <= cell.max_dispatch_lag_p99_s,
-        "the replayer measured no dispatch lag"
-        if lag is None
-        else f"the client dispatched {lag * 1000:.0f} ms late at p99 "
-        f"(limit {cell.max_dispatch_lag_p99_s * 1000:.0f} ms): the client, not the engine, was the limit",
-    )
-    cpu = audit.get("client_cpu_share")
-    checks["client_cpu_share"] = Check(
-        cpu,
-        cell.max_client_cpu_share,
-        cpu is None or cpu <= cell.max_client_cpu_share,
-        f"the client used {cpu:.0%} of a core (limit {cell.max_client_cpu_share:.0%}): it was the bottleneck"
-        if cpu is not None
-        else "",
-    )
-    # A run over several client processes (nodes): each client's own lag and CPU, judged alike.
-    for key, client in sorted(audit.get("clients", {}).items()):
-        who = f"client {key} on {client.get('node')}"
-        lag_k, cpu_k = client.get("dispatch_lag_p99_s"), client.get("client_cpu_share")
-        checks[f"dispatch_lag_p99.client{key}"] = Check(
-            lag_k,
-            cell.max_dispatch_lag_p99_s,
-            lag_k is not None and lag_k <= cell.max_dispatch_lag_p99_s,
-            f"{who} measured no dispatch lag"
-            if lag_k is None
-            else f"{who} dispatched {lag_k * 1000:.0f} ms late at p99 "
-            f"(limit {cell.max_dispatch_lag_p99_s * 1000:.0f} ms): the client, not the engine, was the limit",
-        )
-        checks[f"client_cpu_share.client{key}"] = Check(
-            cpu_k,
-            cell.max_client_cpu_share,
-            cpu_k is None or cpu_k <= cell.max_client_cpu_share,
-            f"{who} used {cpu_k:.0%} of a core (limit {cell.max_client_cpu_share:.0%}): it was the bottleneck"
-            if cpu_k is not None
-            else "",
-        )
-    gap = summary.get("engine_clock", {}).get("gap")
-    if gap is not None:  # the engine stated its own timelines (a simulated cell)
-        share = gap.get("e2e_share")
-        checks["client_clock_share"] = Check(
-            share,
-            cell.max_client_clock_share,
-            share is not None and share <= cell.max_client_clock_share,
-            "no request carried both clocks"
-            if share is None
-            else f"the client and HTTP path took {share:.1%} of the requests' time against the engine's "
-            f"own timelines (limit {cell.max_client_clock_share:.0%}): the engine saw a thinner load "
-            "than the lanes meant",
-        )
-    _server_checks(checks, server, records, cell, cached_server, cached_metrics)
-    if cell.routed and "start_unix" in window and "end_unix" in window:
-        # Each instance behind the router on its own (a frozen replica hidden by a healthy one).
-        failures = counts.get("sent", 0) + counts.get("warmup", 0) - records.ok_requests
-        checks.update(
-            instance_checks(
-                result_dir,
-                cell,
-                window["start_unix"],
-                window["end_unix"],
-                max(failures, 0),
-                cell.max_lane_idle_s or cell.max_delay + LANE_IDLE_SLACK_S,
-            )
-        )
-    if records.bad_lines:
-        checks["records_readable"] = Check(
-            float(records.bad_lines),
-            0.0,
-            False,
-            f"{records.bad_lines} lines of requests.jsonl are unreadable",
-        )
+    for check in CHECKS:
+        validity.checks.update(check(evidence))
     return validity
 
 
@@ -388,60 +367,3 @@ def _drift_check(records: RecordFacts, start: float, end: float, limit: float) -
         f"output tokens/s per third of the window {shown} drift {drift:.0%} (limit {limit:.0%}): "
         "not a steady state",
     )
-
-
-def _server_checks(
-    checks: dict[str, Check],
-    server: ServerFacts,
-    records: RecordFacts,
-    cell: Cell,
-    cached_server: ServerFacts,
-    cached_metrics: str,
-) -> None:
-    missing = [c for c in REQUIRED_SERVER_COLUMNS if c not in server.last]
-    problem = (
-        server.unreadable
-        or (f"never scraped {', '.join(missing)}" if missing else "")
-        or (f"counters went down: {', '.join(sorted(set(server.decreased)))}" if server.decreased else "")
-    )
-    if server.rows < 2 and not problem:
-        problem = f"only {server.rows} scrape(s)"
-    checks["server_metrics"] = Check(float(server.rows), None, not problem, problem)
-    if problem:
-        return
-    requests = server.delta("requests_finished_total")
-    # A request the client gave up at the end of the run may have finished on the server after all:
-    # the server's count is right anywhere from the client's finished requests to those plus the
-    # abandoned ones.
-    seen = float(records.ok_requests)
-    if requests is not None and records.abandoned:
-        seen = min(max(requests, seen), seen + records.abandoned)
-    gap = _gap(seen, requests)
-    abandoned = f" (and gave up {records.abandoned} at the end)" if records.abandoned else ""
-    checks["request_count_gap"] = Check(
-        gap,
-        cell.max_request_count_gap,
-        gap is not None and gap <= cell.max_request_count_gap,
-        f"the client saw {records.ok_requests} requests finish{abandoned}, the server counted {_fmt(requests)}",
-    )
-    if records.prompt_reported:
-        prompt = server.delta("prompt_tokens_total")
-        gap = _gap(records.prompt_tokens, prompt)
-        checks["prompt_token_gap"] = Check(
-            gap,
-            cell.max_prompt_token_gap,
-            gap is not None and gap <= cell.max_prompt_token_gap,
-            f"the client summed {records.prompt_tokens} prompt tokens, the server counted {_fmt(prompt)}",
-        )
-    if records.cached_reported:
-        hits = cached_server.delta("prefix_cache_hits_total")
-        external = cached_server.delta("cpu_cache_hits_total")
-        served = None if hits is None else hits + (external or 0.0)
-        gap = _gap(records.cached_tokens, served)
-        checks["cached_token_gap"] = Check(
-            gap,
-            cell.max_cached_token_gap,
-            gap is not None and gap <= cell.max_cached_token_gap,
-            f"the client summed {records.cached_tokens} cached tokens, the server counted {_fmt(served)} "
-            "prefix-cache hits" + ("" if cached_metrics == SERVER_METRICS_CSV else f" ({cached_metrics})"),
-        )
