@@ -26,19 +26,13 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("agentsweep.collect", "agentsweep.preflight", "agentsweep.sweep", "agentsweep.experimental"),
     ("agentsweep.store", "agentsweep.export"),
     ("agentsweep.dashboard",),
-    ("agentsweep.cli",),
+    ("agentsweep.cli", "agentsweep.commands"),
 )
 
 # (importing package, imported package): upward imports still to be moved.
 KNOWN_DEBTS = {
-    # `agentsweep cell` is the cell's command-line entry point and runs a capacity cell's search.
-    ("agentsweep.cell", "agentsweep.capacity"),
-    # `python -m agentsweep.cell.allocation` reads the runners file through the config package.
-    ("agentsweep.cell", "agentsweep.config"),
     # A finished cell's progress line takes its figures as collect's table will (collect.aggregate).
     ("agentsweep.cell", "agentsweep.collect"),
-    # `agentsweep images lock` reads every config's image through the config loader.
-    ("agentsweep.images", "agentsweep.config"),
 }
 
 

@@ -40,7 +40,7 @@ as_python() {
 # traces, and its derived Slurm figures.
 as_load_runner() {
   local out status=0
-  out=$(PYTHONPATH="$AS_REPO/utils${PYTHONPATH:+:$PYTHONPATH}" "$(as_python)" -m agentsweep.cell.allocation "$1") ||
+  out=$(PYTHONPATH="$AS_REPO/utils${PYTHONPATH:+:$PYTHONPATH}" "$(as_python)" -m agentsweep.commands.allocation "$1") ||
     status=$?
   ((status == 0)) || exit "$status" # the helper already printed one line saying why
   eval "$out"

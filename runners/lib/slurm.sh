@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Slurm side of the launchers: allocation arguments, job id parsing, the env export list, release.
-# Reads the AS_* values printed by `python -m agentsweep.cell.allocation` (see launch.sh).
+# Reads the AS_* values printed by `python -m agentsweep.commands.allocation` (see launch.sh).
 
 # The cell itself travels as one JSON value in AGENTSWEEP_CELL (exported with every AS_*/AGENTSWEEP_*
 # name). Other names the cell may need. Secrets are in this list by name only: Slurm copies their values from

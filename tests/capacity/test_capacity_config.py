@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from agentsweep.cell.allocation import runner_assignments
+from agentsweep.commands.allocation import runner_assignments
 from agentsweep.config import load_runners, load_sweep
 from agentsweep.config.matrix import expand
 from agentsweep.contract.cell import Cell

@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from agentsweep.cell.allocation import main as allocation_main
 from agentsweep.cell.allocation import mem_gb, time_limit_min
+from agentsweep.commands.allocation import main as allocation_main
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 
 pytestmark = pytest.mark.integration

@@ -18,9 +18,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from agentsweep.cell.allocation import runner_assignments
 from agentsweep.cell.placement import Placement, Slot, bind_ports, node_gpus, pack, plan_placement
 from agentsweep.cell.plan import plan_cell
+from agentsweep.commands.allocation import runner_assignments
 from agentsweep.config import load_runners, select_cells
 from agentsweep.config.matrix import nodes_needed
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell

@@ -33,7 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "check a key's cells against the cluster (Slurm, image, model, GPUs, ports) before allocating",
     ),
     "images": (
-        "agentsweep.images.cli",
+        "agentsweep.commands.images",
         "pin the shipped images by manifest digest (configs/images.lock.yaml), or print a tag's digest",
     ),
     "sweep": ("agentsweep.sweep.cli", "run a config key's cells on this machine, then collect"),
@@ -41,7 +41,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "agentsweep.sweep.jobs",
         "runs-on labels, launcher and time limit of each cell's job (the sweep workflow's plan)",
     ),
-    "cell": ("agentsweep.cell.cli", "run one matrix cell (engine, scraper, replayer) into a result dir"),
+    "cell": ("agentsweep.commands.cell", "run one matrix cell (engine, scraper, replayer) into a result dir"),
     "engine-sim": ("agentsweep.engine_sim.cli", "serve the simulated vLLM/SGLang engine"),
     "metrics-collector": ("agentsweep.metrics.cli", "scrape an engine's /metrics into server_metrics.csv"),
     "router-metrics-collector": (

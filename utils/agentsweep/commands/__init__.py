@@ -1,0 +1,7 @@
+"""Entry points that join parts on different floors (docs/architecture.md), so that no part imports
+one above it: `agentsweep cell` (a capacity cell runs the capacity search, which is built on the
+cell), `agentsweep images` (its lock reads every shipped config) and the launchers' allocation helper
+(`python -m agentsweep.commands.allocation`, which reads the runners file). A part's own command stays
+in that part (its `cli` module) while it needs nothing above the part's floor; `agentsweep.cli`
+dispatches to both.
+"""
