@@ -181,6 +181,18 @@ class SloConstraint(_Frozen):
         )
 
 
+def statistic_label(key: str) -> str:
+    """A measured statistic's key (``ttft:p90``) as a chart names it: ``TTFT p90 (s)``; the key
+    itself for one no figure defines."""
+    metric, _, stat = key.partition(":")
+    figure = SLO_FIGURES.get(METRIC_ALIASES.get(metric, metric))
+    if figure is None:
+        return key
+    name = figure.label if figure.only_mean or not stat else f"{figure.label} {stat}"
+    unit = "fraction" if figure.unit == "share" else figure.unit
+    return f"{name} ({unit})"
+
+
 def _unit_suffix(unit: str) -> str:
     return f" {unit}" if unit else ""
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from kv_cache_tester.replay.jsonfast import loads
 
+from agentsweep.contract.slo import statistic_label
 from agentsweep.dashboard import data
 from agentsweep.dashboard.headline import HEADLINE_METRICS, headlines
 from agentsweep.errors import InputError, WriteError
@@ -119,6 +120,19 @@ def _check_target(out: Path) -> None:
         )
 
 
+def _statistic_keys(capacity: list[dict[str, Any]]) -> list[str]:
+    """The SLO statistics the capacity cells' steps measured (``ttft:p90``...), in order of appearance."""
+    keys: dict[str, None] = {}
+    for entry in capacity:
+        found = entry["capacity"]
+        steps = found.get("steps") if isinstance(found, dict) else None
+        for step in steps if isinstance(steps, list) else []:
+            statistics = step.get("statistics") if isinstance(step, dict) else None
+            if isinstance(statistics, dict):
+                keys.update(dict.fromkeys(str(k) for k in statistics))
+    return list(keys)
+
+
 def build(store: Store, out: Path) -> dict[str, int]:
     """Write the dashboard of ``store`` into ``out``; returns counts of what it holds."""
     _check_target(out)
@@ -155,6 +169,7 @@ def build(store: Store, out: Path) -> dict[str, int]:
                         by_point[point_id] = found
             idx["headlines"] = headlines(query.load_points(conn, metrics=HEADLINE_METRICS), by_point)
         idx["capacity"] = capacity
+        idx["statistic_labels"] = {key: statistic_label(key) for key in _statistic_keys(capacity)}
         (work / "data" / "index.js").write_text(f"window.AGENTSWEEP_INDEX={_js(idx)};\n", encoding="utf-8")
         (work / "assets" / "plotly.min.js").write_bytes(bundle)
         package = resources.files("agentsweep.dashboard") / "assets"

@@ -513,7 +513,7 @@
   }
 
   // --- Capacity -------------------------------------------------------------------------------
-  function drawCapacity() {
+  async function drawCapacity() {
     const box = $("capacity");
     if (!IDX.capacity.length) {
       setHTML(box, html`<p class='note'>No capacity results in this store: capacity cells write
@@ -528,14 +528,52 @@
       <table><tr><th>tier</th><th>agents per GPU</th><th>agents per MW</th><th>boundary (users)</th>
         <th>interval (users)</th><th>boundary type</th><th>bound by</th><th>stop reason</th></tr>
       ${tiers(c).map((t) => html`<tr><td>${t.description}</td><td>${fmt(t.agents_per_gpu)}</td>
-        <td>${fmt(t.agents_per_mw)}</td><td>${fmt(t.boundary_users)}</td>
+        <td>${t.agents_per_mw === null || t.agents_per_mw === undefined ? "-" : Math.round(t.agents_per_mw).toLocaleString("en-US")}</td>
+        <td>${t.boundary_users === null || t.boundary_users === undefined ? "-" : String(t.boundary_users)}</td>
         <td>${t.interval_users ? `${t.interval_users[0]}–${t.interval_users[1] === null ? "" : t.interval_users[1]}` : "-"}</td>
         <td>${t.boundary_type}</td><td>${t.binding || "-"}</td><td>${t.stop_reason}</td></tr>`)}</table>
       <p class="note">Steps in user order (${c.capacity && c.capacity.repeats > 1 ? `${c.capacity.repeats} runs per count` :
         "one run per count: a boundary's bracket is the search's resolution, not a measured spread"}):</p>
+      <div class="capacity-plots" data-cell="${String(c.point)}"></div>
       <table><tr><th>users</th><th>run</th><th>step</th><th>verdict</th><th>output tok/s per GPU</th></tr>
       ${steps(c).map((s) => html`<tr><td>${s.users}</td><td>${(s.repeat || 0) + 1}</td><td>${s.index}</td>
         <td>${s.status}</td><td>${fmt(s.output_tok_per_s_per_gpu)}</td></tr>`)}</table>`)}`);
+    // Per capacity cell, one small chart per statistic its steps measured (and output tok/s per GPU)
+    // against users: SUCCESS steps as dots, the others as crosses, each tier's boundary a dashed line.
+    await plotly();
+    const draws = [];
+    for (const c of IDX.capacity) {
+      const holder = box.querySelector(`.capacity-plots[data-cell="${CSS.escape(String(c.point))}"]`);
+      const measured = steps(c);
+      const keys = [...new Set(measured.flatMap((s) => Object.keys(s.statistics || {})))];
+      const charts = keys.map((k) => [IDX.statistic_labels[k] || k, (s) => (s.statistics || {})[k]]);
+      charts.push([label("output_tok_per_s_per_gpu"), (s) => s.output_tok_per_s_per_gpu]);
+      const bounds = tiers(c).filter((t) => t.boundary_users);
+      for (const [title, value] of charts) {
+        const div = document.createElement("div");
+        div.className = "plot small";
+        holder.appendChild(div);
+        const kinds = [["SUCCESS", (s) => s.status === "SUCCESS", "circle"], ["not SUCCESS", (s) => s.status !== "SUCCESS", "x"]];
+        const traces = kinds.map(([name, keep, symbol]) => {
+          const pts = measured.filter((s) => keep(s) && value(s) !== null && value(s) !== undefined);
+          return { x: pts.map((s) => s.users), y: pts.map(value), mode: "markers", type: "scatter", name,
+            marker: { symbol, size: 9, color: symbol === "x" ? STYLE.invalid_color : "#224b8b" },
+            text: pts.map((s) => plotText(`step ${s.index} · ${s.status}`)),
+            hovertemplate: "%{x} users<br>" + plotText(title) + ": %{y:.4g}<br>%{text}<extra></extra>" };
+        });
+        const shapes = bounds.map((t) => ({ type: "line", xref: "x", yref: "paper", x0: t.boundary_users,
+          x1: t.boundary_users, y0: 0, y1: 1, line: { dash: "dash", width: 1, color: "#666" } }));
+        const annotations = bounds.map((t) => ({ x: t.boundary_users, y: 1, xref: "x", yref: "paper",
+          text: plotText(`${t.tier}: ${t.boundary_users}`), showarrow: false, yanchor: "bottom", font: { size: 10 } }));
+        draws.push(Plotly.react(div, traces, {
+          title: { text: plotText(title), font: { size: 12 } }, margin: { t: 44, r: 10, l: 50, b: 40 },
+          xaxis: { title: { text: "users" } }, yaxis: { rangemode: "tozero" }, showlegend: false,
+          shapes, annotations, hovermode: "closest",
+        }, CONFIG));
+      }
+    }
+    await Promise.all(draws);
+    hook.drawn += 1;
   }
 
   // --- Drill-down -----------------------------------------------------------------------------
