@@ -96,7 +96,7 @@ test-deps:
 	scripts/install_test_packages.sh
 
 # The edit loop: the unit tests only (no process, no socket, no engine), spread over every core (pytest-xdist):
-# under a minute on two cores.
+# about a minute on two cores.
 test-fast: venv-test
 	$(BIN)/python -m pytest -q -n auto -m "not integration and not slow and not slurm and not chromium and not engine_parsers"
 
