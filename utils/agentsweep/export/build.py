@@ -25,6 +25,7 @@ from agentsweep.export.models import (
     FLAT_METRICS,
     POWER_FIGURES,
     POWER_METRIC_SCHEMA_VERSION,
+    SAME_NAMED_POWER,
     STABILITY_COUNTS,
     STABILITY_KEYS,
     STATS,
@@ -51,17 +52,6 @@ from agentsweep.export.models import Rate as RateModel
 
 # The raw sibling artifact's copy of power.csv, named in each row's power audit.
 POWER_SOURCE = "power.csv"
-# Power figures collect's columns carry under the row's names (the cell's whole energy and the joules
-# per unit of work are already the cell's, as schema 2 wants).
-SAME_NAMED_POWER = (
-    "total_gpu_energy_j",
-    "joules_per_output_token",
-    "joules_per_total_token",
-    "joules_per_successful_query",
-    "avg_temp_c",
-    "peak_temp_c",
-    "avg_util_pct",
-)
 
 
 @dataclass(frozen=True)

@@ -70,12 +70,9 @@ STABILITY_KEYS: tuple[tuple[str, str], ...] = (
 STABILITY_COUNTS = frozenset(
     {"observed_window_expected_count", "observed_window_count", "root_trajectory_count"}
 )
-# The measured power figures (null while power_valid is 0), in export order.
-POWER_FIGURES: tuple[str, ...] = (
-    "avg_power_w",
-    "avg_total_gpu_power_w",
-    "p90_power_w",
-    "p90_total_gpu_power_w",
+# Power figures collect's columns carry under the row's names (the cell's whole energy and the joules
+# per unit of work are already the cell's, as schema 2 wants).
+SAME_NAMED_POWER: tuple[str, ...] = (
     "total_gpu_energy_j",
     "joules_per_output_token",
     "joules_per_total_token",
@@ -83,6 +80,15 @@ POWER_FIGURES: tuple[str, ...] = (
     "avg_temp_c",
     "peak_temp_c",
     "avg_util_pct",
+)
+# The measured power figures (null while power_valid is 0), in export order: per GPU and the cell's
+# total, then the same-named ones.
+POWER_FIGURES: tuple[str, ...] = (
+    "avg_power_w",
+    "avg_total_gpu_power_w",
+    "p90_power_w",
+    "p90_total_gpu_power_w",
+    *SAME_NAMED_POWER,
 )
 POWER_KEYS: tuple[str, ...] = (
     "power_metric_schema_version",
