@@ -31,6 +31,7 @@ from agentsweep.cell.plan import plan_cell
 from agentsweep.config import load_runners, select_cells
 from agentsweep.config.loader import read_config_file
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.engine_args import SWITCH, given_flags, guarded_spellings
 from agentsweep.errors import InputError
 
 pytestmark = pytest.mark.engine_parsers
@@ -181,6 +182,35 @@ def probes(engine: str, tmp: Path) -> list[Line]:
     return lines
 
 
+# A valid value for each guarded flag that takes one (anything else takes "1").
+GUARDED_VALUES = {
+    "--kv-transfer-config": '{"kv_connector":"NixlConnector","kv_role":"kv_both"}',
+    "--kv-offloading-backend": "native",
+    "--disaggregation-mode": "prefill",
+    "--model": "org/Other",
+    "--model-path": "org/Other",
+    "--served-model-name": "alias",
+    "--host": "0.0.0.0",
+    "--uds": "/tmp/engine.sock",
+}
+
+
+def guarded_lines(engine: str, tmp: Path) -> list[Line]:
+    """A recipe's command line with each flag the true-label check guards appended (with a valid value):
+    the table must name flags the engine has, not guesses."""
+    cell = Cell(
+        exp_name="guarded", engine=engine, model="org/Model", tp=1, users=1, offload="off",  # type: ignore[arg-type]
+        duration=60, traces="t", image="i", hardware="h200", gres_type="h200",
+    )  # fmt: skip
+    base = numbered(plan_cell(cell, tmp, port="$PORT", environ={}).engine.argv)
+    lines = []
+    for spelling in guarded_spellings(engine):
+        kind = next(g.flag.kind for g in given_flags(engine, f"{spelling} 1") if g.flag.spelling == spelling)
+        words = [spelling] if kind == SWITCH else [spelling, GUARDED_VALUES.get(spelling, "1")]
+        lines.append(Line(spelling, engine, [*base, *words], {}))
+    return lines
+
+
 @dataclass
 class Checked:
     """One engine's answer: its version, and per distinct line the lines it stands for and the verdict."""
@@ -190,13 +220,15 @@ class Checked:
     groups: list[list[Line]]
     outcomes: list[dict[str, Any]]
     probes: list[dict[str, Any]]
+    guarded: list[tuple[Line, dict[str, Any]]]
     build_s: float
     parse_s: float
 
 
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Checked], list[str]]:
-    """Every engine's parser run once over every distinct command line (and the two probes)."""
+    """Every engine's parser run once over every distinct command line, the probes and the guarded
+    flags (one engine process each: importing an engine costs about ten seconds of CPU)."""
     pythons = engine_pythons()
     tmp = tmp_path_factory.mktemp("engine-parsers")
     lines, refused = command_lines(tmp)
@@ -204,11 +236,13 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Checked
     for engine, (version, python) in sorted(pythons.items()):
         groups = list(distinct([ln for ln in lines if ln.engine == engine]).values())
         extra = probes(engine, tmp)
-        result = parse_with_engine(python, engine, [g[0] for g in groups] + extra)
+        flags = guarded_lines(engine, tmp)
+        result = parse_with_engine(python, engine, [g[0] for g in groups] + extra + flags)
         outcomes = result["results"]
+        ends = (len(groups), len(groups) + len(extra))
         out[engine] = Checked(
-            result["version"], version, groups, outcomes[: len(groups)], outcomes[len(groups) :],
-            result["build_s"], result["parse_s"],
+            result["version"], version, groups, outcomes[: ends[0]], outcomes[ends[0] : ends[1]],
+            list(zip(flags, outcomes[ends[1] :], strict=True)), result["build_s"], result["parse_s"],
         )  # fmt: skip
     return out, refused
 
@@ -255,3 +289,27 @@ def test_an_unknown_flag_variable_or_connector_is_named(
             (child,) = rest
             assert not child["ok"] and "connectors[1]" in child["error"], child
             assert "NoSuchOffloadConnector" in child["error"], child
+
+
+def _unrecognized(error: str) -> list[str]:
+    """The words an argparse error says it does not know (vLLM's serve also names a positional model
+    that a --model flag displaced: that is not the flag being unknown)."""
+    _head, sep, words = error.partition("unrecognized arguments:")
+    return words.split() if sep else []
+
+
+def test_every_guarded_flag_is_a_flag_of_the_pinned_engine(
+    checked: tuple[dict[str, Checked], list[str]],
+) -> None:
+    """Every flag the true-label check guards is one the pinned vLLM and SGLang parse: each spelling,
+    appended to a recipe's command line with a valid value, is taken by the engine's own parser."""
+    engines, _ = checked
+    assert set(engines) == {"vllm", "sglang"}
+    for engine, c in engines.items():
+        assert c.guarded, engine
+        refused = [
+            f"{engine} {line.ident}: {outcome['error']}"
+            for line, outcome in c.guarded
+            if not outcome["ok"] and line.ident in _unrecognized(outcome["error"] or "")
+        ]
+        assert refused == [], refused
