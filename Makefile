@@ -81,10 +81,10 @@ test-engine-parsers: venv-test
 # worker), and ends with every skip summarised by reason and tier with what installs the missing part.
 # Tests marked `serial` (container cells under podman, whose engines miss their start-up timings beside
 # other tests on two cores) run after, alone.
-# Three workers per core: much of the suite waits on engines running at a fixed speed-up and on health
+# Two workers per core: much of the suite waits on engines running at a fixed speed-up and on health
 # polls, so a core is rarely busy with one test alone (the parallel pass on 2 cores: 16 min with 2
-# workers, 11 with 4, under 10 with 6).
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) * 3 )))
+# workers, 11 with 4; 6 were no faster, as the suite's CPU, about 1,050 s, is then the bound).
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) * 2 )))
 
 test: venv-test
 	@status=0; \

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Stand-in for benchmarks/run_cell.sh in the launcher tests: records what reached the cell (the cell
 # from AGENTSWEEP_CELL, the visible devices, where it ran) the way run_cell.sh does, without an engine.
-# AGENTSWEEP_TEST_EXIT: exit status to return; AGENTSWEEP_TEST_SLEEP: seconds to run first.
+# AGENTSWEEP_TEST_EXIT: exit status to return; AGENTSWEEP_TEST_SLEEP: seconds to run first;
+# AGENTSWEEP_TEST_STARTED: a file written once the stand-in runs (a test's signal must not reach the
+# step before its task exists: Slurm drops a signal to a step whose task has not started yet).
 set -euo pipefail
 : "${RESULT_DIR:?}"
+[[ -z ${AGENTSWEEP_TEST_STARTED:-} ]] || : >"$AGENTSWEEP_TEST_STARTED"
 sleep "${AGENTSWEEP_TEST_SLEEP:-0}"
 status=SUCCESS
 [[ ${AGENTSWEEP_TEST_EXIT:-0} == 0 ]] || status=FAILED

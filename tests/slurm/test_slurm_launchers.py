@@ -117,6 +117,8 @@ def test_cell_larger_than_node_is_refused_with_slurms_message(slurm, cell_env, m
 def test_sigterm_stops_the_step_and_releases_the_job(slurm, cell_env, make_runners, tmp_path):
     env = standin_env(slurm, cell_env, make_runners, tmp_path, "h200", tp=1)
     env["AGENTSWEEP_TEST_SLEEP"] = "60"
+    started = tmp_path / "standin-started"
+    env["AGENTSWEEP_TEST_STARTED"] = str(started)
     proc = subprocess.Popen(
         ["bash", str(REPO / "runners" / "launch_h200.sh")],
         env=env,
@@ -126,12 +128,9 @@ def test_sigterm_stops_the_step_and_releases_the_job(slurm, cell_env, make_runne
         cwd=REPO,
     )
     try:
-        wait_until(
-            lambda: ".0 " in slurm.run("squeue", "-h", "-s", "-o", "%i %j ").stdout,
-            timeout=30,
-            interval=0.2,
-            what="the cell's step to start",
-        )
+        # The step's task itself, not only the step in squeue: a step listed before its task runs
+        # loses a signal sent in between (the launcher then ends it only after its stop wait).
+        wait_until(started.exists, timeout=30, interval=0.2, what="the cell's step to start its task")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=45)
     finally:

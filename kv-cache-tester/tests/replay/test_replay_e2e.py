@@ -295,5 +295,6 @@ def test_busy_poll_run_records_every_request(tmp_path, stream_server, kit):
     assert res.returncode == 0, res.stderr
     recs = kit.records(out)
     assert len(recs) == len(server.requests()) == 8 and all(r["status"] == "ok" for r in recs)
-    assert all(0 < r["ttft_s"] < r["e2e_s"] for r in recs)
+    # A loaded machine may read a whole short stream in one go: first and last token arrive together.
+    assert all(0 < r["ttft_s"] <= r["e2e_s"] for r in recs)
     assert kit.summary(out)["options"]["busy_poll"] is True
