@@ -30,10 +30,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 )
 
 # (importing package, imported package): upward imports still to be moved.
-KNOWN_DEBTS = {
-    # A finished cell's progress line takes its figures as collect's table will (collect.aggregate).
-    ("agentsweep.cell", "agentsweep.collect"),
-}
+KNOWN_DEBTS: set[tuple[str, str]] = set()
 
 
 def floor_of(module: str) -> tuple[int, str] | None:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from agentsweep.collect import columns
+from agentsweep.contract import columns
 from agentsweep.collect.aggregate import METRIC_COLUMNS, build_rows, to_frame
-from agentsweep.collect.columns import Unit
+from agentsweep.contract.columns import Unit
 from agentsweep.collect.discover import find_cells
 from agentsweep.collect.stream import RequestStats
 from agentsweep.collect.window import SERVER_COLUMNS

@@ -26,6 +26,7 @@ from agentsweep.cell.executor import execute, show_tail
 from agentsweep.cell.plan import CellOptions, CellPlan, instance_shapes
 from agentsweep.cell.routers import router_recipe
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.figures import summary_figures
 from agentsweep.contract.receipt import write_receipt
 from agentsweep.contract.resultdir import (
     CAPACITY_JSON,
@@ -208,19 +209,11 @@ def _write_verdict(
 
 
 def _figures_line(plan: CellPlan) -> str:
-    """One line on what the cell measured, as collect's table will read it (its definitions, the
-    engine's clock): throughput per GPU, TTFT and interactivity."""
-    from agentsweep.collect import aggregate  # pandas: only once the run is over
-
+    """One line on what the cell measured, as collect's table will read it (contract.figures: its
+    definitions, the engine's clock): throughput per GPU, TTFT and interactivity."""
     try:
         summary = load_summary(plan.result_dir)
-        values: dict[str, Any] = {"gpus": plan.cell.gpus, "tp": plan.cell.tp, "speed": plan.cell.speed}
-        values.update(aggregate.summary_columns(summary))
-        beside, engine = aggregate.engine_clock_columns(summary)
-        values.update(beside)
-        aggregate.to_engine_clock(values)
-        values.update(engine)
-        values.update(aggregate.derived_columns(values))
+        values = summary_figures(summary, gpus=plan.cell.gpus, tp=plan.cell.tp, speed=plan.cell.speed)
     except Exception as err:  # a line of progress never decides a cell's fate
         return f"figures not read: {type(err).__name__}: {err}"
 

@@ -18,17 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from kv_cache_tester.metrics import finite, interactivity_tok_s, per_gpu
+from kv_cache_tester.metrics import finite
 from kv_cache_tester.replay import RequestRecord, ResultError, Summary, load_summary
 
-from agentsweep.collect import columns
-from agentsweep.collect.columns import (
-    ENGINE_CLOCK,
-    INTERACTIVITY_STATS,
-    PLAIN_INTERACTIVITY_STATS,
-    THROUGHPUTS,
-    Unit,
-)
 from agentsweep.collect.discover import FoundCell
 from agentsweep.collect.kv_cliff import cliff_columns
 from agentsweep.collect.power import power_columns
@@ -37,7 +29,16 @@ from agentsweep.collect.routed import routed_figures
 from agentsweep.collect.routed_checks import routed_artifact_problems
 from agentsweep.collect.stream import RequestStats, stream_requests
 from agentsweep.collect.window import NotNumbers, window_figures
+from agentsweep.contract import columns
+from agentsweep.contract.columns import Unit
 from agentsweep.contract.cell import CELL_FIELDS, Cell
+from agentsweep.contract.figures import (
+    derived_columns,
+    engine_clock_columns,
+    flat,
+    summary_columns,
+    to_engine_clock,
+)
 from agentsweep.contract.resultdir import (
     CELL_JSON,
     REQUESTS_JSONL,
@@ -79,108 +80,6 @@ class Row:
         }
 
 
-def _flat(value: Any) -> Any:
-    """Cell values stay scalar in the CSV; anything nested becomes compact JSON."""
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def _at(doc: Any, path: str) -> Any:
-    """The value at a dotted path of summary.json (a last key may hold a dot: "p99.9"); None when
-    any part is absent."""
-    node = doc
-    while isinstance(node, dict):
-        if path in node:
-            return node[path]
-        head, dot, path = path.partition(".")
-        if not dot:
-            return None
-        node = node.get(head)
-    return None
-
-
-def summary_columns(summary: Summary) -> dict[str, Any]:
-    """The replayer's summary as summary.csv columns (columns.SUMMARY)."""
-    out: dict[str, Any] = {}
-    for column in columns.SUMMARY:
-        assert column.source is not None
-        value = _at(summary, column.source)
-        out[column.name] = _flat(value or {}) if column.unit is Unit.JSON else finite(value)
-    window = summary["window"]
-    out["window_s"] = out["window_s"] or window["end_unix"] - window["start_unix"]
-    return out
-
-
-def derived_columns(values: dict[str, Any]) -> dict[str, Any]:
-    """Per-GPU throughput (every GPU of the cell) and interactivity (tokens/s per user): ``1 / ITL`` at
-    each statistic of the full-response ITL, and of the plain ITL (kv_cache_tester.metrics).
-
-    A summary written before the full-response ITL was in it gives the same figure from TPOT (per
-    request, TPOT is the full-response ITL: ``(E2E - TTFT) / (output tokens - 1)``).
-    """
-    out: dict[str, Any] = {}
-    gpus = finite(values.get("gpus")) or finite(values.get("tp"))
-    for key in THROUGHPUTS:
-        out[f"{key}_per_gpu"] = per_gpu(values.get(key), gpus)
-    for stat in INTERACTIVITY_STATS:
-        if stat == "std":
-            continue
-        name = stat.replace(".", "")
-        itl = values.get(f"full_response_itl_{name}_s")
-        if itl is None:
-            itl = values.get(f"tpot_{name}_s")
-        out[f"interactivity_{name}_tok_per_s"] = interactivity_tok_s(itl)
-    for stat in PLAIN_INTERACTIVITY_STATS:
-        out[f"plain_interactivity_{stat}_tok_per_s"] = interactivity_tok_s(values.get(f"itl_{stat}_s"))
-    return out
-
-
-def engine_clock_columns(summary: Summary) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A simulated cell's figures in the engine's own clock (summary.json ``engine_clock``).
-
-    Returns (beside, engine): ``beside`` are the columns.ENGINE_CLOCK_COLUMNS (the client's wall-clock
-    latencies, rescaled with the rest by ``to_engine_clock``, and the gap), to add before rescaling;
-    ``engine`` are the summary's latency and throughput columns as the engine's timelines give them,
-    to put over the rescaled client figures afterwards. Both empty-handed for a cell without
-    timelines (every real engine): ``latency_clock`` stays empty and nothing is replaced.
-    """
-    engine_clock = summary.get("engine_clock")
-    if engine_clock is None:
-        return {}, {}
-    beside: dict[str, Any] = {"latency_clock": "engine"}
-    for column in columns.ENGINE_CLOCK_COLUMNS[1:]:
-        assert column.source is not None
-        beside[column.name] = finite(_at(summary, column.source))
-    engine: dict[str, Any] = {}
-    for column in columns.SUMMARY:
-        source = column.source or ""
-        if source.startswith(("latency.", "throughput.")):
-            engine[column.name] = finite(_at(engine_clock, source))
-    return beside, engine
-
-
-def to_engine_clock(values: dict[str, Any]) -> None:
-    """Express a sped-up simulated cell's figures in the engine's own clock, in place.
-
-    A simulated engine with ``speed`` S runs S times faster than the wall clock the replayer and the
-    scraper measure, so latencies (unit s) are multiplied by S and rates (per second) divided by S:
-    the table then reads like the simulated hardware. Wall-time lengths (the window, the client's
-    dispatch lag, scrape gaps) stay. ``clock_scale`` records S (1 for every real engine). The client's
-    own overhead is inside the latencies, so at high S small latencies carry S times its error.
-    """
-    speed = finite(values.get("speed")) or 1.0
-    values["clock_scale"] = speed
-    if speed == 1.0:
-        return
-    for column in columns.METRICS:
-        power = ENGINE_CLOCK.get(column.unit)
-        value = values.get(column.name)
-        if power is None or not isinstance(value, int | float) or isinstance(value, bool):
-            continue
-        values[column.name] = value * speed if power > 0 else value / speed
-
-
 def load_cell(found: FoundCell, observe: Callable[[RequestRecord], None] | None = None) -> Row:
     """One row for one result directory; never raises for bad content.
 
@@ -211,13 +110,13 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
             raise
     fields = cell.model_dump(mode="json") if cell is not None else record.cell
     for key, value in fields.items():
-        row.values[key] = _flat(value)
+        row.values[key] = flat(value)
     row.values["disagg"] = cell.shape_label if cell is not None else ""
     row.values[columns.HARDWARE_LABEL.name] = (
         cell.hardware_label if cell is not None else record.hardware or ""
     )
-    row.values["engine_version"] = _flat(record.versions.get("engine"))
-    row.values["agentsweep_version"] = _flat(record.versions.get("agentsweep"))
+    row.values["engine_version"] = flat(record.versions.get("engine"))
+    row.values["agentsweep_version"] = flat(record.versions.get("agentsweep"))
     row.values["start_utc"] = record.start_utc
     row.values["end_utc"] = record.end_utc
     try:
@@ -352,7 +251,7 @@ def _matrix_fields(row: Row, cell: Cell) -> None:
     """The matrix cell's fields, where the row has none of its own (a malformed cell.json, say)."""
     for key, value in cell.model_dump(mode="json").items():
         if key != "exp_name":
-            row.values.setdefault(key, _flat(value))
+            row.values.setdefault(key, flat(value))
     row.values.setdefault("disagg", cell.shape_label)
     row.values.setdefault(columns.HARDWARE_LABEL.name, cell.hardware_label)
 

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from agentsweep.collect.columns import POWER
+from agentsweep.contract.columns import POWER
 from agentsweep.contract.cell import Cell
 from agentsweep.energy.summary import cell_power_summary
 

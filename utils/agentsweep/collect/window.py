@@ -15,7 +15,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from agentsweep.collect.columns import SERVER
+from agentsweep.contract.columns import SERVER
 from agentsweep.errors import ResultFileError
 from agentsweep.metrics.dialects import COLUMNS
 from agentsweep.metrics.scrapes import ScrapeReader

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from agentsweep import style
-from agentsweep.collect import columns
+from agentsweep.contract import columns
 from agentsweep.store import query, schema
 from agentsweep.store.db import DamagedStore
 from agentsweep.store.scope import SCOPE_FIELDS, VERSION_FIELDS

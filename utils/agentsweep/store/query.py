@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from agentsweep.collect import columns
+from agentsweep.contract import columns
 from agentsweep.contract.errors import printable
 from agentsweep.errors import InputError
 from agentsweep.store import schema

@@ -126,7 +126,7 @@ SUMMARY: tuple[Column, ...] = (
     Column("preset_deviations", Unit.JSON, "preset.deviations"),
 )
 
-# Derived from the summary columns and the cell's GPU count (aggregate.derived_columns): per GPU over
+# Derived from the summary columns and the cell's GPU count (figures.derived_columns): per GPU over
 # every GPU of the cell; interactivity = 1 / full-response ITL at each statistic (std from the summary).
 DERIVED: tuple[Column, ...] = (
     *(Column(f"{key}_per_gpu", Unit.TOKENS_PER_S_PER_GPU) for key in THROUGHPUTS),
@@ -238,7 +238,7 @@ POWER: tuple[Column, ...] = (
 CLOCK_SCALE = Column("clock_scale", Unit.FACTOR)
 
 # A simulated cell whose engine stated each request's timeline reports its latencies in the engine's
-# own clock (summary.json ``engine_clock``; aggregate.engine_clock_columns). The client's wall-clock
+# own clock (summary.json ``engine_clock``; figures.engine_clock_columns). The client's wall-clock
 # figures (times the speed, like every latency of a sped-up cell) stay beside them, with the gap
 # between the two: the client and HTTP path's share. Empty for real engines.
 CLIENT_CLOCK_STATS = ("p50", "p90", "p99")

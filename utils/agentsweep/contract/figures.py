@@ -1,0 +1,138 @@
+"""A cell's figures as summary.csv names them (contract.columns), read from the replayer's summary: the
+one place that reads summary.json by its dotted paths, puts a simulated cell on its engine's clock and
+derives the per-GPU and interactivity figures. collect builds its rows with it, and a finished cell
+prints its progress line with it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kv_cache_tester.metrics import finite, interactivity_tok_s, per_gpu
+from kv_cache_tester.replay import Summary
+
+from agentsweep.contract import columns
+from agentsweep.contract.columns import (
+    ENGINE_CLOCK,
+    INTERACTIVITY_STATS,
+    PLAIN_INTERACTIVITY_STATS,
+    THROUGHPUTS,
+    Unit,
+)
+
+
+def flat(value: Any) -> Any:
+    """Cell values stay scalar in the CSV; anything nested becomes compact JSON."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _at(doc: Any, path: str) -> Any:
+    """The value at a dotted path of summary.json (a last key may hold a dot: "p99.9"); None when
+    any part is absent."""
+    node = doc
+    while isinstance(node, dict):
+        if path in node:
+            return node[path]
+        head, dot, path = path.partition(".")
+        if not dot:
+            return None
+        node = node.get(head)
+    return None
+
+
+def summary_columns(summary: Summary) -> dict[str, Any]:
+    """The replayer's summary as summary.csv columns (columns.SUMMARY)."""
+    out: dict[str, Any] = {}
+    for column in columns.SUMMARY:
+        assert column.source is not None
+        value = _at(summary, column.source)
+        out[column.name] = flat(value or {}) if column.unit is Unit.JSON else finite(value)
+    window = summary["window"]
+    out["window_s"] = out["window_s"] or window["end_unix"] - window["start_unix"]
+    return out
+
+
+def derived_columns(values: dict[str, Any]) -> dict[str, Any]:
+    """Per-GPU throughput (every GPU of the cell) and interactivity (tokens/s per user): ``1 / ITL`` at
+    each statistic of the full-response ITL, and of the plain ITL (kv_cache_tester.metrics).
+
+    A summary written before the full-response ITL was in it gives the same figure from TPOT (per
+    request, TPOT is the full-response ITL: ``(E2E - TTFT) / (output tokens - 1)``).
+    """
+    out: dict[str, Any] = {}
+    gpus = finite(values.get("gpus")) or finite(values.get("tp"))
+    for key in THROUGHPUTS:
+        out[f"{key}_per_gpu"] = per_gpu(values.get(key), gpus)
+    for stat in INTERACTIVITY_STATS:
+        if stat == "std":
+            continue
+        name = stat.replace(".", "")
+        itl = values.get(f"full_response_itl_{name}_s")
+        if itl is None:
+            itl = values.get(f"tpot_{name}_s")
+        out[f"interactivity_{name}_tok_per_s"] = interactivity_tok_s(itl)
+    for stat in PLAIN_INTERACTIVITY_STATS:
+        out[f"plain_interactivity_{stat}_tok_per_s"] = interactivity_tok_s(values.get(f"itl_{stat}_s"))
+    return out
+
+
+def engine_clock_columns(summary: Summary) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A simulated cell's figures in the engine's own clock (summary.json ``engine_clock``).
+
+    Returns (beside, engine): ``beside`` are the columns.ENGINE_CLOCK_COLUMNS (the client's wall-clock
+    latencies, rescaled with the rest by ``to_engine_clock``, and the gap), to add before rescaling;
+    ``engine`` are the summary's latency and throughput columns as the engine's timelines give them,
+    to put over the rescaled client figures afterwards. Both empty-handed for a cell without
+    timelines (every real engine): ``latency_clock`` stays empty and nothing is replaced.
+    """
+    engine_clock = summary.get("engine_clock")
+    if engine_clock is None:
+        return {}, {}
+    beside: dict[str, Any] = {"latency_clock": "engine"}
+    for column in columns.ENGINE_CLOCK_COLUMNS[1:]:
+        assert column.source is not None
+        beside[column.name] = finite(_at(summary, column.source))
+    engine: dict[str, Any] = {}
+    for column in columns.SUMMARY:
+        source = column.source or ""
+        if source.startswith(("latency.", "throughput.")):
+            engine[column.name] = finite(_at(engine_clock, source))
+    return beside, engine
+
+
+def to_engine_clock(values: dict[str, Any]) -> None:
+    """Express a sped-up simulated cell's figures in the engine's own clock, in place.
+
+    A simulated engine with ``speed`` S runs S times faster than the wall clock the replayer and the
+    scraper measure, so latencies (unit s) are multiplied by S and rates (per second) divided by S:
+    the table then reads like the simulated hardware. Wall-time lengths (the window, the client's
+    dispatch lag, scrape gaps) stay. ``clock_scale`` records S (1 for every real engine). The client's
+    own overhead is inside the latencies, so at high S small latencies carry S times its error.
+    """
+    speed = finite(values.get("speed")) or 1.0
+    values["clock_scale"] = speed
+    if speed == 1.0:
+        return
+    for column in columns.METRICS:
+        power = ENGINE_CLOCK.get(column.unit)
+        value = values.get(column.name)
+        if power is None or not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        values[column.name] = value * speed if power > 0 else value / speed
+
+
+def summary_figures(summary: Summary, *, gpus: int, tp: int, speed: float) -> dict[str, Any]:
+    """The summary's own figures for a cell of ``gpus`` GPUs (``tp`` when unknown) run at ``speed``, in
+    the engine's clock, with the derived ones: what collect's row holds before it adds the server's,
+    the records' and the power figures."""
+    values: dict[str, Any] = {"gpus": gpus, "tp": tp, "speed": speed}
+    values.update(summary_columns(summary))
+    beside, engine = engine_clock_columns(summary)
+    values.update(beside)
+    to_engine_clock(values)
+    values.update(engine)
+    values.update(derived_columns(values))
+    return values
