@@ -8,12 +8,12 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from agentsweep.contract import columns
 from agentsweep.collect.aggregate import METRIC_COLUMNS, build_rows, to_frame
-from agentsweep.contract.columns import Unit
 from agentsweep.collect.discover import find_cells
 from agentsweep.collect.stream import RequestStats
 from agentsweep.collect.window import SERVER_COLUMNS
+from agentsweep.contract import columns
+from agentsweep.contract.columns import Unit
 from kv_cache_tester.replay import Summary
 
 

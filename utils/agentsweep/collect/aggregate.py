@@ -10,7 +10,6 @@ each of its steps is a row of its own, right after it, with ``step_of`` naming t
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,8 +29,8 @@ from agentsweep.collect.routed_checks import routed_artifact_problems
 from agentsweep.collect.stream import RequestStats, stream_requests
 from agentsweep.collect.window import NotNumbers, window_figures
 from agentsweep.contract import columns
-from agentsweep.contract.columns import Unit
 from agentsweep.contract.cell import CELL_FIELDS, Cell
+from agentsweep.contract.columns import Unit
 from agentsweep.contract.figures import (
     derived_columns,
     engine_clock_columns,

@@ -8,8 +8,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from agentsweep.contract.columns import POWER
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.columns import POWER
 from agentsweep.energy.summary import cell_power_summary
 
 FIGURES = tuple(

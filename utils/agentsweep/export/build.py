@@ -16,8 +16,8 @@ from typing import Any
 from kv_cache_tester.metrics import finite, interactivity_tok_s
 from pydantic import BaseModel
 
-from agentsweep.contract.columns import LATENCY_STATS
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.columns import LATENCY_STATS
 from agentsweep.contract.hardware import LEGACY_SIM_HARDWARE
 from agentsweep.energy.summary import REASON_CODES
 from agentsweep.export.inferencex import hardware, model_prefix

@@ -29,9 +29,9 @@ from kv_cache_tester.replay.jsonfast import dumps
 from kv_cache_tester.replay.stability import MIN_SUBWINDOWS, subwindow_length
 
 from agentsweep.capacity.measure import run_figures
-from agentsweep.contract import columns
 from agentsweep.collect.aggregate import load_cell
 from agentsweep.collect.discover import FoundCell, find_cells
+from agentsweep.contract import columns
 from agentsweep.contract.cell import RoleShape, shape_label
 from agentsweep.contract.resultdir import (
     CAPACITY_JSON,
