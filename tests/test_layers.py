@@ -19,7 +19,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("agentsweep.errors", "agentsweep.watchdog", "agentsweep.style"),
     ("agentsweep.contract",),
     ("agentsweep.engine_sim", "agentsweep.metrics"),
-    ("agentsweep.energy", "agentsweep.validity", "agentsweep.images"),
+    ("agentsweep.energy", "agentsweep.validity", "agentsweep.images", "agentsweep.accuracy"),
     ("agentsweep.cell",),
     ("agentsweep.capacity", "agentsweep.calibrate"),
     ("agentsweep.config",),

@@ -66,6 +66,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("agentsweep.store.cli_verify", "check result directories against their receipt.json"),
     "results": ("agentsweep.store.cli", "the results store: ingest runs, curves, history, noise-aware diffs"),
     "dashboard": ("agentsweep.dashboard.cli", "write (or serve) the store as an interactive offline site"),
+    "accuracy": (
+        "agentsweep.accuracy.cli",
+        "score an endpoint's model on a task (GSM8K) with lm-evaluation-harness against a threshold",
+    ),
     "calibrate": (
         "agentsweep.calibrate.cli",
         "simulated engine vs published points: run, or --fit the model",
