@@ -102,6 +102,35 @@ async def resolve_vocab(cfg: ReplayConfig, model: str) -> int | None:
     return size
 
 
+class NotedSignals:
+    """SIGINT/SIGTERM noted, not acted on by the default action, from the moment the output files exist
+    until the run's own handlers take over (and again while the summary is written): a cell that stops
+    as its replay starts or ends still gets whole files and a summary. The run takes ``seen`` as its
+    first signals."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+        self._old: dict[int, Any] = {}
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.seen.append(signum)
+
+    def hold(self) -> None:
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._note)
+
+    def __enter__(self) -> NotedSignals:
+        self._old = {sig: signal.getsignal(sig) for sig in self.SIGNALS}
+        self.hold()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
 def prepare_output(cfg: ReplayConfig) -> Path:
     out = Path(cfg.output_dir)
     try:
@@ -141,21 +170,42 @@ async def start_at(when: float) -> float:
     return time.perf_counter()
 
 
-async def _single(cfg: ReplayConfig, traces: list[Trace], out: Path, model: str) -> RunMeta:
-    recorder = Recorder(out, cfg.debug_trace)
-    when = cfg.start_at
-    replayer = Replayer(
-        cfg,
-        traces,
-        lanes_for(cfg),
-        pool_for(cfg, len(traces)),
-        make_builder(cfg, model),
-        recorder,
-        start_gate=(lambda: start_at(when)) if when is not None else None,
-    )
+async def _single(
+    cfg: ReplayConfig, traces: list[Trace], out: Path, model: str, noted: list[int] | None = None
+) -> RunMeta:
+    """One process's run. ``noted``: signals that arrived since the output files were made
+    (``NotedSignals``), handed to the replayer as soon as it exists."""
     loop = asyncio.get_running_loop()
+    early = noted if noted is not None else []
+    target: list[Replayer] = []
+
+    def on_signal(sig: int) -> None:
+        if target:
+            target[0].on_signal(sig)
+        else:
+            early.append(sig)
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, replayer.on_signal, sig)
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        recorder = Recorder(out, cfg.debug_trace)
+        when = cfg.start_at
+        replayer = Replayer(
+            cfg,
+            traces,
+            lanes_for(cfg),
+            pool_for(cfg, len(traces)),
+            make_builder(cfg, model),
+            recorder,
+            start_gate=(lambda: start_at(when)) if when is not None else None,
+        )
+    except BaseException:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        raise
+    target.append(replayer)
+    for signum in early:
+        replayer.on_signal(signum)
     progress = Progress(cfg.users, cfg.test_duration, color=not cfg.no_color, max_ttft=cfg.max_ttft)
 
     async def tick() -> None:
@@ -246,15 +296,17 @@ def replay(cfg: ReplayConfig, options: dict[str, Any]) -> int:
     if vocab is not None:
         cfg = dataclasses.replace(cfg, vocab_size=vocab)
         log(f"token ids: below the model's vocabulary of {vocab} ids (from /v1/models)")
-    out = prepare_output(cfg)
-    traces = client_share(cfg, traces)
-    if cfg.workers > 1:
-        metas = run_workers(cfg, traces, out, model)
-    else:
-        metas = [run_loop(lambda: _single(cfg, traces, out, model))]
-    options = {**options, "resolved_model": model}
-    if cfg.client_count > 1:  # one of several: what merge needs besides the records
-        write_run_metas(out, cfg.client_index, metas)
-    with contextlib.suppress(BrokenPipeError):
-        return finish(cfg, out, metas, options)
-    return 1
+    with NotedSignals() as noted:
+        out = prepare_output(cfg)
+        traces = client_share(cfg, traces)
+        if cfg.workers > 1:
+            metas = run_workers(cfg, traces, out, model, noted.seen)
+        else:
+            metas = [run_loop(lambda: _single(cfg, traces, out, model, noted.seen))]
+        noted.hold()  # a signal while the summary is written: it is being written already
+        options = {**options, "resolved_model": model}
+        if cfg.client_count > 1:  # one of several: what merge needs besides the records
+            write_run_metas(out, cfg.client_index, metas)
+        with contextlib.suppress(BrokenPipeError):
+            return finish(cfg, out, metas, options)
+        return 1

@@ -92,7 +92,9 @@ def _worker_main(
     q.put(("meta", index, meta))
 
 
-def run_workers(cfg: ReplayConfig, traces: list[Trace], out: Path, model: str) -> list[RunMeta]:
+def run_workers(
+    cfg: ReplayConfig, traces: list[Trace], out: Path, model: str, noted: list[int] | None = None
+) -> list[RunMeta]:
     n = cfg.workers
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -121,6 +123,8 @@ def run_workers(cfg: ReplayConfig, traces: list[Trace], out: Path, model: str) -
                 p.terminate()  # SIGTERM: first one stops dispatching, second abandons in flight
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    for signum in noted or ():  # arrived while the output files were made and the workers started
+        on_signal(signum, None)
     progress = Progress(cfg.users, cfg.test_duration, color=not cfg.no_color, max_ttft=cfg.max_ttft)
     metas: dict[int, RunMeta] = {}
     errors: list[str] = []

@@ -214,6 +214,39 @@ def test_sigterm_mid_run_leaves_complete_files(tmp_path, stream_server, kit):
     assert len(recs) == len(server.requests())
 
 
+def test_sigterm_the_moment_the_records_file_appears_still_leaves_complete_files(
+    tmp_path, stream_server, kit
+):
+    """A cell stopping just as its replay starts: the signal handlers are in place before the records
+    file exists, so the run ends with its summary instead of the process dying on the default action."""
+    server = stream_server("--itl-ms", "20")
+    traces = kit.write_traces(tmp_path / "traces", [kit.linear_trace(f"e{i}", 50, out=20) for i in range(4)])
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        kit.replay_cmd(server, traces, out, "--max-users", "4", "--time-scale", "0.001", "--test-duration", "60"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (out / "requests.jsonl").exists():  # a tight poll: the signal lands as the file appears
+            assert time.monotonic() < deadline and proc.poll() is None, "no records file"
+            time.sleep(0.0005)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    raw = (out / "requests.jsonl").read_text()
+    assert raw == "" or raw.endswith("\n")  # no record yet, or whole ones
+    summ = kit.summary(out)
+    assert summ["self_audit"]["stop_reason"] == "signal"
+    assert (
+        summ["counts"]["sent"] + summ["counts"]["warmup"] == len(raw.splitlines()) == len(server.requests())
+    )
+
+
 def test_server_killed_mid_run_trips_the_breaker(tmp_path, stream_server, kit):
     server = stream_server("--itl-ms", "10")
     traces = kit.write_traces(tmp_path / "traces", [kit.linear_trace(f"k{i}", 200, out=10) for i in range(3)])
