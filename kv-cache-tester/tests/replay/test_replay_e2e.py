@@ -9,6 +9,7 @@ import subprocess
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -191,7 +192,9 @@ def _complete_files(out: Path, kit) -> tuple[list[dict], dict]:
     return recs, summ
 
 
-def test_sigterm_mid_run_leaves_complete_files(tmp_path, stream_server, kit):
+def _sigterm_when(tmp_path, stream_server, kit, ready) -> tuple[Any, Path, int, str]:
+    """A 4-user replay against a streaming server, sent SIGTERM once ``ready(out)`` holds: (the server,
+    the output directory, the exit status, stderr)."""
     server = stream_server("--itl-ms", "20")
     traces = kit.write_traces(tmp_path / "traces", [kit.linear_trace(f"s{i}", 50, out=20) for i in range(4)])
     out = tmp_path / "out"
@@ -200,44 +203,43 @@ def test_sigterm_mid_run_leaves_complete_files(tmp_path, stream_server, kit):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        _wait_for_records(out, 8)
+        ready(out, proc)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 128 + signal.SIGTERM, err
+    return server, out, proc.returncode, err
+
+
+def test_sigterm_mid_run_leaves_complete_files(tmp_path, stream_server, kit):
+    server, out, status, err = _sigterm_when(
+        tmp_path, stream_server, kit, lambda out, _proc: _wait_for_records(out, 8)
+    )
+    assert status == 128 + signal.SIGTERM, err
     recs, summ = _complete_files(out, kit)
     assert summ["self_audit"]["stop_reason"] == "signal"
     assert summ["self_audit"]["abandoned_in_flight"] == 0  # in-flight requests finished in the grace period
     assert len(recs) == len(server.requests())
 
 
+def _records_file_appears(out: Path, proc: subprocess.Popen[str]) -> None:
+    """A tight poll: the signal lands as requests.jsonl appears."""
+    deadline = time.monotonic() + 30
+    while not (out / "requests.jsonl").exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "no records file"
+        time.sleep(0.0005)
+
+
 def test_sigterm_the_moment_the_records_file_appears_still_leaves_complete_files(
     tmp_path, stream_server, kit
 ):
-    """A cell stopping just as its replay starts: the signal handlers are in place before the records
-    file exists, so the run ends with its summary instead of the process dying on the default action."""
-    server = stream_server("--itl-ms", "20")
-    traces = kit.write_traces(tmp_path / "traces", [kit.linear_trace(f"e{i}", 50, out=20) for i in range(4)])
-    out = tmp_path / "out"
-    proc = subprocess.Popen(
-        kit.replay_cmd(server, traces, out, "--max-users", "4", "--time-scale", "0.001", "--test-duration", "60"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while not (out / "requests.jsonl").exists():  # a tight poll: the signal lands as the file appears
-            assert time.monotonic() < deadline and proc.poll() is None, "no records file"
-            time.sleep(0.0005)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 128 + signal.SIGTERM, err
+    """A cell stopping just as its replay starts: a signal from the moment the output files exist is
+    noted and handed to the run, so it ends with its summary instead of the process dying on the
+    default action (kv_cache_tester.replay.app.NotedSignals)."""
+    server, out, status, err = _sigterm_when(tmp_path, stream_server, kit, _records_file_appears)
+    assert status == 128 + signal.SIGTERM, err
     raw = (out / "requests.jsonl").read_text()
     assert raw == "" or raw.endswith("\n")  # no record yet, or whole ones
     summ = kit.summary(out)
