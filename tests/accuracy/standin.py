@@ -8,6 +8,7 @@ changed by one. Prints ``port N`` once it listens (port 0: any free one).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import sys
@@ -67,18 +68,12 @@ def make_app(data: Path, rate: float) -> web.Application:
 
 
 async def _serve(data: Path, rate: float) -> None:
-    import asyncio
-
     runner = web.AppRunner(make_app(data, rate))
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    print(f"port {port}", flush=True)
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    print(f"port {runner.addresses[0][1]}", flush=True)
     await asyncio.Event().wait()
 
 
 if __name__ == "__main__":
-    import asyncio
-
     asyncio.run(_serve(Path(sys.argv[1]), float(sys.argv[2])))

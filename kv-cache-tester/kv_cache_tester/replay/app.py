@@ -173,38 +173,23 @@ async def start_at(when: float) -> float:
 async def _single(
     cfg: ReplayConfig, traces: list[Trace], out: Path, model: str, noted: list[int] | None = None
 ) -> RunMeta:
-    """One process's run. ``noted``: signals that arrived since the output files were made
-    (``NotedSignals``), handed to the replayer as soon as it exists."""
+    """One process's run. ``noted``: the signals ``NotedSignals`` held since the output files were made
+    (it holds them until the loop's own handlers below take over), handed to the replayer first."""
+    recorder = Recorder(out, cfg.debug_trace)
+    when = cfg.start_at
+    replayer = Replayer(
+        cfg,
+        traces,
+        lanes_for(cfg),
+        pool_for(cfg, len(traces)),
+        make_builder(cfg, model),
+        recorder,
+        start_gate=(lambda: start_at(when)) if when is not None else None,
+    )
     loop = asyncio.get_running_loop()
-    early = noted if noted is not None else []
-    target: list[Replayer] = []
-
-    def on_signal(sig: int) -> None:
-        if target:
-            target[0].on_signal(sig)
-        else:
-            early.append(sig)
-
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal, sig)
-    try:
-        recorder = Recorder(out, cfg.debug_trace)
-        when = cfg.start_at
-        replayer = Replayer(
-            cfg,
-            traces,
-            lanes_for(cfg),
-            pool_for(cfg, len(traces)),
-            make_builder(cfg, model),
-            recorder,
-            start_gate=(lambda: start_at(when)) if when is not None else None,
-        )
-    except BaseException:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-        raise
-    target.append(replayer)
-    for signum in early:
+        loop.add_signal_handler(sig, replayer.on_signal, sig)
+    for signum in noted or ():
         replayer.on_signal(signum)
     progress = Progress(cfg.users, cfg.test_duration, color=not cfg.no_color, max_ttft=cfg.max_ttft)
 

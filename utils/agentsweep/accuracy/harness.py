@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kv_cache_tester.inputfiles import open_regular
@@ -115,14 +115,13 @@ class AccuracyRun:
     score: Score
     answers: list[Answer]
     doc_ids: list[int] | None  # the subset asked (None: the whole test split)
-    harness: str
     seconds: float
 
     def summary(self) -> dict[str, object]:
         low, high = self.score.interval
         return {
             "task": self.spec.task,
-            "harness": self.harness,
+            "harness": f"{HARNESS} {HARNESS_VERSION}",
             "metric": f"{self.spec.info.metric},{self.spec.info.filter}",
             "num_fewshot": self.spec.effective_fewshot,
             "limit": self.spec.limit,
@@ -206,7 +205,7 @@ def run_harness(
         raise HarnessFailed(f"accuracy: {HARNESS} scored {len(answers)} of the {expected} questions asked")
     correct = sum(a.correct for a in answers)
     score = Score(spec.task, correct, len(answers), spec.effective_threshold)
-    return AccuracyRun(spec, score, answers, doc_ids, f"{HARNESS} {HARNESS_VERSION}", seconds)
+    return AccuracyRun(spec, score, answers, doc_ids, seconds)
 
 
 def _answers(out: Path, task: str, filter_name: str, metric: str) -> Iterator[Answer]:
@@ -239,20 +238,8 @@ def write_answers(run: AccuracyRun, directory: Path) -> tuple[Path, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     answers = directory / "accuracy.jsonl"
     with answers.open("w", encoding="utf-8") as fh:
-        for a in run.answers:
-            fh.write(
-                json.dumps(
-                    {
-                        "doc_id": a.doc_id,
-                        "question": a.question,
-                        "target": a.target,
-                        "response": a.response,
-                        "extracted": a.extracted,
-                        "correct": a.correct,
-                    }
-                )
-                + "\n"
-            )
+        for answer in run.answers:
+            fh.write(json.dumps(asdict(answer)) + "\n")
     summary = directory / "accuracy.json"
     summary.write_text(json.dumps(run.summary(), indent=1) + "\n", encoding="utf-8")
     return answers, summary
