@@ -16,12 +16,19 @@ trace's `in` plus the chat template's fixed tokens, which the usage reports; non
 and its cached-token counter equal to the client's sum. And the engine's evictions: each cell's
 scraper subscribes to vLLM's KV-cache events (--kv-events-config), and the cell's last
 evicted_tokens_total must be whole (no message lost) and equal the listener's own final count of
-evicted GPU blocks (metrics-collector.log) times the block size. Exit status 0 when every cell passes.
+evicted GPU blocks (metrics-collector.log) times the block size.
+
+And the accuracy gate end to end on a real engine: one more cell (``vllm-cpu-accuracy``) runs
+lm-evaluation-harness against vLLM before its replay, on seeded GSM8K-format questions
+(scripts/accuracy/sample_questions.py; the real set is not reachable offline). A random model answers
+none of them: the cell must be INVALID with the gate's line, its score under 0.1 over every question
+asked, each kept in accuracy.jsonl. Exit status 0 when every cell passes.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import re
 import shutil
@@ -32,16 +39,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "scripts" / "accuracy"))
 
 from agentsweep.contract.resultdir import (  # noqa: E402
+    ACCURACY_JSONL,
     REQUESTS_JSONL,
     SERVER_METRICS_CSV,
     read_cell_record,
     read_status,
 )
+from agentsweep.contract.resultdir.accuracy import read_accuracy  # noqa: E402
 from agentsweep.metrics.scrapes import Scrape, read_scrapes  # noqa: E402
 from fidelity import Fidelity, gate, measure, table  # noqa: E402
 from kv_cache_tester.replay import read_records  # noqa: E402
+from sample_questions import write_questions  # noqa: E402
 
 DEFAULT_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentsweep" / "venv-vllm-cpu"
 # Six real traces: trace_0254 and trace_0277 each fan out three sibling sub-agents.
@@ -49,6 +60,10 @@ TRACES = ("trace_0003", "trace_0021", "trace_0254", "trace_0277", "trace_0504", 
 BLOCK_SIZE = 64  # the traces' hash block size; vllm-cpu accepts multiples of 32
 # (config key, API, offload modes); offload off = engine defaults, prefix caching on
 CELLS = (("vllm-cpu-chat", "chat", ("off", "noprefix")), ("vllm-cpu-completions", "completions", ("off",)))
+# The accuracy gate's cell: a short replay after the gate (the fidelity cells keep it off).
+ACCURACY_KEY = "vllm-cpu-accuracy"
+ACCURACY_QUESTIONS = 20
+ACCURACY_DURATION_S = 60
 
 ENTRY = """\
 {key}:
@@ -68,6 +83,7 @@ ENTRY = """\
   engine_args: [--max-model-len, "{max_len}", --dtype, bfloat16, --served-model-name, {model},
                 --block-size, "{block}"]
   engine_env: {{VLLM_CPU_KVCACHE_SPACE: "2"}}
+  accuracy: {accuracy}
   search_space:
     tp1: {{users: [{users}], offload: [{offload}]}}
 """
@@ -82,6 +98,7 @@ def main() -> int:
     parser.add_argument("--duration", type=int, default=240)
     parser.add_argument("--users", type=int, default=2)
     parser.add_argument("--max-context", type=int, default=24576)
+    parser.add_argument("--keys", default="vllm-cpu-*", help="the keys to run (a glob; default: all)")
     args = parser.parse_args()
 
     vpy = args.venv / "bin" / "python"
@@ -97,6 +114,7 @@ def main() -> int:
     traces.mkdir()
     for name in TRACES:
         shutil.copy(REPO / "kv-cache-tester" / "sample_traces" / f"{name}.json", traces / f"{name}.json")
+    questions = write_questions(args.work / "questions", test=ACCURACY_QUESTIONS)
     config = args.work / "sweep.yaml"
     config.write_text(
         "# Written by scripts/vllm_cpu/run_check.py: a real vLLM on this machine's CPU.\n"
@@ -112,28 +130,69 @@ def main() -> int:
                 max_len=args.max_context + 4096,
                 block=BLOCK_SIZE,
                 offload=", ".join(modes),
+                accuracy="off",
             )
             for key, api, modes in CELLS
+        )
+        + ENTRY.format(
+            key=ACCURACY_KEY,
+            api="chat",
+            model=model,
+            duration=ACCURACY_DURATION_S,
+            traces=traces,
+            users=args.users,
+            max_context=args.max_context,
+            max_len=args.max_context + 4096,
+            block=BLOCK_SIZE,
+            offload="off",
+            accuracy=(
+                f"{{run: on, data: {questions}, limit: {ACCURACY_QUESTIONS}, num_fewshot: 1, timeout_s: 900}}"
+            ),
         )
     )
     env = {**os.environ, "AGENTSWEEP_VLLM_API_SERVER_PYTHON": str(vpy)}
     results = args.work / "results"
     start = time.monotonic()
     code = run_command(
-        [sys.executable, "-m", "agentsweep.cli", "sweep", "--key", "vllm-cpu-*", "--config", str(config),
+        [sys.executable, "-m", "agentsweep.cli", "sweep", "--key", args.keys, "--config", str(config),
          "--results", str(results), "--force"],
         env=env,
         check=False,
     )  # fmt: skip
     wall = time.monotonic() - start
     print(f"vllm-cpu: sweep exited {code} after {wall:.0f} s")
-    return _verify(results, wall)
+    return _verify(results, wall, args.keys)
 
 
-def _verify(results: Path, wall: float) -> int:
+def _accuracy_problems(results: Path) -> list[str]:
+    """The gate's cell: INVALID on its score, every question asked and kept, the score near zero."""
+    found = sorted(results.rglob(f"{ACCURACY_KEY}-tp1-ep1-u*-off/status.txt"))
+    if not found:
+        return [f"{ACCURACY_KEY}: no result directory"]
+    cell = found[-1].parent
+    status = read_status(cell)
+    record = read_accuracy(cell)
+    if status is None or record is None:
+        return [f"{cell.name}: no status.txt or no accuracy.json"]
+    print(f"vllm-cpu: {cell.name}: {status.verdict}; accuracy: {record.reason} ({record.seconds or 0:.0f} s)")
+    problems = []
+    if status.verdict != "INVALID" or f"accuracy: {record.reason}" not in status.reasons:
+        problems.append(f"{cell.name}: {status.verdict} without the gate's reason ({status.reasons})")
+    if record.outcome != "failed" or record.questions != ACCURACY_QUESTIONS or (record.score or 0) > 0.1:
+        problems.append(f"{cell.name}: the gate read {record.outcome}, {record.reason}")
+    if len((cell / ACCURACY_JSONL).read_text().splitlines()) != ACCURACY_QUESTIONS:
+        problems.append(f"{cell.name}: {ACCURACY_JSONL} does not keep every question")
+    return problems
+
+
+def _verify(results: Path, wall: float, keys: str = "vllm-cpu-*") -> int:
     problems: list[str] = []
     rows: list[Fidelity] = []
+    if fnmatch.fnmatch(ACCURACY_KEY, keys):
+        problems += _accuracy_problems(results)
     for key, api, modes in CELLS:
+        if not fnmatch.fnmatch(key, keys):
+            continue
         for offload in modes:
             cell = None
             for candidate in sorted(results.rglob(f"{key}-tp1-ep1-u*-{offload}/status.txt")):

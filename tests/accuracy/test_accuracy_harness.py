@@ -53,7 +53,7 @@ def test_a_model_answering_95_percent_right_passes_on_a_seeded_subset_and_every_
     }
     assert summary["questions"] == 120 and summary["correct"] == sum(a["correct"] for a in answers)
     low, high = summary["ci95"]
-    assert low <= 0.95 <= high and summary["passed"] and summary["threshold"] == 0.90
+    assert low <= 0.95 <= high and summary["outcome"] == "passed" and summary["threshold"] == 0.90
     assert summary["num_fewshot"] == 5 and summary["harness"] == "lm-eval 0.4.13"
     assert f"accuracy: gsm8k {summary['score']:.2f} >= 0.90 over 120 questions" in proc.stdout
 
@@ -63,7 +63,7 @@ def test_a_model_answering_60_percent_right_fails_with_its_score_and_interval(st
     proc = accuracy(standin(data, 0.60), data, tmp_path / "out")
     assert proc.returncode == 3, proc.stderr[-2000:]
     summary = json.loads((tmp_path / "out" / "accuracy.json").read_text())
-    assert not summary["passed"] and summary["doc_ids"] is None and summary["questions"] == 120
+    assert summary["outcome"] == "failed" and summary["doc_ids"] is None and summary["questions"] == 120
     low, high = summary["ci95"]
     assert low <= 0.60 <= high
     assert re.fullmatch(

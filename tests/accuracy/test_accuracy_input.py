@@ -8,7 +8,7 @@ import pytest
 from agentsweep import cli
 from agentsweep.accuracy.harness import subset
 from agentsweep.accuracy.score import Score, wilson_interval
-from agentsweep.accuracy.spec import TASKS, AccuracySpec
+from agentsweep.contract.accuracy import TASKS, AccuracySpec
 
 BASE = ["accuracy", "--endpoint", "http://127.0.0.1:1", "--model", "m", "-o", "out"]
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from agentsweep.capacity.measure import run_figures
 from agentsweep.capacity.search import next_users, tier_results
+from agentsweep.capacity.steps import step_cell
 from agentsweep.cell import record
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.receipt import write_receipt
@@ -43,11 +44,6 @@ def capacity_cell(low: int = 1, high: int = 8, *, duration: int = 60, **capacity
         capacity={"low": low, "high": high, "time_limit_min": 60, "tiers": TIERS, **capacity},
     )
     return Cell.parse(fields)
-
-
-def step_cell(cell: Cell, index: int, users: int) -> Cell:
-    """The cell a step runs, as the capacity cell names it."""
-    return cell.replace(users=users, capacity=None, exp_name=f"{cell.exp_name}-step{index}-u{users}")
 
 
 def write_step(result_dir: Path, cell: Cell, index: int, users: int, status: Verdict = "SUCCESS") -> Cell:

@@ -36,9 +36,12 @@ def test_json_round_trips_into_the_github_matrix_shape(cli) -> None:
     assert cells == select_cells(None, ["demo"])
     for item in data["include"]:
         assert tuple(item) == CELL_FIELDS
-        # Scalars, except a disaggregated cell's role shapes and a capacity cell's search (null here).
-        assert all(isinstance(v, str | int | float | bool) for k, v in item.items() if k not in ROLES)
+        # Scalars, except a disaggregated cell's role shapes and a capacity cell's search (null here),
+        # and the accuracy gate's block (the demo's simulated cells keep the default: auto).
+        nested = (*ROLES, "accuracy")
+        assert all(isinstance(v, str | int | float | bool) for k, v in item.items() if k not in nested)
         assert all(item[k] is None for k in ROLES)
+        assert item["accuracy"]["run"] == "auto" and item["accuracy"]["task"] == "gsm8k"
     assert json.loads(json.dumps([c.to_dict() for c in cells])) == data["include"]
 
 

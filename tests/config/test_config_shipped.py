@@ -26,7 +26,7 @@ CONTRACT_FIELDS = {
     "max_client_clock_share": float,
     "max_request_count_gap": float, "max_prompt_token_gap": float, "max_cached_token_gap": float,
     "max_throughput_drift": float, "preset": str, "replicas": int, "router": str, "router_program": str,
-    "router_args": str, "client_nodes": int, "infmax_model_prefix": str, "prefill": type(None),
+    "router_args": str, "client_nodes": int, "infmax_model_prefix": str, "accuracy": dict, "prefill": type(None),
     "decode": type(None), "nodes": int,
     "capacity": type(None),
     "hardware": str, "gres_type": str, "gpus_per_node": int, "intra_node_gbs": float, "inter_node_gbs": float,

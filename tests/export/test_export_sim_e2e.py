@@ -143,3 +143,15 @@ def test_power_fields_are_collects_summary_csv_figures(cell_dir, tmp_path):
     assert flat["power_audit"]["sample_count"] == audit["samples"]
     assert flat["power_audit"]["observed_gpu_count"] == flat["power_audit"]["expected_gpu_count"] == 2
     assert nested["power_valid"] == 1 and nested["joules_per_output_token"] == flat["joules_per_output_token"]
+
+
+def test_a_simulated_cell_says_its_accuracy_was_not_measured_and_exports_no_eval(cell_dir, tmp_path):
+    summary = json.loads((cell_dir / "summary.json").read_text())
+    assert summary["accuracy"] == {
+        "outcome": "not measured",
+        "task": "gsm8k",
+        "reason": "accuracy not measured (simulated engine)",
+    }
+    assert "accuracy" not in summary["validity"]["checks"] and not (cell_dir / "accuracy.json").exists()
+    _export(cell_dir, tmp_path / "flat", "flat")
+    assert not [p for p in (tmp_path / "flat").iterdir() if p.name.startswith("eval_")]

@@ -261,6 +261,28 @@ class ClockGap(TypedDict):
     e2e_share: float | None  # sum(client E2E x speed - engine E2E) / sum(client E2E x speed)
 
 
+class Accuracy(TypedDict, total=False):
+    """The cell's accuracy gate over its engine (written by the cell, not the replayer): the outcome
+    (passed | failed | error | not measured), the task, and for a scored one its figures."""
+
+    outcome: str
+    task: str
+    reason: str
+    threshold: float
+    threshold_source: str
+    harness: str
+    metric: str
+    num_fewshot: int | None
+    limit: int | None
+    seed: int | None
+    questions: int | None
+    correct: int | None
+    score: float | None
+    ci95_low: float | None
+    ci95_high: float | None
+    seconds: float | None
+
+
 class EngineClock(TypedDict):
     """The figures in the engine's own clock (docs/replayer.md, "Engine clock"), present when the
     server stated each request's timeline; ``latency`` and ``throughput`` mirror the summary's."""
@@ -320,6 +342,8 @@ class Summary(TypedDict):
     engine_clock: NotRequired[EngineClock]  # the engine's own clock, when the server stated it
     # Written by the cell after the run (agentsweep's validity checks): valid, reasons, checks.
     validity: NotRequired[dict[str, Any]]
+    # Written by the cell too: its engine's accuracy gate (task, outcome, score, interval, threshold).
+    accuracy: NotRequired[Accuracy]
     # InferenceX's stability keys over the steady window (replay/stability.py), seconds and tok/s.
     stability: NotRequired[Stability]
     preset: NotRequired[PresetUsed]  # a run with --preset

@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from agentsweep.accuracy.harness import run_harness, write_answers
-from agentsweep.accuracy.spec import TASKS, AccuracySpec
+from agentsweep.contract.accuracy import DEFAULT_TIMEOUT_S, TASKS, AccuracySpec
 from agentsweep.contract.errors import printable
 from agentsweep.errors import InputError
 
@@ -32,7 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-fewshot", type=int, help="few-shot examples (default: the task's)")
     parser.add_argument("--seed", type=int, default=1234, help="the subset's and the harness's seed")
     parser.add_argument(
-        "--timeout", type=float, default=1800.0, help="seconds the step may take (default 1800)"
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"seconds the step may take (default {DEFAULT_TIMEOUT_S:g})",
     )
     parser.add_argument("--data", type=Path, help="local train.jsonl and test.jsonl instead of the HF cache")
     parser.add_argument("-o", "--output", type=Path, required=True, help="where accuracy.jsonl and .json go")

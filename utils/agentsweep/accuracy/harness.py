@@ -24,7 +24,9 @@ from pathlib import Path
 from kv_cache_tester.inputfiles import open_regular
 
 from agentsweep.accuracy.score import Score
-from agentsweep.accuracy.spec import AccuracySpec
+from agentsweep.contract.accuracy import AccuracySpec
+from agentsweep.contract.resultdir.accuracy import AccuracyRecord, write_accuracy
+from agentsweep.contract.resultdir.files import ACCURACY_JSON, ACCURACY_JSONL
 from agentsweep.errors import InputError, RunError
 
 HARNESS = "lm-eval"
@@ -117,25 +119,28 @@ class AccuracyRun:
     doc_ids: list[int] | None  # the subset asked (None: the whole test split)
     seconds: float
 
-    def summary(self) -> dict[str, object]:
-        low, high = self.score.interval
-        return {
-            "task": self.spec.task,
-            "harness": f"{HARNESS} {HARNESS_VERSION}",
-            "metric": f"{self.spec.info.metric},{self.spec.info.filter}",
-            "num_fewshot": self.spec.effective_fewshot,
-            "limit": self.spec.limit,
-            "seed": self.spec.seed,
-            "doc_ids": self.doc_ids,
-            "questions": self.score.total,
-            "correct": self.score.correct,
-            "score": self.score.value,
-            "ci95": [low, high],
-            "threshold": self.score.threshold,
-            "passed": self.score.passed,
-            "seconds": self.seconds,
-            "reason": self.score.line(),
-        }
+    threshold_source: str = ""
+
+    def record(self) -> AccuracyRecord:
+        """accuracy.json's record of this run."""
+        return AccuracyRecord(
+            outcome="passed" if self.score.passed else "failed",
+            task=self.spec.task,
+            reason=self.score.line(),
+            threshold=self.score.threshold,
+            threshold_source=self.threshold_source,
+            harness=f"{HARNESS} {HARNESS_VERSION}",
+            metric=f"{self.spec.info.metric},{self.spec.info.filter}",
+            num_fewshot=self.spec.effective_fewshot,
+            limit=self.spec.limit,
+            seed=self.spec.seed,
+            doc_ids=self.doc_ids,
+            questions=self.score.total,
+            correct=self.score.correct,
+            score=self.score.value,
+            ci95=self.score.interval,
+            seconds=round(self.seconds, 3),
+        )
 
 
 def run_harness(
@@ -144,9 +149,11 @@ def run_harness(
     model: str,
     *,
     data: Path | None = None,
+    threshold: tuple[float, str] | None = None,
     venv: Path | None = None,
 ) -> AccuracyRun:
-    """Score ``model`` served at ``base_url`` (``http://host:port``) on ``spec``'s task."""
+    """Score ``model`` served at ``base_url`` (``http://host:port``) on ``spec``'s task, judged against
+    ``threshold`` (the score and where it comes from; default: the spec's own or its task's)."""
     venv = venv or default_venv()
     exe = harness_executable(venv)
     info = spec.info
@@ -204,8 +211,9 @@ def run_harness(
     if len(answers) != expected:
         raise HarnessFailed(f"accuracy: {HARNESS} scored {len(answers)} of the {expected} questions asked")
     correct = sum(a.correct for a in answers)
-    score = Score(spec.task, correct, len(answers), spec.effective_threshold)
-    return AccuracyRun(spec, score, answers, doc_ids, seconds)
+    value, source = threshold or spec.threshold_for(None)
+    score = Score(spec.task, correct, len(answers), value)
+    return AccuracyRun(spec, score, answers, doc_ids, seconds, source)
 
 
 def _answers(out: Path, task: str, filter_name: str, metric: str) -> Iterator[Answer]:
@@ -236,10 +244,9 @@ def _answers(out: Path, task: str, filter_name: str, metric: str) -> Iterator[An
 def write_answers(run: AccuracyRun, directory: Path) -> tuple[Path, Path]:
     """``accuracy.jsonl`` (one scored question a line, for audit) and ``accuracy.json`` (the score)."""
     directory.mkdir(parents=True, exist_ok=True)
-    answers = directory / "accuracy.jsonl"
+    answers = directory / ACCURACY_JSONL
     with answers.open("w", encoding="utf-8") as fh:
         for answer in run.answers:
             fh.write(json.dumps(asdict(answer)) + "\n")
-    summary = directory / "accuracy.json"
-    summary.write_text(json.dumps(run.summary(), indent=1) + "\n", encoding="utf-8")
-    return answers, summary
+    write_accuracy(directory, run.record())
+    return answers, directory / ACCURACY_JSON

@@ -27,6 +27,7 @@ from agentsweep.capacity.power import step_power_w
 from agentsweep.capacity.search import next_step, tier_results
 from agentsweep.capacity.steps import leftovers, measured_steps, step_cell, step_record
 from agentsweep.cell import record
+from agentsweep.cell.accuracy_step import accuracy_check, run_accuracy_step
 from agentsweep.cell.engine_process import EngineFailed, copy_log_section, log_size
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.executor import EngineGroup, replay, show_tail
@@ -292,9 +293,13 @@ def run_capacity_cell(
             raise EngineDied(missing)
         search.engine_started = time.monotonic()
         with group:
+            run_accuracy_step(cell, plan.base_url, plan.result_dir, say)
             ended = search.run()
         search.engine_stopped = time.monotonic()
         status, reasons = "SUCCESS", []
+        accuracy, _block = accuracy_check(cell, plan.result_dir)
+        if accuracy is not None and not accuracy.ok:
+            status, reasons = "INVALID", [f"accuracy: {accuracy.reason}"]
         if ended == "budget spent" and not search.measured_here:
             status, reasons = "FAILED", ["budget spent before the first step: no step fits the time left"]
     except NoStep as err:

@@ -30,8 +30,14 @@ from agentsweep.errors import InputError
 
 
 def step_cell(cell: Cell, index: int, users: int) -> Cell:
-    """The ordinary cell a step runs: the capacity cell at ``users``, named after the step."""
-    return cell.replace(users=users, capacity=None, exp_name=f"{cell.exp_name}-step{index}-u{users}")
+    """The ordinary cell a step runs: the capacity cell at ``users``, named after the step. Its accuracy
+    gate is the capacity cell's, run once per engine start before the first step (not per step)."""
+    return cell.replace(
+        users=users,
+        capacity=None,
+        exp_name=f"{cell.exp_name}-step{index}-u{users}",
+        accuracy={**cell.accuracy.model_dump(), "run": "off"},
+    )
 
 
 def step_record(

@@ -28,10 +28,12 @@ def time_limit_min(duration_s: int, engine: str, env: Mapping[str, str], default
 
 def cell_time_limit_min(cell: Cell, env: Mapping[str, str], default_min: int) -> int:
     """The allocation time limit of ``cell``: a capacity cell's is its job time limit (the steps are
-    budgeted to fit it); any other cell's follows its duration (``time_limit_min``)."""
+    budgeted to fit it); any other cell's follows its duration (``time_limit_min``) and the accuracy
+    gate's budget when the gate runs."""
     if cell.capacity is not None:
         return cell.capacity.time_limit_min
-    return time_limit_min(cell.duration, cell.engine, env, default_min)
+    gate = math.ceil(cell.accuracy.reserved_s(cell.simulated))
+    return time_limit_min(cell.duration + gate, cell.engine, env, default_min)
 
 
 def mem_gb(cpu_dram_gb: float, env: Mapping[str, str]) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 from kv_cache_tester.replay import RUN_META_FILE, ResultError, merge_clients
 
 from agentsweep.cell import record
+from agentsweep.cell.accuracy_step import run_accuracy_step
 from agentsweep.cell.effective import Stated, stated_settings
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
 from agentsweep.cell.engines import recipe
@@ -101,6 +102,7 @@ def execute(
     with group:
         if stated is not None:
             stated.update(group.stated)
+        run_accuracy_step(plan.cell, plan.base_url, plan.result_dir, say)
         reason = replay(plan, group, options, say, watchdog)
     return reason
 

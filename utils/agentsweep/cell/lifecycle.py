@@ -19,6 +19,7 @@ from kv_cache_tester.replay import ResultError, load_summary, write_summary
 
 import agentsweep
 from agentsweep.cell import record, space
+from agentsweep.cell.accuracy_step import accuracy_check
 from agentsweep.cell.clients import client
 from agentsweep.cell.effective import Stated, expected_settings, mismatches
 from agentsweep.cell.engine_process import EngineFailed
@@ -299,8 +300,13 @@ def judge(plan: CellPlan, stated: dict[str, Stated | None] | None = None) -> lis
     """Run the validity checks, record them in summary.json, and return the failed checks' reasons."""
     validity = evaluate(plan.result_dir, plan.cell, cached_metrics_file(plan))
     validity.checks["engine_settings"] = settings_check(plan, stated or {})
+    accuracy, block = accuracy_check(plan.cell, plan.result_dir)
+    if accuracy is not None:
+        validity.checks["accuracy"] = accuracy
     summary = load_summary(plan.result_dir, required=("counts",))
     summary["validity"] = validity.to_dict()
+    if block is not None:
+        summary["accuracy"] = block
     try:
         write_summary(plan.result_dir, summary)
     except OSError as err:  # name the file (a failed write() names none)

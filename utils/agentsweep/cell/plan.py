@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from agentsweep.cell import placement as placement_mod
 from agentsweep.cell import record
+from agentsweep.cell.accuracy_step import describe as describe_accuracy
 from agentsweep.cell.clients import client
 from agentsweep.cell.engines import EngineLaunch, EngineRecipe, PdRole, build_engine_launch, recipe
 from agentsweep.cell.placement import Placement
@@ -180,6 +181,7 @@ class CellPlan:
         secrets = record.secret_values()
         tail = [
             *self._describe_power(),
+            describe_accuracy(self.cell),
             *(
                 [f"replay:  {shlex.join(self.replay_argv)}"]
                 if not self.client_argvs
@@ -197,6 +199,7 @@ class CellPlan:
             f"health:  {one.url}{one.engine.health_path}",
             f"scraper: {shlex.join(record.mask_argv(one.scraper_argv, secrets))}",
             *self._describe_power(),
+            describe_accuracy(self.cell),
             f"replay:  {shlex.join(record.mask_argv(self.replay_argv, secrets))}",
             f"results: {record.mask_text(str(self.result_dir), secrets)}",
         ]

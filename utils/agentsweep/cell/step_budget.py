@@ -70,6 +70,7 @@ def step_budget(cell: Cell, env: Mapping[str, str] = os.environ) -> StepBudget:
     assert cell.capacity is not None, "only a capacity cell has a step budget"
     engine = recipe(cell.engine)
     startup = env_int(env, "AGENTSWEEP_STARTUP_MARGIN_S", minimum=0, default=engine.startup_margin_s)
+    startup += math.ceil(cell.accuracy.reserved_s(cell.simulated))  # the gate, before the first step
     drain = env_int(env, "AGENTSWEEP_DRAIN_MARGIN_S", minimum=0, default=DRAIN_MARGIN_S)
     limit = cell.capacity.time_limit_min * 60
     step_s = cell.duration + engine.step_overhead_s

@@ -102,6 +102,11 @@ ROUTED_TABLE = (
 SPARSE = ("disagg", "nodes", "prefill_gpu_hit_rate")
 # Shown after E2E when some cell reports in the engine's clock (a simulated cell; docs/collect.md).
 CLOCK_TABLE = (("client_gap_ttft_p50", "Client TTFT gap", "pct"),)
+# Shown after Offload when some cell's engine was scored by the accuracy gate (docs/accuracy.md).
+ACCURACY_TABLE = (
+    ("accuracy_score", "Accuracy", "score"),
+    ("accuracy_outcome", "Accuracy gate", "text"),
+)
 # Shown at the end when some cell has valid power figures (docs/energy.md).
 POWER_TABLE = (
     ("joules_per_output_token", "J/out tok", "num3"),
@@ -115,6 +120,7 @@ POWER_TABLE = (
 COLUMN_SETS = (
     ("identity", ""),
     ("routing", "Routing"),
+    ("accuracy", "Accuracy"),
     ("throughput", "Throughput per GPU (tok/s)"),
     ("latency", "Latency (s)"),
     ("interactivity", "Interactivity (tok/s per user)"),
@@ -140,6 +146,7 @@ COLUMN_SET = {
         ("gpu_hit_rate", "cpu_hit_rate", "theoretical_hit_rate", "kv_usage_peak", "past_kv_cliff"), "cache"
     ),
     **dict.fromkeys(("preemptions", "requests_failed"), "health"),
+    **{c: "accuracy" for c, _h, _k in ACCURACY_TABLE},
     **{c: "power" for c, _h, _k in POWER_TABLE},
 }
 # Headers under a set's heading in report.html (summary.md keeps TABLE's, which say it all).
@@ -171,6 +178,13 @@ def _has(df: pd.DataFrame, column: str) -> bool:
     return any(v != "" for v in values)
 
 
+def _scored(df: pd.DataFrame) -> bool:
+    """True when the accuracy gate ran for some cell (scored it, or could not)."""
+    if "accuracy_outcome" not in df.columns:
+        return False
+    return any(v in ("passed", "failed", "error") for v in df["accuracy_outcome"].tolist())
+
+
 def _withheld(df: pd.DataFrame) -> bool:
     """True when some cell's power figures are withheld (its power_reasons list is not empty)."""
     if "power_reasons" not in df.columns:
@@ -188,9 +202,11 @@ def table_spec(df: pd.DataFrame) -> tuple[tuple[str, str, str], ...]:
     if _has(df, "client_gap_ttft_p50"):
         at = next(i for i, c in enumerate(table) if c[0] == "e2e_p50_s") + 1
         table = table[:at] + CLOCK_TABLE + table[at:]
-    if not routed(df):
-        return table + power
-    extra = tuple(c for c in ROUTED_TABLE if c[0] not in SPARSE or _has(df, c[0]))
+    extra: tuple[tuple[str, str, str], ...] = ()
+    if routed(df):
+        extra = tuple(c for c in ROUTED_TABLE if c[0] not in SPARSE or _has(df, c[0]))
+    if _scored(df):
+        extra += ACCURACY_TABLE
     at = next(i for i, c in enumerate(table) if c[0] == "offload") + 1
     return table[:at] + extra + table[at:] + power
 
@@ -218,6 +234,8 @@ def fmt(value: Any, kind: str) -> str:
         return f"{number:.1%}"
     if kind == "sec":
         return f"{number:.3f}" if number < 10 else f"{number:.1f}"
+    if kind == "score":  # a share of questions answered right
+        return f"{number:.2f}"
     if kind == "num3":  # small quantities such as joules per token
         return f"{number:.3g}"
     return f"{number:,.1f}" if abs(number) < 1e5 else f"{number:,.0f}"

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from agentsweep.cell import record
+from agentsweep.cell.accuracy_step import check_ready as check_accuracy_ready
 from agentsweep.cell.lifecycle import check_result_dir, install_signal_handlers, run_cell, seal
 from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellOptions, plan_cell
@@ -69,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         refuse_other_image(cell.image, cell.image_digest, env)
         port = _port(env, args.dry_run)
         plan = plan_cell(cell, result_dir, port=port)
+        if not args.dry_run:
+            check_accuracy_ready(cell)
         if cell.capacity is not None and not args.dry_run:
             from agentsweep.capacity.run import check_resumable
 

@@ -37,6 +37,7 @@ from pydantic import (
     model_validator,
 )
 
+from agentsweep.contract.accuracy import AccuracySpec
 from agentsweep.contract.engine_args import engine_args_conflict
 from agentsweep.contract.errors import CONTROL, brief, validation_message
 from agentsweep.contract.hardware import HARDWARE as HARDWARE
@@ -266,6 +267,10 @@ class EngineSettings(Frozen):
     # The model's key on InferenceX (its ``infmax_model_prefix``, e.g. llama70b) for the export; ""
     # takes it from the shipped map of model names (agentsweep.export.inferencex).
     infmax_model_prefix: Annotated[str, Field(pattern=r"^([a-z0-9][a-z0-9._-]*)?$", max_length=64)] = ""
+    # The accuracy gate run after the engine is healthy and before the replay (docs/accuracy.md):
+    # ``accuracy: off`` skips it, ``on`` forces it on a simulated engine, a block sets its task,
+    # questions and threshold.
+    accuracy: AccuracySpec = Field(default_factory=AccuracySpec)
 
     @property
     def engine_env_dict(self) -> dict[str, str]:

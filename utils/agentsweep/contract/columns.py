@@ -124,6 +124,14 @@ SUMMARY: tuple[Column, ...] = (
     Column("idle_advanced_s", Unit.WALL_SECONDS, "self_audit.idle_advanced_s"),
     # Where a run departs from its replay preset (a JSON list, by name; docs/replay-parity.md).
     Column("preset_deviations", Unit.JSON, "preset.deviations"),
+    # The accuracy gate (docs/accuracy.md): passed | failed | error | not measured, and the score.
+    Column("accuracy_task", Unit.LABEL, "accuracy.task"),
+    Column("accuracy_outcome", Unit.LABEL, "accuracy.outcome"),
+    Column("accuracy_score", Unit.FRACTION, "accuracy.score"),
+    Column("accuracy_ci95_low", Unit.FRACTION, "accuracy.ci95_low"),
+    Column("accuracy_ci95_high", Unit.FRACTION, "accuracy.ci95_high"),
+    Column("accuracy_threshold", Unit.FRACTION, "accuracy.threshold"),
+    Column("accuracy_questions", Unit.COUNT, "accuracy.questions"),
 )
 
 # Derived from the summary columns and the cell's GPU count (figures.derived_columns): per GPU over

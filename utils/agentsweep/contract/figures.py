@@ -49,7 +49,12 @@ def summary_columns(summary: Summary) -> dict[str, Any]:
     for column in columns.SUMMARY:
         assert column.source is not None
         value = _at(summary, column.source)
-        out[column.name] = flat(value or {}) if column.unit is Unit.JSON else finite(value)
+        if column.unit is Unit.JSON:
+            out[column.name] = flat(value or {})
+        elif column.unit is Unit.LABEL:
+            out[column.name] = value if isinstance(value, str) else None
+        else:
+            out[column.name] = finite(value)
     window = summary["window"]
     out["window_s"] = out["window_s"] or window["end_unix"] - window["start_unix"]
     return out

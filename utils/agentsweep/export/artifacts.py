@@ -11,6 +11,10 @@ For each point ``P`` (its exp_name):
   AIPerf's export form (per metric, series of stats: ``total`` for a counter's growth, ``avg``/``max``/
   ``min`` for a gauge), under the engine's metric names (vLLM's for vllm and the simulated engine,
   SGLang's for sglang), and ``power.csv`` the power samples the row's power audit names.
+- ``eval_P/``: a cell whose engine the accuracy gate scored, as InferenceX's eval jobs leave it
+  (``utils/evals/validate_scores.py`` reads these two): ``results_<task>.json`` in lm-eval's results
+  shape (``results.<task>."exact_match,strict-match"`` and its stderr, ``n-samples``) and
+  ``meta_env.json`` naming the model key its threshold is resolved by.
 - ``results_bmk/agg_bmk.json``: every row in one array, as their collector writes it.
 
 Every file is read from the result directory through its owner (requests.jsonl through
@@ -20,15 +24,17 @@ Every file is read from the result directory through its owner (requests.jsonl t
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kv_cache_tester.metrics import record_full_response_itl_s
+from kv_cache_tester.metrics import finite, record_full_response_itl_s
 from kv_cache_tester.replay import RecordReader, ResultError, load_summary
 from kv_cache_tester.replay.results import RequestRecord
 
 from agentsweep.collect.window import COUNTERS, read_series
+from agentsweep.contract.model_keys import model_prefix
 from agentsweep.contract.resultdir import POWER_CSV, REQUESTS_JSONL, SERVER_METRICS_CSV
 from agentsweep.energy.powercsv import GpuReading, PowerCsvReader, PowerCsvWriter
 from agentsweep.errors import ResultFileError
@@ -197,6 +203,40 @@ def copy_power(result_dir: Path, target: Path) -> bool:
     return True
 
 
+EVAL_DIR = "eval_{name}"
+
+
+def eval_files(point: Point) -> dict[str, dict[str, Any]] | None:
+    """The accuracy gate's score as InferenceX's eval artifacts (file name -> object); None when the
+    cell's engine was not scored."""
+    values = point.values
+    task, score, questions = (
+        values.get("accuracy_task"),
+        values.get("accuracy_score"),
+        values.get("accuracy_questions"),
+    )
+    score, questions = finite(score), finite(questions)
+    if not isinstance(task, str) or not task or score is None or not questions:
+        return None
+    n = round(questions)
+    stderr = math.sqrt(score * (1 - score) / (n - 1)) if n > 1 else None
+    spec = point.cell.accuracy
+    metric = f"{spec.info.metric},{spec.info.filter}"
+    results = {
+        "results": {task: {"alias": task, metric: score, metric.replace(",", "_stderr,", 1): stderr}},
+        "n-samples": {task: {"original": n, "effective": n}},
+        "config": {"model": "local-chat-completions", "model_args": f"model={point.cell.model}"},
+        "n-shot": {task: spec.effective_fewshot},
+    }
+    meta = {
+        "infmax_model_prefix": model_prefix(point.cell.model, point.cell.infmax_model_prefix) or "unknown",
+        "model": point.cell.model,
+        "threshold": finite(values.get("accuracy_threshold")),
+        "outcome": values.get("accuracy_outcome"),
+    }
+    return {f"results_{task}.json": results, "meta_env.json": meta}
+
+
 def write_layout(root: Path, rows: list[dict[str, Any]], points: list[Point]) -> None:
     """Every file of the export under ``root`` (an empty directory)."""
     for row, point in zip(rows, points, strict=True):
@@ -215,5 +255,11 @@ def write_layout(root: Path, rows: list[dict[str, Any]], points: list[Point]) ->
             (raw / SERVER_EXPORT).write_text(json.dumps(server, indent=1, allow_nan=False) + "\n")
         if "power_audit" in row:
             copy_power(result_dir, raw / POWER_SOURCE)
+        evals = eval_files(point)
+        if evals is not None:
+            folder = root / EVAL_DIR.format(name=name)
+            folder.mkdir()
+            for file_name, doc in evals.items():
+                (folder / file_name).write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
     (root / AGGREGATE).parent.mkdir(parents=True)
     (root / AGGREGATE).write_text(json.dumps(rows, indent=1, allow_nan=False) + "\n", encoding="utf-8")

@@ -16,20 +16,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.model_keys import model_prefix as model_key
 
-# InferenceX's model keys of the models this project ships configs for (engine_sim/models), by
-# Hugging Face name. A model without an InferenceX key is left out: its config entry names one.
-MODEL_PREFIXES: dict[str, str] = {
-    "meta-llama/Llama-3.3-70B-Instruct": "llama70b",
-    "nvidia/Llama-3.3-70B-Instruct-FP8": "llama70b",
-    "deepseek-ai/DeepSeek-R1": "dsr1",
-    "deepseek-ai/DeepSeek-R1-0528": "dsr1",
-    "nvidia/DeepSeek-R1-0528-FP4-V2": "dsr1",
-    "amd/DeepSeek-R1-0528-MXFP4-Preview": "dsr1",
-    "Qwen/Qwen3.5-397B-A17B": "qwen3.5",
-    "Qwen/Qwen3.5-397B-A17B-FP8": "qwen3.5",
-    "openai/gpt-oss-120b": "gptoss",
-}
 # The GPU keys of InferenceX's hardware registry.
 GPU_KEYS: frozenset[str] = frozenset(
     {"h100", "h200", "b200", "b300", "gb200", "gb300", "mi300x", "mi325x", "mi355x"}
@@ -39,7 +27,7 @@ SIMULATED_SUFFIX = "-sim"
 
 def model_prefix(cell: Cell) -> str | None:
     """The cell's InferenceX model key: its config entry's, else the shipped map's (None: unmapped)."""
-    return cell.infmax_model_prefix or MODEL_PREFIXES.get(cell.model)
+    return model_key(cell.model, cell.infmax_model_prefix)
 
 
 def hardware(cell: Cell, hardware_of_sim: str) -> str:

@@ -25,6 +25,7 @@ from agentsweep.config.schema import RunnerSpec
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.hardware import is_amd
 from agentsweep.preflight import container, hub
+from agentsweep.preflight.accuracy import accuracy_checks
 from agentsweep.preflight.node import NodeSpec, Run, _last, _run, node_checks
 from agentsweep.preflight.report import Check, Report, failed, passed, skipped
 from agentsweep.preflight.slurm import SlurmNeed, slurm_checks
@@ -196,6 +197,7 @@ def run_preflight(
                 "disk.hf_cache", hub.cache_dir(runner.hf_cache, env), download, "the model downloads"
             )
         )
+    checks += accuracy_checks(cells, runner.hf_cache, env)
     checks.append(hub.disk_check("disk.results", hub.results_root(env), 0, "the result directories"))
     for traces in sorted({c.traces for c in cells}):
         check = hub.traces_check(traces, runner.hf_cache, env, repo)

@@ -29,6 +29,8 @@ from agentsweep.contract.resultdir.capacity import (
 )
 from agentsweep.contract.resultdir.fileio import write_atomic
 from agentsweep.contract.resultdir.files import (
+    ACCURACY_JSON,
+    ACCURACY_JSONL,
     CAPACITY_JSON,
     CAPACITY_JSON_MAX_BYTES,
     CELL_JSON,
@@ -68,6 +70,8 @@ from agentsweep.contract.resultdir.router import RouterRecord, read_router, writ
 from agentsweep.contract.resultdir.status import CellStatus, read_status, write_status
 
 __all__ = [
+    "ACCURACY_JSON",
+    "ACCURACY_JSONL",
     "CAPACITY_JSON",
     "CAPACITY_JSON_MAX_BYTES",
     "CELL_JSON",

@@ -31,6 +31,8 @@ CAPACITY_JSON = "capacity.json"
 STEPS_DIR = "steps"
 RECEIPT_JSON = "receipt.json"
 CLIENTS_DIR = "clients"
+ACCURACY_JSON = "accuracy.json"
+ACCURACY_JSONL = "accuracy.jsonl"
 
 # The most a reader takes of each file it reads whole: past it the file is not one (a link to an
 # endless device, say) and reads as broken. Streamed files (requests.jsonl, the CSVs) have no
@@ -38,6 +40,8 @@ CLIENTS_DIR = "clients"
 CELL_JSON_MAX_BYTES = 16 << 20
 STATUS_TXT_MAX_BYTES = 1 << 20
 ROUTER_JSON_MAX_BYTES = 4 << 20
+# accuracy.json: a score and a subset of at most a few thousand question indices.
+ACCURACY_JSON_MAX_BYTES = 4 << 20
 ROUTER_METRICS_TXT_MAX_BYTES = 1 << 20
 CAPACITY_JSON_MAX_BYTES = 16 << 20
 # A receipt lists thousands of files at most; past this it is not one.
@@ -204,6 +208,22 @@ RESULT_FILES: tuple[ResultFile, ...] = (
         "router.log", "the router's output, its tail kept", "agentsweep.cell.replicas", None, "routed cells"
     ),
     ResultFile("replay.log", "the replayer's output", "agentsweep.cell.lifecycle", None),
+    ResultFile(
+        ACCURACY_JSON,
+        "the accuracy gate's outcome: task, questions, score, its Wilson 95% interval, the threshold and "
+        "where it comes from, or why the step could not run (docs/accuracy.md)",
+        "agentsweep.contract.resultdir.accuracy",
+        ACCURACY_JSON_MAX_BYTES,
+        when="cells whose accuracy gate runs (a real engine, or accuracy: on)",
+    ),
+    ResultFile(
+        ACCURACY_JSONL,
+        "every question the gate scored: index, question, reference, the model's response, the "
+        "extracted answer, right or wrong",
+        "agentsweep.accuracy.harness",
+        None,
+        when="cells whose accuracy gate scored",
+    ),
     ResultFile(
         ".verdict.reserve",
         "room held for cell.json and status.txt should the run fill the disk; removed before the cell "
