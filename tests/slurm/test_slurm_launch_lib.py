@@ -226,7 +226,8 @@ def test_allocation_prints_quoted_assignments(tmp_path, make_runners, monkeypatc
     assert allocation_main(["b200", "--runners", str(runners)]) == 0
     values = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())
     assert values["AS_GRES_TYPE"] == "b200" and values["AS_PARTITION"] == "b200"
-    assert values["AS_GPUS"] == "4" and values["AS_TIME_LIMIT_MIN"] == "45"
+    # 600 s replay + 600 s accuracy gate + 1800 s start-up + 300 s drain = 55 min
+    assert values["AS_GPUS"] == "4" and values["AS_TIME_LIMIT_MIN"] == "55"
     assert values["AS_ACCOUNT"] == "''" and values["AS_MEM_GB"] == "0"
     assert values["AS_EXP_NAME"] == "k-tp4-ep1-u8-off" and values["AS_IMAGE"] == "img:1"
     assert values["AS_TRACES"] == "/data/traces"

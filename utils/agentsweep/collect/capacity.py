@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from kv_cache_tester.metrics import finite
 
 from agentsweep.capacity.grid import GridCapacity, GridRun, grid_capacity
 from agentsweep.capacity.measure import run_figures
@@ -274,7 +275,7 @@ def grid_rows(
             if found_run is None:
                 continue
             gpus, run = found_run
-            watts = _number(member.get("avg_power_w"))
+            watts = finite(member.get("avg_power_w"))
             if watts is not None and member.get("status") == "SUCCESS":
                 power.setdefault(run.users, []).append(watts)
             runs.append(run)
@@ -318,12 +319,6 @@ def grid_rows(
                 }
             )
     return rows, lines
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 def _grid_agents_per_mw(found: GridCapacity, power: dict[int, list[float]]) -> float | None:

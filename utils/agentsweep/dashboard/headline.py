@@ -11,13 +11,13 @@ in its report; the dashboard keeps to the defaults).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from kv_cache_tester.metrics import finite
 from pydantic import ValidationError
 
 from agentsweep.capacity.grid import GridRun
@@ -74,12 +74,6 @@ def _row(point: Point) -> dict[str, Any]:
     }
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def _stored_run(
     member: Mapping[str, Any], constraints: Sequence[SloConstraint]
 ) -> tuple[int, GridRun] | None:
@@ -89,14 +83,14 @@ def _stored_run(
     statistics = stored.get("statistics")
     if not isinstance(statistics, dict) or any(c.key not in statistics for c in constraints):
         return None
-    kv_set, kv_pool = _number(stored.get("kv_working_set")), _number(stored.get("kv_pool"))
+    kv_set, kv_pool = finite(stored.get("kv_working_set")), finite(stored.get("kv_pool"))
     return max(1, point.position["gpus"]), GridRun(
         users=point.position["users"],
         status=point.status,
-        statistics={c.key: _number(statistics.get(c.key)) for c in constraints},
+        statistics={c.key: finite(statistics.get(c.key)) for c in constraints},
         reasons=(point.reason,) if point.reason else (),
-        output_tok_per_s_per_gpu=_number(stored.get("output")),
-        total_tok_per_s_per_gpu=_number(stored.get("total")),
+        output_tok_per_s_per_gpu=finite(stored.get("output")),
+        total_tok_per_s_per_gpu=finite(stored.get("total")),
         kv_working_set_tokens=int(kv_set) if kv_set is not None else None,
         kv_pool_tokens=int(kv_pool) if kv_pool is not None else None,
     )
