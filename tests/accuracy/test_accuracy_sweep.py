@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "agentsweep.cli"]
-QUESTIONS = 40
+QUESTIONS = 30
 
 
 def tiny_tokenizer(directory: Path) -> Path:
@@ -62,7 +62,7 @@ def entry(key: str, rate: float, data: Path, model: Path) -> str:
           model: {model}
           precision: bf16
           image: vllm/vllm-openai:v0.11.0
-          duration: 8
+          duration: 5
           traces: kv-cache-tester/sample_traces
           engine_env: {{STANDIN_DATA: "{data}", STANDIN_RATE: "{rate}"}}
           accuracy: {{limit: {QUESTIONS}, data: "{data}"}}
