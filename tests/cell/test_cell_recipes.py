@@ -220,7 +220,7 @@ def test_replay_flags_in_one_place():
     argv = replay_command(cell, endpoint="http://127.0.0.1:5", output_dir="/r", python="PY")
     assert argv == [
         "PY", "-m", "kv_cache_tester.cli", "replay", "--api-endpoint", "http://127.0.0.1:5", "--model", "org/Model",
-        "--hf-dataset", "org/dataset", "--output-dir", "/r", "--start-users", "8", "--max-users", "8",
+        "--hf-dataset", "org/dataset", "--output-dir", "/r", "--max-users", "8",
         "--test-duration", "600", "--recycle", "--api", "chat", "--time-scale", "0.025", "--no-color",
         "--seed", "7", "--warmup-requests-per-user", "2", "--timing-strategy", "original", "--max-delay", "30",
         "--advance-min", "0.1", "--advance-max", "0.5", "--max-context", "131072", "--grace-period", "5",

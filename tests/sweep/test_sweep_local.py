@@ -139,9 +139,7 @@ def test_dry_run_prints_exact_commands_and_touches_nothing(setup, capsys, tmp_pa
         f"engine:  {sys.executable} -m agentsweep.cli engine-sim m --host 127.0.0.1 --port '$PORT' "
         "--tensor-parallel-size 1 --hardware h200 --speed 10 --quantization fp8 --kv-offloading-size 256"
     ) in out
-    assert (
-        f"--output-dir {key_dir}/mini-tp1-ep1-u2-off --start-users 2 --max-users 2 --test-duration 5" in out
-    )
+    assert f"--output-dir {key_dir}/mini-tp1-ep1-u2-off --max-users 2 --test-duration 5" in out
     assert (
         f"collect: {sys.executable} -m agentsweep.cli collect {key_dir} {key_dir.parent}/.mini.aggregated.new"
         in out

@@ -72,8 +72,8 @@ def describe(cell: Cell) -> list[str]:
     lines = [
         f"capacity: search users {spec.low}..{spec.high} (bracket, then bisect to {resolution}), "
         f"{spec.repeats} run(s) per count, cliff factor {spec.cliff_factor:g}",
-        "  each step: the collectors and the replayer above at that user count (--start-users and "
-        "--max-users N), their files in RESULT_DIR/steps/<n>/, after the engine is idle and its "
+        "  each step: the collectors and the replayer above at that user count (--max-users N)"
+        ", their files in RESULT_DIR/steps/<n>/, after the engine is idle and its "
         f"prefix cache reset (POST {recipe(cell.engine).cache_reset_path})",
         *(f"  tier {tier.describe()}" for tier in spec.tiers),
         f"  {step_budget(cell).describe()}",

@@ -36,8 +36,6 @@ def replay_command(
     argv += [
         "--output-dir",
         str(output_dir),
-        "--start-users",
-        str(cell.users),
         "--max-users",
         str(cell.users),
         "--test-duration",
