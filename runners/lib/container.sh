@@ -67,12 +67,17 @@ as_docker_digests() {
 }
 
 # as_mount_paths: fill AS_MOUNT_PATHS with the host paths the cell needs inside a container, each
-# mounted at the same path: the workspace, the result dir, the HF cache, the cell script's dir and a
-# local trace path (an array, not lines: a path may hold a newline, which as_check_mount_path refuses).
+# mounted at the same path: the workspace, the result dir, the HF cache, the cell script's dir, a
+# local trace path, and the accuracy gate's harness (AGENTSWEEP_LMEVAL_VENV, a virtualenv built with
+# the image's own Python: docs/accuracy.md) (an array, not lines: a path may hold a newline, which
+# as_check_mount_path refuses).
 as_mount_paths() {
   local -a paths=("$AS_REPO" "$RESULT_DIR")
   local path seen
   [[ -n ${AS_HF_CACHE:-} ]] && paths+=("$AS_HF_CACHE")
+  if [[ ${AGENTSWEEP_LMEVAL_VENV:-} == /* && -d ${AGENTSWEEP_LMEVAL_VENV} ]]; then
+    paths+=("$AGENTSWEEP_LMEVAL_VENV")
+  fi
   [[ $AS_CELL_SCRIPT != "$AS_REPO"/* ]] && paths+=("$(dirname "$AS_CELL_SCRIPT")")
   if [[ ${AS_TRACES:-} == /* && ${AS_TRACES} != "$AS_REPO"/* && -e ${AS_TRACES} ]]; then
     if [[ -d $AS_TRACES ]]; then paths+=("$AS_TRACES"); else paths+=("$(dirname "$AS_TRACES")"); fi

@@ -133,6 +133,26 @@ def test_a_single_engine_pyxis_cell_still_runs_wholly_in_the_image(make_runners,
     assert CONTAINER_ARGS_VAR not in exported and not any("host side" in line for line in lines)
 
 
+@pytest.mark.integration
+def test_a_single_engine_pyxis_cell_gets_the_accuracy_harness_mounted_at_its_path(make_runners, tmp_path):
+    """The cell runs the accuracy gate inside the image: the harness built with the image's Python on a
+    shared path (AGENTSWEEP_LMEVAL_VENV) is mounted there, and the variable reaches the container."""
+    cell, runners = make_cell(
+        make_runners, tmp_path, "h200", "pyxis", "vllm/vllm-openai:v0.33.0", engine="vllm", replicas=1
+    )
+    venv = tmp_path / "lmeval"
+    venv.mkdir()
+    env = {
+        **launcher_env(cell, runners, tmp_path / "r", dict(os.environ)),
+        "AGENTSWEEP_LMEVAL_VENV": str(venv),
+    }
+    (step,) = srun_lines(dry_run("h200", env))
+    mounts = next(w for w in step if w.startswith("--container-mounts=")).split("=", 1)[1].split(",")
+    assert f"{venv}:{venv}" in mounts
+    exported = next(w for w in step if w.startswith("--export=")).split("=", 1)[1].split(",")
+    assert "AGENTSWEEP_LMEVAL_VENV" in exported
+
+
 def test_the_host_side_plan_starts_each_engine_as_a_container_step_and_the_router_here(
     make_runners, tmp_path
 ):

@@ -14,18 +14,29 @@ from agentsweep.errors import InputError
 from agentsweep.preflight.hub import cache_dir, cached_repo, hf_token
 from agentsweep.preflight.report import Check, failed, passed, skipped
 
+# What a container runner needs: the cell runs the harness where it runs, which for a single-engine
+# cell is inside the image.
+IN_IMAGE = (
+    "a cell that runs in its image runs the harness there: set AGENTSWEEP_LMEVAL_VENV to a virtualenv "
+    "built with the image's Python on a shared path (mounted into the container; docs/accuracy.md, "
+    "'Container runners'), or accuracy: off"
+)
 
-def accuracy_checks(cells: Sequence[Cell], hf_cache: str | None, environ: Mapping[str, str]) -> list[Check]:
+
+def accuracy_checks(
+    cells: Sequence[Cell], hf_cache: str | None, environ: Mapping[str, str], container_runtime: str = "none"
+) -> list[Check]:
     gated = [c for c in cells if c.accuracy.applies(c.simulated)]
     if not gated:
         why = "every cell's gate is off or its engine simulated (accuracy not measured)"
         return [skipped("accuracy", why)]
     checks: list[Check] = []
+    note = f"; {IN_IMAGE}" if container_runtime != "none" else ""
     try:
         exe = harness_executable()
-        checks.append(passed("accuracy.harness", f"{exe}"))
+        checks.append(passed("accuracy.harness", f"{exe}{note}"))
     except InputError as err:
-        checks.append(failed("accuracy.harness", str(err), "run scripts/accuracy/setup_venv.sh"))
+        checks.append(failed("accuracy.harness", str(err), f"run scripts/accuracy/setup_venv.sh{note}"))
     for task, data in sorted({(c.accuracy.task, c.accuracy.data) for c in gated}):
         checks.append(_data_check(task, TASKS[task].dataset, data, hf_cache, environ))
     return checks

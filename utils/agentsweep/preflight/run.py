@@ -197,7 +197,7 @@ def run_preflight(
                 "disk.hf_cache", hub.cache_dir(runner.hf_cache, env), download, "the model downloads"
             )
         )
-    checks += accuracy_checks(cells, runner.hf_cache, env)
+    checks += accuracy_checks(cells, runner.hf_cache, env, runner.container_runtime)
     checks.append(hub.disk_check("disk.results", hub.results_root(env), 0, "the result directories"))
     for traces in sorted({c.traces for c in cells}):
         check = hub.traces_check(traces, runner.hf_cache, env, repo)
