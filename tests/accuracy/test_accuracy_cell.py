@@ -115,6 +115,13 @@ def test_a_missing_harness_or_missing_questions_refuse_the_cell_before_it_starts
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert line.endswith(f"cell gate: accuracy.data {tmp_path / 'nowhere'}: not a directory")
+    half = write_questions(tmp_path / "half", test=3)
+    (half / "test.jsonl").unlink()  # a question set without its test split: refused, never a traceback
+    proc = _cell({**SIM_CELL, "accuracy": {"run": "on", "data": str(half)}}, tmp_path / "c")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.endswith(f"cell gate: accuracy.data {half}: no test.jsonl")
+    assert not (tmp_path / "c" / "server.log").exists()
 
 
 @pytest.mark.integration

@@ -19,16 +19,16 @@ BASE = ["accuracy", "--endpoint", "http://127.0.0.1:1", "--model", "m", "-o", "o
         (["--task", "gsm9k"], "input error: accuracy --task: unknown task 'gsm9k'; known: gsm8k"),
         (
             ["--threshold", "1.5"],
-            "input error: accuracy --threshold: Input should be less than or equal to 1",
+            "input error: accuracy --threshold: must be <= 1.0, got 1.5",
         ),
         (
             ["--threshold", "-0.1"],
-            "input error: accuracy --threshold: Input should be greater than or equal to 0",
+            "input error: accuracy --threshold: must be >= 0.0, got -0.1",
         ),
-        (["--limit", "0"], "input error: accuracy --limit: Input should be greater than 0"),
+        (["--limit", "0"], "input error: accuracy --limit: must be > 0, got 0"),
         (
             ["--num-fewshot", "-1"],
-            "input error: accuracy --num-fewshot: Input should be greater than or equal to 0",
+            "input error: accuracy --num-fewshot: must be >= 0, got -1",
         ),
     ],
 )
@@ -55,9 +55,9 @@ def test_the_setup_script_installs_the_version_the_gate_runs():
 
 def test_defaults_come_from_the_task_table():
     spec = AccuracySpec()
-    assert spec.effective_threshold == TASKS["gsm8k"].threshold == 0.90
+    assert spec.threshold_for(None)[0] == TASKS["gsm8k"].threshold == 0.90
     assert spec.effective_fewshot == 5
-    assert AccuracySpec(threshold=0.5, num_fewshot=0).effective_threshold == 0.5
+    assert AccuracySpec(threshold=0.5, num_fewshot=0).threshold_for(None)[0] == 0.5
 
 
 def test_the_wilson_interval_holds_its_known_values():

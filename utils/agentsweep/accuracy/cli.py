@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from agentsweep.accuracy.harness import run_harness, write_answers
 from agentsweep.contract.accuracy import DEFAULT_TIMEOUT_S, TASKS, AccuracySpec
-from agentsweep.contract.errors import printable
+from agentsweep.contract.errors import validation_message
 from agentsweep.errors import InputError
 
 BELOW_THRESHOLD = 3
@@ -52,10 +52,8 @@ def spec_from(args: argparse.Namespace) -> AccuracySpec:
             timeout_s=args.timeout,
         )
     except ValidationError as err:
-        first = err.errors()[0]
-        name = str(first["loc"][0]) if first["loc"] else "task"
-        message = str(first["msg"]).removeprefix("Value error, ")
-        raise InputError(f"accuracy {FLAGS.get(name, '--' + name)}: {printable(message)}") from None
+        name, what = validation_message(err, AccuracySpec)
+        raise InputError(f"accuracy {FLAGS.get(name, '--' + name)}: {what}") from None
 
 
 def run(args: argparse.Namespace) -> int:

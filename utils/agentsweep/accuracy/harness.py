@@ -65,13 +65,21 @@ def _task_yaml(venv: Path, task: str) -> Path:
     return found[0]
 
 
+QUESTION_FILES = ("train.jsonl", "test.jsonl")
+
+
+def missing_question_files(data: Path) -> list[str]:
+    """The files of a local question set (``--data``, an entry's ``accuracy.data``) that ``data`` lacks."""
+    return [name for name in QUESTION_FILES if not (data / name).is_file()]
+
+
 def _local_task(venv: Path, task: str, data: Path, work: Path) -> str:
     """A task of the harness's own definition reading ``data``'s files: its name."""
-    for split in ("train", "test"):
-        if not (data / f"{split}.jsonl").is_file():
-            raise InputError(
-                f"--data {data}: no {split}.jsonl (the task's questions, one JSON object a line)"
-            )
+    missing = missing_question_files(data)
+    if missing:
+        raise InputError(
+            f"--data {data}: no {', '.join(missing)} (the task's questions, one JSON object a line)"
+        )
     name = f"{task}_local"
     lines = [
         f"include: {json.dumps(str(_task_yaml(venv, task)))}",

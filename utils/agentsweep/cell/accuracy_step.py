@@ -11,7 +11,13 @@ from pathlib import Path
 
 from kv_cache_tester.replay.results import Accuracy
 
-from agentsweep.accuracy.harness import HarnessFailed, harness_executable, run_harness, write_answers
+from agentsweep.accuracy.harness import (
+    HarnessFailed,
+    harness_executable,
+    missing_question_files,
+    run_harness,
+    write_answers,
+)
 from agentsweep.contract.accuracy import NOT_MEASURED
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.model_keys import model_prefix
@@ -31,8 +37,13 @@ def check_ready(cell: Cell) -> None:
     if not spec.applies(cell.simulated):
         return
     harness_executable()
-    if spec.data and not Path(spec.data).is_dir():
+    if not spec.data:
+        return
+    if not Path(spec.data).is_dir():
         raise InputError(f"cell {cell.exp_name}: accuracy.data {spec.data}: not a directory")
+    missing = missing_question_files(Path(spec.data))
+    if missing:
+        raise InputError(f"cell {cell.exp_name}: accuracy.data {spec.data}: no {', '.join(missing)}")
 
 
 def describe(cell: Cell) -> str:
@@ -69,7 +80,7 @@ def run_accuracy_step(cell: Cell, base_url: str, result_dir: Path, say: Callable
             data=Path(spec.data) if spec.data else None,
             threshold=(value, source),
         )
-    except HarnessFailed as err:
+    except (HarnessFailed, InputError) as err:  # InputError: the harness or its task file gone since
         write_accuracy(
             result_dir,
             AccuracyRecord(

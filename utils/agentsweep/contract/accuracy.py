@@ -116,10 +116,6 @@ class AccuracySpec(BaseModel):
         return self.info.threshold, self.info.source
 
     @property
-    def effective_threshold(self) -> float:
-        return self.threshold_for(None)[0]
-
-    @property
     def effective_fewshot(self) -> int:
         return self.info.num_fewshot if self.num_fewshot is None else self.num_fewshot
 
@@ -131,7 +127,7 @@ class AccuracySpec(BaseModel):
         """The time a cell's allocation keeps for the step: its budget when it runs, else none."""
         return self.timeout_s if self.applies(simulated) else 0.0
 
-    def estimate_s(self, questions: int | None = None) -> float:
-        """A rough time for the step (the dry run's figure), capped by its budget."""
-        n = questions or self.limit or 1319
-        return min(self.timeout_s, n * ESTIMATE_S_PER_QUESTION)
+    def estimate_s(self) -> float:
+        """A rough time for the step (the dry run's figure), capped by its budget; every question of
+        GSM8K's test split (1,319) without a limit."""
+        return min(self.timeout_s, (self.limit or 1319) * ESTIMATE_S_PER_QUESTION)

@@ -34,11 +34,11 @@ from kv_cache_tester.replay import RecordReader, ResultError, load_summary
 from kv_cache_tester.replay.results import RequestRecord
 
 from agentsweep.collect.window import COUNTERS, read_series
-from agentsweep.contract.model_keys import model_prefix
 from agentsweep.contract.resultdir import POWER_CSV, REQUESTS_JSONL, SERVER_METRICS_CSV
 from agentsweep.energy.powercsv import GpuReading, PowerCsvReader, PowerCsvWriter
 from agentsweep.errors import ResultFileError
 from agentsweep.export.build import POWER_SOURCE, Point
+from agentsweep.export.inferencex import model_prefix
 
 ROW_DIR = "bmk_agentic_{name}"
 RAW_DIR = "agentic_{name}"
@@ -229,7 +229,7 @@ def eval_files(point: Point) -> dict[str, dict[str, Any]] | None:
         "n-shot": {task: spec.effective_fewshot},
     }
     meta = {
-        "infmax_model_prefix": model_prefix(point.cell.model, point.cell.infmax_model_prefix) or "unknown",
+        "infmax_model_prefix": model_prefix(point.cell) or "unknown",
         "model": point.cell.model,
         "threshold": finite(values.get("accuracy_threshold")),
         "outcome": values.get("accuracy_outcome"),

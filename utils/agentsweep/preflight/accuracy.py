@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from agentsweep.accuracy.harness import harness_executable
+from agentsweep.accuracy.harness import harness_executable, missing_question_files
 from agentsweep.contract.accuracy import TASKS
 from agentsweep.contract.cell import Cell
 from agentsweep.errors import InputError
@@ -47,7 +47,7 @@ def _data_check(
 ) -> Check:
     name = f"accuracy.data.{task}"
     if data:
-        missing = [f for f in ("train.jsonl", "test.jsonl") if not (Path(data) / f).is_file()]
+        missing = missing_question_files(Path(data))
         if missing:
             return failed(
                 name, f"{data}: no {', '.join(missing)}", "give the task's questions there, or drop data:"

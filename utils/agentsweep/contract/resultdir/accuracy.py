@@ -45,10 +45,6 @@ class AccuracyRecord(BaseModel):
     ci95: tuple[Fraction, Fraction] | None = None
     seconds: Annotated[float, Field(ge=0)] | None = None
 
-    @property
-    def scored(self) -> bool:
-        return self.outcome != "error"
-
     def summary_block(self) -> Accuracy:
         """What summary.json's ``accuracy`` holds: the record with its interval's ends by name (the
         subset's indices stay in accuracy.json)."""
