@@ -6,16 +6,6 @@
 set -euo pipefail
 
 AIPERF_VERSION="${AIPERF_VERSION:-0.13.0}"
-PYTHON="${PYTHON:-python3}"
 VENV="${1:-${AGENTSWEEP_AIPERF_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/agentsweep/aiperf-${AIPERF_VERSION}}}"
 
-if [ -x "$VENV/bin/aiperf" ] && [ -f "$VENV/.agentsweep-aiperf-${AIPERF_VERSION}" ]; then
-  echo "aiperf ${AIPERF_VERSION} already installed in $VENV"
-  exit 0
-fi
-mkdir -p "$(dirname "$VENV")"
-"$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "aiperf==${AIPERF_VERSION}"
-"$VENV/bin/aiperf" --version >/dev/null
-touch "$VENV/.agentsweep-aiperf-${AIPERF_VERSION}"
-echo "aiperf ${AIPERF_VERSION} installed in $VENV"
+exec "$(dirname "$0")/../../scripts/tool_venv.sh" aiperf "$AIPERF_VERSION" "$VENV" "aiperf==${AIPERF_VERSION}" aiperf --version
