@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO / "scripts" / "accuracy"))
 
+from agentsweep.accuracy.harness import read_answers  # noqa: E402
 from agentsweep.contract.resultdir import (  # noqa: E402
     ACCURACY_JSONL,
     REQUESTS_JSONL,
@@ -180,7 +181,7 @@ def _accuracy_problems(results: Path) -> list[str]:
         problems.append(f"{cell.name}: {status.verdict} without the gate's reason ({status.reasons})")
     if record.outcome != "failed" or record.questions != ACCURACY_QUESTIONS or (record.score or 0) > 0.1:
         problems.append(f"{cell.name}: the gate read {record.outcome}, {record.reason}")
-    if len((cell / ACCURACY_JSONL).read_text().splitlines()) != ACCURACY_QUESTIONS:
+    if len(read_answers(cell)) != ACCURACY_QUESTIONS:
         problems.append(f"{cell.name}: {ACCURACY_JSONL} does not keep every question")
     return problems
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,24 @@ def test_a_limit_draws_a_seeded_sorted_subset():
     assert a is not None and len(a) == 250 == len(set(a)) and a == sorted(a)
     assert a == b != c
     assert subset(1319, None, 1) is None and subset(100, 100, 1) is None  # every question
+
+
+def test_the_answers_file_reads_through_its_owner_and_a_broken_line_is_named(tmp_path):
+    from agentsweep.accuracy.harness import read_answers
+    from agentsweep.errors import ResultFileError
+
+    assert read_answers(tmp_path) == []
+    good = {
+        "doc_id": 3,
+        "question": "q",
+        "target": "4",
+        "response": "#### 4",
+        "extracted": "4",
+        "correct": True,
+    }
+    (tmp_path / "accuracy.jsonl").write_text(json.dumps(good) + "\n" + json.dumps({"doc_id": 4}) + "\n")
+    with pytest.raises(ResultFileError, match=r"^accuracy.jsonl: line 2: "):
+        read_answers(tmp_path)
+    (tmp_path / "accuracy.jsonl").write_text(json.dumps(good) + "\n")
+    (answer,) = read_answers(tmp_path)
+    assert answer.doc_id == 3 and answer.correct is True

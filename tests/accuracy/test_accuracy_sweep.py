@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from agentsweep.accuracy.harness import read_answers
 from agentsweep.store import query
 from agentsweep.store.db import Store
 
@@ -117,7 +118,7 @@ def test_the_95_percent_cell_succeeds_with_its_score_and_the_60_percent_cell_is_
     for path, outcome in ((good, "passed"), (bad, "failed")):
         record = json.loads((path / "accuracy.json").read_text())
         assert record["outcome"] == outcome and record["questions"] == QUESTIONS
-        assert len((path / "accuracy.jsonl").read_text().splitlines()) == QUESTIONS
+        assert len(read_answers(path)) == QUESTIONS
         summary = json.loads((path / "summary.json").read_text())
         assert summary["accuracy"]["score"] == record["score"]
         assert summary["validity"]["checks"]["accuracy"]["ok"] is (outcome == "passed")
@@ -164,4 +165,5 @@ def test_the_export_writes_the_scores_as_inferencex_eval_results(swept, tmp_path
         score = results["results"]["gsm8k"]["exact_match,strict-match"]
         record = json.loads((_cell_dir(swept, key) / "accuracy.json").read_text())
         assert score == record["score"] and results["n-samples"]["gsm8k"]["effective"] == QUESTIONS
-        assert json.loads((folder / "meta_env.json").read_text())["outcome"] == record["outcome"]
+        meta = json.loads((folder / "meta_env.json").read_text())
+        assert meta["outcome"] == record["outcome"] and meta["simulated"] is False

@@ -27,7 +27,7 @@ from agentsweep.accuracy.score import Score
 from agentsweep.contract.accuracy import AccuracySpec
 from agentsweep.contract.resultdir.accuracy import AccuracyRecord, write_accuracy
 from agentsweep.contract.resultdir.files import ACCURACY_JSON, ACCURACY_JSONL
-from agentsweep.errors import InputError, RunError
+from agentsweep.errors import InputError, ResultFileError, RunError
 
 HARNESS = "lm-eval"
 HARNESS_VERSION = "0.4.13"
@@ -247,6 +247,22 @@ def _answers(out: Path, task: str, filter_name: str, metric: str) -> Iterator[An
                 raise HarnessFailed(
                     f"accuracy: {files[-1].name} line {number}: {type(err).__name__}: {err}"
                 ) from None
+
+
+def read_answers(directory: Path) -> list[Answer]:
+    """``accuracy.jsonl`` of ``directory`` (none when absent); ResultFileError naming a line that is not
+    a scored question."""
+    path = directory / ACCURACY_JSONL
+    if not path.exists():
+        return []
+    answers = []
+    with open_regular(path, follow_links=False) as fh:
+        for number, line in enumerate(fh, 1):
+            try:
+                answers.append(Answer(**json.loads(line)))
+            except (ValueError, TypeError) as err:
+                raise ResultFileError(f"{ACCURACY_JSONL}: line {number}: {err}") from None
+    return answers
 
 
 def write_answers(run: AccuracyRun, directory: Path) -> tuple[Path, Path]:

@@ -231,6 +231,7 @@ def eval_files(point: Point) -> dict[str, dict[str, Any]] | None:
     meta = {
         "infmax_model_prefix": model_prefix(point.cell) or "unknown",
         "model": point.cell.model,
+        "simulated": point.cell.simulated,  # a simulated engine's score (accuracy: on) says so
         "threshold": finite(values.get("accuracy_threshold")),
         "outcome": values.get("accuracy_outcome"),
     }
