@@ -31,6 +31,8 @@ BASE: dict[str, Any] = {
     "power_interval_s": 0.25,
     # What these tests check is the power path, not run validity: room for a machine busy with others.
     "max_throughput_drift": 5.0, "min_window_coverage": 0.5, "max_dispatch_lag_p99_s": 2.0,
+    # A lane idle 17 engine seconds is 0.34 s of a client starved at speed 50 (seen in a full run).
+    "max_lane_idle_s": 60.0,
 }  # fmt: skip
 SHAPES = {
     "one engine, tp 2": ({"exp_name": "pw-tp2-ep1-u4-off", "tp": 2}, ["0", "1"]),
