@@ -73,26 +73,45 @@ def missing_question_files(data: Path) -> list[str]:
     return [name for name in QUESTION_FILES if not (data / name).is_file()]
 
 
-def _local_task(venv: Path, task: str, data: Path, work: Path) -> str:
-    """A task of the harness's own definition reading ``data``'s files: its name."""
-    missing = missing_question_files(data)
+def _task_file(venv: Path, task: str, work: Path, data: Path | None) -> str:
+    """A task file in ``work`` that includes the harness's own definition of ``task`` (reading ``data``'s
+    files in place of the Hub's when given): the name to pass to ``--tasks``."""
+    missing = missing_question_files(data) if data is not None else []
     if missing:
         raise InputError(
             f"--data {data}: no {', '.join(missing)} (the task's questions, one JSON object a line)"
         )
-    name = f"{task}_local"
-    lines = [
-        f"include: {json.dumps(str(_task_yaml(venv, task)))}",
-        f"task: {name}",
-        "dataset_path: json",
-        "dataset_name: null",
-        "dataset_kwargs:",
-        "  data_files:",
-        f"    train: {json.dumps(str((data / 'train.jsonl').resolve()))}",
-        f"    test: {json.dumps(str((data / 'test.jsonl').resolve()))}",
-    ]
+    lines = [f"include: {json.dumps(str(_task_yaml(venv, task)))}"]
+    name = task
+    if data is not None:
+        name = f"{task}_local"
+        lines += [
+            f"task: {name}",
+            "dataset_path: json",
+            "dataset_name: null",
+            "dataset_kwargs:",
+            "  data_files:",
+            f"    train: {json.dumps(str((data / 'train.jsonl').resolve()))}",
+            f"    test: {json.dumps(str((data / 'test.jsonl').resolve()))}",
+        ]
     (work / f"{name}.yaml").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return name
+
+
+# The harness's own ``lm_eval run``, with its task index built from --include_path alone: by default it
+# first reads every task definition it ships (about 14,000 YAML files: 10-15 s of CPU) to find the one
+# task the gate runs, whose definition the file in --include_path includes by its path.
+HARNESS_MAIN = """
+import sys
+from lm_eval.tasks import manager
+_init = manager.TaskManager.__init__
+def _init_from_include_path(self, *args, **kwargs):
+    kwargs["include_defaults"] = False
+    _init(self, *args, **kwargs)
+manager.TaskManager.__init__ = _init_from_include_path
+from lm_eval.__main__ import cli_evaluate
+sys.exit(cli_evaluate())
+"""
 
 
 def _count_lines(path: Path) -> int:
@@ -168,14 +187,13 @@ def run_harness(
     with tempfile.TemporaryDirectory(prefix="agentsweep-accuracy-") as tmp:
         work = Path(tmp)
         env = dict(os.environ)
-        command = [str(exe), "run"]
+        task = _task_file(venv, info.harness_task, work, data)
+        command = [str(exe.parent / "python"), "-c", HARNESS_MAIN, "run", "--include_path", str(work)]
         if data is not None:
-            task = _local_task(venv, info.harness_task, data, work)
             size = _count_lines(data / "test.jsonl")
-            command += ["--include_path", str(work)]
             env.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
         else:
-            task, size = info.harness_task, HUB_TEST_SIZE[info.harness_task]
+            size = HUB_TEST_SIZE[info.harness_task]
         doc_ids = subset(size, spec.limit, spec.seed)
         model_args = ",".join(
             (
