@@ -257,3 +257,18 @@ def test_startup_says_each_attention_kind_and_what_is_not_modelled() -> None:
     lines = _startup(["MiniMaxAI/MiniMax-M2", "--tp", "4", "--hardware", "mi355x"])
     assert "[engine_sim] attention: 62 full-attention layers (8 KV heads x head dim 128)" in lines
     assert not any("not modelled" in line for line in lines)
+
+
+def test_a_model_in_the_hugging_face_cache_is_read_from_there_before_the_shipped_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    name = "zai-org/GLM-4.6"
+    assert "shipped" in find_model(name).source  # no folder for it in the cache: the shipped config
+    snap = _local_copy(tmp_path, name)
+    (snap.parent.parent / "refs").mkdir()
+    (snap.parent.parent / "refs" / "main").write_text(snap.name)
+    shape = find_model(name)
+    assert "Hugging Face cache" in shape.source and shape.key == "glm-4.6"
