@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from agentsweep.cell.engines import EngineRecipe, fmt_num, recipe
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.receipt import replayer_version
+from agentsweep.errors import InputError
 
 # The replayer's own grace period (s) for in-flight requests when the duration ends. A simulated engine
 # running `speed` times faster finishes them that much sooner, so its cells get a shorter one.
 REPLAY_GRACE_S = 30.0
 MIN_SIM_GRACE_S = 5.0
+# ttft_throughput.png costs the replayer about 1.5 s of CPU (matplotlib) at the end of every run: a
+# sweep whose plots nobody opens (a CI's, the test suite's) turns it off in its environment.
+REPLAY_PLOT_VAR = "AGENTSWEEP_REPLAY_PLOT"
+
+
+def replay_plot() -> bool:
+    """Whether the replayer draws its plot: $AGENTSWEEP_REPLAY_PLOT ``on`` (unset) or ``off``."""
+    value = os.environ.get(REPLAY_PLOT_VAR, "on").strip().lower()
+    if value not in ("on", "off"):
+        raise InputError(f"${REPLAY_PLOT_VAR}: must be on or off, got {value!r}")
+    return value == "on"
 
 
 def replay_command(
@@ -67,6 +80,8 @@ def replay_command(
         argv.append("--ignore-eos")
     if cell.warmup_one_token:
         argv.append("--warmup-one-token")
+    if not replay_plot():
+        argv.append("--no-plot")
     if cell.preset != "none":  # its values are the flags above; named so the summary records it
         argv += ["--preset", cell.preset]
     if not recipe(cell.engine).simulated:

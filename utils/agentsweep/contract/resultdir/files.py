@@ -258,7 +258,7 @@ RESULT_FILES: tuple[ResultFile, ...] = (
         "the replayer's plot of TTFT and throughput over the run",
         "kv_cache_tester.replay.plots",
         None,
-        when="cells that replayed, with matplotlib",
+        when="cells that replayed, with matplotlib, unless $AGENTSWEEP_REPLAY_PLOT is off",
     ),
     ResultFile(
         "debug_trace.jsonl",
