@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from agentsweep.cell.clients.replay import replay_command
+from agentsweep.cell.clients.replay import REPLAY_PLOT_VAR, replay_command
 from agentsweep.cell.engines import build_engine_launch
 from agentsweep.cell.engines.vllm import VLLM_API_SERVER_PYTHON_VAR
 from agentsweep.contract.cell import Cell
@@ -203,7 +203,8 @@ def test_unknown_hardware_and_bad_engine_args():
         BASE.replace(engine_args="--x 'unclosed")
 
 
-def test_replay_flags_in_one_place():
+def test_replay_flags_in_one_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(REPLAY_PLOT_VAR)  # the suite's own setting (tests/conftest.py): the default here
     cell = BASE.replace(
         engine="sim",
         speed=40.0,
