@@ -12,7 +12,7 @@ from agentsweep.cell.clients.replay import REPLAY_PLOT_VAR
 from tests.support import MarkedTree, running_engine_sim
 from tests.support.signals import SignalGuard, take_back_sigint
 from tests.support.skips import SkipSummary
-from tests.support.tiers import guarded
+from tests.support.tiers import TIER_MARKERS, guarded
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -74,6 +74,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=_expected_length)
+
+
+def _expected_length(item: pytest.Item) -> int:
+    """Longest first (stable: a tier keeps its order). pytest-xdist hands out its groups largest first and
+    then single tests in collection order: a whole sweep started last keeps three workers waiting on the
+    fourth, while units fill the gaps at the end."""
+    if item.get_closest_marker("slow") is not None:
+        return 0
+    if any(item.get_closest_marker(tier) is not None for tier in TIER_MARKERS):
+        return 1
+    return 2
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
