@@ -10,9 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from agentsweep.collect.discover import find_cells
 from agentsweep.contract.receipt import RECEIPT_FILE, ReceiptError, verify
 from agentsweep.errors import InputError
-from agentsweep.store.result_files import find_result_dirs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +27,8 @@ def run(args: argparse.Namespace) -> int:
     for root in args.dirs:
         if not root.is_dir():
             raise InputError(f"{root}: no such directory")
-        dirs = [root] if (root / RECEIPT_FILE).exists() else find_result_dirs(root)[0]
+        # collect's discovery alone: the store's readers import pandas (1.5 s) that checking hashes needs not
+        dirs = [root] if (root / RECEIPT_FILE).exists() else [cell.path for cell in find_cells(root, [])]
         if not dirs:
             raise InputError(f"{root}: no result directories found")
         for path in dirs:

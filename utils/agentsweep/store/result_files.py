@@ -180,12 +180,6 @@ def find_result_cells(root: Path) -> tuple[list[FoundCell], list[str]]:
     return find_cells(root, skipped), skipped
 
 
-def find_result_dirs(root: Path) -> tuple[list[Path], list[str]]:
-    """The paths of ``find_result_cells``."""
-    found, skipped = find_result_cells(root)
-    return [cell.path for cell in found], skipped
-
-
 def read_point(path: Path, step_of: str = "") -> PointFacts:
     """The figures, verdict, provenance and request timeline of one result directory (``step_of``: the
     capacity cell it is a step of); InputError naming the directory when it breaks the
