@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 from agentsweep.contract.resultdir import read_status, result_file
-from agentsweep.energy import power_summary
 from agentsweep.energy.powercsv import read_power
-from agentsweep.energy.summary import integrate
+from agentsweep.energy.summary import integrate, power_summary
 from agentsweep.engine_sim.profiles import HARDWARE
 
 from tests.support import wait_until

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from agentsweep.cell.record import write_result
 from agentsweep.contract.cell import Cell
-from agentsweep.energy import power_summary
 from agentsweep.energy.nvidia_smi import parse_line
 from agentsweep.energy.powercsv import GpuReading, PowerCsvWriter, PowerRow, read_power
 from agentsweep.energy.summary import (
@@ -22,6 +21,7 @@ from agentsweep.energy.summary import (
     Work,
     integrate,
     power_limit,
+    power_summary,
     summarize,
 )
 from agentsweep.engine_sim.profiles import HARDWARE

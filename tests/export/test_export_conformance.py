@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from agentsweep.cli import main
 from agentsweep.contract.verdict import INVALID_EXIT
-from agentsweep.energy import power_summary
+from agentsweep.energy.summary import power_summary
 
 from .conformance import check_export
 from .sweeps import ORDINARY, sweep

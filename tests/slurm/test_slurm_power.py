@@ -13,10 +13,9 @@ import pytest
 from agentsweep.cell.placement import plan_placement
 from agentsweep.cell.power import sampler_spec
 from agentsweep.config import load_runners, select_cells
-from agentsweep.energy import power_summary
 from agentsweep.energy.powercsv import read_power
 from agentsweep.energy.sampler import sample
-from agentsweep.energy.summary import Window, Work, summarize
+from agentsweep.energy.summary import Window, Work, power_summary, summarize
 
 from .test_slurm_multinode import (
     REPO,
