@@ -216,9 +216,8 @@ def find_config(name: str) -> tuple[dict[str, Any], str, Path | None] | None:
         return _read(snapshot / "config.json"), f"config.json in {snapshot}", snapshot
     if re.fullmatch(r"[\w.-]+/[\w.-]+", name):
         cached = _from_hf_cache(name)
-        if isinstance(cached, str):
-            path = Path(cached)
-            return _read(path), f"{name} config.json from the Hugging Face cache", path.parent
+        if cached is not None:
+            return _read(cached), f"{name} config.json from the Hugging Face cache", cached.parent
         shipped = _shipped(name)
         if shipped is not None:
             return _read(shipped), f"{name} config.json shipped with agentsweep", None
@@ -229,10 +228,11 @@ def find_config(name: str) -> tuple[dict[str, Any], str, Path | None] | None:
     return None
 
 
-def _from_hf_cache(name: str) -> str | object | None:
-    """``try_to_load_from_cache(name, "config.json")``; None without the hf extra. The file lookup is
-    imported only when the cache has a folder for ``name``: it costs a sixth of a second of CPU, paid
-    by every engine start of a model that was never downloaded."""
+def _from_hf_cache(name: str) -> Path | None:
+    """``name``'s config.json in the Hugging Face cache (``try_to_load_from_cache``); None when it has
+    none or the hf extra is not installed. The file lookup is imported only when the cache has a folder
+    for ``name``: it costs a sixth of a second of CPU, paid by every engine start of a model that was
+    never downloaded."""
     try:
         from huggingface_hub import constants
     except ImportError:  # the hf extra is not installed: only local and shipped configs
@@ -241,7 +241,8 @@ def _from_hf_cache(name: str) -> str | object | None:
         return None
     from huggingface_hub import try_to_load_from_cache
 
-    return try_to_load_from_cache(name, "config.json")
+    cached = try_to_load_from_cache(name, "config.json")
+    return Path(cached) if isinstance(cached, str) else None  # else absent, or cached as absent
 
 
 def _snapshot_dir(folder: Path) -> Path | None:
