@@ -32,9 +32,6 @@ BASE: dict[str, Any] = {
     "max_throughput_drift": 5.0, "min_window_coverage": 0.5, "max_dispatch_lag_p99_s": 2.0,
     # A lane idle 17 engine seconds is 0.34 s of a client starved at speed 50 (seen in a full run).
     "max_lane_idle_s": 60.0,
-    # A prefill instance counted 27 finished requests to its router's 23 in a full run: at speed 50 the
-    # instance's and the router's last scrapes, taken by two collectors, lie requests apart.
-    "max_request_count_gap": 0.25,
 }  # fmt: skip
 SHAPES = {
     "one engine, tp 2": ({"exp_name": "pw-tp2-ep1-u4-off", "tp": 2}, ["0", "1"]),

@@ -4,8 +4,9 @@ happens.
 
 One path for every cell: a cell without a router is a plan of one instance. Instances start in plan
 order (prefill first) and must all be healthy within the engine's health timeout; then the router
-starts and must say it is ready. After the replay, the collectors take their last scrape together,
-the router's figures go to router.json while it still runs, and the scrapes of the instances behind
+starts and must say it is ready. After the replay, once the engines' and the router's counts stand
+still (``agentsweep.cell.settle``), the collectors take their last scrape together, the router's
+figures go to router.json while it still runs, and the scrapes of the instances behind
 a router are merged into server_metrics.csv (and server_metrics.prefill.csv). The power sampler starts
 and stops with the collectors; unlike theirs, its failure never fails the cell (its faults are in
 power.csv, and the power summary withholds the cell's power figures).
@@ -30,13 +31,9 @@ from agentsweep.cell.effective import Stated, stated_settings
 from agentsweep.cell.engine_process import EngineFailed, EngineProcess, ManagedProcess, tail_lines, trim_log
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.plan import CellOptions, CellPlan, client_dir
-from agentsweep.cell.replicas import (
-    SETTLE_TIMEOUT_S,
-    RouterRead,
-    settled_router_metrics,
-    write_router_figures,
-)
+from agentsweep.cell.replicas import RouterRead, settled_router_metrics, write_router_figures
 from agentsweep.cell.routers import missing_router, router_recipe, router_version
+from agentsweep.cell.settle import SETTLE_TIMEOUT_S, settle_instance_counts
 from agentsweep.contract.resultdir import PREFILL_METRICS_CSV, SERVER_LOG, SERVER_METRICS_CSV
 from agentsweep.metrics.scrapes import merge_metrics
 from agentsweep.watchdog import Watchdog
@@ -296,10 +293,13 @@ def replay(
         samplers = [sampler] if sampler is not None else []
         if sampler is not None and sampler.poll() is not None:
             say(f"power sampler exited early with status {sampler.poll()}{_hint(sampler)}")
+        # Before the collectors' last scrape: every engine, then the router, has finished counting
+        # the last requests, so the last rows agree with what the client saw (and router.json with
+        # the last row of router_metrics.csv).
+        if not settle_instance_counts(plan):
+            say(f"the engines' counts still moved {SETTLE_TIMEOUT_S:g} s after the replay ended")
         router_read: RouterRead | None = None
         if group.router is not None and group.router.poll() is None:
-            # Before the scrapers' last scrape: the router has finished counting the last requests, so
-            # router.json and the last row of router_metrics.csv hold the same counts.
             router_read = settled_router_metrics(plan)
             if not router_read.settled:
                 say(f"the router's counts still moved {SETTLE_TIMEOUT_S:g} s after the replay ended")

@@ -10,15 +10,14 @@ per-instance request counts go to ``router.json``.
 
 from __future__ import annotations
 
-import time
 import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentsweep.cell.plan import CellPlan
 from agentsweep.cell.routers import router_recipe, router_version
+from agentsweep.cell.settle import SETTLE_INTERVAL_S, SETTLE_TIMEOUT_S, read_metrics, settle
 from agentsweep.contract.resultdir import (
     ROUTER_METRICS_TXT,
     ROUTER_METRICS_TXT_MAX_BYTES,
@@ -27,14 +26,9 @@ from agentsweep.contract.resultdir import (
     write_router,
 )
 
-ROUTER_METRICS_MAX_BYTES = 8 << 20
-# The router's figures are taken once they stop moving. When the replay ends, a request a client sent
-# last may still be on its way through the router, and a router renders its counters one at a time:
-# a read then is torn (smg renders its policy's branch counter before its per-worker counts, so the
-# read held 32 routing decisions beside 33 requests sent). Reads SETTLE_INTERVAL_S apart until two
-# give the same figures, for at most SETTLE_TIMEOUT_S.
-SETTLE_INTERVAL_S = 0.25
-SETTLE_TIMEOUT_S = 10.0
+# The router's figures are taken once they stop moving (``agentsweep.cell.settle``): a router renders
+# its counters one at a time, so a read as the replay ends is torn (smg renders its policy's branch
+# counter before its per-worker counts, so the read held 32 routing decisions beside 33 requests sent).
 
 
 @dataclass(frozen=True)
@@ -43,7 +37,7 @@ class RouterRead:
 
     text: str | None
     error: str | None = None
-    settled: bool = True  # False: its figures still moved when SETTLE_TIMEOUT_S ran out
+    settled: bool = True  # False: its figures still moved when the settling time ran out
 
 
 def router_figures(plan: CellPlan, metrics_text: str) -> dict[str, Any]:
@@ -71,12 +65,6 @@ def router_figures(plan: CellPlan, metrics_text: str) -> dict[str, Any]:
     return figures
 
 
-def _read_metrics(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=5.0) as resp:
-        data: bytes = resp.read(ROUTER_METRICS_MAX_BYTES)
-    return data.decode("utf-8", "replace")
-
-
 def settled_router_metrics(
     plan: CellPlan, timeout_s: float = SETTLE_TIMEOUT_S, interval_s: float = SETTLE_INTERVAL_S
 ) -> RouterRead:
@@ -84,20 +72,16 @@ def settled_router_metrics(
     last read when they still move after ``timeout_s``; ``settled`` says which)."""
     router = plan.router
     assert router is not None
-    deadline = time.monotonic() + timeout_s
-    last: dict[str, Any] | None = None
-    while True:
-        try:
-            text = _read_metrics(router.metrics_url)
-        except (urllib.error.URLError, OSError, TimeoutError) as err:
-            return RouterRead(None, f"cannot read {router.metrics_url}: {err}")
-        figures = router_figures(plan, text)
-        if figures == last:
-            return RouterRead(text)
-        if time.monotonic() >= deadline:
-            return RouterRead(text, settled=False)
-        last = figures
-        time.sleep(interval_s)
+    try:
+        text, settled = settle(
+            lambda: read_metrics(router.metrics_url),
+            lambda text: repr(router_figures(plan, text)),
+            timeout_s,
+            interval_s,
+        )
+    except (urllib.error.URLError, OSError, TimeoutError) as err:
+        return RouterRead(None, f"cannot read {router.metrics_url}: {err}")
+    return RouterRead(text, settled=settled)
 
 
 def write_router_figures(plan: CellPlan, result_dir: Path, read: RouterRead | None = None) -> None:
