@@ -79,21 +79,13 @@ test-engine-parsers: venv-test
 # Slurm; `chromium` a headless browser. `make test` runs every tier, spread over the machine's cores
 # (pytest-xdist; the tests that share the session's Slurm clusters or PostgreSQL server run on one
 # worker), and ends with every skip summarised by reason and tier with what installs the missing part.
-# Tests marked `serial` (container cells under podman, whose engines miss their start-up timings beside
-# other tests on two cores) run after, alone.
 # Two workers per core: much of the suite waits on engines running at a fixed speed-up and on health
 # polls, so a core is rarely busy with one test alone (the parallel pass on 2 cores: 16 min with 2
 # workers, 11 with 4; 6 were no faster, as the suite's CPU, about 1,050 s, is then the bound).
-# The files holding `serial` tests (tests/test_tiers.py holds this list to the markers): the serial pass
-# collects only them, not the whole suite again (about 7 s on 2 cores).
-SERIAL_TEST_FILES := tests/slurm/test_slurm_containers.py
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) * 2 )))
 
 test: venv-test
-	@status=0; \
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not serial" || status=$$?; \
-	$(BIN)/python -m pytest -q -m serial $(SERIAL_TEST_FILES) || status=$$?; \
-	exit $$status
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The Debian packages the Slurm, PostgreSQL, browser, registry and container tests need (.ci/apt-packages.txt).
 test-deps:

@@ -42,13 +42,18 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         return (yield)
 
 
+# Files whose tests drive podman: with the Slurm tests on one worker, as the container tests watch
+# every container of the machine (a registry test's container is not a cell's left behind).
+PODMAN_TEST_FILES = ("test_images_registry.py", "test_slurm_containers.py")
+
+
 def xdist_group(item: pytest.Item) -> str | None:
     """The group of tests that share one expensive fixture and so run on one xdist worker
     (``--dist loadgroup``): the session's Slurm clusters (with the other tests that drive podman,
     whose containers the container tests watch), the session's PostgreSQL server, and a
     module's own module-scoped fixture (a real cell or sweep it builds once), which two workers would
     each build."""
-    if item.get_closest_marker("slurm") is not None or item.path.name == "test_images_registry.py":
+    if item.get_closest_marker("slurm") is not None or item.path.name in PODMAN_TEST_FILES:
         return "slurm"  # the Slurm clusters, and the tests that drive podman: one worker, one at a time
     callspec = getattr(item, "callspec", None)
     if callspec is not None and callspec.params.get("db_url") == "postgresql":

@@ -86,16 +86,3 @@ def test_the_tiers_are_declared_and_test_fast_leaves_every_one_out():
     fast = re.search(r"^test-fast:.*\n\t.*-m \"([^\"]+)\"", makefile, re.M)
     assert fast, "make test-fast selects by marker"
     assert fast.group(1) == " and ".join(f"not {name}" for name in TIER_MARKERS)
-
-
-def test_the_serial_pass_collects_every_file_that_holds_a_serial_test():
-    makefile = (REPO / "Makefile").read_text()
-    listed = re.search(r"^SERIAL_TEST_FILES := (.*)$", makefile, re.M)
-    assert listed, "the Makefile names the files of the serial pass"
-    marked = {
-        str(path.relative_to(REPO))
-        for root in ("tests", "kv-cache-tester/tests")
-        for path in (REPO / root).rglob("test_*.py")
-        if re.search(r"pytest\.mark\.serial\b", path.read_text(encoding="utf-8"))
-    }
-    assert marked and set(listed.group(1).split()) == marked

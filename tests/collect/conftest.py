@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,16 +286,25 @@ def spec_cls() -> type[Spec]:
     return Spec
 
 
+@pytest.fixture(scope="session")
+def _collected_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two sweeps of the same 2 cells (users 2 and 8, offload on), each collected once per worker:
+    the artifacts and the originals of their collected folders, which no test changes."""
+    from agentsweep.cli import main
+
+    root = tmp_path_factory.mktemp("collected-pair")
+    outs = []
+    for name in ("a", "b"):
+        for users in (2, 8):
+            write_cell(root / f"art-{name}", Spec(users=users, offload="on"))
+        out = root / name
+        assert main(["collect", str(root / f"art-{name}"), str(out), "--no-plots"]) == 0
+        outs.append(out)
+    return outs[0], outs[1]
+
+
 @pytest.fixture
-def synthetic_sweep(tmp_path: Path) -> tuple[Path, list[Spec]]:
-    """A full 18-cell sweep in the download-artifact layout, one cell FAILED."""
-    root = tmp_path / "artifacts"
-    for spec in GRID:
-        failed = spec.tp == 2 and spec.users == 32 and spec.offload == "noprefix"
-        write_cell(
-            root,
-            spec,
-            status="FAILED" if failed else "SUCCESS",
-            reason="engine OOM at start" if failed else None,
-        )
-    return root, GRID
+def collected_pair(_collected_pair: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    """Copies of two collected sweeps of the same 2 cells (``_collected_pair``), the test's own to change."""
+    a, b = (shutil.copytree(src, tmp_path / src.name) for src in _collected_pair)
+    return a, b

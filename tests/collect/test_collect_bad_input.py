@@ -20,20 +20,14 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]
 
 
 @pytest.fixture
-def two_sweeps(tmp_path: Path, cell_factory, spec_cls) -> tuple[Path, Path]:
+def two_sweeps(collected_pair: tuple[Path, Path]) -> tuple[Path, Path]:
     """Two collected sweeps of the same 2 cells; B is 10 % faster in output throughput."""
-    outs = []
-    for name in ("a", "b"):
-        for users in (2, 8):
-            cell_factory(tmp_path / f"art-{name}", spec_cls(users=users, offload="on"))
-        out = tmp_path / name
-        assert main(["collect", str(tmp_path / f"art-{name}"), str(out), "--no-plots"]) == 0
-        outs.append(out)
-    b_csv = outs[1] / "summary.csv"
+    a, b = collected_pair
+    b_csv = b / "summary.csv"
     df = pd.read_csv(b_csv)
     df["output_tok_per_s_per_gpu"] *= 1.1
     df.to_csv(b_csv, index=False)
-    return outs[0], outs[1]
+    return a, b
 
 
 def test_collect_out_dir_below_a_file(tmp_path: Path, cell_factory, spec_cls, capsys) -> None:

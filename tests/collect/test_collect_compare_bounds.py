@@ -19,15 +19,8 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]
 
 
 @pytest.fixture
-def two_sweeps(tmp_path: Path, cell_factory, spec_cls) -> tuple[Path, Path]:
-    outs = []
-    for name in ("a", "b"):
-        for users in (2, 8):
-            cell_factory(tmp_path / f"art-{name}", spec_cls(users=users, offload="on"))
-        out = tmp_path / name
-        assert main(["collect", str(tmp_path / f"art-{name}"), str(out), "--no-plots"]) == 0
-        outs.append(out)
-    return outs[0], outs[1]
+def two_sweeps(collected_pair: tuple[Path, Path]) -> tuple[Path, Path]:
+    return collected_pair
 
 
 def _edit(folder: Path, column: str, value: object, row: int = 0) -> str:

@@ -31,10 +31,6 @@ from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from tests.slurm import container_image
 from tests.support import poll_until
 
-# Container cells under podman start their engines in seconds alone, and miss those timings beside
-# the rest of the suite on two cores: they run after it, alone (make test).
-pytestmark = pytest.mark.serial
-
 REPO = Path(__file__).resolve().parents[2]
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 
@@ -51,7 +47,9 @@ ct:
   replay: {{max_context: 65536, warmup_requests: 0, max_delay: 1}}
   engine_args: "{engine_args}"
   router_program: smg
-  validity: {{max_throughput_drift: 5.0}}
+  # What these tests check is where the processes run, not each run's steadiness: room for a machine
+  # busy with the rest of the suite (two cores, the engines' containers starting beside other cells).
+  validity: {{max_throughput_drift: 5.0, max_dispatch_lag_p99_s: 2.0, min_window_coverage: 0.5, max_lane_idle_s: 60.0}}
   search_space:
     tp1: {{users: 4, offload: [off], replicas: {replicas}{router}}}
 """
