@@ -127,7 +127,15 @@ def _powered(**extra: Any) -> Cell:
 
 
 def _point(cell: Cell | None = None, outcome: str = "SUCCESS", reason: str = "", **values: Any) -> Point:
-    return Point("x", outcome, cell or _cell(), {**_values(), **values}, {"router": None}, reason)  # type: ignore[arg-type]
+    return Point(
+        "x",
+        outcome,  # type: ignore[arg-type]
+        cell or _cell(),
+        {**_values(), **values},
+        {"router": None},
+        reason,
+        {"timeout": 2},
+    )
 
 
 DISAGG = {"tp": 1, "prefill": {"tp": 1}, "decode": {"replicas": 2, "tp": 1}, "router": "round_robin"}

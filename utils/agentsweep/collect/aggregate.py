@@ -18,37 +18,22 @@ from typing import Any
 
 import pandas as pd
 from kv_cache_tester.metrics import finite
-from kv_cache_tester.replay import RequestRecord, ResultError, Summary, load_summary
+from kv_cache_tester.replay import RequestRecord, ResultError, Summary
 
 from agentsweep.collect.discover import FoundCell
 from agentsweep.collect.kv_cliff import cliff_columns
 from agentsweep.collect.power import power_columns
-from agentsweep.collect.provenance import ReceiptMismatch, receipt_values
+from agentsweep.collect.provenance import receipt_columns
 from agentsweep.collect.routed import routed_figures
 from agentsweep.collect.routed_checks import routed_artifact_problems
 from agentsweep.collect.stream import RequestStats, stream_requests
 from agentsweep.collect.window import NotNumbers, window_figures
 from agentsweep.contract import columns
 from agentsweep.contract.cell import CELL_FIELDS, Cell
+from agentsweep.contract.cellresult import CellIdentity, CellResult, MalformedResult, load_cell_result
 from agentsweep.contract.columns import Unit
-from agentsweep.contract.figures import (
-    derived_columns,
-    engine_clock_columns,
-    flat,
-    summary_columns,
-    to_engine_clock,
-)
-from agentsweep.contract.resultdir import (
-    CELL_JSON,
-    REQUESTS_JSONL,
-    SERVER_LOG,
-    SERVER_METRICS_CSV,
-    STATUS_TXT,
-    SUMMARY_JSON,
-    read_capacity,
-    read_cell_record,
-    read_status,
-)
+from agentsweep.contract.figures import derived_columns, flat, to_engine_clock
+from agentsweep.contract.resultdir import REQUESTS_JSONL, SERVER_LOG, SERVER_METRICS_CSV, SUMMARY_JSON
 from agentsweep.contract.resultdir.serverlog import kv_pool_tokens
 from agentsweep.errors import ResultFileError
 
@@ -68,6 +53,9 @@ class Row:
     reason: str = ""
     notes: list[str] = field(default_factory=list)
     values: dict[str, Any] = field(default_factory=dict)
+    # What the row was read from (None for a MISSING row and one whose files could not be read): its
+    # typed parts, for a reader past summary.csv (the export: the cell, its versions, failures by class).
+    result: CellResult | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -98,64 +86,31 @@ def load_cell(found: FoundCell, observe: Callable[[RequestRecord], None] | None 
 
 
 def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None = None) -> None:
-    record = read_cell_record(path)
-    if record is None:
-        raise Malformed(f"{CELL_JSON} missing")
-    cell: Cell | None = None
     try:
-        cell = record.parse_cell()
-    except ResultFileError:
-        if record.status != "FAILED":  # a cell refused for bad input keeps what it was given
-            raise
-    fields = cell.model_dump(mode="json") if cell is not None else record.cell
-    for key, value in fields.items():
-        row.values[key] = flat(value)
-    row.values["disagg"] = cell.shape_label if cell is not None else ""
-    row.values[columns.HARDWARE_LABEL.name] = (
-        cell.hardware_label if cell is not None else record.hardware or ""
-    )
-    row.values["engine_version"] = flat(record.versions.get("engine"))
-    row.values["agentsweep_version"] = flat(record.versions.get("agentsweep"))
-    row.values["start_utc"] = record.start_utc
-    row.values["end_utc"] = record.end_utc
-    try:
-        provenance, note = receipt_values(path)
-    except ReceiptMismatch as err:
-        raise Malformed(str(err)) from None
-    row.values.update(provenance)
-    if note:
-        row.notes.append(note)
-
-    status = read_status(path)
-    if status is None:
-        raise Malformed(f"{STATUS_TXT} missing")
-    if status.verdict != record.status:
-        raise Malformed(f"{STATUS_TXT} says {status.verdict} but {CELL_JSON} says {record.status}")
-    capacity = None
-    if cell is not None and cell.capacity is not None:
-        # Held to its own contract, its cell and its steps whatever the verdict: a capacity.json that
-        # breaks them never reaches capacity.csv.
-        capacity = read_capacity(path)
-        if capacity is None and status.verdict != "FAILED":
-            raise Malformed("capacity.json missing")
-        problem = capacity.check_against(cell, status.verdict, path) if capacity is not None else None
-        if problem:
-            raise Malformed(problem)
+        result = load_cell_result(path)
+    except MalformedResult as err:
+        if err.identity is not None:  # what was read before the break still names the cell
+            _identity_values(row, err.identity)
+        raise
+    _identity_values(row, result.identity)
+    row.result = result
+    status, cell = result.status, result.cell
     if status.verdict == "FAILED":
         row.status = "FAILED"
-        row.reason = "; ".join(status.reasons) or (record.reason or "") or "no reason given"
+        row.reason = "; ".join(status.reasons) or (result.record.reason or "") or "no reason given"
         return
     if status.verdict == "INVALID":
         row.status = "INVALID"
         row.reason = "; ".join(status.reasons) or "no reason given"
     assert cell is not None  # only a FAILED record may hold a cell that does not parse
-    if capacity is not None:
+    if result.capacity is not None:
+        capacity = result.capacity
         row.notes.append(f"capacity cell: {len(capacity.steps)} steps, stopped: {capacity.stop_reason}")
         return
-    summary = load_summary(path)
-    row.values.update(summary_columns(summary))
-    beside, engine_figures = engine_clock_columns(summary)
-    row.values.update(beside)
+    assert result.summary is not None  # every SUCCESS and INVALID cell but a capacity cell has one
+    summary = result.summary
+    client_figures, engine_figures = result.figures()
+    row.values.update(client_figures)
     row.values.update(derived_columns(row.values))
 
     requests = path / REQUESTS_JSONL
@@ -203,6 +158,24 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
     if engine_figures:  # already in the engine's clock: over the rescaled client figures
         row.values.update(engine_figures)
         row.values.update(derived_columns(row.values))
+
+
+def _identity_values(row: Row, identity: CellIdentity) -> None:
+    """The row's columns of what ran: the cell's fields, its versions and times, its receipt's."""
+    record, cell = identity.record, identity.cell
+    fields = cell.model_dump(mode="json") if cell is not None else record.cell
+    for key, value in fields.items():
+        row.values[key] = flat(value)
+    row.values["disagg"] = cell.shape_label if cell is not None else ""
+    row.values[columns.HARDWARE_LABEL.name] = (
+        cell.hardware_label if cell is not None else record.hardware or ""
+    )
+    row.values["engine_version"] = flat(record.versions.get("engine"))
+    row.values["agentsweep_version"] = flat(record.versions.get("agentsweep"))
+    row.values["start_utc"] = record.start_utc
+    row.values["end_utc"] = record.end_utc
+    row.values.update(receipt_columns(identity.receipt))
+    row.notes.extend(identity.notes)
 
 
 def cross_checks(

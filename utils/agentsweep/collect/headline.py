@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from kv_cache_tester.metrics import finite
 
 from agentsweep.cell.record import plain_line
 from agentsweep.collect.capacity import hardware_of
@@ -54,18 +55,8 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _number(value: Any) -> float | None:
-    if value is None or isinstance(value, bool | str):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def _int_text(value: Any) -> str:
-    number = _number(value)
+    number = finite(value)
     if number is None:
         return _text(value) or "?"
     return f"{number:,.0f}" if number.is_integer() else f"{number:g}"
@@ -117,11 +108,11 @@ def configuration(row: dict[str, Any], engines: bool) -> Configuration:
     return Configuration(
         tp=_int_text(row.get("tp")),
         offload=_text(row.get("offload")) or "?",
-        users=_int_text(row.get("users")) if _number(row.get("users")) is not None else "",
+        users=_int_text(row.get("users")) if finite(row.get("users")) is not None else "",
         engine=_text(row.get("engine")) if engines else "",
         router=_text(row.get("router")),
         disagg=_text(row.get("disagg")),
-        replicas=_int_text(row.get("replicas")) if _number(row.get("replicas")) is not None else "",
+        replicas=_int_text(row.get("replicas")) if finite(row.get("replicas")) is not None else "",
         step=bool(_text(row.get("step_of"))),
     )
 
@@ -252,8 +243,8 @@ def _is_capacity(row: dict[str, Any]) -> bool:
 def capacity_reading(row: dict[str, Any]) -> str:
     """How a capacity row's figure was read, and what backs it."""
     kind = _text(row.get("boundary_type"))
-    low, high = _number(row.get("interval_low")), _number(row.get("interval_high"))
-    repeats = _number(row.get("repeats"))
+    low, high = finite(row.get("interval_low")), finite(row.get("interval_high"))
+    repeats = finite(row.get("repeats"))
     if repeats is None or repeats < 1:
         runs = "runs per count not recorded"
     elif repeats == 1:
@@ -292,23 +283,23 @@ def capacity_binding(row: dict[str, Any]) -> str:
     if not binding:
         return "nothing measured: no larger count was run"
     value = _text(row.get("binding_text"))
-    users = _number(row.get("binding_users"))
+    users = finite(row.get("binding_users"))
     at = f" at {_int_text(users)} users" if users is not None else ""
     return binding + (f" ({value}{at})" if value else at)
 
 
 def _met(row: dict[str, Any]) -> bool:
-    users = _number(row.get("boundary_users"))
+    users = finite(row.get("boundary_users"))
     return _text(row.get("boundary_type")) != "none" and users is not None and users > 0
 
 
 def _tier_pick(tier: str, rows: list[dict[str, Any]], engines: bool) -> TierPick:
     description = _text(rows[0].get("description")) or tier
-    met = [r for r in rows if _met(r) and _number(r.get("agents_per_gpu")) is not None]
+    met = [r for r in rows if _met(r) and finite(r.get("agents_per_gpu")) is not None]
     if not met:
         bindings = Counter(_text(r.get("binding")) or "not measured" for r in rows)
         top, n = bindings.most_common(1)[0]
-        lowest = sorted({_int_text(r.get("binding_users")) for r in rows if _number(r.get("binding_users"))})
+        lowest = sorted({_int_text(r.get("binding_users")) for r in rows if finite(r.get("binding_users"))})
         at = f" at the lowest count measured ({', '.join(lowest)} users)" if lowest else ""
         return TierPick(
             tier, description, met=False, read=len(rows),
@@ -316,18 +307,18 @@ def _tier_pick(tier: str, rows: list[dict[str, Any]], engines: bool) -> TierPick
         )  # fmt: skip
 
     def key(r: dict[str, Any]) -> tuple[float, float]:
-        return (_number(r.get("agents_per_gpu")) or 0.0, _number(r.get(OUTPUT)) or 0.0)
+        return (finite(r.get("agents_per_gpu")) or 0.0, finite(r.get(OUTPUT)) or 0.0)
 
     best = max(met, key=key)
-    agents = _number(best.get("agents_per_gpu"))
-    ties = sum(1 for r in met if r is not best and _number(r.get("agents_per_gpu")) == agents)
+    agents = finite(best.get("agents_per_gpu"))
+    ties = sum(1 for r in met if r is not best and finite(r.get("agents_per_gpu")) == agents)
     return TierPick(
         tier,
         description,
         met=True,
         agents_per_gpu=agents,
         at_least=_text(best.get("boundary_type")) in ("at_least", "unresolved"),
-        agents_per_mw=_number(best.get("agents_per_mw")),
+        agents_per_mw=finite(best.get("agents_per_mw")),
         configuration=configuration({**best, "users": None}, engines).text(with_users=False),
         binding=capacity_binding(best),
         reading=capacity_reading(best),
@@ -337,7 +328,7 @@ def _tier_pick(tier: str, rows: list[dict[str, Any]], engines: bool) -> TierPick
 
 
 def _level_pick(level: float, points: list[dict[str, Any]], engines: bool) -> LevelPick:
-    xy = [(_number(p.get(INTERACTIVITY)), _number(p.get(OUTPUT))) for p in points]
+    xy = [(finite(p.get(INTERACTIVITY)), finite(p.get(OUTPUT))) for p in points]
     usable = [(i, x, y) for i, (x, y) in enumerate(xy) if x is not None and y is not None]
     if not usable:
         return LevelPick(level, "no points", how="no SUCCESS point has both figures")
@@ -350,13 +341,13 @@ def _level_pick(level: float, points: list[dict[str, Any]], engines: bool) -> Le
         return configuration(p, engines).text()
 
     def total(p: dict[str, Any]) -> float | None:
-        return _number(p.get(TOTAL))
+        return finite(p.get(TOTAL))
 
     def noise(p: dict[str, Any]) -> tuple[float, float] | None:
         found = p.get(OUTPUT_RANGE)
         if not isinstance(found, tuple | list) or len(found) != 2:
             return None
-        low, high = _number(found[0]), _number(found[1])
+        low, high = finite(found[0]), finite(found[1])
         return (low, high) if low is not None and high is not None else None
 
     if xs[-1] < level and not math.isclose(xs[-1], level, rel_tol=1e-9):

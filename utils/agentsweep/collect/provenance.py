@@ -15,22 +15,21 @@ compare: beside points that have one it is refused the same way, named; a sweep 
 receipt has nothing to compare. A capacity cell is no point itself (its steps are).
 
 Before any of this, each result directory is checked against its receipt as `agentsweep verify` checks
-it (``receipt_values``): a file changed, missing, added or unreadable since the cell ended, a
-non-finite number, or a receipt that cannot be read makes its row MALFORMED, never SUCCESS.
+it, as it is read (``contract.cellresult``): a file changed, missing, added or unreadable since the
+cell ended, a non-finite number, or a receipt that cannot be read makes its row MALFORMED, never
+SUCCESS.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from agentsweep.contract.receipt import FINGERPRINT_EXCLUDED, ReceiptError, read_receipt, verify
+from agentsweep.contract.receipt import FINGERPRINT_EXCLUDED, Receipt
 from agentsweep.contract.resultdir import RECEIPT_JSON
-from agentsweep.contract.resultdir.fileio import exists
 from agentsweep.errors import InputError
 
 # summary.csv columns taken from the receipt (engine_version and image are columns already).
@@ -50,40 +49,16 @@ class MixedError(InputError):
     """Points measured differently would be put side by side. Message: what differs and where."""
 
 
-NO_RECEIPT_NOTE = f"no {RECEIPT_JSON}: not checked against one"
-
-
-class ReceiptMismatch(InputError):
-    """A result directory does not match its receipt, or its receipt cannot be read (what `agentsweep
-    verify` says of it). Message: the first problem, relative to the directory, and how many more."""
-
-
-def receipt_values(path: Path) -> tuple[dict[str, Any], str | None]:
-    """The receipt's columns for one result directory and a note (``NO_RECEIPT_NOTE`` when it has no
-    receipt: the columns are then empty). ReceiptMismatch when the receipt cannot be read, or when a
-    file changed, went missing, was added or cannot be read since the cell ended, or a data file holds
-    a non-finite number."""
-    if not exists(path / RECEIPT_JSON):
-        return {}, NO_RECEIPT_NOTE
-    try:
-        receipt = read_receipt(path)
-        problems = verify(path)
-    except ReceiptError as err:
-        raise ReceiptMismatch(str(err).replace(f"{path}/", "", 1)) from None
-    except OSError as err:
-        where = Path(err.filename).relative_to(path) if err.filename else path.name
-        raise ReceiptMismatch(f"{where}: unreadable ({err.strerror or err})") from None
-    if problems:
-        first = problems[0]
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ReceiptMismatch(
-            f"does not match its {RECEIPT_JSON}: {first.path}: {first.kind}: {first.detail}{more}"
-        )
+def receipt_columns(receipt: Receipt | None) -> dict[str, Any]:
+    """The receipt's columns for one result directory (``CellIdentity.receipt``, checked against the
+    directory as it was read); empty without a receipt."""
+    if receipt is None:
+        return {}
     return {
         "replayer_version": receipt.replayer_version,
         "client_version": receipt.recipe.client_version,
         "recipe_fingerprint": receipt.recipe_fingerprint,
-    }, None
+    }
 
 
 def _text(value: Any) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from kv_cache_tester.metrics import finite
 
 from agentsweep import __version__
 from agentsweep.collect.aggregate import natural_key
@@ -494,7 +495,8 @@ CAPACITY_TIER_HEADERS = (
 
 def _num(value: Any) -> float:
     """A figure of the capacity table, 0 where it has none (for ordering)."""
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) else 0.0
+    number = finite(value)
+    return 0.0 if number is None else number
 
 
 def capacity_tiers(capacity: CapacityResults | None) -> list[CapacityTier]:

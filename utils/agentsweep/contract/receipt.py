@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.errors import validation_message
-from agentsweep.contract.resultdir.fileio import read_bytes, write_atomic
+from agentsweep.contract.resultdir.fileio import exists, read_bytes, write_atomic
 from agentsweep.contract.resultdir.files import RECEIPT_JSON, RECEIPT_JSON_MAX_BYTES
 from agentsweep.errors import InputError, ResultFileError
 
@@ -451,3 +451,32 @@ def verify(result_dir: Path) -> list[Problem]:
         if rel not in broken and not path.is_symlink():
             problems.extend(nonfinite_numbers(path, rel))
     return problems
+
+
+class ReceiptMismatch(InputError):
+    """A result directory does not match its receipt, or its receipt cannot be read (what `agentsweep
+    verify` says of it). Message: the first problem, relative to the directory, and how many more."""
+
+
+def checked_receipt(result_dir: Path) -> Receipt | None:
+    """The receipt of ``result_dir`` once the directory is checked against it; None when it has none
+    (an older result). ReceiptMismatch when the receipt cannot be read, or when a file changed, went
+    missing, was added or cannot be read since the cell ended, or a data file holds a non-finite
+    number."""
+    if not exists(result_dir / RECEIPT_FILE):
+        return None
+    try:
+        receipt = read_receipt(result_dir)
+        problems = verify(result_dir)
+    except ReceiptError as err:
+        raise ReceiptMismatch(str(err).replace(f"{result_dir}/", "", 1)) from None
+    except OSError as err:
+        where = Path(err.filename).relative_to(result_dir) if err.filename else result_dir.name
+        raise ReceiptMismatch(f"{where}: unreadable ({err.strerror or err})") from None
+    if problems:
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ReceiptMismatch(
+            f"does not match its {RECEIPT_FILE}: {first.path}: {first.kind}: {first.detail}{more}"
+        )
+    return receipt

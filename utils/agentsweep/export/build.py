@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kv_cache_tester.metrics import finite, interactivity_tok_s
@@ -56,7 +56,8 @@ POWER_SOURCE = "power.csv"
 
 @dataclass(frozen=True)
 class Point:
-    """What one exported row is made of: collect's row values, the parsed cell, its versions."""
+    """What one exported row is made of: collect's row values, the parsed cell, its versions, and the
+    failed requests per error class (summary.json's, as ``CellResult.failed_by_class`` reads them)."""
 
     exp_name: str
     outcome: Outcome
@@ -64,6 +65,7 @@ class Point:
     values: Mapping[str, Any]
     versions: Mapping[str, str | None]
     reason: str = ""  # why the cell is not SUCCESS (collect's reason)
+    failed_by_class: Mapping[str, int] = field(default_factory=dict)
 
 
 def _int(value: Any) -> int | None:
@@ -121,11 +123,6 @@ def _json(text: Any, default: Any) -> Any:
         return json.loads(text) if isinstance(text, str) and text else default
     except ValueError:
         return default
-
-
-def _error_categories(values: Mapping[str, Any]) -> dict[str, int]:
-    data = _json(values.get("failed_by_class"), {})
-    return {str(k): int(v) for k, v in data.items() if isinstance(v, int)} if isinstance(data, dict) else {}
 
 
 def _stability(values: Mapping[str, Any], flat: str) -> float | int | None:
@@ -309,7 +306,7 @@ def nested_row(point: Point) -> NestedRow:
                 records_profiled=_int(v.get("requests_sent")),
                 records_warmup_dropped=_int(v.get("requests_warmup")),
                 records_error_dropped=_int(v.get("requests_failed")),
-                error_categories=_error_categories(v),
+                error_categories=dict(point.failed_by_class),
             ),
             "router": Router(name=router_name, version=point.versions.get("router") if router_name else None),
         }

@@ -30,8 +30,7 @@ from typing import Any, cast
 from agentsweep.collect.aggregate import CELL_COLUMNS, load_cell, to_frame
 from agentsweep.collect.discover import find_cells
 from agentsweep.collect.provenance import mixed_in_sweep, refuse_mixed
-from agentsweep.contract.resultdir import read_cell_record
-from agentsweep.errors import AgentsweepError, InputError, ResultFileError
+from agentsweep.errors import AgentsweepError, InputError
 from agentsweep.export.artifacts import write_layout
 from agentsweep.export.build import Point, flat_row, nested_row
 from agentsweep.export.inferencex import colliding, unmapped
@@ -99,7 +98,7 @@ def points(results: Path, include_invalid: bool, allow_mixed: bool = True) -> li
     for line in mixed:
         print(f"export: allowed (--allow-mixed): {line}", file=sys.stderr)
     out: list[Point] = []
-    for cell_dir, row in loaded:
+    for _, row in loaded:
         if row.status not in wanted:
             print(f"export: {row.exp_name}: {row.status}, not exported", file=sys.stderr)
             continue
@@ -111,19 +110,22 @@ def points(results: Path, include_invalid: bool, allow_mixed: bool = True) -> li
                 file=sys.stderr,
             )
             continue
-        record = read_cell_record(cell_dir.path)
-        try:
-            cell = record.parse_cell() if record is not None else None
-        except ResultFileError:
-            cell = None
-        if record is None or cell is None:
+        result = row.result
+        cell = result.cell if result is not None else None
+        if result is None or cell is None:
             print(
                 f"export: {row.exp_name}: {row.status} with no readable cell, not exported", file=sys.stderr
             )
             continue
         out.append(
             Point(
-                row.exp_name, cast(Outcome, row.status), cell, row.values, record.versions, row.reason or ""
+                row.exp_name,
+                cast(Outcome, row.status),
+                cell,
+                row.values,
+                result.record.versions,
+                row.reason or "",
+                result.failed_by_class,
             )
         )
     return out

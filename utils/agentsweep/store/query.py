@@ -16,12 +16,12 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kv_cache_tester.metrics import finite
 from sqlalchemy import Connection, func, select
 
 from agentsweep.contract import columns
@@ -258,8 +258,9 @@ def _stability(
 
 
 def _finite(value: Any) -> float:
-    number = float(value)
-    if not math.isfinite(number):
+    """A stored figure (a number or its text) as a finite float; ValueError or TypeError otherwise."""
+    number = finite(float(value))
+    if number is None:
         raise ValueError(f"{value!r} is not a finite number")
     return number
 

@@ -7,12 +7,12 @@ a cell's reason says which file broke and how.
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any, TypeVar
 
 from kv_cache_tester.inputfiles import InputFileProblem, read_limited
+from kv_cache_tester.metrics import finite
 from pydantic import BaseModel, ValidationError
 
 from agentsweep.contract.errors import validation_message
@@ -92,7 +92,6 @@ def finite_number(text: str) -> float | None:
     """A CSV cell of a result file as a finite number; None for text, inf or nan (the readers of
     server_metrics*.csv and power.csv count such cells, never take them as values)."""
     try:
-        value = float(text)
+        return finite(float(text))
     except ValueError:
         return None
-    return value if math.isfinite(value) else None
