@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 from agentsweep.cli import main
+
+from tests.support import CannedServer, canned_server
 
 SMG_TEXT = """\
 # HELP smg_worker_requests_total Requests sent to a worker
@@ -22,36 +23,17 @@ smg_worker_requests_total{worker="http://127.0.0.1:9002",route="/v1/chat/complet
 """
 
 
-class _Metrics(BaseHTTPRequestHandler):
-    replies: ClassVar[list[tuple[int, str]]] = []
-
-    def do_GET(self) -> None:
-        status, text = self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
-        body = text.encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def metrics_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def metrics_server() -> Iterator[CannedServer]:
+    with canned_server() as server:
+        yield server
 
 
-def _run(server: ThreadingHTTPServer, out: Path, replies: list[tuple[int, str]]) -> int:
+def _run(server: CannedServer, out: Path, replies: list[tuple[int, str]]) -> int:
     """The collector in this process for 0.4 s, then SIGTERM (as the cell stops it)."""
-    _Metrics.replies = list(replies)
+    server.serve(replies)
     args = [
-        "router-metrics-collector", "--endpoint", f"http://127.0.0.1:{server.server_port}/metrics",
+        "router-metrics-collector", "--endpoint", f"{server.url}/metrics",
         "--program", "smg", "--instance", "r0=http://127.0.0.1:9001", "--instance", "r1=http://127.0.0.1:9002",
         "--output", str(out), "--interval", "0.05",
     ]  # fmt: skip
@@ -86,8 +68,8 @@ def test_rows_hold_requests_per_instance_and_failed_scrapes_leave_gaps(
 def test_a_foreign_file_is_refused_in_one_line(metrics_server, tmp_path: Path, capsys) -> None:
     out = tmp_path / "router_metrics.csv"
     out.write_text("a,b\n1,2\n")
-    _Metrics.replies = [(200, SMG_TEXT)]
-    rc = main(["router-metrics-collector", "--endpoint", f"http://127.0.0.1:{metrics_server.server_port}/m",
+    metrics_server.serve([SMG_TEXT])
+    rc = main(["router-metrics-collector", "--endpoint", f"{metrics_server.url}/m",
                "--program", "smg", "--instance", "r0=http://x:1", "--output", str(out)])  # fmt: skip
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()

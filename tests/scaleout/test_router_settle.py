@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellPlan, plan_cell
 from agentsweep.cell.replicas import write_router_figures
 from agentsweep.contract.cell import Cell
+
+from tests.support import CannedServer, canned_server
 
 from .conftest import MODEL
 
@@ -33,34 +32,13 @@ def smg_text(decisions: int, sent: tuple[int, int], urls: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-class _Router(BaseHTTPRequestHandler):
-    replies: ClassVar[list[str]] = []
-    served: ClassVar[int] = 0
-
-    def do_GET(self) -> None:
-        text = self.replies[min(type(self).served, len(self.replies) - 1)]
-        type(self).served += 1
-        body = text.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def router_server() -> Iterator[ThreadingHTTPServer]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Router)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def router_server() -> Iterator[CannedServer]:
+    with canned_server() as server:
+        yield server
 
 
-def _plan(tmp_path: Path, server: ThreadingHTTPServer, replies: list[str]) -> CellPlan:
+def _plan(tmp_path: Path, server: CannedServer) -> CellPlan:
     cell = Cell.parse(
         {
             "config_key": "so", "exp_name": "so-tp1-ep1-u4-off-r2-consistent_hash", "runner": "local",
@@ -71,37 +49,36 @@ def _plan(tmp_path: Path, server: ThreadingHTTPServer, replies: list[str]) -> Ce
     )  # fmt: skip
     plan = plan_cell(cell, tmp_path / "cell", port=free_port())
     assert plan.router is not None
-    router = dataclasses.replace(plan.router, metrics_url=f"http://127.0.0.1:{server.server_port}/metrics")
-    _Router.replies, _Router.served = replies, 0
+    router = dataclasses.replace(plan.router, metrics_url=f"{server.url}/metrics")
     (tmp_path / "cell").mkdir()
     return dataclasses.replace(plan, router=router)
 
 
 def test_a_read_torn_by_the_last_request_is_not_what_router_json_holds(tmp_path, router_server):
-    plan = _plan(tmp_path, router_server, [])
+    plan = _plan(tmp_path, router_server)
     urls = [r.url for r in plan.instances]
     # The first read lands while request 33 is routed: its decision not yet rendered, its send rendered.
-    _Router.replies = [smg_text(32, (17, 16), urls), smg_text(33, (17, 16), urls)]
+    router_server.serve([smg_text(32, (17, 16), urls), smg_text(33, (17, 16), urls)])
     write_router_figures(plan, plan.result_dir)
     record = json.loads((plan.result_dir / "router.json").read_text())
     assert record["requests_by_replica"] == [17.0, 16.0]
     assert record["policy_branches"] == {"routing_key_hit": 33.0}
-    assert _Router.served == 3  # torn, then the same figures twice
+    assert router_server.served == 3  # torn, then the same figures twice
 
 
 def test_counts_that_keep_moving_are_read_as_last_seen_and_said(tmp_path, router_server):
     from agentsweep.cell.replicas import settled_router_metrics
 
-    plan = _plan(tmp_path, router_server, [])
+    plan = _plan(tmp_path, router_server)
     urls = [r.url for r in plan.instances]
-    _Router.replies = [smg_text(n, (n, 0), urls) for n in range(1, 400)]
+    router_server.serve([smg_text(n, (n, 0), urls) for n in range(1, 400)])
     read = settled_router_metrics(plan, timeout_s=0.3, interval_s=0.05)
     assert not read.settled and read.text is not None and read.error is None
-    assert _Router.served >= 2
+    assert router_server.served >= 2
 
 
 def test_a_router_that_does_not_answer_leaves_the_reason(tmp_path, router_server):
-    plan = _plan(tmp_path, router_server, [])
+    plan = _plan(tmp_path, router_server)
     assert plan.router is not None
     gone = dataclasses.replace(
         plan, router=dataclasses.replace(plan.router, metrics_url="http://127.0.0.1:1/metrics")

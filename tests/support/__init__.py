@@ -4,6 +4,7 @@ Import from here (``from tests.support import wait_until``); the test directorie
 pytest's importlib mode resolves ``tests.support`` from the repository root.
 """
 
+from .canned_http import CannedServer, canned_server
 from .disk import filled_tmpfs
 from .ports import free_port
 from .processes import MarkedTree, pid_running, running_engine_sim, stop_process
@@ -19,9 +20,11 @@ from .waits import (
 )
 
 __all__ = [
+    "CannedServer",
     "LineFound",
     "MarkedTree",
     "WaitTimeout",
+    "canned_server",
     "filled_tmpfs",
     "free_port",
     "http_status",
