@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kv_cache_tester.metrics import SLO_FIGURES
-from kv_cache_tester.replay import RecordReader, ResultError, load_summary
+from kv_cache_tester.replay import RecordReader, ResultError, Summary, load_summary
 from kv_cache_tester.stats import percentile
 
 from agentsweep.contract.cell import Cell
@@ -78,9 +78,12 @@ def statistics(
     return out, requests, lane_peak
 
 
-def run_figures(result_dir: Path, cell: Cell, constraints: Sequence[SloConstraint]) -> RunFigures:
+def run_figures(
+    result_dir: Path, cell: Cell, constraints: Sequence[SloConstraint], summary: Summary | None = None
+) -> RunFigures:
     """The figures of one run's result directory (a step, or an ordinary cell); never raises for bad
-    content: an unreadable file leaves the figures empty and says why in ``problem``."""
+    content: an unreadable file leaves the figures empty and says why in ``problem``. ``summary`` is
+    its summary.json where the caller has read it already (else it is read here)."""
     out = RunFigures()
     try:
         out.statistics, out.requests, lane_peak = statistics(
@@ -92,11 +95,12 @@ def run_figures(result_dir: Path, cell: Cell, constraints: Sequence[SloConstrain
         return out
     out.kv_working_set_tokens = sum(lane_peak.values()) if lane_peak else None
     out.kv_pool_tokens = kv_pool_tokens(result_dir / SERVER_LOG)
-    try:
-        summary = load_summary(result_dir, required=())
-    except ResultError as err:
-        out.problem = str(err)
-        return out
+    if summary is None:
+        try:
+            summary = load_summary(result_dir, required=())
+        except ResultError as err:
+            out.problem = str(err)
+            return out
     throughput = summary.get("throughput") or {}
     for key, attr in (
         ("output_tok_per_s", "output_tok_per_s_per_gpu"),
