@@ -306,6 +306,7 @@ def prepare(path: Path, names: list[str], step_of: str = "") -> Prepared:
     payload = result_files.payload_json(result_files.drilldown(facts))
     blobs.append(("drilldown.json", [(len(payload), zlib.compress(payload, ZLIB_LEVEL))]))
     facts.requests = result_files.RequestTimeline()  # drawn into the payload; not sent back
+    facts.capacity = None
     return Prepared(facts, blobs)
 
 

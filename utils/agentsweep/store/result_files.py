@@ -1,10 +1,13 @@
 """Every read of a cell result directory that the store and the dashboard make, in one module.
 
-Each file is read through its owner (ARCHITECTURE.md §3, ``agentsweep.contract.resultdir.files``):
-cell.json, router.json and capacity.json through ``agentsweep.contract.resultdir``; requests.jsonl
-and summary.json through ``kv_cache_tester.replay.results`` (``RecordReader``, ``load_summary``);
-server_metrics*.csv and router_metrics.csv through ``agentsweep.metrics.scrapes.ScrapeReader``. The
-point's figures are collect's (``load_cell``), so the store and summary.csv read the same numbers.
+Each file is read through its owner (ARCHITECTURE.md §3, ``agentsweep.contract.resultdir.files``).
+cell.json, status.txt, capacity.json and summary.json are read once, by collect (``load_cell``): the
+point takes its verdict, figures and provenance from collect's row and what the cell measured from
+the row's ``CellResult``, so the store and summary.csv read the same numbers. router.json (which
+``CellResult`` does not hold) and a capacity.json beside a cell that is no capacity cell are read here
+through ``agentsweep.contract.resultdir``; requests.jsonl through ``kv_cache_tester.replay.results``
+(``RecordReader``) where collect did not stream it; server_metrics*.csv and router_metrics.csv through
+``agentsweep.metrics.scrapes.ScrapeReader``.
 
 requests.jsonl is read once per point: collect's recount passes every record on to the drill-down's
 timeline (``RequestTimeline``) as it goes. Everything the dashboard draws is taken from the files at
@@ -24,7 +27,7 @@ from typing import Any, cast
 import numpy as np
 from kv_cache_tester.inputfiles import InputFileProblem, open_regular
 from kv_cache_tester.metrics import finite
-from kv_cache_tester.replay import RecordReader, RequestRecord, ResultError, Summary, load_summary
+from kv_cache_tester.replay import RecordReader, RequestRecord, ResultError, Summary
 from kv_cache_tester.replay.jsonfast import dumps
 from kv_cache_tester.replay.stability import MIN_SUBWINDOWS, subwindow_length
 
@@ -42,9 +45,9 @@ from agentsweep.contract.resultdir import (
     ROUTER_METRICS_CSV,
     SERVER_METRICS_CSV,
     SUMMARY_JSON,
+    CapacityRecord,
     instance_metrics_csv,
     read_capacity,
-    read_cell_record,
     read_router,
     result_file,
 )
@@ -156,6 +159,8 @@ class PointFacts:
     # "kv_pool"}; {} for a capacity cell and a FAILED one.
     slo_run: dict[str, Any] = field(default_factory=dict)
     requests: RequestTimeline = field(default_factory=RequestTimeline, repr=False)
+    # A capacity cell's capacity.json as collect read and checked it (None for any other cell).
+    capacity: CapacityRecord | None = field(default=None, repr=False)
 
     @property
     def clock_scale(self) -> float:
@@ -184,18 +189,14 @@ def read_point(path: Path, step_of: str = "") -> PointFacts:
     """The figures, verdict, provenance and request timeline of one result directory (``step_of``: the
     capacity cell it is a step of); InputError naming the directory when it breaks the
     result-directory contract."""
-    try:
-        record = read_cell_record(path)
-    except ResultFileError as err:
-        raise InputError(f"{path}: not a readable result ({err})") from None
-    if record is None:
-        raise InputError(f"{path}: not a readable result ({CELL_JSON} missing)")
     timeline = RequestTimeline()
-    row = load_cell(FoundCell(path, record.exp_name or path.name, step_of), observe=timeline.add)
+    row = load_cell(FoundCell(path, path.name, step_of), observe=timeline.add)
     if step_of:
         row.notes.insert(0, f"step of capacity cell {step_of}")
-    if row.status == "MALFORMED":
+    result = row.result
+    if row.status == "MALFORMED" or result is None:  # a row that is not MALFORMED was read
         raise InputError(f"{path}: not a readable result ({row.reason})")
+    record, summary = result.record, result.summary
     if "req_records" not in row.values:  # collect did not recount the records (a FAILED cell)
         _read_records(path, timeline)
     metrics: dict[str, float] = {}
@@ -209,18 +210,12 @@ def read_point(path: Path, step_of: str = "") -> PointFacts:
             number = finite(value)
             if number is not None:
                 metrics[column.name] = number
-    summary: Summary | None = None
-    # A capacity cell replays nothing itself: its figures are its steps' (points of their own) and
-    # capacity.json's (kept, and in the drill-down).
-    if row.status != "FAILED" and not row.values.get("capacity"):
-        try:
-            summary = load_summary(path)
-        except ResultError as err:
-            raise InputError(f"{path}: {err}") from None
+    # A capacity cell replays nothing itself (it has no summary): its figures are its steps' (points of
+    # their own) and capacity.json's (kept, and in the drill-down). Nor has a FAILED cell.
     block, noise = read_stability(summary, metrics.get("clock_scale", 1.0))
     slo_run: dict[str, Any] = {}
-    if summary is not None and row.status in ("SUCCESS", "INVALID"):
-        figures = run_figures(path, record.parse_cell(), distinct_constraints(DEFAULT_TIERS))
+    if summary is not None and result.cell is not None and row.status in ("SUCCESS", "INVALID"):
+        figures = run_figures(path, result.cell, distinct_constraints(DEFAULT_TIERS), summary)
         slo_run = {
             "statistics": figures.statistics,
             "output": figures.output_tok_per_s_per_gpu,
@@ -230,7 +225,7 @@ def read_point(path: Path, step_of: str = "") -> PointFacts:
         }
     return PointFacts(
         path=path,
-        exp_name=row.exp_name,
+        exp_name=record.exp_name or path.name,
         status=row.status,
         reason=row.reason,
         notes=list(row.notes),
@@ -247,6 +242,7 @@ def read_point(path: Path, step_of: str = "") -> PointFacts:
         throughput_noise=read_throughput_noise(timeline, summary, metrics),
         slo_run=slo_run,
         requests=timeline,
+        capacity=result.capacity,
     )
 
 
@@ -495,12 +491,16 @@ def _router_series(path: Path, t0: float, scale: float, notes: list[str]) -> dic
     return out or None
 
 
-def _capacity(path: Path, notes: list[str]) -> dict[str, Any] | None:
-    try:
-        record = read_capacity(path)
-    except ResultFileError as err:
-        notes.append(f"drill-down: {err}")
-        return None
+def _capacity(facts: PointFacts, notes: list[str]) -> dict[str, Any] | None:
+    """capacity.json: a capacity cell's as collect read it; one beside any other cell is read here
+    (it is no part of that cell's result), one that breaks its contract leaving a note."""
+    record = facts.capacity
+    if record is None:
+        try:
+            record = read_capacity(facts.path)
+        except ResultFileError as err:
+            notes.append(f"drill-down: {err}")
+            return None
     return None if record is None else record.model_dump(mode="json")
 
 
@@ -564,6 +564,6 @@ def drilldown(facts: PointFacts, max_requests: int = DRILLDOWN_MAX_REQUESTS) -> 
             for name, check in (facts.validity.get("checks") or {}).items()
             if isinstance(check, dict)
         ],
-        "capacity": _capacity(path, notes),
+        "capacity": _capacity(facts, notes),
     }
     return payload
