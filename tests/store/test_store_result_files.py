@@ -1,6 +1,7 @@
 """The store's reads of a result directory, each through the file's owner: one pass over the records
-feeds collect's figures and the drill-down alike, a FAILED cell's records are read all the same, a
-broken router.json leaves a note, and the stability block is read in one place."""
+feeds collect's figures and the drill-down alike, summary.json is read once (by collect), a FAILED
+cell's records are read all the same, a broken router.json (or a capacity.json beside an ordinary
+cell) leaves a note, and the stability block is read in one place."""
 
 from __future__ import annotations
 
@@ -109,3 +110,22 @@ def test_the_stability_block_is_read_in_one_place():
     assert read_stability(None, 1.0) == ({}, {})
     assert read_stability({"stability": [1, 2]}, 1.0) == ({}, {})  # type: ignore[arg-type]
     assert set(result_files.STABILITY_METRICS) == {"ttft", "e2el", "intvty"}
+
+
+def test_summary_json_is_read_once_by_collect(tmp_path, monkeypatch):
+    path = write_cell(tmp_path, Spec(users=4))
+
+    def read_again(*args, **kwargs):
+        raise AssertionError("summary.json read a second time")
+
+    monkeypatch.setattr("agentsweep.capacity.measure.load_summary", read_again)
+    facts = read_point(path)
+    assert facts.validity and facts.slo_run["output"] is not None
+
+
+def test_a_capacity_json_beside_an_ordinary_cell_is_noted_in_the_drilldown(tmp_path):
+    path = write_cell(tmp_path, Spec(users=4))
+    (path / "capacity.json").write_text(json.dumps({"x": 1}))
+    payload = drilldown(read_point(path))
+    assert payload["capacity"] is None
+    assert any(n.startswith("drill-down: capacity.json: ") for n in payload["notes"])
