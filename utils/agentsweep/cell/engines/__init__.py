@@ -55,6 +55,20 @@ class PdRole:
     kv_transfer_gbs: float | None = None
 
 
+@dataclass(frozen=True)
+class LaunchSite:
+    """Where and how one engine instance starts: the runner's hardware (None when it states none), its
+    port (or a shell variable a launcher fills) and host, the interpreter of the cell's own processes,
+    the environment the cell runs in, and the instance's role in a disaggregated cell (None otherwise)."""
+
+    hardware: str | None
+    port: int | str
+    host: str = "127.0.0.1"
+    python: str = sys.executable
+    environ: Mapping[str, str] = field(default_factory=dict)
+    pd: PdRole | None = None
+
+
 class EngineRecipe(Protocol):
     """What the cell needs to know about one engine."""
 
@@ -76,19 +90,8 @@ class EngineRecipe(Protocol):
     cache_reset_path: str
     step_overhead_s: float
 
-    def launch(
-        self,
-        cell: Cell,
-        *,
-        hardware: str | None,
-        port: int | str,
-        host: str,
-        python: str,
-        environ: Mapping[str, str],
-        pd: PdRole | None = None,
-    ) -> EngineLaunch:
-        """The engine's argv and environment (before the cell's engine_args and engine_env); ``pd``
-        gives the instance's role in a disaggregated cell."""
+    def launch(self, cell: Cell, site: LaunchSite) -> EngineLaunch:
+        """The engine's argv and environment (before the cell's engine_args and engine_env) at ``site``."""
         ...
 
     def version(self, base_url: str) -> str | None:
@@ -148,9 +151,8 @@ def build_engine_launch(
         raise InputError(
             f"runner '{cell.runner}': unknown hardware {hardware!r}; expected one of {', '.join(HARDWARE)}"
         )
-    launch = recipe(cell.engine).launch(
-        cell, hardware=hardware, port=port, host=host, python=python, environ=environ or {}, pd=pd
-    )
+    site = LaunchSite(hardware, port, host, python, environ or {}, pd)
+    launch = recipe(cell.engine).launch(cell, site)
     extra = _split_engine_args(cell.engine_args)
     env = {**launch.env, **cell.engine_env_dict}
     return EngineLaunch(

@@ -15,9 +15,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
-from agentsweep.cell.engines import EngineLaunch, PdRole, ServingEngine, offload_gib
+from agentsweep.cell.engines import EngineLaunch, LaunchSite, ServingEngine, offload_gib
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.hardware import AMD_HARDWARE
 from agentsweep.errors import InputError
@@ -31,19 +30,9 @@ class SglangRecipe(ServingEngine):
     cache_reset_path = "/flush_cache"
     pd_bootstrap = True
 
-    def launch(
-        self,
-        cell: Cell,
-        *,
-        hardware: str | None,
-        port: int | str,
-        host: str,
-        python: str,
-        environ: Mapping[str, str],
-        pd: PdRole | None = None,
-    ) -> EngineLaunch:
+    def launch(self, cell: Cell, site: LaunchSite) -> EngineLaunch:
         argv = ["python3", "-m", "sglang.launch_server", "--model-path", cell.model]
-        argv += ["--host", host, "--port", str(port), "--tp-size", str(cell.tp)]
+        argv += ["--host", site.host, "--port", str(site.port), "--tp-size", str(cell.tp)]
         if cell.ep > 1:
             argv += ["--ep-size", str(cell.ep)]
         argv += ["--enable-metrics", "--enable-cache-report"]
@@ -57,11 +46,14 @@ class SglangRecipe(ServingEngine):
             argv += ["--enable-hierarchical-cache", "--hicache-size", str(per_rank)]
         elif cell.offload == "noprefix":
             argv.append("--disable-radix-cache")
-        if pd is not None:
-            argv += ["--disaggregation-mode", pd.role]
-            argv += ["--disaggregation-transfer-backend", TRANSFER_BACKEND.get(hardware or "", "mooncake")]
-            if pd.role == "prefill" and pd.bootstrap_port is not None:
-                argv += ["--disaggregation-bootstrap-port", str(pd.bootstrap_port)]
+        if site.pd is not None:
+            argv += ["--disaggregation-mode", site.pd.role]
+            argv += [
+                "--disaggregation-transfer-backend",
+                TRANSFER_BACKEND.get(site.hardware or "", "mooncake"),
+            ]
+            if site.pd.role == "prefill" and site.pd.bootstrap_port is not None:
+                argv += ["--disaggregation-bootstrap-port", str(site.pd.bootstrap_port)]
         return EngineLaunch(argv=argv)
 
 

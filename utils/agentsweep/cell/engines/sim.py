@@ -14,10 +14,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import agentsweep
-from agentsweep.cell.engines import EngineLaunch, PdRole, fmt_gib, fmt_num, offload_gib
+from agentsweep.cell.engines import EngineLaunch, LaunchSite, fmt_gib, fmt_num, offload_gib
 from agentsweep.contract.cell import HARDWARE, Cell
 from agentsweep.errors import InputError
 
@@ -37,28 +35,18 @@ class SimRecipe:
     cache_reset_path = "/reset_prefix_cache"  # it answers SGLang's /flush_cache too
     step_overhead_s = 10.0
 
-    def launch(
-        self,
-        cell: Cell,
-        *,
-        hardware: str | None,
-        port: int | str,
-        host: str,
-        python: str,
-        environ: Mapping[str, str],
-        pd: PdRole | None = None,
-    ) -> EngineLaunch:
-        argv = [python, "-m", "agentsweep.cli", "engine-sim", cell.model]
-        argv += ["--host", host, "--port", str(port), "--tensor-parallel-size", str(cell.tp)]
+    def launch(self, cell: Cell, site: LaunchSite) -> EngineLaunch:
+        argv = [site.python, "-m", "agentsweep.cli", "engine-sim", cell.model]
+        argv += ["--host", site.host, "--port", str(site.port), "--tensor-parallel-size", str(cell.tp)]
         if cell.ep > 1:
             argv += ["--ep-size", str(cell.ep)]
-        if not hardware:
+        if not site.hardware:
             raise InputError(
                 f"cell {cell.exp_name}: hardware: a simulated cell names the GPU it simulates "
                 f"({', '.join(HARDWARE)}), and runner '{cell.runner}' states none; set hardware in its "
                 "runners.yaml entry"
             )
-        argv += ["--hardware", hardware, "--speed", fmt_num(cell.speed)]
+        argv += ["--hardware", site.hardware, "--speed", fmt_num(cell.speed)]
         weights = WEIGHT_PRECISION.get(cell.precision.lower())
         if weights:  # the simulated weights footprint follows the cell's precision, not the model id
             argv += ["--quantization", weights]
@@ -66,12 +54,12 @@ class SimRecipe:
             argv += ["--kv-offloading-size", fmt_gib(offload_gib(cell))]
         elif cell.offload == "noprefix":
             argv.append("--no-enable-prefix-caching")
-        if pd is not None:
-            argv += ["--disaggregation-mode", pd.role]
-            if pd.role == "prefill" and pd.bootstrap_port is not None:
-                argv += ["--disaggregation-bootstrap-port", str(pd.bootstrap_port)]
-            if pd.kv_transfer_gbs is not None:
-                argv += ["--kv-transfer-gbs", fmt_num(pd.kv_transfer_gbs)]
+        if site.pd is not None:
+            argv += ["--disaggregation-mode", site.pd.role]
+            if site.pd.role == "prefill" and site.pd.bootstrap_port is not None:
+                argv += ["--disaggregation-bootstrap-port", str(site.pd.bootstrap_port)]
+            if site.pd.kv_transfer_gbs is not None:
+                argv += ["--kv-transfer-gbs", fmt_num(site.pd.kv_transfer_gbs)]
         return EngineLaunch(argv=argv)
 
     def kv_events_args(self, endpoint: str) -> list[str]:

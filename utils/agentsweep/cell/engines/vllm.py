@@ -35,9 +35,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 
-from agentsweep.cell.engines import EngineLaunch, PdRole, ServingEngine, fmt_gib, offload_gib
+from agentsweep.cell.engines import EngineLaunch, LaunchSite, ServingEngine, fmt_gib, offload_gib
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.hardware import is_amd
 
@@ -68,38 +67,28 @@ def offload_with_nixl(connector: str, cpu_bytes: int) -> dict[str, object]:
 class VllmRecipe(ServingEngine):
     pd_side_channel = True
 
-    def launch(
-        self,
-        cell: Cell,
-        *,
-        hardware: str | None,
-        port: int | str,
-        host: str,
-        python: str,
-        environ: Mapping[str, str],
-        pd: PdRole | None = None,
-    ) -> EngineLaunch:
-        api_python = environ.get(VLLM_API_SERVER_PYTHON_VAR) or None
+    def launch(self, cell: Cell, site: LaunchSite) -> EngineLaunch:
+        api_python = site.environ.get(VLLM_API_SERVER_PYTHON_VAR) or None
         if api_python:
             argv = [api_python, "-m", "vllm.entrypoints.cli.main", "serve", cell.model]
         else:
             argv = ["vllm", "serve", cell.model]
-        argv += ["--host", host, "--port", str(port), "--tensor-parallel-size", str(cell.tp)]
+        argv += ["--host", site.host, "--port", str(site.port), "--tensor-parallel-size", str(cell.tp)]
         if cell.ep > 1:
             argv.append("--enable-expert-parallel")
         argv.append("--enable-prompt-tokens-details")
         env: dict[str, str] = {}
         notes: list[str] = []
-        simple = not is_amd(hardware or "") and cell.offload_connector == "simple"
-        if cell.offload == "on" and pd is None:
+        simple = not is_amd(site.hardware or "") and cell.offload_connector == "simple"
+        if cell.offload == "on" and site.pd is None:
             argv += ["--kv-offloading-backend", "native", "--kv-offloading-size", fmt_gib(offload_gib(cell))]
             if simple:
                 env["VLLM_USE_SIMPLE_KV_OFFLOAD"] = "1"
         elif cell.offload == "noprefix":
             argv.append("--no-enable-prefix-caching")
-        if cell.offload == "on" and is_amd(hardware or ""):
+        if cell.offload == "on" and is_amd(site.hardware or ""):
             argv.append("--disable-hybrid-kv-cache-manager")
-        if pd is not None:
+        if site.pd is not None:
             if cell.offload == "on":
                 connector = "SimpleCPUOffloadConnector" if simple else "OffloadingConnector"
                 gib = offload_gib(cell)
@@ -111,10 +100,10 @@ class VllmRecipe(ServingEngine):
                 )
             else:
                 argv += ["--kv-transfer-config", NIXL_TRANSFER_CONFIG]
-            if pd.side_channel_port is not None:
-                env[NIXL_SIDE_CHANNEL_PORT_VAR] = str(pd.side_channel_port)
-            if host not in ("127.0.0.1", "localhost"):  # another node's decode must reach the handshake
-                env[NIXL_SIDE_CHANNEL_HOST_VAR] = host
+            if site.pd.side_channel_port is not None:
+                env[NIXL_SIDE_CHANNEL_PORT_VAR] = str(site.pd.side_channel_port)
+            if site.host not in ("127.0.0.1", "localhost"):  # another node's decode must reach the handshake
+                env[NIXL_SIDE_CHANNEL_HOST_VAR] = site.host
         if cell.capacity is not None:
             # A capacity cell resets the prefix cache between its steps: vLLM serves
             # POST /reset_prefix_cache only in its development mode.
