@@ -18,7 +18,8 @@ For each point ``P`` (its exp_name):
 - ``results_bmk/agg_bmk.json``: every row in one array, as their collector writes it.
 
 Every file is read from the result directory through its owner (requests.jsonl through
-``RecordReader``, server_metrics.csv through ``read_series``, power.csv through ``PowerCsvReader``).
+``RecordReader``, server_metrics.csv through ``read_series``, power.csv through ``PowerCsvReader``);
+summary.json's window comes with the point, as collect read it.
 """
 
 from __future__ import annotations
@@ -87,13 +88,17 @@ def _tokens(count: int | None) -> dict[str, Any] | None:
     return None if count is None else {"value": count, "unit": "tokens"}
 
 
-def _start_unix(result_dir: Path) -> float | None:
+def _start_unix(point: Point, result_dir: Path) -> float | None:
     """The run's start on the wall clock: the window's start less its offset from the run start
-    (None for a summary written before the window said its offset)."""
-    try:
-        window = load_summary(result_dir)["window"]
-    except ResultError:
-        return None
+    (None for a summary written before the window said its offset, or without a summary). The window
+    is the point's (collect read summary.json); a FAILED cell's CellResult holds no summary, so its
+    summary.json, when the run left one, is read here."""
+    window = point.window
+    if window is None:
+        try:
+            window = load_summary(result_dir)["window"]
+        except ResultError:
+            return None
     offset = window.get("start_s")
     return None if offset is None else window["start_unix"] - offset
 
@@ -141,9 +146,9 @@ def profile_record(record: RequestRecord, t0_unix: float) -> dict[str, Any]:
     }
 
 
-def profile_lines(result_dir: Path) -> Iterator[str]:
+def profile_lines(result_dir: Path, point: Point) -> Iterator[str]:
     """requests.jsonl as AIPerf profile records, one JSON line each (nothing without a run start)."""
-    t0 = _start_unix(result_dir)
+    t0 = _start_unix(point, result_dir)
     path = result_dir / REQUESTS_JSONL
     if t0 is None or not path.is_file():
         return
@@ -249,7 +254,7 @@ def write_layout(root: Path, rows: list[dict[str, Any]], points: list[Point]) ->
         raw = raw_dir(root, name)
         (raw / PROFILE.parent).mkdir(parents=True)
         with (raw / PROFILE).open("w", encoding="utf-8") as fh:
-            for line in profile_lines(result_dir):
+            for line in profile_lines(result_dir, point):
                 fh.write(line + "\n")
         server = server_export(result_dir, point)
         if server is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kv_cache_tester.metrics import finite, interactivity_tok_s
+from kv_cache_tester.replay import Window
 from pydantic import BaseModel
 
 from agentsweep.contract.cell import Cell
@@ -56,8 +57,9 @@ POWER_SOURCE = "power.csv"
 
 @dataclass(frozen=True)
 class Point:
-    """What one exported row is made of: collect's row values, the parsed cell, its versions, and the
-    failed requests per error class (summary.json's, as ``CellResult.failed_by_class`` reads them)."""
+    """What one exported row is made of: collect's row values, the parsed cell, its versions, the
+    failed requests per error class (summary.json's, as ``CellResult.failed_by_class`` reads them) and
+    summary.json's window (``CellResult.summary``; None for a FAILED cell, which holds no summary)."""
 
     exp_name: str
     outcome: Outcome
@@ -66,6 +68,7 @@ class Point:
     versions: Mapping[str, str | None]
     reason: str = ""  # why the cell is not SUCCESS (collect's reason)
     failed_by_class: Mapping[str, int] = field(default_factory=dict)
+    window: Window | None = None
 
 
 def _int(value: Any) -> int | None:

@@ -126,6 +126,7 @@ def points(results: Path, include_invalid: bool, allow_mixed: bool = True) -> li
                 result.record.versions,
                 row.reason or "",
                 result.failed_by_class,
+                result.summary["window"] if result.summary is not None else None,
             )
         )
     return out
