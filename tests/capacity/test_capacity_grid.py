@@ -12,6 +12,8 @@ from agentsweep.capacity.measure import run_figures
 from agentsweep.cell.record import write_result
 from agentsweep.collect.capacity import capacity_results
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.cellresult import CellIdentity, CellResult
+from agentsweep.contract.resultdir import read_cell_record, read_status
 from agentsweep.contract.slo import distinct_constraints, parse_tier_text, parse_tiers
 
 CELL = Cell(
@@ -149,6 +151,31 @@ def test_collect_reads_a_grid_capacity_per_series(tmp_path: Path) -> None:
         "tier t (TTFT p90 ≤ 1 s), sim offload=off tp=1 (grid): 10 agents per GPU (interpolated 8–15), "
         "bound by TTFT p90"
     ]
+
+
+def test_a_grid_member_with_its_cell_result_takes_the_cell_and_summary_from_it(tmp_path: Path) -> None:
+    rows, results = [], {}
+    for users, p90 in ((2, 0.2), (4, 0.4), (8, 0.8), (16, 1.6)):
+        cell = CELL.replace(users=users, exp_name=f"g-tp1-ep1-u{users}-off", config_key="g")
+        path = tmp_path / cell.exp_name
+        write_run(path, cell, [p90] * 10)
+        rows.append(
+            {"exp_name": cell.exp_name, "status": "SUCCESS", "result_dir": str(path), "config_key": "g",
+             "engine": "sim", "offload": "off", "router": "", "disagg": "", "tp": 1, "users": users,
+             "capacity": None, "step_of": ""}
+        )  # fmt: skip
+        record, status = read_cell_record(path), read_status(path)
+        assert record is not None and status is not None
+        summary = json.loads((path / "summary.json").read_text())
+        results[str(path)] = CellResult(path, CellIdentity(record, cell), status, None, summary)
+    tier = [parse_tier_text("t: ttft p90 <= 1 s")]
+    read = capacity_results(pd.DataFrame(rows), tier)
+    for path in tmp_path.iterdir():  # what collect read is not read again
+        (path / "cell.json").unlink()
+        (path / "summary.json").unlink()
+    held = capacity_results(pd.DataFrame(rows), tier, results)
+    assert held.lines == read.lines and not held.notes
+    pd.testing.assert_frame_equal(held.table, read.table)
 
 
 def test_a_series_of_one_count_says_at_least_or_none_and_grid_rows_name_their_configuration(

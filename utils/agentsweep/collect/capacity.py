@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from kv_cache_tester.metrics import finite
 from agentsweep.capacity.grid import GridCapacity, GridRun, grid_capacity
 from agentsweep.capacity.measure import run_figures
 from agentsweep.contract.cell import Cell
+from agentsweep.contract.cellresult import CellResult
 from agentsweep.contract.resultdir import CapacityRecord, read_capacity, read_cell_record
 from agentsweep.contract.slo import DEFAULT_TIERS, SloConstraint, SloTier, distinct_constraints
 from agentsweep.errors import InputError
@@ -72,6 +73,10 @@ CAPACITY_COLUMNS = (
     *CONFIG_COLUMNS,
 )
 GRID_KEYS = ("config_key", "engine", "offload", "router", "disagg", "tp")
+
+# The rows' CellResults (collect's Row.result) by their result_dir column: a row found here takes its
+# cell, capacity.json and summary.json from what collect read; one not found is read from its directory.
+Results = Mapping[str, CellResult]
 
 
 @dataclass
@@ -118,17 +123,28 @@ def _is_capacity_row(row: dict[str, Any]) -> bool:
     return bool(_text(row.get("capacity")))
 
 
-def capacity_cells(df: pd.DataFrame, notes: list[str]) -> list[CapacityCell]:
+def _held(results: Results | None, row: dict[str, Any]) -> CellResult | None:
+    """The row's CellResult when it holds the parsed cell (a FAILED cell whose cell does not parse
+    holds neither it nor its capacity.json: such a row is read from its directory, for the note)."""
+    result = results.get(str(row["result_dir"])) if results is not None else None
+    return result if result is not None and result.cell is not None else None
+
+
+def capacity_cells(df: pd.DataFrame, notes: list[str], results: Results | None = None) -> list[CapacityCell]:
     """Every capacity cell of the table that left a readable capacity.json."""
     out: list[CapacityCell] = []
     for row in df.to_dict("records"):
         if not _is_capacity_row(row) or row.get("status") in ("MALFORMED", "MISSING"):
             continue
         path = Path(str(row["result_dir"]))
+        held = _held(results, row)
         try:
-            record = read_capacity(path)
-            cell_record = read_cell_record(path)
-            cell = cell_record.parse_cell() if cell_record is not None else None
+            if held is not None:
+                record, cell = held.capacity, held.cell
+            else:
+                record = read_capacity(path)
+                cell_record = read_cell_record(path)
+                cell = cell_record.parse_cell() if cell_record is not None else None
         except InputError as err:
             notes.append(f"{row['exp_name']}: {err}")
             continue
@@ -218,20 +234,26 @@ def _series_label(key: dict[str, Any], several_keys: bool) -> str:
 GridReader = Callable[[dict[str, Any], Sequence[SloConstraint]], "tuple[int, GridRun] | None"]
 
 
-def result_dir_reader(notes: list[str]) -> GridReader:
-    """A GridReader over a row's result directory (its cell.json and requests.jsonl)."""
+def result_dir_reader(notes: list[str], results: Results | None = None) -> GridReader:
+    """A GridReader over a row's result directory (its requests.jsonl; its cell.json and summary.json
+    as its CellResult in ``results`` holds them, else read here)."""
 
     def read(member: dict[str, Any], constraints: Sequence[SloConstraint]) -> tuple[int, GridRun] | None:
         path = Path(str(member["result_dir"]))
+        held = _held(results, member)
+        summary = held.summary if held is not None else None
         try:
-            cell_record = read_cell_record(path)
-            cell = cell_record.parse_cell() if cell_record is not None else None
+            if held is not None:
+                cell = held.cell
+            else:
+                cell_record = read_cell_record(path)
+                cell = cell_record.parse_cell() if cell_record is not None else None
         except InputError as err:
             notes.append(f"{member['exp_name']}: {err}")
             return None
         if cell is None:
             return None
-        figures = run_figures(path, cell, constraints)
+        figures = run_figures(path, cell, constraints, summary)
         return cell.gpus, GridRun(
             users=cell.users,
             status=str(member["status"]),
@@ -342,12 +364,15 @@ def _grid_agents_per_mw(found: GridCapacity, power: dict[int, list[float]]) -> f
     return found.boundary_users / (watts / 1e6) if watts else None
 
 
-def capacity_results(df: pd.DataFrame, slo: Sequence[SloTier] | None = None) -> CapacityResults:
-    """The capacity table of a collected sweep (empty when no cell says anything about capacity)."""
+def capacity_results(
+    df: pd.DataFrame, slo: Sequence[SloTier] | None = None, results: Results | None = None
+) -> CapacityResults:
+    """The capacity table of a collected sweep (empty when no cell says anything about capacity);
+    ``results``: the rows' CellResults, so that what collect read is not read again."""
     notes: list[str] = []
-    cells = capacity_cells(df, notes)
+    cells = capacity_cells(df, notes, results)
     rows = search_rows(cells)
     lines = [row["line"] for row in rows]
-    grid, grid_lines = grid_rows(df, grid_tiers(slo, cells), result_dir_reader(notes))
+    grid, grid_lines = grid_rows(df, grid_tiers(slo, cells), result_dir_reader(notes, results))
     table = pd.DataFrame.from_records([*rows, *grid], columns=list(CAPACITY_COLUMNS))
     return CapacityResults(table=table, lines=[*lines, *grid_lines], cells=cells, notes=notes)

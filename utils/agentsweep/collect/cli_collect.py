@@ -165,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
     for line in mixed:
         print(f"collect: allowed (--allow-mixed): {line}", file=sys.stderr)
     prepare_out_dir(args.out_dir)
-    capacity = capacity_results(df, overrides.slo_tiers(args.slo))
+    held = {str(r.values["result_dir"]): r.result for r in rows if r.result is not None}
+    capacity = capacity_results(df, overrides.slo_tiers(args.slo), held)
     for note in capacity.notes:
         print(f"collect: capacity: {note}", file=sys.stderr)
     with one_set(args.out_dir, OUTPUTS):
