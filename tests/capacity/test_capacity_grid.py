@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -130,17 +131,22 @@ def test_grid_boundary_is_interpolated_between_the_cells_around_it_and_marked() 
     assert top is not None and (top.kind, top.boundary_users) == ("at_least", 4)
 
 
-def test_collect_reads_a_grid_capacity_per_series(tmp_path: Path) -> None:
-    rows = []
+def grid_series(tmp_path: Path) -> list[tuple[Cell, dict[str, Any]]]:
+    """One series of four grid cells (2 to 16 users, TTFT p90 0.1 s per 2 users) and their collect rows."""
+    out = []
     for users, p90 in ((2, 0.2), (4, 0.4), (8, 0.8), (16, 1.6)):
         cell = CELL.replace(users=users, exp_name=f"g-tp1-ep1-u{users}-off", config_key="g")
         path = tmp_path / cell.exp_name
         write_run(path, cell, [p90] * 10)
-        rows.append(
-            {"exp_name": cell.exp_name, "status": "SUCCESS", "result_dir": str(path), "config_key": "g",
-             "engine": "sim", "offload": "off", "router": "", "disagg": "", "tp": 1, "users": users,
-             "capacity": None, "step_of": ""}
-        )  # fmt: skip
+        row = {"exp_name": cell.exp_name, "status": "SUCCESS", "result_dir": str(path), "config_key": "g",
+               "engine": "sim", "offload": "off", "router": "", "disagg": "", "tp": 1, "users": users,
+               "capacity": None, "step_of": ""}  # fmt: skip
+        out.append((cell, row))
+    return out
+
+
+def test_collect_reads_a_grid_capacity_per_series(tmp_path: Path) -> None:
+    rows = [row for _cell, row in grid_series(tmp_path)]
     results = capacity_results(pd.DataFrame(rows), [parse_tier_text("t: ttft p90 <= 1 s")])
     assert list(results.table["source"]) == ["grid"]
     row = results.table.iloc[0]
@@ -155,15 +161,9 @@ def test_collect_reads_a_grid_capacity_per_series(tmp_path: Path) -> None:
 
 def test_a_grid_member_with_its_cell_result_takes_the_cell_and_summary_from_it(tmp_path: Path) -> None:
     rows, results = [], {}
-    for users, p90 in ((2, 0.2), (4, 0.4), (8, 0.8), (16, 1.6)):
-        cell = CELL.replace(users=users, exp_name=f"g-tp1-ep1-u{users}-off", config_key="g")
-        path = tmp_path / cell.exp_name
-        write_run(path, cell, [p90] * 10)
-        rows.append(
-            {"exp_name": cell.exp_name, "status": "SUCCESS", "result_dir": str(path), "config_key": "g",
-             "engine": "sim", "offload": "off", "router": "", "disagg": "", "tp": 1, "users": users,
-             "capacity": None, "step_of": ""}
-        )  # fmt: skip
+    for cell, row in grid_series(tmp_path):
+        rows.append(row)
+        path = Path(row["result_dir"])
         record, status = read_cell_record(path), read_status(path)
         assert record is not None and status is not None
         summary = json.loads((path / "summary.json").read_text())
