@@ -115,6 +115,12 @@ def test_a_replica_that_stops_answering_its_metrics_is_named(tmp_path):
     [
         ({"r0": 64, "r1": 50}, 0, "r1 finished 64 requests but the router sent it 50"),
         (
+            {"r0": 64, "r1": 50},
+            3,
+            "r1 finished 64 requests but the router sent it 50 and the client gave up on or saw fail only 3",
+        ),
+        ({"r0": 64, "r1": 62}, 2, None),  # two the client gave up on finished, uncounted by the router
+        (
             {"r0": 64, "r1": 90},
             3,
             "the router sent r1 90 requests, it finished 64 and the client saw only 3 fail",

@@ -237,14 +237,18 @@ def _count_check(facts: list[InstanceFacts], sent: dict[str, float], failures: i
         assert f.finished is not None
         routed = sent[f.name]
         slack = max(1.0, tolerance * routed)
-        over = f.finished - routed
+        # A request the client gave up on may still finish on the instance while the cell lets the
+        # engines' counts settle, where the router's count need not hold it (a two-node cell behind smg:
+        # r0 finished 16, the router counted 14 sent): as many over as the client lost are allowed.
+        over = f.finished - routed - failures
         short = routed - f.finished - failures
         if over > slack:
             gap = over / max(routed, 1.0)
             if gap > worst[0]:
+                lost = f" and the client gave up on or saw fail only {failures}" if failures else ""
                 worst = (
                     gap,
-                    f"{f.name} finished {f.finished:.0f} requests but the router sent it {routed:.0f}",
+                    f"{f.name} finished {f.finished:.0f} requests but the router sent it {routed:.0f}{lost}",
                 )
         elif short > slack:
             gap = short / max(routed, 1.0)
