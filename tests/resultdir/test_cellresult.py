@@ -11,6 +11,7 @@ import pytest
 from agentsweep.contract.cellresult import NO_RECEIPT_NOTE, MalformedResult, load_cell_result
 
 from ..collect.conftest import Spec, write_cell
+from ..collect.routed_cells import routed_cell
 from ..store.conftest import seal
 
 
@@ -80,3 +81,25 @@ def test_a_missing_cell_json_has_no_identity(tmp_path: Path) -> None:
     with pytest.raises(MalformedResult, match=re.escape("cell.json missing")) as err:
         load_cell_result(path)
     assert err.value.identity is None
+
+
+def test_router_json_is_held_with_its_own_error(tmp_path: Path) -> None:
+    """A routed cell's router.json is read with the rest; one that breaks its contract is the router's
+    error (collect's routed figures make the row INVALID), never a MalformedResult."""
+    path = routed_cell(tmp_path, Spec(tp=1, users=8), counts=(30.0, 10.0))
+    result = load_cell_result(path)
+    assert result.router is not None and result.router_error is None
+    assert result.router.requests_by_replica == (30.0, 10.0) and result.router.policy == "cache_aware"
+    (path / "router.json").write_text(json.dumps({"requests_by_replica": [-1]}))
+    broken = load_cell_result(path)
+    assert broken.router is None and broken.summary is not None
+    assert broken.router_error is not None
+    assert broken.router_error.startswith("router.json: requests_by_replica must be a list of request counts")
+    (path / "router.json").unlink()
+    (path / "router.json").mkdir()
+    assert load_cell_result(path).router_error == "router.json: not a regular file (a directory)"
+
+
+def test_a_single_engine_cell_has_no_router_record(tmp_path: Path) -> None:
+    result = load_cell_result(write_cell(tmp_path, Spec()))
+    assert result.router is None and result.router_error is None

@@ -1,11 +1,13 @@
 """What one cell measured, read once from its result directory (ARCHITECTURE.md §3) through each file's
 owner: cell.json (``CellRecord``), the receipt (checked against the directory), status.txt
-(``CellStatus``), capacity.json (``CapacityRecord``) and summary.json (the replayer's ``Summary``, with
-its figures as summary.csv names them: ``contract.figures``).
+(``CellStatus``), capacity.json (``CapacityRecord``), summary.json (the replayer's ``Summary``, with
+its figures as summary.csv names them: ``contract.figures``) and router.json (``RouterRecord``).
 
 The files are read in that order and held to their contracts together (status.txt repeats cell.json's
 verdict, a capacity cell has its capacity.json); the first break is a ``MalformedResult`` carrying what
-was read before it, so a reader that lists every cell (collect) still shows what the cell was.
+was read before it, so a reader that lists every cell (collect) still shows what the cell was. router.json
+is read last and held with its own error: one that breaks its contract breaks no other file's, so it
+is no MalformedResult; collect's routed figures make a routed cell INVALID for it.
 
 A FAILED cell has no summary, nor has a capacity cell (its figures are its steps' and capacity.json's).
 The request records, the scrapes and the power samples are streamed by their readers, never held here.
@@ -31,8 +33,10 @@ from agentsweep.contract.resultdir import (
     CapacityRecord,
     CellRecord,
     CellStatus,
+    RouterRecord,
     read_capacity,
     read_cell_record,
+    read_router,
     read_status,
 )
 from agentsweep.errors import ResultFileError
@@ -69,6 +73,8 @@ class CellResult:
     status: CellStatus  # status.txt, the same verdict as cell.json's
     capacity: CapacityRecord | None = None  # a capacity cell's search (None for a FAILED one without it)
     summary: Summary | None = None  # None for a FAILED cell and a capacity cell
+    router: RouterRecord | None = None  # None without router.json (one engine) or when it breaks
+    router_error: str | None = None  # why router.json breaks its contract (then ``router`` is None)
 
     @property
     def record(self) -> CellRecord:
@@ -123,7 +129,7 @@ def load_cell_result(path: Path) -> CellResult:
 
 
 def _rest(path: Path, identity: CellIdentity) -> CellResult:
-    """status.txt, capacity.json and summary.json, after cell.json and the receipt."""
+    """status.txt, capacity.json, summary.json and router.json, after cell.json and the receipt."""
     record, cell = identity.record, identity.cell
     status = read_status(path)
     if status is None:
@@ -142,6 +148,14 @@ def _rest(path: Path, identity: CellIdentity) -> CellResult:
         problem = capacity.check_against(cell, status.verdict, path) if capacity is not None else None
         if problem:
             raise MalformedResult(problem, identity)
-    if status.verdict == "FAILED" or capacity is not None:
-        return CellResult(path, identity, status, capacity)
-    return CellResult(path, identity, status, None, load_summary(path))
+    summary = None if status.verdict == "FAILED" or capacity is not None else load_summary(path)
+    router, router_error = _router(path)
+    return CellResult(path, identity, status, capacity, summary, router, router_error)
+
+
+def _router(path: Path) -> tuple[RouterRecord | None, str | None]:
+    """(router.json, why it breaks its contract): (None, None) without one."""
+    try:
+        return read_router(path), None
+    except ResultFileError as err:
+        return None, str(err)
