@@ -12,6 +12,9 @@ import pytest
 from agentsweep.cli import main
 from agentsweep.collect.aggregate import build_rows, to_frame
 from agentsweep.collect.discover import find_cells
+from agentsweep.contract import cellresult
+from agentsweep.contract.cellresult import load_cell_result
+from agentsweep.contract.resultdir import RouterRecord
 
 from ..store.conftest import seal
 from .conftest import HIT, Spec, summary_json
@@ -147,6 +150,26 @@ def test_a_broken_router_json_or_instance_csv_makes_the_row_invalid_in_one_line(
     assert row["status"] == "INVALID", what
     assert reason in row["reason"]
     assert "\n" not in row["reason"] and "Traceback" not in row["reason"]
+
+
+def test_router_json_is_read_once_and_its_error_is_the_rows_reason(tmp_path, monkeypatch):
+    """collect's routed figures and checks take router.json from the cell's result, read once; one
+    that breaks its contract is the row's INVALID reason word for word, never a MALFORMED row."""
+    path = routed_cell(tmp_path, Spec(tp=1, users=4, offload="off"))
+    (path / "router.json").write_text(json.dumps({"requests_by_replica": [-1]}))
+    reads: list[Path] = []
+    read_router = cellresult.read_router
+
+    def counted(result_dir: Path) -> RouterRecord | None:
+        reads.append(result_dir)
+        return read_router(result_dir)
+
+    monkeypatch.setattr(cellresult, "read_router", counted)
+    row = _row(tmp_path)
+    assert reads == [path]
+    error = load_cell_result(path).router_error
+    assert error is not None and error.startswith("router.json: requests_by_replica must be a list")
+    assert row["status"] == "INVALID" and row["reason"] == f"collect: {error}"
 
 
 @pytest.mark.parametrize(

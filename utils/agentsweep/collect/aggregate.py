@@ -142,7 +142,8 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
     else:
         row.notes.append(f"{SERVER_METRICS_CSV} missing: no server-side figures")
     if cell.routed:
-        routed = routed_figures(path, cell, row.values["window_start_unix"], row.values["window_end_unix"])
+        start, end = row.values["window_start_unix"], row.values["window_end_unix"]
+        routed = routed_figures(path, cell, start, end, result.router, result.router_error)
         row.values.update(routed.figures)
         row.notes.extend(routed.notes)
         problems.extend(routed.problems)
@@ -150,7 +151,8 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
     row.values.update(power)
     row.notes.extend(notes)
     # The instance files are the ones the cell planned, whole, and merged as they say.
-    problems.extend(routed_artifact_problems(path, cell, problems))
+    router_found = result.router is not None or result.router_error is not None
+    problems.extend(routed_artifact_problems(path, cell, problems, router_found=router_found))
     if problems:
         row.status = "INVALID"
         row.reason = "; ".join([*([row.reason] if row.reason else []), *(f"collect: {p}" for p in problems)])

@@ -5,7 +5,8 @@ disaggregated cell prefill instances ``p<i>`` and decode instances ``d<i>``. Eac
 into ``server_metrics.<name>.csv``; ``server_metrics.csv`` merges the client-facing ones (every
 replica; the decode instances of a disaggregated cell) and ``server_metrics.prefill.csv`` the prefill
 instances. ``router.json`` holds the router's per-instance request counts and, where the router
-exposes them, its affinity figures.
+exposes them, its affinity figures; it is read once, with the rest of the cell
+(``CellResult.router``, or ``router_error`` when it breaks its contract).
 
 What is missing gives an empty figure and a note naming the file (as a missing server_metrics.csv
 does); what is there but breaks its format, or contradicts the cell, is a problem that makes the row
@@ -24,9 +25,7 @@ from agentsweep.contract.resultdir import (
     ROUTER_JSON,
     RouterRecord,
     instance_metrics_csv,
-    read_router,
 )
-from agentsweep.errors import ResultFileError
 
 # Branches by which a router placed a request where its context already was: smg cache_aware's
 # prefix-tree match and consistent_hashing's session-key hit. Every other branch (expected-wait,
@@ -64,12 +63,11 @@ def _share(counts: tuple[float, ...]) -> float | None:
     return max(counts) / total if total else None
 
 
-def router_figures(path: Path, cell: Cell, out: Routed) -> None:
-    """router_busiest_share, router_prefix_match and router_affinity_share from router.json."""
-    try:
-        data = read_router(path)
-    except ResultFileError as err:
-        out.problems.append(str(err))
+def router_figures(data: RouterRecord | None, error: str | None, cell: Cell, out: Routed) -> None:
+    """router_busiest_share, router_prefix_match and router_affinity_share from router.json as the
+    cell's result holds it (``error``: why it breaks its contract; both None without one)."""
+    if error is not None:
+        out.problems.append(error)
         return
     if data is None:
         out.notes.append(f"{ROUTER_JSON} missing: no router figures")
@@ -170,9 +168,12 @@ def instance_figures(path: Path, cell: Cell, start: float, end: float, out: Rout
         out.figures["prefill_gpu_hit_rate"] = rate
 
 
-def routed_figures(path: Path, cell: Cell, start: float, end: float) -> Routed:
-    """Every ROUTED column of a routed cell; never raises for bad content."""
+def routed_figures(
+    path: Path, cell: Cell, start: float, end: float, router: RouterRecord | None, router_error: str | None
+) -> Routed:
+    """Every ROUTED column of a routed cell (``router``, ``router_error``: its router.json as
+    ``CellResult`` holds it); never raises for bad content."""
     out = Routed()
-    router_figures(path, cell, out)
+    router_figures(router, router_error, cell, out)
     instance_figures(path, cell, start, end, out)
     return out

@@ -134,14 +134,17 @@ def merged_problem(path: Path, merged: str, instances: list[str]) -> str | None:
     return None
 
 
-def routed_artifact_problems(path: Path, cell: Cell, already: list[str] | None = None) -> list[str]:
+def routed_artifact_problems(
+    path: Path, cell: Cell, already: list[str] | None = None, *, router_found: bool
+) -> list[str]:
     """Every problem of the cell's instance artifacts (one line each, without ``collect:``); a file a
-    problem in ``already`` names is not reported again."""
+    problem in ``already`` names is not reported again. ``router_found``: the cell left a router.json
+    (read or not: ``CellResult.router`` or ``router_error``)."""
     planned, main, prefill = _planned(cell)
     problems = stray_files(path, planned)
     if not cell.routed:
         return problems
-    if not (path / ROUTER_JSON).exists() and not (path / ROUTER_JSON).is_symlink():
+    if not router_found:
         problems.append(f"{ROUTER_JSON} missing: a routed cell writes it")
     readable = True
     for name in planned:
