@@ -1,7 +1,7 @@
 """The store's reads of a result directory, each through the file's owner: one pass over the records
-feeds collect's figures and the drill-down alike, summary.json is read once (by collect), a FAILED
-cell's records are read all the same, a broken router.json (or a capacity.json beside an ordinary
-cell) leaves a note, and the stability block is read in one place."""
+feeds collect's figures and the drill-down alike, summary.json and router.json are read once (by
+collect), a FAILED cell's records are read all the same, a broken router.json (or a capacity.json
+beside an ordinary cell) leaves a note, and the stability block is read in one place."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 from agentsweep.collect.aggregate import load_cell
 from agentsweep.collect.discover import FoundCell
+from agentsweep.contract import cellresult
+from agentsweep.contract.resultdir import RouterRecord
 from agentsweep.errors import InputError
 from agentsweep.store import result_files
 from agentsweep.store.result_files import drilldown, kept_files, read_point, read_stability
 
 from ..collect.conftest import Spec, requests_lines, write_cell
-from ..collect.routed_cells import routed_cell
+from ..collect.routed_cells import pd_cell, routed_cell
 
 
 def _records(path: Path) -> list[dict]:
@@ -76,9 +78,36 @@ def test_a_broken_router_json_leaves_a_note_in_the_drilldown(tmp_path):
     facts = read_point(path)
     assert drilldown(facts)["router"]["totals"]["requests_by_replica"] == [30.0, 10.0]
     (path / "router.json").write_text(json.dumps({"requests_by_replica": [-1]}))
-    payload = drilldown(read_point(path))
+    facts = read_point(path)
+    payload = drilldown(facts)
     assert (payload["router"] or {}).get("totals") is None
+    assert facts.router is None and facts.router_error is not None
+    assert f"drill-down: {facts.router_error}" in payload["notes"]
     assert any(n.startswith("drill-down: router.json: requests_by_replica") for n in payload["notes"])
+    # The point itself is INVALID for it, with collect's reason (it was read the once).
+    assert facts.status == "INVALID" and facts.reason == f"collect: {facts.router_error}"
+
+
+def test_router_json_is_read_once_by_collect_and_drawn_from_its_result(tmp_path, monkeypatch):
+    """The drill-down's router totals are router.json as collect's CellResult holds it, read once."""
+    path = pd_cell(tmp_path, Spec(tp=1, users=8, offload="off"), prefill=(2, 1))
+    reads: list[Path] = []
+    read_router = cellresult.read_router
+
+    def counted(result_dir: Path) -> RouterRecord | None:
+        reads.append(result_dir)
+        return read_router(result_dir)
+
+    monkeypatch.setattr(cellresult, "read_router", counted)
+    facts = read_point(path)
+    payload = drilldown(facts)
+    assert reads == [path]
+    assert facts.router is not None and facts.router_error is None
+    assert payload["router"]["totals"] == {
+        "requests_by_prefill": [40.0, 40.0],
+        "requests_by_decode": [25.0, 15.0],
+    }
+    assert not any("router.json" in n for n in payload["notes"])
 
 
 def test_kept_files_are_the_declared_ones(tmp_path):

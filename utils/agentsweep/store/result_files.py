@@ -1,11 +1,11 @@
 """Every read of a cell result directory that the store and the dashboard make, in one module.
 
 Each file is read through its owner (ARCHITECTURE.md §3, ``agentsweep.contract.resultdir.files``).
-cell.json, status.txt, capacity.json and summary.json are read once, by collect (``load_cell``): the
-point takes its verdict, figures and provenance from collect's row and what the cell measured from
-the row's ``CellResult``, so the store and summary.csv read the same numbers. router.json (which
-``CellResult`` does not hold) and a capacity.json beside a cell that is no capacity cell are read here
-through ``agentsweep.contract.resultdir``; requests.jsonl through ``kv_cache_tester.replay.results``
+cell.json, status.txt, capacity.json, summary.json and router.json are read once, by collect
+(``load_cell``): the point takes its verdict, figures and provenance from collect's row and what the
+cell measured from the row's ``CellResult``, so the store and summary.csv read the same numbers. A
+capacity.json beside a cell that is no capacity cell is read here through
+``agentsweep.contract.resultdir``; requests.jsonl through ``kv_cache_tester.replay.results``
 (``RecordReader``) where collect did not stream it; server_metrics*.csv and router_metrics.csv through
 ``agentsweep.metrics.scrapes.ScrapeReader``.
 
@@ -46,9 +46,9 @@ from agentsweep.contract.resultdir import (
     SERVER_METRICS_CSV,
     SUMMARY_JSON,
     CapacityRecord,
+    RouterRecord,
     instance_metrics_csv,
     read_capacity,
-    read_router,
     result_file,
 )
 from agentsweep.contract.resultdir.fileio import exists
@@ -161,6 +161,9 @@ class PointFacts:
     requests: RequestTimeline = field(default_factory=RequestTimeline, repr=False)
     # A capacity cell's capacity.json as collect read and checked it (None for any other cell).
     capacity: CapacityRecord | None = field(default=None, repr=False)
+    # router.json as collect read it (None without one), or why it breaks its contract.
+    router: RouterRecord | None = field(default=None, repr=False)
+    router_error: str | None = None
 
     @property
     def clock_scale(self) -> float:
@@ -243,6 +246,8 @@ def read_point(path: Path, step_of: str = "") -> PointFacts:
         slo_run=slo_run,
         requests=timeline,
         capacity=result.capacity,
+        router=result.router,
+        router_error=result.router_error,
     )
 
 
@@ -456,11 +461,12 @@ def _server_series(file: Path, t0: float, scale: float) -> dict[str, Any] | None
     return out
 
 
-def _router_series(path: Path, t0: float, scale: float, notes: list[str]) -> dict[str, Any] | None:
+def _router_series(facts: PointFacts, t0: float, scale: float, notes: list[str]) -> dict[str, Any] | None:
     """Requests the router sent each instance: over time (router_metrics.csv) and in total
-    (router.json's per-instance lists). A router.json that breaks its contract leaves a note."""
+    (router.json's per-instance lists, as collect read them). A router.json that breaks its contract
+    leaves a note."""
     out: dict[str, Any] = {}
-    file = path / ROUTER_METRICS_CSV
+    file = facts.path / ROUTER_METRICS_CSV
     if file.exists() or file.is_symlink():
         reader = ScrapeReader(file, None)  # every column: requests.<instance> per instance
         try:
@@ -475,11 +481,9 @@ def _router_series(path: Path, t0: float, scale: float, notes: list[str]) -> dic
                 "t": _rounded((row.time_s for row in rows), scale, t0, 3),
                 "instances": {c[len(prefix) :]: [row.values[c] for row in rows] for c in names},
             }
-    try:
-        router = read_router(path)
-    except ResultFileError as err:
-        notes.append(f"drill-down: {err}")
-        router = None
+    if facts.router_error is not None:
+        notes.append(f"drill-down: {facts.router_error}")
+    router = facts.router
     if router is not None:
         totals = {
             key: [float(v) for v in value]
@@ -552,7 +556,7 @@ def drilldown(facts: PointFacts, max_requests: int = DRILLDOWN_MAX_REQUESTS) -> 
             "flags": picked["flags"].tolist(),
         },
         "server": _server_series(path / SERVER_METRICS_CSV, t0, scale) if t0 is not None else None,
-        "router": _router_series(path, t0, scale, notes) if t0 is not None else None,
+        "router": _router_series(facts, t0, scale, notes) if t0 is not None else None,
         "checks": [
             {
                 "name": name,
