@@ -60,6 +60,19 @@ def test_power_columns_of_a_cell(tmp_path, cell_factory, spec_cls):
     assert audit["expected_gpus"] == audit["observed_gpus"] == 2 and audit["energy_from"] == "counter"
 
 
+def test_the_power_figures_take_the_summary_collect_read(tmp_path, cell_factory, spec_cls, monkeypatch):
+    spec = spec_cls(tp=2, users=8, offload="on")
+    add_power(cell_factory(tmp_path, spec), gpus=2, speed=1.0)
+
+    def read_again(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("summary.json read a second time")
+
+    monkeypatch.setattr("agentsweep.energy.summary.load_summary", read_again)
+    row = frame(tmp_path).iloc[0]
+    assert row["status"] == "SUCCESS" and row["power_valid"] == 1.0
+    assert row["total_gpu_energy_j"] == pytest.approx(2 * WATTS * spec.duration)
+
+
 def test_figures_in_the_engines_clock_are_not_rescaled(tmp_path, cell_factory, spec_cls):
     """A simulated engine 20x faster: its counter counts engine seconds, so the energy per token is the
     same figure and the power the same watts, while its rates are divided by 20."""

@@ -19,12 +19,14 @@ from agentsweep.energy.summary import (
     PowerLimit,
     Window,
     Work,
+    cell_power_summary,
     integrate,
     power_limit,
     power_summary,
     summarize,
 )
 from agentsweep.engine_sim.profiles import HARDWARE
+from kv_cache_tester.replay import load_summary
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOOP_FIELDS = (
@@ -266,6 +268,13 @@ def test_the_file_round_trips_and_the_result_directory_gives_the_summary(tmp_pat
     assert summary.joules_per_output_token == pytest.approx(2 * 400.0 * 18.0 / (100.0 * 18.0))
     assert summary.joules_per_successful_query == pytest.approx(2 * 400.0 * 18.0 / 9.0)
     assert summary.audit.source == "nvidia-smi" and summary.to_dict()["audit"]["expected_gpus"] == 2
+    # A reader that has read summary.json already (collect, from the cell's result) passes it on.
+    read = load_summary(rd)
+    (rd / "summary.json").rename(rd / "summary.kept.json")
+    assert cell_power_summary(rd, cell, read) == summary
+    missing = cell_power_summary(rd, cell)  # none given: read here, and gone
+    assert not missing.power_valid and any("summary.json missing" in r for r in missing.reasons)
+    (rd / "summary.kept.json").rename(rd / "summary.json")
     (rd / "power.csv").unlink()
     assert_withheld(power_summary(rd), "power.csv missing", "telemetry_file_missing")
     none = cell.replace(power_source="none").model_dump(mode="json")

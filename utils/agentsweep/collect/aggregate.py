@@ -147,7 +147,7 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
         row.values.update(routed.figures)
         row.notes.extend(routed.notes)
         problems.extend(routed.problems)
-    power, notes = power_columns(path, cell)  # never changes the status: a withheld figure is a note
+    power, notes = power_columns(path, cell, summary)  # never changes the status: a withheld figure is a note
     row.values.update(power)
     row.notes.extend(notes)
     # The instance files are the ones the cell planned, whole, and merged as they say.

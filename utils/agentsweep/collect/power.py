@@ -1,5 +1,6 @@
 """A cell's power figures as summary.csv columns (``columns.POWER``), from the one power summary
-(``agentsweep.energy.power_summary``): collect defines none of them again."""
+(``agentsweep.energy.power_summary``): collect defines none of them again. The window comes from the
+summary.json collect read already (``CellResult.summary``); only power.csv is read here."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+from kv_cache_tester.replay import Summary
 
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.columns import POWER
@@ -19,15 +22,16 @@ FIGURES = tuple(
 )
 
 
-def power_columns(result_dir: Path, cell: Cell) -> tuple[dict[str, Any], list[str]]:
-    """(the POWER columns, notes): a note says why the figures are withheld, for a cell that samples power."""
-    summary = cell_power_summary(result_dir, cell)
-    out: dict[str, Any] = {name: getattr(summary, name) for name in FIGURES}
-    out["power_valid"] = summary.power_valid
-    out["power_reasons"] = json.dumps(list(summary.reasons))
-    out["power_reason_codes"] = json.dumps(list(summary.reason_codes))
-    out["power_audit"] = json.dumps(asdict(summary.audit), sort_keys=True, separators=(",", ":"))
+def power_columns(result_dir: Path, cell: Cell, summary: Summary) -> tuple[dict[str, Any], list[str]]:
+    """(the POWER columns, notes) of a cell and its summary.json: a note says why the figures are
+    withheld, for a cell that samples power."""
+    power = cell_power_summary(result_dir, cell, summary)
+    out: dict[str, Any] = {name: getattr(power, name) for name in FIGURES}
+    out["power_valid"] = power.power_valid
+    out["power_reasons"] = json.dumps(list(power.reasons))
+    out["power_reason_codes"] = json.dumps(list(power.reason_codes))
+    out["power_audit"] = json.dumps(asdict(power.audit), sort_keys=True, separators=(",", ":"))
     notes = []
-    if not summary.power_valid and cell.power_source != "none":
-        notes.append(f"power figures withheld: {'; '.join(summary.reasons)}")
+    if not power.power_valid and cell.power_source != "none":
+        notes.append(f"power figures withheld: {'; '.join(power.reasons)}")
     return out, notes

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kv_cache_tester.replay import ResultError, load_summary
+from kv_cache_tester.replay import ResultError, Summary, load_summary
 from kv_cache_tester.stats import percentile
 
 from agentsweep.contract.cell import ENGINE_POWER_ENDPOINT, Cell
@@ -573,10 +573,12 @@ def power_summary(result_dir: Path) -> PowerSummary:
     return cell_power_summary(result_dir, record.parse_cell())
 
 
-def cell_power_summary(result_dir: Path, cell: Cell) -> PowerSummary:
-    """``power_summary`` for a cell known already (the cell itself, before it writes cell.json)."""
+def cell_power_summary(result_dir: Path, cell: Cell, summary: Summary | None = None) -> PowerSummary:
+    """``power_summary`` for a cell known already: the cell itself, before it writes cell.json, or a
+    reader of its ``CellResult``, which passes the summary.json read there (with its window, as
+    ``load_summary`` requires it by default); read here when not given."""
     source = effective_source(cell, cell.engine == "sim")
-    window, work, problem = _window_and_work(result_dir, cell)
+    window, work, problem = _window_and_work(result_dir, cell, summary)
     path = result_dir / POWER_CSV
     # The simulated engine draws as the hardware it models (a result from before cells stated one: H200).
     hardware = cell.hardware or (LEGACY_SIM_HARDWARE if cell.engine == "sim" else "")
@@ -602,12 +604,16 @@ def cell_power_summary(result_dir: Path, cell: Cell) -> PowerSummary:
     return summarize(rows, bad_rows=reader.bad_rows, unusable=problem, **args)
 
 
-def _window_and_work(result_dir: Path, cell: Cell) -> tuple[Window | None, Work, str | None]:
-    """The replayer's window and what it delivered in it, from summary.json (None and why when absent)."""
-    try:
-        summary = load_summary(result_dir, required=("window", "window.start_unix", "window.end_unix"))
-    except ResultError as err:
-        return None, Work(), str(err)
+def _window_and_work(
+    result_dir: Path, cell: Cell, summary: Summary | None
+) -> tuple[Window | None, Work, str | None]:
+    """The replayer's window and what it delivered in it, from summary.json, read here unless given
+    (None and why when absent)."""
+    if summary is None:
+        try:
+            summary = load_summary(result_dir, required=("window", "window.start_unix", "window.end_unix"))
+        except ResultError as err:
+            return None, Work(), str(err)
     win = summary["window"]
     duration = win.get("duration_s") or (win["end_unix"] - win["start_unix"])
     window = Window(win["start_unix"], win["end_unix"], cell.speed)  # speed is 1 but for the simulated engine
