@@ -21,6 +21,7 @@ ROUTED = {
     "offload": "off", "duration": 10, "traces": "t", "replicas": 2, "router": "round_robin",
     "router_program": "smg",
 }  # fmt: skip
+ONE_ENGINE = {**ROUTED, "exp_name": "x-one", "replicas": 1, "router": ""}
 DISAGGREGATED = {
     **ROUTED, "exp_name": "x-pd", "replicas": 1, "prefill": {"tp": 1}, "decode": {"tp": 1},
 }  # fmt: skip
@@ -140,7 +141,7 @@ def test_the_dry_run_allocator_names_each_port_and_binds_nothing(tmp_path: Path,
         ("$DECODE0_PORT", None),
     ]
     assert plan.router.metrics_url == "http://127.0.0.1:$ROUTER_METRICS_PORT/metrics"
-    vllm = Cell.parse({**ROUTED, "engine": "vllm", "replicas": 1, "router": ""})
+    vllm = Cell.parse({**ONE_ENGINE, "engine": "vllm"})
     (engine,) = plan_cell(vllm, tmp_path, ports=DryRunPortAllocator(), environ={}).instances
     assert engine.port == "$PORT" and engine.kv_events_port == "$ENGINE0_KV_EVENTS_PORT"
 
@@ -154,3 +155,23 @@ def test_a_dry_run_given_a_port_shows_it_and_placeholders_for_the_rest(tmp_path,
     assert main(["cell", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "--port 8123" in out and "$REPLICA0_PORT" in out and "$ROUTER_METRICS_PORT" in out
+
+
+@pytest.mark.parametrize("shape", [ONE_ENGINE, ROUTED, DISAGGREGATED])
+def test_a_step_renders_its_result_files_as_a_plan_of_its_own_would(tmp_path: Path, shape):
+    """``for_step`` keeps the running instances and router and renders every command writing a result
+    file (collectors, clients, power sampler) for the step's directory, as ``plan_cell`` does."""
+    cell = Cell.parse(
+        {**shape, "users": 4, "client_nodes": 2, "power_source": "dcgm", "power_endpoint": "engine"}
+    )
+    plan = plan_cell(cell, tmp_path / "cell", ports=DryRunPortAllocator(), environ={})
+    step_cell = cell.replace(users=2, exp_name=f"{cell.exp_name}-step")
+    step = plan.for_step(step_cell, tmp_path / "cell" / "steps" / "0")
+    fresh = plan_cell(step_cell, tmp_path / "cell" / "steps" / "0", ports=DryRunPortAllocator(), environ={})
+    assert (step.cell, step.result_dir, step.router) == (step_cell, fresh.result_dir, plan.router)
+    assert [i.engine for i in step.instances] == [i.engine for i in plan.instances]
+    assert [i.scraper_argv for i in step.instances] == [i.scraper_argv for i in fresh.instances]
+    assert (step.replay_argv, step.client_argvs) == (fresh.replay_argv, fresh.client_argvs)
+    assert len(step.client_argvs) == 2
+    assert (step.router_scraper_argv, step.power_argv) == (fresh.router_scraper_argv, fresh.power_argv)
+    assert bool(step.router_scraper_argv) == (shape is not ONE_ENGINE) and step.power_argv

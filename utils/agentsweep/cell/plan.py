@@ -66,7 +66,8 @@ class Instance:
     engine: EngineLaunch
     log_name: str
     metrics_name: str
-    scraper_argv: list[str]  # its metrics collector
+    # Its metrics collector, writing into the plan's result directory (``with_result_dir``).
+    scraper_argv: list[str] = field(default_factory=list)
     name: str = ""  # "" for the cell's one engine
     bootstrap_port: Port | None = None  # a prefill instance's, where its engine serves one
     kv_events_port: Port | None = None  # where the engine publishes KV-cache events to its collector
@@ -89,14 +90,18 @@ class Instance:
 
 @dataclass(frozen=True, kw_only=True)
 class CellPlan:
-    """Everything resolved for one cell: the exact commands and where results go."""
+    """Everything resolved for one cell: the exact commands and where results go.
+
+    The commands that write into ``result_dir`` (the collectors, the replayer or client processes, the
+    power sampler) are rendered for it by ``with_result_dir``.
+    """
 
     cell: Cell
     result_dir: Path
     port: Port
     instances: list[Instance]  # in start order (prefill instances first)
     base_url: str  # where the client sends its requests: the router, else the one engine
-    replay_argv: list[str]
+    replay_argv: list[str] = field(default_factory=list)
     router: RouterLaunch | None = None
     router_scraper_argv: list[str] = field(default_factory=list)  # router_metrics.csv over the run
     placement: Placement | None = None
@@ -112,40 +117,7 @@ class CellPlan:
         """The plan of one replay of ``cell`` against this plan's running instances, its files in
         ``result_dir``: a capacity cell's step (same engines and router, its own collectors,
         replayer and result directory)."""
-        instances = [
-            dataclasses.replace(
-                inst,
-                scraper_argv=scraper_argv(
-                    self.python,
-                    inst.url + inst.engine.metrics_path,
-                    result_dir / inst.metrics_name,
-                    self.scrape_interval_s,
-                ),
-            )
-            for inst in self.instances
-        ]
-        replay, clients = client_commands(
-            cell, recipe(cell.engine), self.base_url, result_dir, self.python, self.placement
-        )
-        router_scraper = (
-            router_scraper_argv(self.python, self.router, instances, result_dir, self.scrape_interval_s)
-            if self.router is not None and self.router_scraper_argv
-            else []
-        )
-        return dataclasses.replace(
-            self,
-            cell=cell,
-            result_dir=result_dir,
-            instances=instances,
-            replay_argv=replay,
-            client_argvs=clients,
-            router_scraper_argv=router_scraper,
-            power_argv=(
-                power_sampler_argv(self.python, self.power, result_dir / POWER_CSV)
-                if self.power is not None
-                else []
-            ),
-        )
+        return with_result_dir(self, cell, result_dir)
 
     @property
     def mode(self) -> Literal["dp", "pd"]:
@@ -346,17 +318,7 @@ def plan_cell(
         placement = ports.reserve_on_nodes(placement, counts, python=python, environ=environ)
     instances = [
         _plan_instance(
-            cell,
-            k,
-            shape,
-            devices,
-            ports,
-            result_dir,
-            host=host,
-            python=python,
-            environ=environ,
-            placement=placement,
-            scrape_interval_s=scrape_interval_s,
+            cell, k, shape, devices, ports, host=host, python=python, environ=environ, placement=placement
         )
         for k, (shape, devices) in enumerate(zip(shapes, slices, strict=True))
     ]
@@ -398,27 +360,19 @@ def plan_cell(
         simulated=engine_recipe.simulated,
         local_node=placement_mod.local_node(environ),
     )
-    replay, client_argvs = client_commands(cell, engine_recipe, base_url, result_dir, python, placement)
-    return CellPlan(
+    plan = CellPlan(
         cell=cell,
         result_dir=result_dir,
         port=ports.cell_port,
         instances=instances,
-        replay_argv=replay,
         base_url=base_url,
         router=router,
-        router_scraper_argv=(
-            router_scraper_argv(python, router, instances, result_dir, scrape_interval_s)
-            if router is not None
-            else []
-        ),
         placement=placement,
         power=power,
-        power_argv=power_sampler_argv(python, power, result_dir / POWER_CSV) if power is not None else [],
-        client_argvs=client_argvs,
         python=python,
         scrape_interval_s=scrape_interval_s,
     )
+    return with_result_dir(plan, cell, result_dir)
 
 
 def _plan_instance(
@@ -427,15 +381,14 @@ def _plan_instance(
     shape: tuple[Role, int, int],
     devices: Mapping[str, str],
     ports: PortAllocator,
-    result_dir: Path,
     *,
     host: str,
     python: str,
     environ: Mapping[str, str],
     placement: Placement | None,
-    scrape_interval_s: float,
 ) -> Instance:
-    """Engine instance ``index`` of the cell (``shape``: its role, index in that role and tp)."""
+    """Engine instance ``index`` of the cell (``shape``: its role, index in that role and tp), its
+    commands but those writing into the result directory (``with_result_dir`` renders them)."""
     role, i, tp = shape
     engine_recipe = recipe(cell.engine)
     slot = placement.slots[index] if placement is not None else None
@@ -480,19 +433,14 @@ def _plan_instance(
             launch, argv=launch.argv + engine_recipe.kv_events_args(f"tcp://{host}:{events_port}")
         )
     client_name = "d0" if cell.disaggregated else "r0"
-    url = f"http://{address}:{port}"
-    metrics_name = instance_metrics_csv(name) if name else SERVER_METRICS_CSV
     return Instance(
         role=role,
         index=i,
         port=port,
-        url=url,
+        url=f"http://{address}:{port}",
         engine=launch,
         log_name=instance_log(name) if name and name != client_name else SERVER_LOG,
-        metrics_name=metrics_name,
-        scraper_argv=scraper_argv(
-            python, url + launch.metrics_path, result_dir / metrics_name, scrape_interval_s, events_port
-        ),
+        metrics_name=instance_metrics_csv(name) if name else SERVER_METRICS_CSV,
         name=name,
         bootstrap_port=bootstrap_port,
         kv_events_port=events_port,
@@ -503,6 +451,46 @@ def _plan_instance(
 def _instance_port(ports: PortAllocator, name: str, slot: placement_mod.Slot | None, host: str) -> Port:
     """A port an instance serves: reserved on its own node when it is placed on one, else this host's."""
     return ports.on_node(name, slot.node) if slot is not None else ports.on_host(name, host)
+
+
+def with_result_dir(plan: CellPlan, cell: Cell, result_dir: Path) -> CellPlan:
+    """``plan`` for ``cell`` writing into ``result_dir``: every command that writes a result file (each
+    instance's metrics collector, the router's, the replayer or the client processes, the power
+    sampler) rendered for it."""
+    instances = [
+        dataclasses.replace(
+            inst,
+            scraper_argv=scraper_argv(
+                plan.python,
+                inst.url + inst.engine.metrics_path,
+                result_dir / inst.metrics_name,
+                plan.scrape_interval_s,
+                inst.kv_events_port,
+            ),
+        )
+        for inst in plan.instances
+    ]
+    replay, clients = client_commands(
+        cell, recipe(cell.engine), plan.base_url, result_dir, plan.python, plan.placement
+    )
+    return dataclasses.replace(
+        plan,
+        cell=cell,
+        result_dir=result_dir,
+        instances=instances,
+        replay_argv=replay,
+        client_argvs=clients,
+        router_scraper_argv=(
+            router_scraper_argv(plan.python, plan.router, instances, result_dir, plan.scrape_interval_s)
+            if plan.router is not None
+            else []
+        ),
+        power_argv=(
+            power_sampler_argv(plan.python, plan.power, result_dir / POWER_CSV)
+            if plan.power is not None
+            else []
+        ),
+    )
 
 
 def router_scraper_argv(
