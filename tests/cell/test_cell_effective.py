@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from agentsweep.cell.effective import Stated, expected_settings, mismatches, stated_settings
 from agentsweep.cell.lifecycle import run_cell
-from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellOptions, plan_cell
+from agentsweep.cell.port_allocation import FreePortAllocator
 from agentsweep.contract.cell import Cell
 
 # The start-up lines as vLLM 0.11-0.19 and SGLang 0.5 write them (shortened where they run on).
@@ -115,7 +115,7 @@ def _run(plan) -> tuple[str, list[str], dict]:
 
 @pytest.mark.slow
 def test_a_simulated_cell_records_what_its_engine_ran_with(repo_root, tmp_path):
-    plan = plan_cell(_sim_cell(repo_root), tmp_path / "ok", port=free_port(), python=sys.executable)
+    plan = plan_cell(_sim_cell(repo_root), tmp_path / "ok", ports=FreePortAllocator(), python=sys.executable)
     status, reasons, record = _run(plan)
     assert status == "SUCCESS", reasons
     stated = record["engine_settings"]["engine"]
@@ -130,7 +130,7 @@ def test_a_simulated_cell_records_what_its_engine_ran_with(repo_root, tmp_path):
 def test_an_engine_running_other_settings_than_its_label_is_invalid(repo_root, tmp_path):
     """The engine's command line is changed behind the cell's back (a recipe bug, a config file the
     engine reads): what the engine states at start-up makes the cell INVALID, naming both."""
-    plan = plan_cell(_sim_cell(repo_root), tmp_path / "lie", port=free_port(), python=sys.executable)
+    plan = plan_cell(_sim_cell(repo_root), tmp_path / "lie", ports=FreePortAllocator(), python=sys.executable)
     engine = plan.instances[0]
     argv = [*engine.engine.argv, "--speed", "5", "--no-enable-prefix-caching"]
     lying = dataclasses.replace(engine, engine=dataclasses.replace(engine.engine, argv=argv))

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from agentsweep.cell.engines.vllm import offload_with_nixl
 from agentsweep.cell.plan import plan_cell
+from agentsweep.cell.port_allocation import DryRunPortAllocator
 from agentsweep.config import load_runners, select_cells
 from agentsweep.config.loader import read_config_file
 from agentsweep.contract.cell import Cell
@@ -102,7 +103,7 @@ def command_lines(tmp: Path) -> tuple[list[Line], list[str]]:
                     )
                     try:
                         on = shaped(cell, shape).replace(hardware=hardware, gres_type=hardware)
-                        plan = plan_cell(on, tmp, port="$PORT", environ={})
+                        plan = plan_cell(on, tmp, ports=DryRunPortAllocator(), environ={})
                     except InputError as err:
                         refused.append(f"{where}: {err}")
                         continue
@@ -167,10 +168,15 @@ def probes(engine: str, tmp: Path) -> list[Line]:
         traces="traces/",
         engine_args="--no-such-flag-anywhere 3",
     )
-    plan = plan_cell(cell.replace(hardware="h200", gres_type="h200"), tmp, port="$PORT", environ={})
+    plan = plan_cell(
+        cell.replace(hardware="h200", gres_type="h200"), tmp, ports=DryRunPortAllocator(), environ={}
+    )
     flag = Line("probe: unknown flag", engine, numbered(plan.engine.argv), dict(plan.engine.env))
     plan = plan_cell(
-        cell.replace(engine_args="", hardware="h200", gres_type="h200"), tmp, port="$PORT", environ={}
+        cell.replace(engine_args="", hardware="h200", gres_type="h200"),
+        tmp,
+        ports=DryRunPortAllocator(),
+        environ={},
     )
     variable = f"{engine.upper()}_NO_SUCH_VARIABLE"
     env = {**plan.engine.env, variable: "1"}
@@ -202,7 +208,7 @@ def guarded_lines(engine: str, tmp: Path) -> list[Line]:
         exp_name="guarded", engine=engine, model="org/Model", tp=1, users=1, offload="off",  # type: ignore[arg-type]
         duration=60, traces="t", image="i", hardware="h200", gres_type="h200",
     )  # fmt: skip
-    base = numbered(plan_cell(cell, tmp, port="$PORT", environ={}).engine.argv)
+    base = numbered(plan_cell(cell, tmp, ports=DryRunPortAllocator(), environ={}).engine.argv)
     lines = []
     for spelling in guarded_spellings(engine):
         kind = next(g.flag.kind for g in given_flags(engine, f"{spelling} 1") if g.flag.spelling == spelling)

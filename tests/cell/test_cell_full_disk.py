@@ -70,6 +70,7 @@ def test_a_verdict_written_on_a_full_disk_makes_room_from_the_reserve(tmp_path):
     from agentsweep.cell import space
     from agentsweep.cell.lifecycle import _write_verdict
     from agentsweep.cell.plan import plan_cell
+    from agentsweep.cell.port_allocation import FreePortAllocator
     from agentsweep.contract.cell import Cell
 
     with filled_tmpfs(tmp_path / "small", 1024, 300) as mount:
@@ -97,7 +98,7 @@ def test_a_verdict_written_on_a_full_disk_makes_room_from_the_reserve(tmp_path):
                 "traces": "t",
             }
         )
-        plan = plan_cell(cell, rd, port=8000)
+        plan = plan_cell(cell, rd, ports=FreePortAllocator(cell_port=8000))
         status, reasons = _write_verdict(plan, {}, "2026-01-01T00:00:00Z", "SUCCESS", [], {})
         assert status == "FAILED"
         assert reasons[0].startswith(f"no space left on the file system of {rd}")

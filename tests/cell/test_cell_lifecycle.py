@@ -17,6 +17,7 @@ from agentsweep.cell.engines import EngineLaunch
 from agentsweep.cell.lifecycle import run_cell
 from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellOptions, CellPlan, plan_cell
+from agentsweep.cell.port_allocation import FreePortAllocator
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.receipt import read_receipt, verify
 
@@ -39,7 +40,7 @@ CELL = Cell(
 
 def _plan(standins, result_dir: Path, *, engine_flags=(), replay_seconds=0.5, replay_exit=0) -> CellPlan:
     port = free_port()
-    plan = plan_cell(CELL, result_dir, port=port)
+    plan = plan_cell(CELL, result_dir, ports=FreePortAllocator(cell_port=port))
     engine = dataclasses.replace(
         plan.instances[0],
         engine=EngineLaunch(
@@ -142,11 +143,12 @@ DRIVER = textwrap.dedent(
     from agentsweep.cell.engines import EngineLaunch
     from agentsweep.cell.lifecycle import install_signal_handlers, run_cell
     from agentsweep.cell.plan import CellOptions, plan_cell
+    from agentsweep.cell.port_allocation import FreePortAllocator
     from agentsweep.contract.cell import Cell
     engine, replayer, scraper = (json.loads(a) for a in sys.argv[1:4])
     rd, port = Path(sys.argv[4]), int(sys.argv[5])
     cell = Cell(exp_name="x", engine="sim", hardware="h200", model="m", tp=1, users=1, offload="off", duration=60, traces="t")
-    plan = plan_cell(cell, rd, port=port)
+    plan = plan_cell(cell, rd, ports=FreePortAllocator(cell_port=port))
     one = dataclasses.replace(
         plan.instances[0],
         engine=EngineLaunch(argv=engine + ["--port", str(port), "--child-pid-file", str(rd.parent / "child.pid")]),
@@ -216,9 +218,9 @@ def test_run_cell_sh_writes_a_verdict_when_the_cell_process_dies(repo_root, tmp_
 
 def test_client_picks_the_load_generator(tmp_path):
     """client=replay runs kv-cache-tester; client=aiperf the experimental AIPerf path, same result dir."""
-    replay = plan_cell(CELL, tmp_path, port=8000).replay_argv
+    replay = plan_cell(CELL, tmp_path, ports=FreePortAllocator(cell_port=8000)).replay_argv
     assert replay[1:4] == ["-m", "kv_cache_tester.cli", "replay"]
-    aiperf = plan_cell(CELL.replace(client="aiperf"), tmp_path, port=8000)
+    aiperf = plan_cell(CELL.replace(client="aiperf"), tmp_path, ports=FreePortAllocator(cell_port=8000))
     assert aiperf.replay_argv[1:4] == ["-m", "agentsweep.experimental.aiperf", "run-cell"]
     cell = json.loads(aiperf.replay_argv[aiperf.replay_argv.index("--cell") + 1])
     assert cell["client"] == "aiperf" and cell["users"] == 2
@@ -226,7 +228,7 @@ def test_client_picks_the_load_generator(tmp_path):
 
 
 def test_a_cell_without_a_router_is_a_plan_of_one_engine(tmp_path):
-    plan = plan_cell(CELL, tmp_path, port=8000)
+    plan = plan_cell(CELL, tmp_path, ports=FreePortAllocator(cell_port=8000))
     (one,) = plan.instances
     assert (one.role, one.label, one.name, one.port) == ("engine", "engine", "", 8000)
     assert (one.log_name, one.metrics_name, one.collector_log_name) == (

@@ -10,6 +10,7 @@ from agentsweep.cell.engines import EngineLaunch
 from agentsweep.cell.lifecycle import run_cell
 from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellOptions, plan_cell
+from agentsweep.cell.port_allocation import FreePortAllocator
 from agentsweep.cell.record import mask_env, mask_text
 from agentsweep.cli import main
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
@@ -106,7 +107,7 @@ def test_cell_json_status_and_log_never_hold_a_secret(env, standins, tmp_path):
     rd = tmp_path / "r"
     port = free_port()
     cell = Cell.parse(CELL, where="test")
-    plan = plan_cell(cell, rd, port=port)
+    plan = plan_cell(cell, rd, ports=FreePortAllocator(cell_port=port))
     engine = dataclasses.replace(
         plan.instances[0],
         engine=EngineLaunch(

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellPlan, plan_cell
+from agentsweep.cell.port_allocation import FreePortAllocator
 from agentsweep.cell.settle import engine_counts, settle_instance_counts
 from agentsweep.contract.cell import Cell
 
@@ -44,7 +44,7 @@ def _plan(tmp_path: Path, url: str) -> CellPlan:
             "users": 4, "offload": "off", "duration": 6, "traces": "t", "speed": 50,
         }
     )  # fmt: skip
-    plan = plan_cell(cell, tmp_path / "cell", port=free_port())
+    plan = plan_cell(cell, tmp_path / "cell", ports=FreePortAllocator())
     return dataclasses.replace(plan, instances=[dataclasses.replace(i, url=url) for i in plan.instances])
 
 

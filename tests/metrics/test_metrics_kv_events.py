@@ -18,6 +18,7 @@ import msgspec
 import pytest
 import zmq
 from agentsweep.cell.plan import plan_cell
+from agentsweep.cell.port_allocation import DryRunPortAllocator
 from agentsweep.contract.cell import Cell
 from agentsweep.metrics.kv_events import Counts
 
@@ -141,7 +142,7 @@ def _cell(**over: object) -> Cell:
 
 
 def test_the_plan_wires_a_vllm_engine_to_its_scraper_on_a_port_of_its_own(tmp_path):
-    plan = plan_cell(_cell(), tmp_path, port="$PORT", environ={})
+    plan = plan_cell(_cell(), tmp_path, ports=DryRunPortAllocator(), environ={})
     (engine,) = plan.instances
     flag = engine.engine.argv.index("--kv-events-config")
     config = json.loads(engine.engine.argv[flag + 1])
@@ -152,12 +153,14 @@ def test_the_plan_wires_a_vllm_engine_to_its_scraper_on_a_port_of_its_own(tmp_pa
     }
     assert engine.scraper_argv[-2:] == ["--kv-events-port", "$ENGINE0_KV_EVENTS_PORT"]
     # Given by the cell itself: left as given, not counted; another engine's evictions are on /metrics.
-    own = plan_cell(_cell(engine_args="--kv-events-config '{}'"), tmp_path, port="$PORT", environ={})
+    own = plan_cell(
+        _cell(engine_args="--kv-events-config '{}'"), tmp_path, ports=DryRunPortAllocator(), environ={}
+    )
     assert own.instances[0].engine.argv.count("--kv-events-config") == 1
     assert "--kv-events-port" not in own.instances[0].scraper_argv
     for other in (
         _cell(engine="sglang", image="lmsysorg/sglang:v0.5.23"),
         _cell(engine="sim", image="", hardware="h200"),
     ):
-        (inst,) = plan_cell(other, tmp_path, port="$PORT", environ={}).instances
+        (inst,) = plan_cell(other, tmp_path, ports=DryRunPortAllocator(), environ={}).instances
         assert "--kv-events-config" not in inst.engine.argv and "--kv-events-port" not in inst.scraper_argv

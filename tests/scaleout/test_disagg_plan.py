@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from agentsweep.cell.plan import plan_cell
+from agentsweep.cell.port_allocation import DryRunPortAllocator
 from agentsweep.cli import main
 from agentsweep.config import load_runners
 from agentsweep.contract.cell import Cell
@@ -145,7 +146,7 @@ def _sim_plan(tmp_path: Path, program: str, **over: object):
         {**BASE, "runner": "local", "hardware": "h200", "engine": "sim", "router_program": program, **over}
     )
     assert cell.kv_transfer_gbs == 450.0  # a local runner's: inside one node
-    return plan_cell(cell, tmp_path, port="$PORT", python="py", environ={})
+    return plan_cell(cell, tmp_path, ports=DryRunPortAllocator(), python="py", environ={})
 
 
 @pytest.mark.parametrize("program", ["vllm-router", "smg"])
@@ -213,7 +214,7 @@ def test_data_parallel_cells_keep_their_replica_names(tmp_path: Path) -> None:
     cell = Cell.parse(
         {**BASE, "engine": "sim", "hardware": "h200", "prefill": None, "decode": None, "replicas": 2, "tp": 1}
     )
-    so = plan_cell(cell, tmp_path, port="$PORT", python="py", environ={})
+    so = plan_cell(cell, tmp_path, ports=DryRunPortAllocator(), python="py", environ={})
     assert so.router is not None and so.mode == "dp"
     assert [(r.name, r.log_name, r.metrics_name) for r in so.instances] == [
         ("r0", "server.log", "server_metrics.r0.csv"),
@@ -230,7 +231,7 @@ def test_each_instance_gets_its_gpus_share_of_the_offload_budget(tmp_path: Path)
     sizes = [r.engine.argv[r.engine.argv.index("--kv-offloading-size") + 1] for r in so.instances]
     assert sizes == ["33.3", "66.6"]  # 100 GiB x 1/3 and x 2/3, floored to 0.1
     cell = Cell.parse({**BASE, "runner": "h200", "engine": "sglang", **over})
-    so = plan_cell(cell, tmp_path, port="$PORT", python="py", environ={})
+    so = plan_cell(cell, tmp_path, ports=DryRunPortAllocator(), python="py", environ={})
     assert so.router is not None
     per_rank = [r.engine.argv[r.engine.argv.index("--hicache-size") + 1] for r in so.instances]
     assert per_rank == ["33", "33"]  # 33.3 GiB on one rank; 66.6 GiB over two
@@ -302,7 +303,7 @@ def test_vllm_offload_in_a_disaggregated_cell_is_composed_with_nixl(
          "cpu_dram_gb": 400.0, "offload_connector": connector_field,
          "exp_name": "k-tp2-ep1-u4-on-p1x2-d1x2-round_robin"}
     )  # fmt: skip
-    plan = plan_cell(cell, tmp_path, port="$PORT", python="py", environ={})
+    plan = plan_cell(cell, tmp_path, ports=DryRunPortAllocator(), python="py", environ={})
     for inst in plan.instances:  # prefill 1x2 + decode 1x2: each half of the 400 GiB
         argv = inst.engine.argv
         assert "--kv-offloading-size" not in argv and "--kv-offloading-backend" not in argv
@@ -338,7 +339,7 @@ def test_vllm_offload_outside_a_disaggregated_cell_keeps_the_offloading_flags(tm
          "cpu_dram_gb": 400.0, "prefill": None, "decode": None, "replicas": 2,
          "exp_name": "k-tp2-ep1-u4-on-r2-round_robin"}
     )  # fmt: skip
-    plan = plan_cell(cell, tmp_path, port="$PORT", python="py", environ={})
+    plan = plan_cell(cell, tmp_path, ports=DryRunPortAllocator(), python="py", environ={})
     for inst in plan.instances:
         argv = inst.engine.argv
         assert argv[argv.index("--kv-offloading-size") + 1] == "200" and "--kv-transfer-config" not in argv

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellPlan, plan_cell
+from agentsweep.cell.port_allocation import FreePortAllocator
 from agentsweep.cell.replicas import write_router_figures
 from agentsweep.contract.cell import Cell
 
@@ -47,7 +47,7 @@ def _plan(tmp_path: Path, server: CannedServer) -> CellPlan:
             "router_program": "smg",
         }
     )  # fmt: skip
-    plan = plan_cell(cell, tmp_path / "cell", port=free_port())
+    plan = plan_cell(cell, tmp_path / "cell", ports=FreePortAllocator())
     assert plan.router is not None
     router = dataclasses.replace(plan.router, metrics_url=f"{server.url}/metrics")
     (tmp_path / "cell").mkdir()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from agentsweep.cell.plan import plan_cell
+from agentsweep.cell.port_allocation import DryRunPortAllocator
 from agentsweep.contract.cell import Cell
 from agentsweep.errors import InputError
 
@@ -17,7 +18,7 @@ BASE = {
 
 def _plan(engine: str, hardware: str | None, environ: dict[str, str], tmp_path: Path, **over: object):
     cell = Cell.parse({**BASE, "engine": engine, "hardware": hardware or "", **over})
-    return plan_cell(cell, tmp_path, port="$PORT", python="py", environ=environ)
+    return plan_cell(cell, tmp_path, ports=DryRunPortAllocator(), python="py", environ=environ)
 
 
 def test_vllm_replicas_split_the_allocated_gpus_and_the_offload_budget(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 from agentsweep.cell.placement import Placement, Slot, bind_ports, node_gpus, pack, plan_placement
 from agentsweep.cell.plan import plan_cell
+from agentsweep.cell.port_allocation import DryRunPortAllocator
 from agentsweep.commands.allocation import runner_assignments
 from agentsweep.config import load_runners, select_cells
 from agentsweep.config.matrix import nodes_needed
@@ -183,7 +184,7 @@ def test_a_prefill_on_another_node_is_reached_at_that_nodes_address(tmp_path, en
     )  # fmt: skip
     assert cell.hardware == "h200" and cell.kv_transfer_gbs == INTER_NODE_GBS  # resolved by the matrix
     plan = plan_cell(
-        cell, tmp_path / "r", port="$PORT", host="127.0.0.1", python="python",
+        cell, tmp_path / "r", ports=DryRunPortAllocator(), host="127.0.0.1", python="python",
         environ={}, scrape_interval_s=1.0, placement=placement,
     )  # fmt: skip
     p0, d0 = plan.instances
@@ -206,7 +207,7 @@ def test_a_prefill_on_another_node_is_reached_at_that_nodes_address(tmp_path, en
     (tmp_path / "one").mkdir()
     one, _ = make_pd_cell(tmp_path / "one", program, gpus_per_node=2)  # both on one node, no placement
     local = plan_cell(
-        one.replace(**as_engine), tmp_path / "r1", port="$PORT",
+        one.replace(**as_engine), tmp_path / "r1", ports=DryRunPortAllocator(),
         host="127.0.0.1", python="python", environ={}, scrape_interval_s=1.0,
     )  # fmt: skip
     assert all("VLLM_NIXL_SIDE_CHANNEL_HOST" not in r.engine.env for r in local.instances)

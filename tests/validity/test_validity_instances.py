@@ -182,10 +182,12 @@ def _routed_cell(repo_root: Path) -> Cell:
 @pytest.mark.slow
 def test_a_frozen_replica_behind_a_real_router_makes_the_cell_invalid(repo_root, tmp_path):
     from agentsweep.cell.lifecycle import run_cell
-    from agentsweep.cell.placement import free_port
     from agentsweep.cell.plan import CellOptions, plan_cell
+    from agentsweep.cell.port_allocation import FreePortAllocator
 
-    plan = plan_cell(_routed_cell(repo_root), tmp_path / "cell", port=free_port(), python=sys.executable)
+    plan = plan_cell(
+        _routed_cell(repo_root), tmp_path / "cell", ports=FreePortAllocator(), python=sys.executable
+    )
     r0, r1 = plan.instances
     frozen = dataclasses.replace(
         r1, engine=dataclasses.replace(r1.engine, argv=[*r1.engine.argv, "--stall-after", "8"])

@@ -31,6 +31,7 @@ from agentsweep.cell.accuracy_step import describe as describe_accuracy
 from agentsweep.cell.clients import client
 from agentsweep.cell.engines import EngineLaunch, EngineRecipe, PdRole, build_engine_launch, recipe
 from agentsweep.cell.placement import Placement
+from agentsweep.cell.port_allocation import Port, PortAllocator
 from agentsweep.cell.power import sampler_spec
 from agentsweep.cell.routers import SESSION_HEADERS, PdWorkers, RouterLaunch, build_router_launch
 from agentsweep.contract.cell import Cell
@@ -53,21 +54,23 @@ Role = Literal["engine", "replica", "prefill", "decode"]
 NAME_PREFIX: dict[Role, str] = {"replica": "r", "prefill": "p", "decode": "d"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Instance:
     """One engine instance: the cell's engine, a replica (``r<i>``), or a prefill (``p<i>``) or decode
     (``d<i>``) instance."""
 
     role: Role
     index: int
-    port: int | str
+    port: Port
     url: str
     engine: EngineLaunch
     log_name: str
     metrics_name: str
-    scraper_argv: list[str]
+    # Its metrics collector, writing into the plan's result directory (``with_result_dir``).
+    scraper_argv: list[str] = field(default_factory=list)
     name: str = ""  # "" for the cell's one engine
-    bootstrap_port: int | str | None = None  # a prefill instance's, where its engine serves one
+    bootstrap_port: Port | None = None  # a prefill instance's, where its engine serves one
+    kv_events_port: Port | None = None  # where the engine publishes KV-cache events to its collector
     node: str = ""  # the node it runs on (multi-node cells: its own job step there)
 
     @property
@@ -85,16 +88,20 @@ class Instance:
         return "metrics collector" if self.role == "engine" else f"metrics collector of {self.label}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CellPlan:
-    """Everything resolved for one cell: the exact commands and where results go."""
+    """Everything resolved for one cell: the exact commands and where results go.
+
+    The commands that write into ``result_dir`` (the collectors, the replayer or client processes, the
+    power sampler) are rendered for it by ``with_result_dir``.
+    """
 
     cell: Cell
     result_dir: Path
-    port: int | str
+    port: Port
     instances: list[Instance]  # in start order (prefill instances first)
-    replay_argv: list[str]
     base_url: str  # where the client sends its requests: the router, else the one engine
+    replay_argv: list[str] = field(default_factory=list)
     router: RouterLaunch | None = None
     router_scraper_argv: list[str] = field(default_factory=list)  # router_metrics.csv over the run
     placement: Placement | None = None
@@ -110,40 +117,7 @@ class CellPlan:
         """The plan of one replay of ``cell`` against this plan's running instances, its files in
         ``result_dir``: a capacity cell's step (same engines and router, its own collectors,
         replayer and result directory)."""
-        instances = [
-            dataclasses.replace(
-                inst,
-                scraper_argv=scraper_argv(
-                    self.python,
-                    inst.url + inst.engine.metrics_path,
-                    result_dir / inst.metrics_name,
-                    self.scrape_interval_s,
-                ),
-            )
-            for inst in self.instances
-        ]
-        replay, clients = client_commands(
-            cell, recipe(cell.engine), self.base_url, result_dir, self.python, self.placement
-        )
-        router_scraper = (
-            router_scraper_argv(self.python, self.router, instances, result_dir, self.scrape_interval_s)
-            if self.router is not None and self.router_scraper_argv
-            else []
-        )
-        return dataclasses.replace(
-            self,
-            cell=cell,
-            result_dir=result_dir,
-            instances=instances,
-            replay_argv=replay,
-            client_argvs=clients,
-            router_scraper_argv=router_scraper,
-            power_argv=(
-                power_sampler_argv(self.python, self.power, result_dir / POWER_CSV)
-                if self.power is not None
-                else []
-            ),
-        )
+        return with_result_dir(self, cell, result_dir)
 
     @property
     def mode(self) -> Literal["dp", "pd"]:
@@ -317,109 +291,49 @@ def plan_cell(
     cell: Cell,
     result_dir: Path,
     *,
-    port: int | str,
+    ports: PortAllocator,
     host: str = "127.0.0.1",
     python: str = sys.executable,
     environ: Mapping[str, str] = os.environ,
     scrape_interval_s: float = 1.0,
     placement: Placement | None = None,
 ) -> CellPlan:
-    """Resolve every command of ``cell``; the client's endpoint is ``host:port``.
+    """Resolve every command of ``cell``; the client's endpoint is ``host`` and ``ports.cell_port``.
 
     Everything the plan needs of the cell's runner (hardware, node size, KV links) is in the cell.
-    With a real port the instances behind a router (and prefill bootstrap ports, KV handshake ports)
-    and the router's metrics get free ports of this host; a dry run (``port`` is a placeholder) shows
-    placeholders. A cell spanning several nodes of its Slurm job (``placement``, found from the
-    environment when not given) starts each instance as a job step on its node, bound to the node's
-    address; the router stays here, on node 0.
+    Every other port (the instances behind a router, prefill bootstrap ports, KV handshake ports, the
+    router's metrics) comes from ``ports``: real ones of this host, or a dry run's placeholders. A
+    cell spanning several nodes of its Slurm job (``placement``, found from the environment when not
+    given) starts each instance as a job step on its node, bound to the node's address, on ports
+    reserved on that node before anything starts; the router stays here, on node 0.
     """
     placement = placement or placement_mod.from_environ(cell, environ)
-    real = isinstance(port, int)
-    taken: set[int] = {port} if isinstance(port, int) else set()
     engine_recipe = recipe(cell.engine)
     shapes = instance_shapes(cell)
     slices = device_slices(cell, environ) if placement is None else [{} for _ in shapes]
-    node_ports: dict[str, list[int]] = {}
-    if placement is not None and real:  # each node's ports bound there, before anything starts
+    if placement is not None:  # each node's ports reserved there, before anything starts
         counts: dict[str, int] = {}
         for slot, (role, _i, _tp) in zip(placement.slots, shapes, strict=True):
             counts[slot.node] = counts.get(slot.node, 0) + ports_needed(role, engine_recipe)
-        placement = placement_mod.bind_ports(placement, counts, python=python, environ=environ, taken=taken)
-        node_ports = {node: list(b.ports) for node, b in placement.bound.items()}
-    client_name = "d0" if cell.disaggregated else "r0"
-    instances = []
-    for k, ((role, i, tp), devices) in enumerate(zip(shapes, slices, strict=True)):
-        tag = f"{role.upper()}{i}"
-        where = placement.slots[k] if placement is not None else None
-        ihost = where.address if where is not None else host
-
-        def new_port(what: str, tag: str = tag, where: placement_mod.Slot | None = where) -> int | str:
-            if not real:
-                return f"${tag}_{what}"
-            if where is not None:  # bound on the instance's own node
-                return node_ports[where.node].pop(0)
-            return placement_mod.free_port(host, taken)
-
-        name = f"{NAME_PREFIX[role]}{i}" if role != "engine" else ""
-        iport = port if role == "engine" else new_port("PORT")
-        pd = None
-        boot: int | str | None = None
-        if role in ("prefill", "decode"):
-            if role == "prefill" and engine_recipe.pd_bootstrap:
-                boot = new_port("BOOTSTRAP_PORT")
-            side = new_port("NIXL_PORT") if engine_recipe.pd_side_channel else None
-            pd = PdRole(
-                "prefill" if role == "prefill" else "decode",
-                bootstrap_port=boot,
-                side_channel_port=side,
-                kv_transfer_gbs=cell.kv_transfer_gbs,
-            )
-        launch = build_engine_launch(
-            cell if role == "engine" else instance_cell(cell, tp), hardware=cell.hardware or None, port=iport,
-            host=ihost, python=python, environ=environ, pd=pd,
-        )  # fmt: skip
-        if devices:
-            launch = dataclasses.replace(launch, env={**launch.env, **devices})
-        if placement is not None:  # its own step on its node; the step selects its GPUs there
-            launch = dataclasses.replace(launch, argv=placement.wrap(k, launch.argv, launch.env))
-        url = f"http://{ihost}:{iport}"
-        metrics_name = instance_metrics_csv(name) if name else SERVER_METRICS_CSV
-        log_name = instance_log(name) if name and name != client_name else SERVER_LOG
-        node = where.node if where is not None else placement_mod.local_node(environ)
-        # An engine that counts evictions only as KV-cache events publishes them to its scraper (on
-        # this host: an instance on another node, or a capacity search whose steps each have a scraper of
-        # their own, keeps its evictions uncounted).
-        events_port: int | str | None = None
-        if (
-            where is None
-            and cell.capacity is None
-            and engine_recipe.kv_events_args("")
-            and not _gives_kv_events(cell)
-        ):
-            events_port = placement_mod.free_port(host, taken) if real else f"${tag}_KV_EVENTS_PORT"
-            launch = dataclasses.replace(
-                launch, argv=launch.argv + engine_recipe.kv_events_args(f"tcp://{host}:{events_port}")
-            )
-        scraper = scraper_argv(
-            python, url + launch.metrics_path, result_dir / metrics_name, scrape_interval_s, events_port
+        placement = ports.reserve_on_nodes(placement, counts, python=python, environ=environ)
+    instances = [
+        _plan_instance(
+            cell, k, shape, devices, ports, host=host, python=python, environ=environ, placement=placement
         )
-        instances.append(
-            Instance(role, i, iport, url, launch, log_name, metrics_name, scraper, name, boot, node)
-        )
+        for k, (shape, devices) in enumerate(zip(shapes, slices, strict=True))
+    ]
     if cell.client_nodes > 1:
         have = len(placement.nodes) if placement is not None else 1
-        if cell.client != "replay" or (cell.client_nodes > min(have, cell.users) and real):
+        if cell.client != "replay" or (cell.client_nodes > min(have, cell.users) and not ports.dry_run):
             raise InputError(
                 f"cell {cell.exp_name}: client_nodes {cell.client_nodes} needs the replay client, at least "
                 f"as many users ({cell.users}) and a Slurm allocation of as many nodes (it has {have})"
             )
         if placement is not None:  # the router: reached from every client node
             host = placement.addresses[placement.nodes[0]]
-    base_url = f"http://{host}:{port}"
+    base_url = f"http://{host}:{ports.cell_port}"
     router = None
-    router_scraper: list[str] = []
     if cell.routed:
-        metrics_port: int | str = placement_mod.free_port(host, taken) if real else "$ROUTER_METRICS_PORT"
         workers: list[str] | PdWorkers = [r.url for r in instances]
         if cell.disaggregated:
             workers = PdWorkers(
@@ -427,10 +341,13 @@ def plan_cell(
                 decode=[r.url for r in instances if r.role == "decode"],
             )
         router = build_router_launch(
-            cell, workers, host=host, port=port, metrics_port=metrics_port, python=python
+            cell,
+            workers,
+            host=host,
+            port=ports.cell_port,
+            metrics_port=ports.on_host("ROUTER_METRICS_PORT", host),
+            python=python,
         )
-        router_scraper = router_scraper_argv(python, router, instances, result_dir, scrape_interval_s)
-    replay, client_argvs = client_commands(cell, engine_recipe, base_url, result_dir, python, placement)
     power = sampler_spec(
         cell,
         [
@@ -443,22 +360,136 @@ def plan_cell(
         simulated=engine_recipe.simulated,
         local_node=placement_mod.local_node(environ),
     )
-    power_argv = power_sampler_argv(python, power, result_dir / POWER_CSV) if power is not None else []
-    return CellPlan(
-        cell,
-        result_dir,
-        port,
-        instances,
-        replay,
-        base_url,
-        router,
-        router_scraper,
-        placement,
-        power,
-        power_argv,
-        client_argvs,
-        python,
-        scrape_interval_s,
+    plan = CellPlan(
+        cell=cell,
+        result_dir=result_dir,
+        port=ports.cell_port,
+        instances=instances,
+        base_url=base_url,
+        router=router,
+        placement=placement,
+        power=power,
+        python=python,
+        scrape_interval_s=scrape_interval_s,
+    )
+    return with_result_dir(plan, cell, result_dir)
+
+
+def _plan_instance(
+    cell: Cell,
+    index: int,
+    shape: tuple[Role, int, int],
+    devices: Mapping[str, str],
+    ports: PortAllocator,
+    *,
+    host: str,
+    python: str,
+    environ: Mapping[str, str],
+    placement: Placement | None,
+) -> Instance:
+    """Engine instance ``index`` of the cell (``shape``: its role, index in that role and tp), its
+    commands but those writing into the result directory (``with_result_dir`` renders them)."""
+    role, i, tp = shape
+    engine_recipe = recipe(cell.engine)
+    slot = placement.slots[index] if placement is not None else None
+    address = slot.address if slot is not None else host
+    tag = f"{role.upper()}{i}"
+    name = f"{NAME_PREFIX[role]}{i}" if role != "engine" else ""
+    port = ports.cell_port if role == "engine" else _instance_port(ports, f"{tag}_PORT", slot, host)
+    pd = None
+    bootstrap_port: Port | None = None
+    if role in ("prefill", "decode"):
+        if role == "prefill" and engine_recipe.pd_bootstrap:
+            bootstrap_port = _instance_port(ports, f"{tag}_BOOTSTRAP_PORT", slot, host)
+        side = (
+            _instance_port(ports, f"{tag}_NIXL_PORT", slot, host) if engine_recipe.pd_side_channel else None
+        )
+        pd = PdRole(
+            "prefill" if role == "prefill" else "decode",
+            bootstrap_port=bootstrap_port,
+            side_channel_port=side,
+            kv_transfer_gbs=cell.kv_transfer_gbs,
+        )
+    launch = build_engine_launch(
+        cell if role == "engine" else instance_cell(cell, tp), hardware=cell.hardware or None, port=port,
+        host=address, python=python, environ=environ, pd=pd,
+    )  # fmt: skip
+    if devices:
+        launch = dataclasses.replace(launch, env={**launch.env, **devices})
+    if placement is not None:  # its own step on its node; the step selects its GPUs there
+        launch = dataclasses.replace(launch, argv=placement.wrap(index, launch.argv, launch.env))
+    # An engine that counts evictions only as KV-cache events publishes them to its scraper (on this
+    # host: an instance on another node, or a capacity search whose steps each have a scraper of their
+    # own, keeps its evictions uncounted).
+    events_port: Port | None = None
+    if (
+        slot is None
+        and cell.capacity is None
+        and engine_recipe.kv_events_args("")
+        and not _gives_kv_events(cell)
+    ):
+        events_port = ports.on_host(f"{tag}_KV_EVENTS_PORT", host)
+        launch = dataclasses.replace(
+            launch, argv=launch.argv + engine_recipe.kv_events_args(f"tcp://{host}:{events_port}")
+        )
+    client_name = "d0" if cell.disaggregated else "r0"
+    return Instance(
+        role=role,
+        index=i,
+        port=port,
+        url=f"http://{address}:{port}",
+        engine=launch,
+        log_name=instance_log(name) if name and name != client_name else SERVER_LOG,
+        metrics_name=instance_metrics_csv(name) if name else SERVER_METRICS_CSV,
+        name=name,
+        bootstrap_port=bootstrap_port,
+        kv_events_port=events_port,
+        node=slot.node if slot is not None else placement_mod.local_node(environ),
+    )
+
+
+def _instance_port(ports: PortAllocator, name: str, slot: placement_mod.Slot | None, host: str) -> Port:
+    """A port an instance serves: reserved on its own node when it is placed on one, else this host's."""
+    return ports.on_node(name, slot.node) if slot is not None else ports.on_host(name, host)
+
+
+def with_result_dir(plan: CellPlan, cell: Cell, result_dir: Path) -> CellPlan:
+    """``plan`` for ``cell`` writing into ``result_dir``: every command that writes a result file (each
+    instance's metrics collector, the router's, the replayer or the client processes, the power
+    sampler) rendered for it."""
+    instances = [
+        dataclasses.replace(
+            inst,
+            scraper_argv=scraper_argv(
+                plan.python,
+                inst.url + inst.engine.metrics_path,
+                result_dir / inst.metrics_name,
+                plan.scrape_interval_s,
+                inst.kv_events_port,
+            ),
+        )
+        for inst in plan.instances
+    ]
+    replay, clients = client_commands(
+        cell, recipe(cell.engine), plan.base_url, result_dir, plan.python, plan.placement
+    )
+    return dataclasses.replace(
+        plan,
+        cell=cell,
+        result_dir=result_dir,
+        instances=instances,
+        replay_argv=replay,
+        client_argvs=clients,
+        router_scraper_argv=(
+            router_scraper_argv(plan.python, plan.router, instances, result_dir, plan.scrape_interval_s)
+            if plan.router is not None
+            else []
+        ),
+        power_argv=(
+            power_sampler_argv(plan.python, plan.power, result_dir / POWER_CSV)
+            if plan.power is not None
+            else []
+        ),
     )
 
 
@@ -527,7 +558,7 @@ def power_sampler_argv(python: str, spec: SamplerSpec, output: Path) -> list[str
 
 
 def scraper_argv(
-    python: str, endpoint: str, output: Path, interval_s: float, events_port: int | str | None = None
+    python: str, endpoint: str, output: Path, interval_s: float, events_port: Port | None = None
 ) -> list[str]:
     """The metrics collector of one engine instance: ``endpoint`` (its /metrics) into ``output``; with
     ``events_port`` it also counts the engine's KV-cache events published to that port."""

@@ -16,8 +16,8 @@ from pathlib import Path
 from agentsweep.cell import record
 from agentsweep.cell.accuracy_step import check_ready as check_accuracy_ready
 from agentsweep.cell.lifecycle import check_result_dir, install_signal_handlers, run_cell, seal
-from agentsweep.cell.placement import free_port
 from agentsweep.cell.plan import CellOptions, plan_cell
+from agentsweep.cell.port_allocation import DryRunPortAllocator, FreePortAllocator, PortAllocator
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import AgentsweepError, InputError
 from agentsweep.images.local import image_record, refuse_other_image
@@ -68,8 +68,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         cell = _cell(args.cell, env)
         refuse_other_image(cell.image, cell.image_digest, env)
-        port = _port(env, args.dry_run)
-        plan = plan_cell(cell, result_dir, port=port)
+        plan = plan_cell(cell, result_dir, ports=_ports(env, args.dry_run))
         if not args.dry_run:
             check_accuracy_ready(cell)
         if cell.capacity is not None and not args.dry_run:
@@ -123,13 +122,16 @@ def _cell(arg: str | None, env: os._Environ[str]) -> Cell:
     return Cell.parse(raw, where=f"${CELL_ENV_VAR}")
 
 
-def _port(env: os._Environ[str], dry_run: bool) -> int | str:
+def _ports(env: os._Environ[str], dry_run: bool) -> PortAllocator:
+    """The cell's ports: $PORT (else a free one) and free ones, or a dry run's placeholders ($PORT
+    when it is unset)."""
     raw = env.get("PORT", "").strip()
-    if not raw:
-        return "$PORT" if dry_run else free_port()
-    if not raw.isdigit() or not 0 < int(raw) < 65536:
+    if raw and (not raw.isdigit() or not 0 < int(raw) < 65536):
         raise InputError(f"environment variable PORT={raw!r}: expected a TCP port number 1-65535")
-    return int(raw)
+    port = int(raw) if raw else None
+    if dry_run:
+        return DryRunPortAllocator() if port is None else DryRunPortAllocator(cell_port=port)
+    return FreePortAllocator(cell_port=port)
 
 
 def _record_refusal(result_dir: Path, args: argparse.Namespace, err: AgentsweepError) -> None:

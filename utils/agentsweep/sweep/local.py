@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentsweep.cell.plan import plan_cell
+from agentsweep.cell.port_allocation import DryRunPortAllocator
 from agentsweep.cell.record import mask_cell, mask_text
 from agentsweep.collect.output import replace_folder
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
@@ -140,7 +141,7 @@ def dry_run_lines(plans: Sequence[SweepPlan], launcher: Path) -> list[str]:
                 + " ".join(f"{k}={shlex.quote(mask_text(v))}" for k, v in env.items())
                 + f" {launcher}"
             )
-            cplan = plan_cell(run.cell, run.result_dir, port="$PORT")
+            cplan = plan_cell(run.cell, run.result_dir, ports=DryRunPortAllocator())
             lines += cplan.describe()
             if run.cell.capacity is not None:
                 from agentsweep.capacity.run import describe

@@ -18,8 +18,8 @@ def run_cells(cells: list[Cell], results: Path, *, health_timeout: float | None 
     """Run each cell (as read by ``agentsweep.contract.resultdir.read_matrix``) into
     ``results/<exp_name>``; returns the number of FAILED cells."""
     from agentsweep.cell.lifecycle import run_cell
-    from agentsweep.cell.placement import free_port
     from agentsweep.cell.plan import CellOptions, plan_cell
+    from agentsweep.cell.port_allocation import FreePortAllocator
 
     failed = 0
     for cell in cells:
@@ -28,7 +28,7 @@ def run_cells(cells: list[Cell], results: Path, *, health_timeout: float | None 
         if (result_dir / STATUS_TXT).exists():
             raise InputError(f"{result_dir}: already holds a cell result; use an empty results folder")
         # The cell's client is aiperf, so the plan's load command is aiperf_command's.
-        plan = plan_cell(spec, result_dir, port=free_port())
+        plan = plan_cell(spec, result_dir, ports=FreePortAllocator())
         status, _ = run_cell(plan, CellOptions(health_timeout_s=health_timeout))
         failed += status != "SUCCESS"
     return failed
