@@ -11,58 +11,26 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from agentsweep.metrics.dialects import COLUMNS
 from agentsweep.metrics.scraper import Scraper
 
-from tests.support import free_port, wait_until
+from tests.support import CannedServer, canned_server, free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-class _Script:
-    """Replies served in turn (status, body); the last one repeats."""
-
-    def __init__(self, replies: list[tuple[int, str]]) -> None:
-        self.replies = replies
-        self.served = 0
-        self.lock = threading.Lock()
-
-    def next(self) -> tuple[int, str]:
-        with self.lock:
-            reply = self.replies[min(self.served, len(self.replies) - 1)]
-            self.served += 1
-            return reply
-
-
-def _serve(script: _Script) -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            status, body = script.next()
-            data = body.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+@contextmanager
+def _serve(replies: list[tuple[int, str]]) -> Iterator[tuple[str, CannedServer]]:
+    """The /metrics URL of a canned server answering with ``replies`` in turn (the last repeats)."""
+    with canned_server() as server:
+        server.serve(replies)
+        yield f"{server.url}/metrics", server
 
 
 @pytest.fixture
@@ -76,8 +44,8 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 
 def test_failed_scrapes_leave_gaps_not_zeros(tmp_path, vllm_text):
-    script = _Script([(200, vllm_text), (500, "engine busy"), (200, "not prometheus {{{"), (200, vllm_text)])
-    for url in _serve(script):
+    replies = [(200, vllm_text), (500, "engine busy"), (200, "not prometheus {{{"), (200, vllm_text)]
+    with _serve(replies) as (url, script):
         out = tmp_path / "server_metrics.csv"
         log = io.StringIO()
         scraper = Scraper(url, out, interval=0.02, log=log)
@@ -100,7 +68,7 @@ def test_failed_scrapes_leave_gaps_not_zeros(tmp_path, vllm_text):
 
 def test_appends_to_an_existing_file_without_a_second_header(tmp_path, vllm_text):
     out = tmp_path / "server_metrics.csv"
-    for url in _serve(_Script([(200, vllm_text)])):
+    with _serve([(200, vllm_text)]) as (url, _):
         for _ in range(2):
             scraper = Scraper(url, out, interval=0.01, log=io.StringIO())
             scraper.stop.set()  # exactly one scrape, then stop
@@ -121,7 +89,7 @@ def _cli(*args: str) -> subprocess.Popen:
 
 def test_cli_runs_until_sigterm(tmp_path, vllm_text):
     out = tmp_path / "cell" / "server_metrics.csv"
-    for url in _serve(_Script([(200, vllm_text)])):
+    with _serve([(200, vllm_text)]) as (url, _):
         proc = _cli("--endpoint", url, "--output", str(out), "--interval", "0.05")
         try:
             wait_until(
@@ -143,7 +111,7 @@ def test_cli_runs_until_sigterm(tmp_path, vllm_text):
 
 
 def test_cli_unknown_dialect_exits_2(tmp_path):
-    for url in _serve(_Script([(200, "# TYPE tgi_queue_size gauge\ntgi_queue_size 3\n")])):
+    with _serve([(200, "# TYPE tgi_queue_size gauge\ntgi_queue_size 3\n")]) as (url, _):
         proc = _cli("--endpoint", url, "--output", str(tmp_path / "m.csv"), "--interval", "0.05")
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 2

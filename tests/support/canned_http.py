@@ -51,7 +51,7 @@ def canned_server() -> Iterator[CannedServer]:
             status, text = canned.next_reply()
             body = text.encode()
             self.send_response(status)
-            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Type", "text/plain; version=0.0.4")  # Prometheus text
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -61,9 +61,11 @@ def canned_server() -> Iterator[CannedServer]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     canned = CannedServer(server)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
     try:
         yield canned
     finally:
         server.shutdown()
         server.server_close()
+        thread.join()
