@@ -13,19 +13,17 @@ import time
 import urllib.error
 import urllib.request
 
+from agentsweep.cell.settle import read_metrics
 from agentsweep.errors import InputError
 from agentsweep.metrics.dialects import map_text
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-MAX_METRICS_BYTES = 32 << 20
 
 
 def in_flight(metrics_url: str, timeout_s: float = 5.0) -> int | None:
     """Running plus waiting requests as the engine reports them; None when it cannot be told."""
     try:
-        with _NO_PROXY.open(metrics_url, timeout=timeout_s) as resp:
-            text = resp.read(MAX_METRICS_BYTES).decode("utf-8", "replace")
-        _dialect, values = map_text(text)
+        _dialect, values = map_text(read_metrics(metrics_url, timeout_s))
     except (urllib.error.URLError, OSError, InputError, ValueError):
         return None
     running, waiting = values.get("requests_running"), values.get("requests_waiting")

@@ -22,16 +22,19 @@ from agentsweep.metrics.dialects import map_text
 
 SETTLE_INTERVAL_S = 0.25
 SETTLE_TIMEOUT_S = 10.0
-METRICS_MAX_BYTES = 8 << 20
+METRICS_MAX_BYTES = 32 << 20
+# The engines and the router answer on the cell's own hosts: never through a proxy the environment names.
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 # The engine figures that must stand still: every counter, and the requests still in the engine.
 _MOVING_WHILE_BUSY = ("requests_running", "requests_waiting")
 
 T = TypeVar("T")
 
 
-def read_metrics(url: str) -> str:
-    """One /metrics read (at most METRICS_MAX_BYTES); urllib's errors and OSError pass through."""
-    with urllib.request.urlopen(url, timeout=5.0) as resp:
+def read_metrics(url: str, timeout_s: float = 5.0) -> str:
+    """One /metrics read of an engine or the router (at most METRICS_MAX_BYTES, never through a proxy);
+    urllib's errors and OSError pass through."""
+    with _NO_PROXY.open(url, timeout=timeout_s) as resp:
         data: bytes = resp.read(METRICS_MAX_BYTES)
     return data.decode("utf-8", "replace")
 
