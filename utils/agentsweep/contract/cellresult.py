@@ -122,9 +122,9 @@ def load_cell_result(path: Path) -> CellResult:
     identity = CellIdentity(record, cell, receipt, () if receipt is not None else (NO_RECEIPT_NOTE,))
     try:
         return _rest(path, identity)
+    except MalformedResult:
+        raise
     except (ResultFileError, ResultError) as err:
-        if isinstance(err, MalformedResult):
-            raise
         raise MalformedResult(str(err), identity) from None
 
 

@@ -125,8 +125,8 @@ def points(results: Path, include_invalid: bool, allow_mixed: bool = True) -> li
                 row.values,
                 result.record.versions,
                 row.reason or "",
-                result.failed_by_class,
-                result.summary["window"] if result.summary is not None else None,
+                failed_by_class=result.failed_by_class,
+                window=result.summary["window"] if result.summary is not None else None,
             )
         )
     return out
