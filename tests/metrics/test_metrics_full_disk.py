@@ -13,9 +13,7 @@ from agentsweep.errors import WriteError
 from agentsweep.metrics.dialects import COLUMNS
 from agentsweep.metrics.scraper import Scraper
 
-from tests.support import filled_tmpfs
-
-from .test_metrics_scraper import _Script, _serve
+from tests.support import canned_server, filled_tmpfs
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +25,9 @@ def test_a_scraper_on_a_full_disk_keeps_whole_rows_and_names_the_file(tmp_path):
     with filled_tmpfs(tmp_path / "small", 1024, 8) as mount:
         out = mount / "server_metrics.csv"
         failed: list[BaseException] = []
-        for url in _serve(_Script([(200, text)])):
+        with canned_server() as server:
+            server.serve([text])
+            url = f"{server.url}/metrics"
             scraper = Scraper(url, out, interval=0.001, log=io.StringIO())
 
             def scrape(scraper: Scraper = scraper) -> None:

@@ -22,8 +22,7 @@ from agentsweep.cell.port_allocation import DryRunPortAllocator
 from agentsweep.contract.cell import Cell
 from agentsweep.metrics.kv_events import Counts
 
-from tests.metrics.test_metrics_scraper import _Script, _serve
-from tests.support import free_port, poll_until
+from tests.support import canned_server, free_port, poll_until
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BLOCK = 16
@@ -94,7 +93,9 @@ def _publish(port: int, messages: list[list[bytes]]) -> None:
 def _run(tmp_path: Path, messages: list[list[bytes]]) -> tuple[list[dict[str, str]], dict, str]:
     text = (FIXTURES / "vllm_by_source.prom").read_text()
     out, port = tmp_path / "server_metrics.csv", free_port()
-    for url in _serve(_Script([(200, text)])):
+    with canned_server() as server:
+        server.serve([text])
+        url = f"{server.url}/metrics"
         proc = _collector(url, out, port)
         try:
             poll_until(lambda: out.exists() and len(out.read_text().splitlines()) > 2, timeout=20)

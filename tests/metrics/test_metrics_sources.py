@@ -11,7 +11,7 @@ import pytest
 from agentsweep.metrics.dialects import COLUMNS, map_text_sources
 from agentsweep.metrics.scraper import Scraper
 
-from tests.metrics.test_metrics_scraper import _Script, _serve
+from tests.support import canned_server
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -54,7 +54,9 @@ def test_the_prefix_hit_counter_wins_over_the_per_source_split():
 @pytest.mark.integration
 def test_the_scraper_writes_the_sources_beside_the_csv(tmp_path):
     text = (FIXTURES / "vllm_cpu_current.prom").read_text()
-    for url in _serve(_Script([(200, text)])):
+    with canned_server() as server:
+        server.serve([text])
+        url = f"{server.url}/metrics"
         out = tmp_path / "server_metrics.csv"
         scraper = Scraper(url, out, interval=0.01, log=io.StringIO())
         threading.Timer(0.1, scraper.stop.set).start()

@@ -198,8 +198,8 @@ def test_a_frozen_replica_behind_a_real_router_makes_the_cell_invalid(repo_root,
         log=lambda _: None,
     )
     reasons = (plan.result_dir / "status.txt").read_text().splitlines()[1:]
-    checks = json.loads((plan.result_dir / "summary.json").read_text())["validity"]["checks"]
     assert status == "INVALID", reasons
+    checks = json.loads((plan.result_dir / "summary.json").read_text())["validity"]["checks"]
     # The cell as a whole looks healthy: the healthy replica covers the window, the stuck lanes are busy.
     for name in ("window_coverage", "lanes_active", "failed_share", "request_count_gap"):
         assert checks[name]["ok"], (name, checks[name])
