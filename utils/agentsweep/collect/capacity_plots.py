@@ -16,7 +16,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormat
 from agentsweep.capacity.search import points_of, smoothed
 from agentsweep.collect.capacity import CapacityCell
 from agentsweep.collect.output import save_figure
-from agentsweep.collect.plots import DPI
+from agentsweep.collect.plots import DPI, TITLE_Y
 from agentsweep.style import INVALID_COLOR
 
 TIER_COLORS = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
@@ -89,7 +89,7 @@ def capacity_figure(item: CapacityCell, path: Path) -> Path:
         ax.set_ylabel(
             f"{constraint.statistic_label} ({UNIT_TEXT.get(constraint.figure.unit, constraint.figure.unit)})"
         )
-        ax.set_title(f"{constraint.statistic_label} vs concurrent users", fontsize=10)
+        ax.set_title(f"{constraint.statistic_label} vs concurrent users", fontsize=10, y=TITLE_Y)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     fig.suptitle(f"{item.exp_name}: SLO statistics over the search ({len(steps)} steps)", fontsize=11)
