@@ -79,10 +79,10 @@ test-engine-parsers: venv-test
 # Slurm; `chromium` a headless browser. `make test` runs every tier, spread over the machine's cores
 # (pytest-xdist; the tests that share the session's Slurm clusters or PostgreSQL server run on one
 # worker), and ends with every skip summarised by reason and tier with what installs the missing part.
-# Two workers per core: much of the suite waits on engines running at a fixed speed-up and on health
-# polls, so a core is rarely busy with one test alone (the parallel pass on 2 cores: 16 min with 2
-# workers, 11 with 4; 6 were no faster, as the suite's CPU, about 1,050 s, is then the bound).
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) * 2 )))
+# Three workers per core: much of the suite waits on engines running at a fixed speed-up and on health
+# polls, so a core is rarely busy with one test alone (on 2 cores, quiet: 606 s with 4 workers, 584 s
+# with 6, every worker busy to the end; the suite's CPU, about 950 s, is the bound beyond that).
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) * 3 )))
 
 test: venv-test
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup

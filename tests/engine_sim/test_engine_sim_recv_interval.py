@@ -10,7 +10,7 @@ import pytest
 from agentsweep.engine_sim.kv_cache import KVCache
 from agentsweep.engine_sim.profiles import StepCost
 from agentsweep.engine_sim.request import SimRequest
-from agentsweep.engine_sim.scheduler import FINISHED, Engine, SimClock
+from agentsweep.engine_sim.scheduler import FINISHED, Engine, VirtualClock
 
 BS = 16
 
@@ -20,7 +20,7 @@ def _serve(interval: int, after_tokens: int) -> tuple[SimRequest, SimRequest]:
 
     async def go() -> tuple[SimRequest, SimRequest]:
         cost = StepCost(2e-3, 1e-7, 1e-7, 0.0)
-        engine = Engine(KVCache(1000), cost, SimClock(10.0), block_size=BS, recv_interval=interval)
+        engine = Engine(KVCache(1000), cost, VirtualClock(), block_size=BS, recv_interval=interval)
         engine.start()
         try:
             a = engine.submit(list(range(64)), 120)
@@ -65,7 +65,7 @@ def test_an_idle_engine_takes_a_request_in_at_once() -> None:
 
     async def go() -> float:
         cost = StepCost(2e-3, 1e-7, 1e-7, 0.0)
-        engine = Engine(KVCache(1000), cost, SimClock(10.0), block_size=BS, recv_interval=30)
+        engine = Engine(KVCache(1000), cost, VirtualClock(), block_size=BS, recv_interval=30)
         engine.start()
         try:
             first = engine.submit(list(range(64)), 3)

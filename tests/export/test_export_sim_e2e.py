@@ -49,6 +49,7 @@ def cell_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         # What this test checks is not run validity: room for a CI machine busy with other tests.
         "min_window_coverage": 0.5,
         "max_dispatch_lag_p99_s": 2.0,
+        "max_lane_idle_s": 60.0,  # 11 s by default: 0.22 s of wall time at this speed
         "speed": SPEED,
         # The local runner's power facts: the sampler reads the simulated engine's DCGM metrics.
         "power_source": "dcgm",

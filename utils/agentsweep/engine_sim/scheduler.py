@@ -123,6 +123,23 @@ class SimClock:
         await asyncio.sleep(delay if delay > 0 else 0)
 
 
+class VirtualClock(SimClock):
+    """Simulated seconds that pass only while the engine waits: a sleep moves the clock to its end at
+    once and yields to the other tasks. The engine never falls behind it, however busy the machine, so
+    what a step does depends on the requests alone, never on when the process got the CPU."""
+
+    def __init__(self) -> None:
+        super().__init__(1.0)
+        self._now = 0.0
+
+    def now(self) -> float:
+        return self._now
+
+    async def sleep_until(self, t: float) -> None:
+        self._now = max(self._now, t)
+        await asyncio.sleep(0)
+
+
 class Transfer(Protocol):
     """What a prefill or decode role does inside the engine (``disagg.KVTransfer``)."""
 
