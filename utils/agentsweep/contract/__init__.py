@@ -6,37 +6,42 @@ Nothing here imports another part of agentsweep (only ``agentsweep.errors``; the
 ``kv_cache_tester`` is below it).
 """
 
-from agentsweep.contract.cell import (
-    APIS,
-    CELL_ENV_VAR,
-    CELL_FIELDS,
-    CLIENTS,
-    CONNECTORS,
-    ENGINES,
-    ENTRY_FIELDS,
-    HARDWARE,
-    OFFLOAD_MODES,
-    REPLAY_FIELDS,
-    RUNNER_FACTS,
-    SAFE_NAME,
-    SIMULATED_ENGINE,
-    TIMING_STRATEGIES,
-    VALIDITY_FIELDS,
-    Api,
-    Cell,
-    CellAxes,
-    Client,
-    Engine,
-    EngineSettings,
-    Hardware,
-    Offload,
-    OffloadConnector,
-    ReplayOptions,
-    RunnerFacts,
-    TimingStrategy,
-    ValidityLimits,
-)
-from agentsweep.contract.hardware import AMD_HARDWARE, hardware_label, is_amd
+from typing import TYPE_CHECKING
+
+from agentsweep.contract.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from agentsweep.contract.cell import (
+        APIS,
+        CELL_ENV_VAR,
+        CELL_FIELDS,
+        CLIENTS,
+        CONNECTORS,
+        ENGINES,
+        ENTRY_FIELDS,
+        HARDWARE,
+        OFFLOAD_MODES,
+        REPLAY_FIELDS,
+        RUNNER_FACTS,
+        SAFE_NAME,
+        SIMULATED_ENGINE,
+        TIMING_STRATEGIES,
+        VALIDITY_FIELDS,
+        Api,
+        Cell,
+        CellAxes,
+        Client,
+        Engine,
+        EngineSettings,
+        Hardware,
+        Offload,
+        OffloadConnector,
+        ReplayOptions,
+        RunnerFacts,
+        TimingStrategy,
+        ValidityLimits,
+    )
+    from agentsweep.contract.hardware import AMD_HARDWARE, hardware_label, is_amd
 
 __all__ = [
     "AMD_HARDWARE",
@@ -71,3 +76,45 @@ __all__ = [
     "hardware_label",
     "is_amd",
 ]
+
+# Imported on first use (contract.lazy): the sampler and the collectors import one light module here.
+_HOMES = {
+    **dict.fromkeys(
+        (
+            "APIS",
+            "CELL_ENV_VAR",
+            "CELL_FIELDS",
+            "CLIENTS",
+            "CONNECTORS",
+            "ENGINES",
+            "ENTRY_FIELDS",
+            "HARDWARE",
+            "OFFLOAD_MODES",
+            "REPLAY_FIELDS",
+            "RUNNER_FACTS",
+            "SAFE_NAME",
+            "SIMULATED_ENGINE",
+            "TIMING_STRATEGIES",
+            "VALIDITY_FIELDS",
+            "Api",
+            "Cell",
+            "CellAxes",
+            "Client",
+            "Engine",
+            "EngineSettings",
+            "Hardware",
+            "Offload",
+            "OffloadConnector",
+            "ReplayOptions",
+            "RunnerFacts",
+            "TimingStrategy",
+            "ValidityLimits",
+        ),
+        "agentsweep.contract.cell",
+    ),
+    **dict.fromkeys(
+        ("AMD_HARDWARE", "hardware_label", "is_amd"),
+        "agentsweep.contract.hardware",
+    ),
+}
+__getattr__ = lazy_exports(__name__, _HOMES, globals())

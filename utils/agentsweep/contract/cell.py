@@ -28,8 +28,6 @@ from kv_cache_tester.replay.memory import MAX_PROMPT_TOKENS
 from kv_cache_tester.replay.presets import MIN_DURATION_S, PRESETS
 from kv_cache_tester.replay.presets import resolve as resolve_preset
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
@@ -38,6 +36,10 @@ from pydantic import (
 )
 
 from agentsweep.contract.accuracy import AccuracySpec
+from agentsweep.contract.base import MAX_POWER_INTERVAL_S as MAX_POWER_INTERVAL_S
+from agentsweep.contract.base import MIN_POWER_INTERVAL_S as MIN_POWER_INTERVAL_S
+from agentsweep.contract.base import Frozen as Frozen
+from agentsweep.contract.base import PowerInterval as PowerInterval
 from agentsweep.contract.engine_args import engine_args_conflict
 from agentsweep.contract.errors import CONTROL, brief, validation_message
 from agentsweep.contract.hardware import HARDWARE as HARDWARE
@@ -100,10 +102,8 @@ MAX_CPU_DRAM_GB = 1 << 20  # 1 PiB
 MAX_REPLICAS = 256
 MAX_NODES = 1024
 MAX_LINK_GBS = 1e5
-MIN_POWER_INTERVAL_S = 0.05
 # ``--cell @FILE``: a cell's JSON is a few KiB; past this the file is not one.
 CELL_FILE_MAX_BYTES = 16 << 20
-MAX_POWER_INTERVAL_S = 60.0
 
 # What a runner without these figures in runners.yaml gets (GB/s per GPU, each direction): NVLink 4
 # inside a node, one 400 Gb/s NIC per GPU between nodes.
@@ -120,8 +120,6 @@ GresType = Annotated[str, Field(pattern=f"^{GRES_NAME}$")]
 NodeGpus = Annotated[int, Field(gt=0, le=MAX_TP)]
 # A KV transfer link's bandwidth, GB/s per GPU and direction.
 LinkGbs = Annotated[float, Field(gt=0, le=MAX_LINK_GBS)]
-# Seconds between two power samples.
-PowerInterval = Annotated[float, Field(ge=MIN_POWER_INTERVAL_S, le=MAX_POWER_INTERVAL_S)]
 # power_endpoint of a dcgm runner: "engine" (each engine instance's own /metrics: the simulated engine
 # serves DCGM metrics there), a URL with {address} (the node's address), or "" for the exporter's
 # default, http://{address}:9400/metrics.
@@ -150,12 +148,6 @@ def _printable_args(words: list[str]) -> list[str]:
             raise ValueError(f"control character {bad.group()!r} in the value of {flag}")
         raise ValueError(f"control character {bad.group()!r} in {brief(word)}")
     return words
-
-
-class Frozen(BaseModel):
-    """Strict, frozen, unknown keys rejected; ``.inf``/``.nan`` mean nothing in any field."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class ReplayOptions(Frozen):

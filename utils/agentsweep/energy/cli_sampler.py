@@ -11,7 +11,7 @@ import socket
 import threading
 from pathlib import Path
 
-from agentsweep.contract.cell import MAX_POWER_INTERVAL_S, MIN_POWER_INTERVAL_S
+from agentsweep.contract.base import MAX_POWER_INTERVAL_S, MIN_POWER_INTERVAL_S
 from agentsweep.energy.sampler import Sampler
 from agentsweep.energy.spec import DEFAULT_DCGM_ENDPOINT, PowerTarget, SamplerSpec
 from agentsweep.errors import InputError

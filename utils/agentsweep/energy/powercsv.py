@@ -29,8 +29,8 @@ from typing import BinaryIO, TextIO
 
 from kv_cache_tester.inputfiles import InputFileProblem, open_regular
 
-from agentsweep.contract.resultdir import POWER_CSV
 from agentsweep.contract.resultdir.fileio import finite_number
+from agentsweep.contract.resultdir.files import POWER_CSV
 from agentsweep.errors import InputError, ResultFileError
 
 COLUMNS: tuple[str, ...] = (

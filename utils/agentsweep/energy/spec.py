@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError
 
-from agentsweep.contract.cell import Frozen, PowerInterval
+from agentsweep.contract.base import Frozen, PowerInterval
 from agentsweep.contract.errors import validation_message
 from agentsweep.errors import InputError
 

@@ -17,57 +17,62 @@ Each ``read_*`` returns None when its file is absent and raises ``ResultFileErro
 file's declared size.
 """
 
-from agentsweep.contract.resultdir.capacity import (
-    STOP_REASONS,
-    CapacityRecord,
-    CliffRecord,
-    StepRecord,
-    TierResult,
-    read_capacity,
-    step_dir,
-    write_capacity,
-)
-from agentsweep.contract.resultdir.fileio import write_atomic
-from agentsweep.contract.resultdir.files import (
-    ACCURACY_JSON,
-    ACCURACY_JSONL,
-    CAPACITY_JSON,
-    CAPACITY_JSON_MAX_BYTES,
-    CELL_JSON,
-    CELL_JSON_MAX_BYTES,
-    CLIENTS_DIR,
-    MATRIX_MAX_BYTES,
-    POWER_CSV,
-    PREFILL_METRICS_CSV,
-    RECEIPT_JSON,
-    RECEIPT_JSON_MAX_BYTES,
-    REQUESTS_JSONL,
-    RESULT_FILES,
-    ROUTER_JSON,
-    ROUTER_JSON_MAX_BYTES,
-    ROUTER_METRICS_CSV,
-    ROUTER_METRICS_TXT,
-    ROUTER_METRICS_TXT_MAX_BYTES,
-    SERVER_LOG,
-    SERVER_METRICS_CSV,
-    STATUS_TXT,
-    STATUS_TXT_MAX_BYTES,
-    STEPS_DIR,
-    SUMMARY_JSON,
-    ResultFile,
-    instance_log,
-    instance_metrics_csv,
-    result_file,
-)
-from agentsweep.contract.resultdir.matrix import matrix_json, read_matrix, read_matrix_entries
-from agentsweep.contract.resultdir.record import (
-    CellRecord,
-    read_cell_record,
-    write_cell_record,
-    write_cell_result,
-)
-from agentsweep.contract.resultdir.router import RouterRecord, read_router, write_router
-from agentsweep.contract.resultdir.status import CellStatus, read_status, write_status
+from typing import TYPE_CHECKING
+
+from agentsweep.contract.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from agentsweep.contract.resultdir.capacity import (
+        STOP_REASONS,
+        CapacityRecord,
+        CliffRecord,
+        StepRecord,
+        TierResult,
+        read_capacity,
+        step_dir,
+        write_capacity,
+    )
+    from agentsweep.contract.resultdir.fileio import write_atomic
+    from agentsweep.contract.resultdir.files import (
+        ACCURACY_JSON,
+        ACCURACY_JSONL,
+        CAPACITY_JSON,
+        CAPACITY_JSON_MAX_BYTES,
+        CELL_JSON,
+        CELL_JSON_MAX_BYTES,
+        CLIENTS_DIR,
+        MATRIX_MAX_BYTES,
+        POWER_CSV,
+        PREFILL_METRICS_CSV,
+        RECEIPT_JSON,
+        RECEIPT_JSON_MAX_BYTES,
+        REQUESTS_JSONL,
+        RESULT_FILES,
+        ROUTER_JSON,
+        ROUTER_JSON_MAX_BYTES,
+        ROUTER_METRICS_CSV,
+        ROUTER_METRICS_TXT,
+        ROUTER_METRICS_TXT_MAX_BYTES,
+        SERVER_LOG,
+        SERVER_METRICS_CSV,
+        STATUS_TXT,
+        STATUS_TXT_MAX_BYTES,
+        STEPS_DIR,
+        SUMMARY_JSON,
+        ResultFile,
+        instance_log,
+        instance_metrics_csv,
+        result_file,
+    )
+    from agentsweep.contract.resultdir.matrix import matrix_json, read_matrix, read_matrix_entries
+    from agentsweep.contract.resultdir.record import (
+        CellRecord,
+        read_cell_record,
+        write_cell_record,
+        write_cell_result,
+    )
+    from agentsweep.contract.resultdir.router import RouterRecord, read_router, write_router
+    from agentsweep.contract.resultdir.status import CellStatus, read_status, write_status
 
 __all__ = [
     "ACCURACY_JSON",
@@ -122,3 +127,75 @@ __all__ = [
     "write_router",
     "write_status",
 ]
+
+# Imported on first use (contract.lazy): the sampler and the collectors import one light module here.
+_HOMES = {
+    **dict.fromkeys(
+        (
+            "STOP_REASONS",
+            "CapacityRecord",
+            "CliffRecord",
+            "StepRecord",
+            "TierResult",
+            "read_capacity",
+            "step_dir",
+            "write_capacity",
+        ),
+        "agentsweep.contract.resultdir.capacity",
+    ),
+    **dict.fromkeys(
+        ("write_atomic",),
+        "agentsweep.contract.resultdir.fileio",
+    ),
+    **dict.fromkeys(
+        (
+            "ACCURACY_JSON",
+            "ACCURACY_JSONL",
+            "CAPACITY_JSON",
+            "CAPACITY_JSON_MAX_BYTES",
+            "CELL_JSON",
+            "CELL_JSON_MAX_BYTES",
+            "CLIENTS_DIR",
+            "MATRIX_MAX_BYTES",
+            "POWER_CSV",
+            "PREFILL_METRICS_CSV",
+            "RECEIPT_JSON",
+            "RECEIPT_JSON_MAX_BYTES",
+            "REQUESTS_JSONL",
+            "RESULT_FILES",
+            "ROUTER_JSON",
+            "ROUTER_JSON_MAX_BYTES",
+            "ROUTER_METRICS_CSV",
+            "ROUTER_METRICS_TXT",
+            "ROUTER_METRICS_TXT_MAX_BYTES",
+            "SERVER_LOG",
+            "SERVER_METRICS_CSV",
+            "STATUS_TXT",
+            "STATUS_TXT_MAX_BYTES",
+            "STEPS_DIR",
+            "SUMMARY_JSON",
+            "ResultFile",
+            "instance_log",
+            "instance_metrics_csv",
+            "result_file",
+        ),
+        "agentsweep.contract.resultdir.files",
+    ),
+    **dict.fromkeys(
+        ("matrix_json", "read_matrix", "read_matrix_entries"),
+        "agentsweep.contract.resultdir.matrix",
+    ),
+    **dict.fromkeys(
+        ("CellRecord", "read_cell_record", "write_cell_record", "write_cell_result"),
+        "agentsweep.contract.resultdir.record",
+    ),
+    **dict.fromkeys(
+        ("RouterRecord", "read_router", "write_router"),
+        "agentsweep.contract.resultdir.router",
+    ),
+    **dict.fromkeys(
+        ("CellStatus", "read_status", "write_status"),
+        "agentsweep.contract.resultdir.status",
+    ),
+}
+__getattr__ = lazy_exports(__name__, _HOMES, globals())
