@@ -34,11 +34,18 @@ from agentsweep.cell.plan import CellOptions, CellPlan, client_dir
 from agentsweep.cell.replicas import RouterRead, settled_router_metrics, write_router_figures
 from agentsweep.cell.routers import missing_router, router_recipe, router_version
 from agentsweep.cell.settle import SETTLE_TIMEOUT_S, settle_instance_counts
-from agentsweep.contract.resultdir import PREFILL_METRICS_CSV, SERVER_LOG, SERVER_METRICS_CSV
+from agentsweep.contract.resultdir import (
+    PREFILL_METRICS_CSV,
+    ROUTER_METRICS_CSV,
+    SERVER_LOG,
+    SERVER_METRICS_CSV,
+)
 from agentsweep.metrics.scrapes import merge_metrics
 from agentsweep.watchdog import Watchdog
 
 POWER_SAMPLER_LOG = "power-sampler.log"
+# How long the replay waits for every collector's first row (each takes it as it starts).
+FIRST_SCRAPE_TIMEOUT_S = 15.0
 
 
 class InstanceProcess(EngineProcess):
@@ -255,6 +262,14 @@ def replay(
             )
         for scraper in scrapers:
             stack.enter_context(scraper)
+        outputs = [rd / inst.metrics_name for inst in plan.instances]
+        if len(scrapers) > len(plan.instances):
+            outputs.append(rd / ROUTER_METRICS_CSV)
+        late = _first_rows(list(zip(scrapers, outputs, strict=True)), FIRST_SCRAPE_TIMEOUT_S)
+        if late:
+            say(
+                f"no first scrape from {', '.join(late)} within {FIRST_SCRAPE_TIMEOUT_S:g} s: replaying anyway"
+            )
         sampler = None
         if plan.power_argv:
             sampler = ManagedProcess(
@@ -432,6 +447,30 @@ def show_tail(log_path: Path, say: Callable[[str], None], n: int = 15) -> None:
         say(f"last {len(lines)} lines of {log_path.name}:")
         for line in lines:
             say(f"  | {line}")
+
+
+def _first_rows(collectors: list[tuple[ManagedProcess, Path]], timeout_s: float) -> list[str]:
+    """Wait until every collector has written its first row, so that each count the checks take as
+    last minus first starts before the first request (a router collector that started late under load
+    once read 2 requests already sent as its baseline: "r0 finished 16 requests but the router sent it
+    14"); the names of those still without one after ``timeout_s`` (one that exited is not waited for)."""
+    deadline = time.monotonic() + timeout_s
+    waiting = list(collectors)
+    while waiting:
+        waiting = [(proc, path) for proc, path in waiting if proc.poll() is None and not _has_row(path)]
+        if not waiting or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    return [proc.name for proc, _path in waiting]
+
+
+def _has_row(path: Path) -> bool:
+    """Whether a collector's CSV holds its header and at least one row."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(1 << 16).count(b"\n") >= 2
+    except OSError:
+        return False
 
 
 def _hint(proc: ManagedProcess | ClientGroup) -> str:

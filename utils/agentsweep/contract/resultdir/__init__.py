@@ -128,7 +128,7 @@ __all__ = [
     "write_status",
 ]
 
-# Imported on first use (contract.lazy): the sampler and the collectors import one light module here.
+# Imported on first use (contract.lazy): a process may need one light module of this package only.
 _HOMES = {
     **dict.fromkeys(
         (
