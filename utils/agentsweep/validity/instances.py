@@ -238,8 +238,8 @@ def _count_check(facts: list[InstanceFacts], sent: dict[str, float], failures: i
         routed = sent[f.name]
         slack = max(1.0, tolerance * routed)
         # A request the client gave up on may still finish on the instance while the cell lets the
-        # engines' counts settle, where the router's count need not hold it (a two-node cell behind smg:
-        # r0 finished 16, the router counted 14 sent): as many over as the client lost are allowed.
+        # engines' counts settle, where the router's count need not hold it (a router may count a
+        # request when its answer is delivered): as many over as the client lost are allowed.
         over = f.finished - routed - failures
         short = routed - f.finished - failures
         if over > slack:
