@@ -77,44 +77,11 @@ __all__ = [
     "is_amd",
 ]
 
-# Imported on first use (contract.lazy): a process may need one light module of this package only.
-_HOMES = {
-    **dict.fromkeys(
-        (
-            "APIS",
-            "CELL_ENV_VAR",
-            "CELL_FIELDS",
-            "CLIENTS",
-            "CONNECTORS",
-            "ENGINES",
-            "ENTRY_FIELDS",
-            "HARDWARE",
-            "OFFLOAD_MODES",
-            "REPLAY_FIELDS",
-            "RUNNER_FACTS",
-            "SAFE_NAME",
-            "SIMULATED_ENGINE",
-            "TIMING_STRATEGIES",
-            "VALIDITY_FIELDS",
-            "Api",
-            "Cell",
-            "CellAxes",
-            "Client",
-            "Engine",
-            "EngineSettings",
-            "Hardware",
-            "Offload",
-            "OffloadConnector",
-            "ReplayOptions",
-            "RunnerFacts",
-            "TimingStrategy",
-            "ValidityLimits",
-        ),
-        "agentsweep.contract.cell",
-    ),
-    **dict.fromkeys(
-        ("AMD_HARDWARE", "hardware_label", "is_amd"),
-        "agentsweep.contract.hardware",
-    ),
-}
-__getattr__ = lazy_exports(__name__, _HOMES, globals())
+# Imported on first use (contract.lazy), from the first of these modules that has the name: a
+# process may need one light module of this package only.
+__getattr__ = lazy_exports(
+    __name__,
+    __all__,
+    ("agentsweep.contract.hardware", "agentsweep.contract.cell"),
+    globals(),
+)

@@ -128,74 +128,19 @@ __all__ = [
     "write_status",
 ]
 
-# Imported on first use (contract.lazy): a process may need one light module of this package only.
-_HOMES = {
-    **dict.fromkeys(
-        (
-            "STOP_REASONS",
-            "CapacityRecord",
-            "CliffRecord",
-            "StepRecord",
-            "TierResult",
-            "read_capacity",
-            "step_dir",
-            "write_capacity",
-        ),
-        "agentsweep.contract.resultdir.capacity",
-    ),
-    **dict.fromkeys(
-        ("write_atomic",),
-        "agentsweep.contract.resultdir.fileio",
-    ),
-    **dict.fromkeys(
-        (
-            "ACCURACY_JSON",
-            "ACCURACY_JSONL",
-            "CAPACITY_JSON",
-            "CAPACITY_JSON_MAX_BYTES",
-            "CELL_JSON",
-            "CELL_JSON_MAX_BYTES",
-            "CLIENTS_DIR",
-            "MATRIX_MAX_BYTES",
-            "POWER_CSV",
-            "PREFILL_METRICS_CSV",
-            "RECEIPT_JSON",
-            "RECEIPT_JSON_MAX_BYTES",
-            "REQUESTS_JSONL",
-            "RESULT_FILES",
-            "ROUTER_JSON",
-            "ROUTER_JSON_MAX_BYTES",
-            "ROUTER_METRICS_CSV",
-            "ROUTER_METRICS_TXT",
-            "ROUTER_METRICS_TXT_MAX_BYTES",
-            "SERVER_LOG",
-            "SERVER_METRICS_CSV",
-            "STATUS_TXT",
-            "STATUS_TXT_MAX_BYTES",
-            "STEPS_DIR",
-            "SUMMARY_JSON",
-            "ResultFile",
-            "instance_log",
-            "instance_metrics_csv",
-            "result_file",
-        ),
+# Imported on first use (contract.lazy), from the first of these modules that has the name: a
+# process may need one light module of this package only.
+__getattr__ = lazy_exports(
+    __name__,
+    __all__,
+    (
         "agentsweep.contract.resultdir.files",
-    ),
-    **dict.fromkeys(
-        ("matrix_json", "read_matrix", "read_matrix_entries"),
+        "agentsweep.contract.resultdir.fileio",
+        "agentsweep.contract.resultdir.status",
         "agentsweep.contract.resultdir.matrix",
-    ),
-    **dict.fromkeys(
-        ("CellRecord", "read_cell_record", "write_cell_record", "write_cell_result"),
+        "agentsweep.contract.resultdir.router",
+        "agentsweep.contract.resultdir.capacity",
         "agentsweep.contract.resultdir.record",
     ),
-    **dict.fromkeys(
-        ("RouterRecord", "read_router", "write_router"),
-        "agentsweep.contract.resultdir.router",
-    ),
-    **dict.fromkeys(
-        ("CellStatus", "read_status", "write_status"),
-        "agentsweep.contract.resultdir.status",
-    ),
-}
-__getattr__ = lazy_exports(__name__, _HOMES, globals())
+    globals(),
+)
