@@ -240,32 +240,33 @@ def replay(
     rd.mkdir(parents=True, exist_ok=True)
     reason: str | None = None
     with contextlib.ExitStack() as stack:
-        scrapers = [
-            ManagedProcess(
-                inst.scraper_argv,
-                log_path=rd / inst.collector_log_name,
-                name=inst.collector_name,
-                stop_grace_s=10.0,
-                watchdog=watchdog,
+        # Each collector with the CSV it writes.
+        collectors = [
+            (
+                ManagedProcess(
+                    inst.scraper_argv,
+                    log_path=rd / inst.collector_log_name,
+                    name=inst.collector_name,
+                    stop_grace_s=10.0,
+                    watchdog=watchdog,
+                ),
+                rd / inst.metrics_name,
             )
             for inst in plan.instances
         ]
         if group.router is not None and plan.router_scraper_argv:
-            scrapers.append(
-                ManagedProcess(
-                    plan.router_scraper_argv,
-                    log_path=rd / "router-metrics-collector.log",
-                    name="metrics collector of the router",
-                    stop_grace_s=10.0,
-                    watchdog=watchdog,
-                )
+            router_collector = ManagedProcess(
+                plan.router_scraper_argv,
+                log_path=rd / "router-metrics-collector.log",
+                name="metrics collector of the router",
+                stop_grace_s=10.0,
+                watchdog=watchdog,
             )
+            collectors.append((router_collector, rd / ROUTER_METRICS_CSV))
+        scrapers = [scraper for scraper, _csv in collectors]
         for scraper in scrapers:
             stack.enter_context(scraper)
-        outputs = [rd / inst.metrics_name for inst in plan.instances]
-        if len(scrapers) > len(plan.instances):
-            outputs.append(rd / ROUTER_METRICS_CSV)
-        late = _first_rows(list(zip(scrapers, outputs, strict=True)), FIRST_SCRAPE_TIMEOUT_S)
+        late = _first_rows(collectors, FIRST_SCRAPE_TIMEOUT_S)
         if late:
             say(
                 f"no first scrape from {', '.join(late)} within {FIRST_SCRAPE_TIMEOUT_S:g} s: replaying anyway"
