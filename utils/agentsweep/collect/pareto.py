@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -165,13 +166,21 @@ def successful(df: pd.DataFrame, include_invalid: bool = False) -> pd.DataFrame:
 _ROW_COLUMNS = ("exp_name", "engine", "offload", "tp", "users", "router", "disagg")
 
 
+def point_rows(df: pd.DataFrame, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """``columns`` (those ``df`` has) of each row of ``df`` as a dict, in order. A collected table is
+    wide (a few hundred columns): a row Series per point, or a dict of every column, cost more than
+    what is drawn or written from it."""
+    rows: list[dict[str, Any]] = df[[c for c in columns if c in df.columns]].to_dict("records")
+    return rows
+
+
 def frontier_table(df: pd.DataFrame, include_invalid: bool = False) -> pd.DataFrame:
     """Every frontier point for every series kind, x metric and y metric (frontier.csv)."""
     ok = successful(df, include_invalid)
     records: list[dict[str, object]] = []
     for kind in SERIES_KINDS:
         for label, group in series_of(ok, kind).items():
-            rows = group[list(_ROW_COLUMNS)].to_dict("records")
+            rows = point_rows(group, _ROW_COLUMNS)
             for y in Y_METRICS:
                 if y not in group.columns:
                     continue

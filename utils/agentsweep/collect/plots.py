@@ -29,6 +29,7 @@ from agentsweep.collect.pareto import (
     Y_METRICS,
     XMetric,
     frontier,
+    point_rows,
     successful,
 )
 from agentsweep.contract.resultdir import ROUTER_METRICS_CSV
@@ -65,11 +66,7 @@ _POINT_COLUMNS = ("exp_name", "result_dir", "engine", "offload", "tp", "users", 
 
 
 def _rows(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """The point columns of ``df``'s rows as dicts, in order: the table is wide (a few hundred
-    columns), and a row Series per point, or a dict of every column, took most of a plot's time
-    outside matplotlib."""
-    rows: list[dict[str, Any]] = df[[c for c in _POINT_COLUMNS if c in df.columns]].to_dict("records")
-    return rows
+    return point_rows(df, _POINT_COLUMNS)
 
 
 def _series_key(row: Mapping[str, Any]) -> SeriesKey:
@@ -226,8 +223,8 @@ def _title(df: pd.DataFrame) -> str:
     columns = [
         sorted({str(v) for v in df[c].dropna()}) if c in df.columns else [] for c in ("config_key", "model")
     ]
-    facts = df[[c for c in ("hardware_label", "hardware", "runner") if c in df.columns]]
-    columns.append(sorted({hardware_of(row) for row in facts.to_dict("records")} - {""}))
+    facts = point_rows(df, ("hardware_label", "hardware", "runner"))
+    columns.append(sorted({hardware_of(row) for row in facts} - {""}))
     return " · ".join(
         ", ".join(values[:3]) + ("…" if len(values) > 3 else "") for values in columns if values
     )
