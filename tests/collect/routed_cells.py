@@ -14,6 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+from agentsweep.contract import cellresult
+from agentsweep.contract.resultdir import RouterRecord
 from agentsweep.metrics.dialects import COLUMNS
 from agentsweep.metrics.scrapes import MEAN_COLUMNS
 
@@ -158,3 +161,16 @@ def _rewrite_cell_json(path: Path, fields: dict[str, Any]) -> None:
     doc = json.loads((path / "cell.json").read_text())
     doc["cell"] = fields
     (path / "cell.json").write_text(json.dumps(doc, indent=1))
+
+
+def count_router_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The result directories whose router.json a CellResult reads from now on, one entry a read."""
+    reads: list[Path] = []
+    read_router = cellresult.read_router
+
+    def counted(result_dir: Path) -> RouterRecord | None:
+        reads.append(result_dir)
+        return read_router(result_dir)
+
+    monkeypatch.setattr(cellresult, "read_router", counted)
+    return reads

@@ -12,13 +12,11 @@ import pytest
 from agentsweep.cli import main
 from agentsweep.collect.aggregate import build_rows, to_frame
 from agentsweep.collect.discover import find_cells
-from agentsweep.contract import cellresult
 from agentsweep.contract.cellresult import load_cell_result
-from agentsweep.contract.resultdir import RouterRecord
 
 from ..store.conftest import seal
 from .conftest import HIT, Spec, summary_json
-from .routed_cells import HITS, pd_cell, routed_cell
+from .routed_cells import HITS, count_router_reads, pd_cell, routed_cell
 
 
 def _row(root: Path) -> pd.Series:
@@ -157,14 +155,7 @@ def test_router_json_is_read_once_and_its_error_is_the_rows_reason(tmp_path, mon
     that breaks its contract is the row's INVALID reason word for word, never a MALFORMED row."""
     path = routed_cell(tmp_path, Spec(tp=1, users=4, offload="off"))
     (path / "router.json").write_text(json.dumps({"requests_by_replica": [-1]}))
-    reads: list[Path] = []
-    read_router = cellresult.read_router
-
-    def counted(result_dir: Path) -> RouterRecord | None:
-        reads.append(result_dir)
-        return read_router(result_dir)
-
-    monkeypatch.setattr(cellresult, "read_router", counted)
+    reads = count_router_reads(monkeypatch)
     row = _row(tmp_path)
     assert reads == [path]
     error = load_cell_result(path).router_error

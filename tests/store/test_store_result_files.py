@@ -12,14 +12,12 @@ from pathlib import Path
 import pytest
 from agentsweep.collect.aggregate import load_cell
 from agentsweep.collect.discover import FoundCell
-from agentsweep.contract import cellresult
-from agentsweep.contract.resultdir import RouterRecord
 from agentsweep.errors import InputError
 from agentsweep.store import result_files
 from agentsweep.store.result_files import drilldown, kept_files, read_point, read_stability
 
 from ..collect.conftest import Spec, requests_lines, write_cell
-from ..collect.routed_cells import pd_cell, routed_cell
+from ..collect.routed_cells import count_router_reads, pd_cell, routed_cell
 
 
 def _records(path: Path) -> list[dict]:
@@ -91,14 +89,7 @@ def test_a_broken_router_json_leaves_a_note_in_the_drilldown(tmp_path):
 def test_router_json_is_read_once_by_collect_and_drawn_from_its_result(tmp_path, monkeypatch):
     """The drill-down's router totals are router.json as collect's CellResult holds it, read once."""
     path = pd_cell(tmp_path, Spec(tp=1, users=8, offload="off"), prefill=(2, 1))
-    reads: list[Path] = []
-    read_router = cellresult.read_router
-
-    def counted(result_dir: Path) -> RouterRecord | None:
-        reads.append(result_dir)
-        return read_router(result_dir)
-
-    monkeypatch.setattr(cellresult, "read_router", counted)
+    reads = count_router_reads(monkeypatch)
     facts = read_point(path)
     payload = drilldown(facts)
     assert reads == [path]
