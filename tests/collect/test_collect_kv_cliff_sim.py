@@ -19,6 +19,8 @@ import pytest
 from agentsweep.cli import main
 from agentsweep.contract.cell import CELL_ENV_VAR
 
+from tests.support import CLIENT_ROOM
+
 pytestmark = pytest.mark.slow
 
 
@@ -38,6 +40,8 @@ def _run(repo_root: Path, results: Path, name: str, blocks: int) -> None:
         "max_context": 24576,
         "speed": 50,
         "engine_args": f"--num-gpu-blocks-override {blocks}",
+        # The big pool must be SUCCESS: room for a client starved by the tests beside it.
+        **CLIENT_ROOM,
     }
     env = {k: v for k, v in os.environ.items() if k not in (CELL_ENV_VAR, "PORT", "RESULT_DIR")}
     env |= {CELL_ENV_VAR: json.dumps(cell), "RESULT_DIR": str(results / name)}

@@ -4,6 +4,7 @@ Import from here (``from tests.support import wait_until``); the test directorie
 pytest's importlib mode resolves ``tests.support`` from the repository root.
 """
 
+from .busy_machine import CLIENT_ROOM
 from .canned_http import CannedServer, canned_server
 from .disk import filled_tmpfs
 from .ports import free_port
@@ -20,6 +21,7 @@ from .waits import (
 )
 
 __all__ = [
+    "CLIENT_ROOM",
     "CannedServer",
     "LineFound",
     "MarkedTree",
