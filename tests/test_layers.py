@@ -20,6 +20,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("agentsweep.contract",),
     ("agentsweep.engine_sim", "agentsweep.metrics"),
     ("agentsweep.energy", "agentsweep.validity", "agentsweep.images", "agentsweep.accuracy"),
+    ("agentsweep.virtual",),
     ("agentsweep.cell",),
     ("agentsweep.capacity", "agentsweep.calibrate"),
     ("agentsweep.config",),

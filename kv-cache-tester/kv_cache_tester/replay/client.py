@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kv_cache_tester.replay.http import BadResponse, ConnectError, Disconnected, Endpoint, HttpError
+from kv_cache_tester.replay.http import BadResponse, ConnectError, Disconnected, HttpError, RequestEndpoint
 from kv_cache_tester.replay.jsonfast import loads
 from kv_cache_tester.replay.results import EngineTimes, ItlSummary
 
@@ -460,7 +460,7 @@ def _short(value: object) -> str:
 
 
 async def send(
-    endpoint: Endpoint,
+    endpoint: RequestEndpoint,
     body: bytes,
     headers: Mapping[str, str],
     timeout: float | None,
@@ -505,7 +505,7 @@ async def send(
 
 
 async def _exchange(
-    endpoint: Endpoint, request: list[bytes], timer: StreamTimer, retry_stale: bool
+    endpoint: RequestEndpoint, request: list[bytes], timer: StreamTimer, retry_stale: bool
 ) -> _Response:
     """Send the request and read its response into ``timer``; once more on a new connection when a
     stale keep-alive connection lost it (``send`` says when)."""

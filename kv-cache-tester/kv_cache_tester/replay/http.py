@@ -73,6 +73,31 @@ class Reader(Protocol):
         it returns False to read no further (the connection is closed, the exchange ends normally)."""
 
 
+class Exchanger(Protocol):
+    """A connection as a request sees it (``Connection``, or an in-process engine's stand-in)."""
+
+    reused: bool
+
+    async def exchange(self, request: list[bytes], reader: Reader) -> None:
+        """Send ``request`` and feed its response to ``reader`` until the response ends."""
+
+
+class RequestEndpoint(Protocol):
+    """Where the replayer's requests go: ``Endpoint`` (HTTP/1.1), or an engine in this process."""
+
+    def request(self, body: bytes, headers: Mapping[str, str]) -> list[bytes]:
+        """The request's bytes: its head and ``body``."""
+
+    async def connection(self, fresh: bool = False) -> Exchanger:
+        """A connection to send one request on (``fresh``: a new one, closed after it)."""
+
+    def release(self, conn: Exchanger) -> None:
+        """Take ``conn`` back after its request."""
+
+    def close(self) -> None:
+        """Close every connection."""
+
+
 class Connection(asyncio.Protocol):
     """One connection; ``exchange`` sends a request and feeds its response to a ``Reader``."""
 
@@ -413,8 +438,9 @@ class Endpoint:
         self._open.add(conn)
         return conn
 
-    def release(self, conn: Connection) -> None:
+    def release(self, conn: Exchanger) -> None:
         """Take ``conn`` back after its request; it is closed unless it can serve another."""
+        assert isinstance(conn, Connection), "a connection this endpoint opened"
         if conn.reusable and conn.pooled:
             conn.idle_since = self.clock()
             self._idle.append(conn)

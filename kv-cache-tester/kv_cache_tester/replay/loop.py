@@ -30,7 +30,7 @@ from typing import Any
 from kv_cache_tester.replay.breaker import CircuitBreaker
 from kv_cache_tester.replay.client import Outcome, StreamTimer, send
 from kv_cache_tester.replay.config import ReplayConfig
-from kv_cache_tester.replay.http import Endpoint
+from kv_cache_tester.replay.http import Clock, Endpoint, RequestEndpoint
 from kv_cache_tester.replay.pool import TracePool
 from kv_cache_tester.replay.prompts import Built, PayloadBuilder, Scope
 from kv_cache_tester.replay.record import Sent, request_record
@@ -40,7 +40,6 @@ from kv_cache_tester.replay.summary import RunMeta
 from kv_cache_tester.replay.timing import scaled_delay
 from kv_cache_tester.traces.model import Request, SubAgent, SubAgentGroup, Trace
 
-clock = time.perf_counter
 # --failed-request-threshold judges the failed share only once this many profile requests finished.
 LIVE_FAILED_MIN_REQUESTS = 20
 
@@ -73,8 +72,17 @@ class Replayer:
         builder: PayloadBuilder,
         recorder: Recorder,
         start_gate: Callable[[], Awaitable[float]] | None = None,
+        *,
+        clock: Clock = time.perf_counter,
+        unix_clock: Clock = time.time,
+        endpoint: RequestEndpoint | None = None,
     ) -> None:
+        """``clock`` times everything (the event loop's own clock must run with it: a virtual-time
+        loop gives ``loop.time``); ``unix_clock`` dates the run's start; ``endpoint``: where requests
+        go (default: HTTP to ``cfg.url``)."""
         self.cfg = cfg
+        self.clock = clock
+        self._unix_clock = unix_clock
         self.traces = traces
         self.lanes = lanes
         self.pool = pool
@@ -103,8 +111,9 @@ class Replayer:
         self.signum: int | None = None
         self._sem = asyncio.Semaphore(cfg.max_concurrent_requests) if cfg.max_concurrent_requests else None
         host, port = cfg.host_port
-        self.breaker = CircuitBreaker(host, port, on_trip=lambda msg: self.stop("breaker"))
-        self._endpoint: Endpoint | None = None
+        self.breaker = CircuitBreaker(host, port, on_trip=lambda msg: self.stop("breaker"), clock=clock)
+        self._given_endpoint = endpoint
+        self._endpoint: RequestEndpoint | None = None
         # Lanes and sub-agents not waiting on a delay or a join (--system-idle-cap), and the delays
         # being waited on: key -> [target, future, timer handle].
         self._awake = 0
@@ -113,6 +122,11 @@ class Replayer:
         self._profile_done = 0
         self._profile_failed = 0
 
+    @property
+    def started(self) -> bool:
+        """The lanes have started (``t0`` is the run's start from then on)."""
+        return self._start.is_set()
+
     # -- control ---------------------------------------------------------------------------------
     def stop(self, reason: str) -> None:
         """Stop dispatching: lanes waiting on a delay end now, requests in flight may finish."""
@@ -120,7 +134,7 @@ class Replayer:
             return
         self.stopping = True
         self.stop_reason = reason
-        self.t_stop = clock()
+        self.t_stop = self.clock()
         for task in list(self._sleepers):
             task.cancel()
         self.breaker.healthy.set()  # lanes held while the breaker probes: let them see the stop
@@ -155,7 +169,7 @@ class Replayer:
     async def _sleep_until(self, target: float) -> None:
         if self.stopping:
             raise _Stopped
-        delay = target - clock()
+        delay = target - self.clock()
         if delay <= 0:
             return
         task = asyncio.current_task()
@@ -185,7 +199,7 @@ class Replayer:
         cap = self.cfg.system_idle_cap * self.cfg.time_scale
         if cap <= 0 or self._awake > 0 or not self._timers or self.stopping:
             return
-        now = clock()
+        now = self.clock()
         shift = min(entry[0] for entry in self._timers.values()) - now - cap
         if shift <= 0:
             return
@@ -321,18 +335,18 @@ class Replayer:
                 built = await self._build(scope, None, req, quick)
                 if prev is None:
                     await self._begin(lane)
-                    target = clock()
+                    target = self.clock()
                 else:
-                    target = clock() if quick else prev_end + self._delay(req, prev)
+                    target = self.clock() if quick else prev_end + self._delay(req, prev)
                 await self._sleep_until(target)
                 if group:  # the join: wait for every sub-agent of the group, whatever became of them
                     await self._wait_children(group)
                     group = []
-                    target = max(target, clock())
+                    target = max(target, self.clock())
                 if self.stopping:
                     raise _Stopped
                 await self._dispatch(lane, trace, play, scope, session_id, req, built, target, quick)
-                prev, prev_end = req, clock()
+                prev, prev_end = req, self.clock()
             await self._wait_children(group)
         finally:
             if self.stopping:
@@ -358,17 +372,17 @@ class Replayer:
     async def _agent(self, lane: _Lane, trace: Trace, play: int, scope: Scope, agent: SubAgent) -> None:
         session_id = f"{trace.trace_id}:{agent.agent_id}"
         prev: Request | None = None
-        prev_end = clock()  # the spawn
+        prev_end = self.clock()  # the spawn
         try:
             for req in agent.requests:
                 quick = self._one_token(lane)
                 built = await self._build(scope, agent, req, quick)
-                target = clock() if quick else prev_end + self._delay(req, prev)
+                target = self.clock() if quick else prev_end + self._delay(req, prev)
                 await self._sleep_until(target)
                 if self.stopping:
                     return
                 await self._dispatch(lane, trace, play, scope, session_id, req, built, target, quick)
-                prev, prev_end = req, clock()
+                prev, prev_end = req, self.clock()
         except _Stopped:
             return
         except Exception as exc:
@@ -416,7 +430,7 @@ class Replayer:
                 self._sem.release()
                 raise _Stopped
         self.in_flight += 1
-        t_send = clock()
+        t_send = self.clock()
         ticket = self.builder.dispatched()
         try:
             self._first_dispatch.setdefault(lane.index, t_send - self.t0)
@@ -425,13 +439,13 @@ class Replayer:
                 built.body,
                 headers,
                 self.cfg.request_timeout,
-                clock,
+                self.clock,
                 debug,
                 self._watch,
                 self.cfg.max_event_bytes,
                 on_accept=lambda: self.builder.delivered(scope, req, ticket),
             )
-            t_done = clock()
+            t_done = self.clock()
         finally:
             self.in_flight -= 1
             if self._sem is not None:
@@ -523,7 +537,7 @@ class Replayer:
         interval = min(1.0, limit / 4)
         while True:
             await asyncio.sleep(interval)
-            now = clock()
+            now = self.clock()
             for timer in list(self._watch):
                 idle = now - timer.idle_since
                 if timer.started and idle >= limit:
@@ -537,7 +551,7 @@ class Replayer:
         """The grace period is over: end every request still in flight as a recorded failure
         (``stall`` when its stream had started and nothing came in the last second, else
         ``timeout``), give the lanes a moment to write those records, then cancel what is left."""
-        now = clock()
+        now = self.clock()
         grace = now - (self.t_stop if self.t_stop is not None else now)
         for timer in list(self._watch):
             idle = now - timer.idle_since
@@ -561,7 +575,7 @@ class Replayer:
         cfg = self.cfg
         loop = asyncio.get_running_loop()
         cpu0 = time.process_time()
-        self._endpoint = endpoint = Endpoint(cfg.url, clock=clock)
+        self._endpoint = endpoint = self._given_endpoint or Endpoint(cfg.url, clock=self.clock)
         self._awake += len(self.lanes)
         lane_tasks = [loop.create_task(self._lane(i)) for i in self.lanes]
         for task in lane_tasks:
@@ -574,15 +588,15 @@ class Replayer:
         watchdog = None
         try:
             await self._all_ready.wait()
-            self.t0 = await self._start_gate() if self._start_gate is not None else clock()
-            t0_unix = time.time() - (clock() - self.t0)
-            wall0 = clock()
+            self.t0 = await self._start_gate() if self._start_gate is not None else self.clock()
+            t0_unix = self._unix_clock() - (self.clock() - self.t0)
+            wall0 = self.clock()
             self._start.set()
             if cfg.stall_timeout > 0:
                 watchdog = loop.create_task(self._stall_watchdog(cfg.stall_timeout))
             if cfg.test_duration is not None:
                 duration_handle = loop.call_later(
-                    max(0.0, self.t0 + cfg.test_duration - clock()), self.stop, "duration"
+                    max(0.0, self.t0 + cfg.test_duration - self.clock()), self.stop, "duration"
                 )
             lanes_done = asyncio.gather(*lane_tasks, return_exceptions=True)
             stop_wait = loop.create_task(self._stop_event.wait())
@@ -605,7 +619,7 @@ class Replayer:
                 poller.cancel()
             self.breaker.close()
             endpoint.close()
-        end = clock()
+        end = self.clock()
         assert self.t_stop is not None
         return RunMeta(
             t0_unix=t0_unix,

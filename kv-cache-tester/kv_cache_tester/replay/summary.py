@@ -53,6 +53,8 @@ from kv_cache_tester.replay.stability import SUBWINDOW_S, stability_block
 from kv_cache_tester.replay.steady import RULE, steady_window
 from kv_cache_tester.stats import HistogramState, LogHistogram, percentile
 
+GAP_ROUNDING = 1e-9  # relative client/engine clock gaps below this are float rounding
+
 
 @dataclass(slots=True)
 class RunMeta:
@@ -276,14 +278,20 @@ def _clock_gap(timed: list[tuple[RequestRecord, EngineTimes]], speed: float) -> 
     return {
         "ttft_p50": _ratio_gap([c for c, _ in ttft], [e for _, e in ttft]),
         "e2e_p50": _ratio_gap([c for c, _ in e2e], [e for _, e in e2e]),
-        "e2e_share": (wall - math.fsum(e for _, e in e2e)) / wall if wall > 0 else None,
+        "e2e_share": _rounded((wall - math.fsum(e for _, e in e2e)) / wall) if wall > 0 else None,
     }
 
 
 def _ratio_gap(client: list[float], engine: list[float]) -> float | None:
     """Client p50 / engine p50 - 1 (None without both)."""
     c, e = percentile(sorted(client), 50.0), percentile(sorted(engine), 50.0)
-    return c / e - 1.0 if c is not None and e else None
+    return _rounded(c / e - 1.0) if c is not None and e else None
+
+
+def _rounded(gap: float) -> float:
+    """0 for a gap within float rounding: a client on the engine's own clock (a virtual-time run) sees
+    exactly the engine's times, which the multiplication by the speed leaves a few ulps apart."""
+    return 0.0 if abs(gap) < GAP_ROUNDING else gap
 
 
 def _meets(r: RequestRecord, slo_ttft: float | None, slo_tpot: float | None) -> bool:

@@ -24,6 +24,7 @@ from agentsweep.cell.clients import client
 from agentsweep.cell.effective import Stated, expected_settings, mismatches
 from agentsweep.cell.engine_process import EngineFailed
 from agentsweep.cell.executor import execute, show_tail
+from agentsweep.cell.in_process import execute_in_process
 from agentsweep.cell.plan import CellOptions, CellPlan, instance_shapes
 from agentsweep.cell.routers import router_recipe
 from agentsweep.contract.cell import Cell
@@ -126,7 +127,14 @@ def run_cell(
     try:
         space.reserve(plan.result_dir)  # room for the verdict should the run fill the disk
         watchdog.start()
-        reason = execute(plan, options, versions, say, watchdog, stated) or check_outputs(plan.result_dir)
+        if plan.cell.clock == "virtual":
+            outcome = execute_in_process(plan, versions, say, stated)
+            if outcome.signum is not None:
+                raise CellInterrupted(outcome.signum)
+            reason = outcome.reason
+        else:
+            reason = execute(plan, options, versions, say, watchdog, stated)
+        reason = reason or check_outputs(plan.result_dir)
         if reason is None:
             reasons = judge(plan, stated)
             status = "INVALID" if reasons else "SUCCESS"

@@ -151,6 +151,7 @@ def expand(
     slo: Sequence[SloTier] | None = None,
     search: UserSearch | None = None,
     pins: Mapping[str, str] | None = None,
+    clock: str | None = None,
 ) -> list[Cell]:
     """All cells of one entry (deduped, in config order), after the optional filters.
 
@@ -184,6 +185,8 @@ def expand(
     entry = spec.model_dump(include=set(ENTRY_FIELDS))
     if duration is not None:
         entry["duration"] = duration
+    if clock is not None:  # --clock: the simulated engine's, for every cell
+        entry["clock"] = clock
     entry["image_digest"] = pinned_digest(spec.image, pins or {})
     facts = runner.facts().model_dump()
     replay = spec.replay.model_dump()
@@ -359,6 +362,7 @@ def select_cells(
     max_cells: int | None = MAX_MATRIX_CELLS,
     slo: Sequence[SloTier] | None = None,
     search: UserSearch | None = None,
+    clock: str | None = None,
 ) -> list[Cell]:
     """The cells of every key matching `keys` (globs), filtered; the CLI and the local sweep share it.
 
@@ -377,6 +381,7 @@ def select_cells(
         max_cells=max_cells,
         slo=slo,
         search=search,
+        clock=clock,
     ).cells
 
 
@@ -393,6 +398,7 @@ def select(
     max_cells: int | None = MAX_MATRIX_CELLS,
     slo: Sequence[SloTier] | None = None,
     search: UserSearch | None = None,
+    clock: str | None = None,
 ) -> Selection:
     """select_cells, also returning the validated entries."""
     keys = [keys] if isinstance(keys, str) else list(keys)
@@ -409,7 +415,11 @@ def select(
     runners = load_runners() if runners is None else runners
     specs = [parse_entry(config.shown, key, config.entries[key]) for key in chosen]
     pins = read_lock(lock_path(config.path.parent))
-    everything = [cell for spec in specs for cell in expand(spec, runners, slo=slo, search=search, pins=pins)]
+    everything = [
+        cell
+        for spec in specs
+        for cell in expand(spec, runners, slo=slo, search=search, pins=pins, clock=clock)
+    ]
     cells = [
         cell
         for spec in specs
@@ -424,6 +434,7 @@ def select(
             slo=slo,
             search=search,
             pins=pins,
+            clock=clock,
         )
     ]
     if max_tp is not None and not any(c.tp <= max_tp for c in everything):

@@ -245,6 +245,10 @@ class EngineSettings(Frozen):
     traces: NonEmptyStr
     offload_connector: OffloadConnector = "native"
     speed: Annotated[float, Field(gt=0, le=MAX_SPEED)] = 1.0
+    # wall: the engine serves HTTP in its own process and its clock runs ``speed`` times the wall
+    # clock's (the reference); virtual (the simulated engine only): engine, replayer and collectors in
+    # one process on a virtual clock, no socket and no waiting (docs/virtual-clock.md).
+    clock: Literal["wall", "virtual"] = "wall"
     client: Client = "replay"
     engine_args: str = ""  # one shell-quoted command line, appended to the recipe's
     # Extra engine environment as compact JSON text ({"NAME": "value"}, sorted): the cell stays flat,
@@ -623,6 +627,30 @@ class Cell(ValidityLimits, ReplayOptions, RunnerFacts, EngineSettings, CellAxes)
         problem = engine_args_conflict(self)
         if problem:
             raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _virtual_clock(self) -> Cell:
+        """The virtual clock runs the simulated engine and one replayer in one process, nothing else."""
+        if self.clock != "virtual":
+            return self
+        if not self.simulated:
+            raise ValueError(
+                f"clock: virtual runs the simulated engine only (engine: {SIMULATED_ENGINE}), not {self.engine}"
+            )
+        shape = [
+            (self.replicas > 1 or self.router != "", "replicas and routers"),
+            (self.disaggregated, "disaggregated prefill/decode"),
+            (self.client_nodes > 1, "client_nodes > 1"),
+            (self.capacity is not None, "a capacity search"),
+            (self.client != "replay", f"client {self.client}"),
+            (self.accuracy.run == "on", "accuracy: on (the gate talks HTTP to the engine)"),
+        ]
+        refused = [what for hit, what in shape if hit]
+        if refused:
+            raise ValueError(
+                f"clock: virtual runs one engine and one replayer; {refused[0]} needs clock: wall"
+            )
         return self
 
     @model_validator(mode="after")

@@ -56,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _spec(args: argparse.Namespace) -> SamplerSpec:
+def spec_of(args: argparse.Namespace) -> SamplerSpec:
+    """The sampler's spec from its flags (--spec, or --source with --gpus and --endpoint)."""
     if args.spec and args.source:
         raise InputError("power-sampler: give --spec or --source, not both")
     if args.spec:
@@ -81,7 +82,7 @@ def _spec(args: argparse.Namespace) -> SamplerSpec:
 def run(args: argparse.Namespace) -> int:
     if args.output.exists() and args.output.is_dir():
         raise InputError(f"--output: {args.output} is a directory")
-    sampler = Sampler(_spec(args), args.output)
+    sampler = Sampler(spec_of(args), args.output)
     if args.seconds is not None:
         timer = threading.Timer(args.seconds, sampler.stop.set)
         timer.daemon = True

@@ -65,8 +65,17 @@ class Sampler:
             self._writer.sample(time_s, target.node, named)
             self.samples += 1
 
-    def fault(self, target: PowerTarget, text: str, gpu: str = "", *, once_key: str | None = None) -> None:
-        """A fault row (and a log line); with ``once_key`` only the first of that kind per target."""
+    def fault(
+        self,
+        target: PowerTarget,
+        text: str,
+        gpu: str = "",
+        *,
+        once_key: str | None = None,
+        at: float | None = None,
+    ) -> None:
+        """A fault row (and a log line), dated ``at`` (default: now); with ``once_key`` only the first
+        of that kind per target."""
         if once_key is not None:
             key = (f"{target.node}|{target.label}", once_key)
             if key in self._faults:
@@ -75,7 +84,9 @@ class Sampler:
         where = f"{self.spec.source} on {target.node}" + (f" ({target.label})" if target.label else "")
         line = f"{where}: {text}"
         with self._lock:
-            self._writer.fault(time.time(), target.node, line, target.gpu_name(gpu) if gpu else "")
+            self._writer.fault(
+                time.time() if at is None else at, target.node, line, target.gpu_name(gpu) if gpu else ""
+            )
         print(f"power-sampler: {one_line(line)}", file=self.log, flush=True)
 
     # -- running -------------------------------------------------------------------------------
@@ -94,7 +105,7 @@ class Sampler:
             _terminate(proc)
         for thread in threads:
             thread.join(timeout=10.0)
-        self._writer.close()
+        self.close()
         return self.samples
 
     def run_until_signalled(self) -> int:
@@ -267,20 +278,13 @@ class Sampler:
             stopping = self.stop.is_set()  # one last scrape after the stop: the counters at the end
             arrived = time.time()
             try:
-                readings = dcgm.parse_metrics(_fetch(target.endpoint, timeout))
+                self.record_dcgm(target, ids, _fetch(target.endpoint, timeout), arrived)
             except (urllib.error.URLError, OSError, TimeoutError, ValueError) as err:
                 if not failing:
                     self.fault(target, f"GET {target.endpoint} failed: {type(err).__name__}: {err}")
                 failing = True
             else:
                 failing = False
-                found, absent = dcgm.pick(readings, ids)
-                for reading in found:
-                    self.emit(arrived, target, reading)
-                for gpu in absent:
-                    self.fault(
-                        target, f"GPU {gpu} is absent from {target.endpoint}", gpu, once_key=f"absent-{gpu}"
-                    )
             if stopping:
                 return
             next_tick += interval
@@ -288,6 +292,25 @@ class Sampler:
             if delay < 0:
                 next_tick, delay = time.monotonic(), 0.0
             self.stop.wait(delay)
+
+    def record_dcgm(self, target: PowerTarget, ids: tuple[str, ...], text: str, arrived: float) -> None:
+        """One DCGM exposition read at Unix time ``arrived``: a row per GPU of ``ids`` (all when
+        empty), a fault for each one absent (ValueError: not Prometheus text)."""
+        found, absent = dcgm.pick(dcgm.parse_metrics(text), ids)
+        for reading in found:
+            self.emit(arrived, target, reading)
+        for gpu in absent:
+            self.fault(
+                target,
+                f"GPU {gpu} is absent from {target.endpoint}",
+                gpu,
+                once_key=f"absent-{gpu}",
+                at=arrived,
+            )
+
+    def close(self) -> None:
+        """Flush and close power.csv (``run`` does it when its threads are done)."""
+        self._writer.close()
 
     def _step_gpus(self, target: PowerTarget) -> tuple[str, ...]:
         """A remote node's GPU ids for a DCGM endpoint, asked once in a job step there."""

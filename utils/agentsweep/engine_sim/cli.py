@@ -324,8 +324,9 @@ def resolve(args: argparse.Namespace) -> Setup:
     return Setup(model, dep, gpu_blocks, cpu_blocks, max_model_len, hardware, args.hardware is not None)
 
 
-def build_server(args: argparse.Namespace, setup: Setup) -> SimServer:
-    """Engine + HTTP app for resolved flags (the caller starts it)."""
+def build_server(args: argparse.Namespace, setup: Setup, clock: SimClock | None = None) -> SimServer:
+    """Engine + HTTP app for resolved flags (the caller starts it); ``clock``: the engine's (default:
+    the wall clock at ``--speed``)."""
     dep = setup.deployment
     block_bytes = dep.kv_bytes_per_token_all * args.block_size
     # The cache policy follows the dialect's engine: vLLM's block pool, or SGLang's radix cache.
@@ -348,7 +349,7 @@ def build_server(args: argparse.Namespace, setup: Setup) -> SimServer:
     engine = Engine(
         cache,
         dep.cost,
-        SimClock(args.speed),
+        clock if clock is not None else SimClock(args.speed),
         block_size=args.block_size,
         max_num_batched_tokens=args.max_batched,
         max_num_seqs=args.max_seqs,

@@ -118,6 +118,11 @@ class SimClock:
     def now(self) -> float:
         return (time.perf_counter() - self._t0) * self.speed
 
+    def horizon(self) -> float:
+        """Simulated time up to which nothing from outside can reach the engine: steps due before it
+        may be applied at once. On the wall clock, now (a request may arrive any moment)."""
+        return self.now()
+
     async def sleep_until(self, t: float) -> None:
         delay = (t - self.now()) / self.speed
         await asyncio.sleep(delay if delay > 0 else 0)
@@ -535,8 +540,9 @@ class Engine:
         r.registered = 0
 
     def _batch_steps(self, step: _Step, dt: float) -> int:
-        """How many identical decode steps to apply at once (only steps already due by the clock)."""
-        limit = self.clock.now()
+        """How many identical decode steps to apply at once (only steps due before the clock's
+        horizon: already due on the wall clock; on a virtual one, before anything else can happen)."""
+        limit = self.clock.horizon()
         arrival = self._next_arrival()  # requests already due could not be admitted; the next could
         if arrival is not None:
             limit = min(limit, arrival)

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +84,18 @@ class ServerConfig:
     crash: Callable[[], None] = _crash
 
 
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A completion request the server took: what the engine is to compute, and how to answer."""
+
+    body: dict[str, Any]
+    prompt: PromptBlocks
+    max_tokens: int
+    stream_options: dict[str, Any] | None
+    plan: Plan
+    fault: str | None
+
+
 class SimServer:
     def __init__(self, config: ServerConfig, engine: Engine, disagg: Disagg | None = None) -> None:
         self.config = config
@@ -129,6 +141,11 @@ class SimServer:
         await self.engine.stop()
 
     # -- state ---------------------------------------------------------------------------------
+    @property
+    def model_json(self) -> str:
+        """The served model's name as JSON text (responses carry it)."""
+        return self._name_json
+
     @property
     def ready(self) -> bool:
         return time.monotonic() - self.started >= self.config.faults.slow_start
@@ -217,7 +234,7 @@ class SimServer:
 
     async def tokenize(self, request: web.Request) -> web.Response:
         try:
-            body = await self._body(request)
+            body = self.parse_body(await request.read())
             segments, closing = self._segments(body, "messages" in body)
         except BadRequest as err:
             return error_response(str(err), err.status, err.kind)
@@ -227,9 +244,9 @@ class SimServer:
         )
 
     # -- request parsing -----------------------------------------------------------------------
-    async def _body(self, request: web.Request) -> dict[str, Any]:
+    def parse_body(self, data: bytes) -> dict[str, Any]:
         try:
-            body = _loads(await request.read())
+            body = _loads(data)
         except ValueError as err:
             raise BadRequest(f"request body is not valid JSON: {err}") from None
         if not isinstance(body, dict):
@@ -268,9 +285,9 @@ class SimServer:
             f"{tokenizer.MAX_TOKEN_ID}; one prompt per request)"
         )
 
-    def _prompt(self, request: web.Request, body: dict[str, Any], chat: bool) -> PromptBlocks:
+    def _prompt(self, body: dict[str, Any], chat: bool, session: str | None) -> PromptBlocks:
         segments, closing = self._segments(body, chat)
-        return self.prompt_memo.blocks(segments, closing, request.headers.get("X-Session-ID"))
+        return self.prompt_memo.blocks(segments, closing, session)
 
     def _max_tokens(self, body: dict[str, Any], prompt_len: int) -> int:
         value = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -302,19 +319,21 @@ class SimServer:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._complete(request, chat=False)
 
-    async def _complete(self, request: web.Request, chat: bool) -> web.StreamResponse:
+    def admit(self, data: bytes, headers: Mapping[str, str], chat: bool) -> Admitted | web.Response:
+        """Take a completion request (its body and headers), or the error response that refuses it.
+        The HTTP routes and an in-process caller (``agentsweep.virtual``) both come through here."""
         if not self.ready:
             return error_response("server is starting", 503, "ServiceUnavailableError")
         try:
-            body = await self._body(request)
-            prompt = self._prompt(request, body, chat)
+            body = self.parse_body(data)
+            prompt = self._prompt(body, chat, headers.get("X-Session-ID"))
             if not prompt.length:
                 raise BadRequest("The decoder prompt cannot be empty")
             max_tokens = self._max_tokens(body, prompt.length)
             opts = body.get("stream_options")
             if opts is not None and not isinstance(opts, dict):
                 raise BadRequest("'stream_options' must be an object")
-            plan = self.disagg.plan(body, request.headers.get("X-Request-ID"))
+            plan = self.disagg.plan(body, headers.get("X-Request-ID"))
         except (BadRequest, ProtocolError) as err:
             return error_response(str(err), err.status, err.kind)
         if plan.role == "prefill":
@@ -324,6 +343,19 @@ class SimServer:
             self.config.crash()
         if fault == FAIL:
             return error_response("simulated engine failure", 500, "InternalServerError")
+        return Admitted(body, prompt, max_tokens, opts, plan, fault)
+
+    async def _complete(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        admitted = self.admit(await request.read(), request.headers, chat)
+        if isinstance(admitted, web.Response):
+            return admitted
+        body, prompt, max_tokens, opts = (
+            admitted.body,
+            admitted.prompt,
+            admitted.max_tokens,
+            admitted.stream_options,
+        )
+        plan, fault = admitted.plan, admitted.fault
         prefill_s = 0.0
         if plan.role == "decode":
             try:

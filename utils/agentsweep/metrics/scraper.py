@@ -231,19 +231,10 @@ class Scraper:
         A row the disk has no room for is cut back off (the file keeps whole rows) and the scraper
         stops with one line naming the file (WriteError).
         """
-        new_file = self._check_output()
-        try:
-            self.output.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        except FileExistsError:  # mkdir met a file where the folder should be
-            raise InputError(f"--output {self.output}: {self.output.parent} is not a directory") from None
-        except OSError as err:
-            raise InputError(f"--output {self.output}: cannot write: {err.strerror or err}") from None
+        fd = self.open_output()
         if self.kv_events is not None:
             self.kv_events.start()
         try:
-            if new_file:
-                self._append(fd, self.columns)
             next_tick = time.monotonic()
             while True:
                 # Scrape once more after a stop request: the last row then holds the counters
@@ -272,6 +263,29 @@ class Scraper:
                     flush=True,
                 )
         return self.stats
+
+    def open_output(self) -> int:
+        """Open the CSV for appending (its header written when new); the caller closes the fd."""
+        new_file = self._check_output()
+        try:
+            self.output.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except FileExistsError:  # mkdir met a file where the folder should be
+            raise InputError(f"--output {self.output}: {self.output.parent} is not a directory") from None
+        except OSError as err:
+            raise InputError(f"--output {self.output}: cannot write: {err.strerror or err}") from None
+        if new_file:
+            try:
+                self._append(fd, self.columns)
+            except BaseException:
+                os.close(fd)
+                raise
+        return fd
+
+    def record(self, fd: int, now: float, text: str) -> None:
+        """One exposition text read at Unix time ``now``, appended as a row (an in-process scrape)."""
+        self._append(fd, self.map_text(now, text))
+        self.stats.ok += 1
 
     def _append(self, fd: int, row: Sequence[object]) -> None:
         line = io.StringIO()

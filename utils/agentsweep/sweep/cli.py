@@ -48,6 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offload", help="only these offload modes (comma list of on, off, noprefix)")
     parser.add_argument("--max-tp", type=int, help="only cells with TP <= this")
     parser.add_argument("--duration", type=int, help="override every cell's replay duration (s)")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "virtual"),
+        help="the simulated engine's clock for every cell: wall (HTTP, the reference) or virtual (one "
+        "process, no waiting; docs/virtual-clock.md)",
+    )
     overrides.add_arguments(parser)
     parser.add_argument("--only", help="only cells whose exp_name matches one of these globs (comma list)")
     parser.add_argument(
@@ -82,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         max_cells=None,
         slo=slo,
         search=overrides.user_search(args.search),
+        clock=args.clock,
     )
     cells = selection.cells
     tiers = {spec.key: slo or spec.slo or () for spec in selection.specs}

@@ -1,0 +1,86 @@
+"""One simulated run in this process on the virtual clock (``virtual.run.run_local``), given the flags
+a cell's plan gives the engine, the collector, the power sampler and the replayer: the files are the
+HTTP path's, the client's counts agree with the engine's counters, and flags it cannot honour are
+refused with one line."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from agentsweep.errors import InputError
+from agentsweep.virtual.run import LocalRun, run_local
+
+from tests.conftest import SAMPLE_TRACES
+
+pytestmark = pytest.mark.integration
+
+MODEL = "meta-llama/Llama-3.3-70B-Instruct"
+
+
+def local_run(tmp_path: Path, *engine_extra: str, duration: int = 10, users: int = 3) -> LocalRun:
+    out = tmp_path / "cell"
+    spec = {
+        "source": "dcgm",
+        "interval_s": 0.5,
+        "targets": [{"node": "vm", "count": 1, "gpus": ["0"], "endpoint": "http://127.0.0.1:1/metrics"}],
+    }
+    return LocalRun(
+        engine_flags=[MODEL, "--port", "8000", "--hardware", "h200", "--speed", "50", "--quantization", "fp8",
+                      "--num-gpu-blocks-override", "8192", *engine_extra],
+        server_log=out / "server.log",
+        metrics_flags=["--endpoint", "http://127.0.0.1:8000/metrics", "--output", str(out / "server_metrics.csv")],
+        replay_flags=["--api-endpoint", "http://127.0.0.1:8000", "--model", MODEL, "--trace-directory",
+                      str(SAMPLE_TRACES), "--output-dir", str(out), "--max-users", str(users), "--test-duration",
+                      str(duration), "--recycle", "--api", "chat", "--time-scale", "0.02", "--no-color", "--seed", "0",
+                      "--max-delay", "60", "--max-context", "24576", "--grace-period", "5", "--ignore-eos",
+                      "--no-plot"],
+        replay_log=out / "replay.log",
+        power_flags=["--spec", json.dumps(spec), "--output", str(out / "power.csv")],
+    )  # fmt: skip
+
+
+def test_the_run_writes_the_http_paths_files_and_its_counts_agree(tmp_path: Path) -> None:
+    run = local_run(tmp_path)
+    lines: list[str] = []
+    outcome = run_local(run, lines.append)
+    assert outcome.reason is None and outcome.signum is None
+    out = run.server_log.parent
+    summary = json.loads((out / "summary.json").read_text())
+    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    counts = summary["counts"]
+    assert counts["ok"] > 20 and counts["failed"] == 0
+    assert len(records) == counts["ok"] + counts["failed"] + counts["warmup"]
+    # The collector's last row: the engine finished exactly what the client recorded.
+    rows = list(csv.DictReader((out / "server_metrics.csv").open()))
+    assert len(rows) >= 10  # a row a second over the 10 s run, and the last one at its end
+    assert float(rows[-1]["requests_finished_total"]) == len(records)
+    assert sum(r["output_tokens"] for r in records) == float(rows[-1]["generation_tokens_total"])
+    # Rows dated on the run's clock: one virtual second apart, inside the run's span.
+    times = [float(r["time_s"]) for r in rows]
+    assert times[1] - times[0] == pytest.approx(1.0)
+    window = summary["window"]
+    assert times[0] <= window["start_unix"] + 0.001 and times[-1] >= window["end_unix"] - 0.001
+    # The simulated GPU's power, sampled twice a second.
+    power = list(csv.DictReader((out / "power.csv").open()))
+    samples = [p for p in power if p.get("power_w")]
+    assert len(samples) >= 19 and all(float(p["power_w"]) > 0 for p in samples)
+    assert "effective settings" in run.server_log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--crash-after", "5"), "--crash-after needs the engine in its own process"),
+        (("--stall-after", "5"), "--stall-after needs the engine in its own process"),
+        (("--disaggregation-mode", "prefill"), "disaggregated prefill/decode"),
+    ],
+)
+def test_flags_it_cannot_honour_are_refused_in_one_line(
+    tmp_path: Path, flags: tuple[str, ...], message: str
+) -> None:
+    with pytest.raises(InputError, match=message):
+        run_local(local_run(tmp_path, *flags), print)
+    assert not (tmp_path / "cell" / "requests.jsonl").exists()  # refused before anything ran

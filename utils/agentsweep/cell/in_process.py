@@ -1,0 +1,61 @@
+"""A simulated cell on the virtual clock (``clock: virtual``): its plan run in this process.
+
+The plan is the HTTP path's, command lines included; ``agentsweep.virtual`` runs the same parts with
+the same flags on one virtual clock, with no process and no socket, and writes the same result
+directory. What follows the run (the checks, the verdict, cell.json) is the HTTP path's too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agentsweep.cell.effective import Stated, stated_settings
+from agentsweep.cell.engines import recipe
+from agentsweep.cell.plan import CellPlan
+from agentsweep.errors import InputError
+from agentsweep.virtual.run import LocalOutcome, LocalRun, run_local
+
+
+def _flags(argv: list[str], subcommand: str, what: str) -> list[str]:
+    """What follows ``subcommand`` in ``argv`` (a part's command line as the plan renders it)."""
+    if subcommand not in argv:
+        raise InputError(f"virtual clock: the {what} command {argv[:4]!r}... does not run {subcommand}")
+    return argv[argv.index(subcommand) + 1 :]
+
+
+def local_run(plan: CellPlan) -> LocalRun:
+    """The plan's parts as the flags ``run_local`` takes; InputError for a plan it cannot run."""
+    cell = plan.cell
+    if len(plan.instances) != 1 or plan.router is not None or plan.client_argvs:
+        raise InputError(
+            f"cell {cell.exp_name}: clock: virtual runs one engine and one client; replicas, routers, "
+            "disaggregated roles and client_nodes > 1 need clock: wall"
+        )
+    inst = plan.instances[0]
+    rd = plan.result_dir
+    return LocalRun(
+        engine_flags=_flags(inst.engine.argv, "engine-sim", "engine"),
+        server_log=rd / inst.log_name,
+        metrics_flags=_flags(inst.scraper_argv, "metrics-collector", "metrics collector"),
+        replay_flags=_flags(plan.replay_argv, "replay", "replay"),
+        replay_log=rd / "replay.log",
+        power_flags=_flags(plan.power_argv, "power-sampler", "power sampler") if plan.power_argv else None,
+    )
+
+
+def execute_in_process(
+    plan: CellPlan,
+    versions: dict[str, str | None],
+    say: Callable[[str], None],
+    stated: dict[str, Stated | None] | None = None,
+) -> LocalOutcome:
+    """Run ``plan`` on the virtual clock: why the run failed (None: it did not), and the stop signal
+    that ended it early, if one did (the caller unwinds as the HTTP path's interrupt does)."""
+    run = local_run(plan)
+    plan.result_dir.mkdir(parents=True, exist_ok=True)
+    say(f"running in this process on a virtual clock: {plan.cell.users} users for {plan.cell.duration} s")
+    versions["engine"] = recipe(plan.cell.engine).version(plan.client.url)
+    outcome = run_local(run, say)
+    if stated is not None:  # its start-up lines, written as the run began
+        stated["engine"] = stated_settings(plan.cell.engine, run.server_log)
+    return outcome

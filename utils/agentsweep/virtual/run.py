@@ -1,0 +1,286 @@
+"""One simulated run in one process on virtual time: engine, replayer, metrics collector, power sampler.
+
+The parts are the HTTP path's own, given the same command lines a cell's plan gives their processes
+(so the two paths cannot drift apart in what they run with): the simulated engine's scheduler and
+caches (``engine_sim``), the replayer's lanes and records (``kv_cache_tester.replay``), the
+collector's row mapping (``metrics.scraper``) and the power sampler's DCGM reading
+(``energy.sampler``). What changes: no process, no socket, and every clock reads the loop's virtual
+time (``virtual.clock``), whose seconds stand for the wall seconds of the HTTP path at the same
+``--speed``. The files written are the HTTP path's: requests.jsonl and summary.json, the engine's
+start-up lines, server_metrics.csv, power.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from kv_cache_tester.errors import KVTesterError
+from kv_cache_tester.replay import cli as replay_cli
+from kv_cache_tester.replay.app import finish, lanes_for, load, pool_for, prepare_output
+from kv_cache_tester.replay.config import ReplayConfig, from_args, options_dict
+from kv_cache_tester.replay.loop import Replayer
+from kv_cache_tester.replay.memory import check_prompt_memory
+from kv_cache_tester.replay.process import make_builder
+from kv_cache_tester.replay.recorder import Recorder
+from kv_cache_tester.replay.summary import RunMeta
+from kv_cache_tester.traces.model import Trace
+
+from agentsweep.energy import cli_sampler
+from agentsweep.energy.sampler import Sampler
+from agentsweep.engine_sim import cli as engine_cli
+from agentsweep.engine_sim.metrics import render
+from agentsweep.engine_sim.server import SimServer
+from agentsweep.errors import InputError
+from agentsweep.metrics import cli as metrics_cli
+from agentsweep.metrics.scraper import Scraper
+from agentsweep.virtual.clock import LoopClock, VirtualTimeLoop, run_virtual
+from agentsweep.virtual.endpoint import LocalEndpoint
+
+# Engine flags the in-process engine cannot honour: there is no process to crash or start slowly, and
+# no connection for a stalled response to hold open.
+UNSUPPORTED_ENGINE_FLAGS = {
+    "crash_after": "--crash-after",
+    "stall_after": "--stall-after",
+    "slow_start": "--slow-start",
+}
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+PROGRESS_EVERY_S = 5.0  # real seconds between progress lines (a short run prints none)
+SETTLE_S = 5.0  # virtual seconds the engine gets to retire aborted requests before the last scrape
+
+
+@dataclass(frozen=True, slots=True)
+class LocalRun:
+    """A run's parts as their command-line flags (what follows the subcommand in each argv)."""
+
+    engine_flags: list[str]
+    server_log: Path
+    metrics_flags: list[str]
+    replay_flags: list[str]
+    replay_log: Path
+    power_flags: list[str] | None = None
+
+
+def _parse(what: str, add: Callable[[argparse.ArgumentParser], None], flags: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=what, add_help=False, exit_on_error=False)
+    add(parser)
+    try:
+        return parser.parse_args(flags)
+    except (argparse.ArgumentError, SystemExit) as err:
+        raise InputError(f"virtual clock: the {what} flags {' '.join(flags)!r} do not parse: {err}") from None
+
+
+@dataclass(slots=True)
+class _Parts:
+    engine: argparse.Namespace
+    setup: engine_cli.Setup
+    metrics: argparse.Namespace
+    replay: ReplayConfig
+    replay_options: dict[str, object]
+    power: argparse.Namespace | None
+
+
+def _parts(run: LocalRun) -> _Parts:
+    engine = _parse("engine-sim", engine_cli.add_arguments, run.engine_flags)
+    for attr, flag in UNSUPPORTED_ENGINE_FLAGS.items():
+        if getattr(engine, attr, None):
+            raise InputError(
+                f"virtual clock: engine-sim {flag} needs the engine in its own process; run this cell "
+                "with clock: wall"
+            )
+    if engine.disaggregation_mode != "null":
+        raise InputError("virtual clock: disaggregated prefill/decode runs with clock: wall only")
+    setup = engine_cli.resolve(engine)
+    metrics = _parse("metrics-collector", metrics_cli.add_arguments, run.metrics_flags)
+    replay_ns = _parse("replay", replay_cli.add_arguments, run.replay_flags)
+    replay = from_args(replay_ns)
+    if replay.workers > 1 or replay.client_count > 1:
+        raise InputError("virtual clock: the replay runs in one process (no --workers, one client)")
+    power = _parse("power-sampler", cli_sampler.add_arguments, run.power_flags) if run.power_flags else None
+    return _Parts(engine, setup, metrics, replay, options_dict(replay_ns), power)
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[TextIO]:
+    """The replayer's own lines (``kv_cache_tester.replay.app.log``) go to its log, as in its process."""
+    with path.open("a", encoding="utf-8") as fh, contextlib.redirect_stderr(fh):
+        yield fh
+
+
+@dataclass(frozen=True, slots=True)
+class LocalOutcome:
+    """How a run ended: why it failed (None: it did not), and the signal that stopped it, if one did."""
+
+    reason: str | None
+    signum: int | None = None
+
+
+def run_local(run: LocalRun, say: Callable[[str], None]) -> LocalOutcome:
+    """Run it to the end, or until SIGINT/SIGTERM/SIGHUP: the replay then stops as its process would
+    (requests in flight get the grace period) and every file is whole. Raises InputError for flags it
+    cannot run."""
+    parts = _parts(run)
+    _write_startup(run, parts)
+    with _stderr_to(run.replay_log):
+        try:
+            traces = load(parts.replay)
+            check_prompt_memory(
+                traces, parts.replay.users, parts.replay.prompt_mode, parts.replay.max_prompt_memory
+            )
+            out = prepare_output(parts.replay)
+            meta = run_virtual(lambda loop: _run(loop, parts, traces, out, say))
+            options = {**parts.replay_options, "resolved_model": _model(parts)}
+            code = finish(parts.replay, out, [meta], options)
+        except KVTesterError as err:
+            print(f"error: {err}", file=sys.stderr, flush=True)
+            return LocalOutcome(f"replayer: {err}")
+    if meta.signum:
+        return LocalOutcome(f"stopped by signal {meta.signum}", meta.signum)
+    return LocalOutcome(None if code == 0 else f"replayer exited with status {code}")
+
+
+def _model(parts: _Parts) -> str:
+    return parts.replay.model or (parts.engine.served_model_name or [parts.setup.model])[0]
+
+
+def _write_startup(run: LocalRun, parts: _Parts) -> None:
+    """The engine's start-up lines, as its process logs them (a cell reads its settings there)."""
+    lines = [*engine_cli.startup_lines(parts.engine, parts.setup)]
+    lines.append(engine_cli.settings_line(parts.engine, parts.setup, parts.engine.port))
+    lines.append("Running in this process on a virtual clock: no server, no socket")
+    run.server_log.parent.mkdir(parents=True, exist_ok=True)
+    with run.server_log.open("w", encoding="utf-8") as fh:
+        fh.writelines(f"INFO {line}\n" for line in lines)
+
+
+async def _run(
+    loop: VirtualTimeLoop, parts: _Parts, traces: list[Trace], out: Path, say: Callable[[str], None]
+) -> RunMeta:
+    cfg = parts.replay
+    server = engine_cli.build_server(parts.engine, parts.setup, LoopClock(loop, parts.engine.speed))
+    server.engine.start()
+    sampling = _Sampling(loop, server, parts)
+    replayer = Replayer(
+        cfg,
+        traces,
+        lanes_for(cfg),
+        pool_for(cfg, len(traces)),
+        make_builder(cfg, _model(parts)),
+        Recorder(out, cfg.debug_trace),
+        clock=loop.time,
+        unix_clock=loop.unix,
+        endpoint=LocalEndpoint(server, cfg.api == "chat", loop.time),
+    )
+    # While the loop runs, a stop signal stops the replay as its own process would; then the
+    # handlers the caller had are back.
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, replayer.on_signal, sig)
+    ticker = loop.create_task(_progress(loop, replayer, cfg, say))
+    try:
+        sampling.start()
+        meta = await replayer.run()
+        await _settle(server)
+        return meta
+    finally:
+        ticker.cancel()
+        replayer.recorder.close()
+        for sig, handler in previous.items():
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, handler)
+        await sampling.stop()
+        await server.engine.stop()
+
+
+async def _settle(server: SimServer) -> None:
+    """Until the engine holds no request (aborted ones leave at its next step), at most SETTLE_S."""
+    engine = server.engine
+    loop = asyncio.get_running_loop()
+    end = loop.time() + SETTLE_S / engine.clock.speed
+    while (engine.num_running or engine.num_waiting) and loop.time() < end:
+        await asyncio.sleep(0.01)
+
+
+async def _progress(
+    loop: VirtualTimeLoop, replayer: Replayer, cfg: ReplayConfig, say: Callable[[str], None]
+) -> None:
+    """A line at most every PROGRESS_EVERY_S of real time, on a tenth of the run's duration: how far
+    the virtual clock is, and what finished."""
+    step = max(1.0, (cfg.test_duration or 60.0) / 10)
+    last = time.monotonic()
+    while True:
+        await asyncio.sleep(step)
+        if replayer.started and time.monotonic() - last >= PROGRESS_EVERY_S:
+            last = time.monotonic()
+            snap = replayer.snapshot()
+            say(
+                f"virtual {loop.time() - replayer.t0:.0f}/{cfg.test_duration:g} s: {snap['done']} requests done, "
+                f"{snap['failed']} failed, {snap['in_flight']} in flight"
+            )
+
+
+class _Sampling:
+    """The metrics collector's and the power sampler's readings, taken on the virtual clock."""
+
+    def __init__(self, loop: VirtualTimeLoop, server: SimServer, parts: _Parts) -> None:
+        self.loop = loop
+        self.server = server
+        m = parts.metrics
+        self.scraper = Scraper("engine-sim (in process)", m.output, m.interval, dialect=m.dialect)
+        self.metrics_interval = float(m.interval)
+        self.power: tuple[Sampler, float] | None = None
+        if parts.power is not None:
+            spec = cli_sampler.spec_of(parts.power)
+            if spec.source != "dcgm":
+                raise InputError(f"virtual clock: power source {spec.source} is a real GPU's; use dcgm")
+            self.power = (Sampler(spec, parts.power.output), spec.interval_s)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._fd = -1
+
+    def _text(self) -> str:
+        return render(self.server.registry).decode()
+
+    def start(self) -> None:
+        self._fd = self.scraper.open_output()
+        self._tasks.append(self.loop.create_task(self._every(self.metrics_interval, self._scrape)))
+        if self.power is not None:
+            self._tasks.append(self.loop.create_task(self._every(self.power[1], self._sample)))
+
+    def _scrape(self) -> None:
+        self.scraper.record(self._fd, self.loop.unix(), self._text())
+
+    def _sample(self) -> None:
+        assert self.power is not None
+        sampler = self.power[0]
+        for target in sampler.spec.targets:
+            sampler.record_dcgm(target, target.gpus, self._text(), self.loop.unix())
+
+    async def _every(self, interval: float, take: Callable[[], None]) -> None:
+        while True:
+            take()
+            await asyncio.sleep(interval)
+
+    async def stop(self) -> None:
+        """The last readings, taken together (the counters as they stood when the replay ended)."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._fd >= 0:
+            try:
+                self._scrape()
+                if self.power is not None:
+                    self._sample()
+            finally:
+                os.close(self._fd)
+                self._fd = -1
+                if self.power is not None:
+                    self.power[0].close()
