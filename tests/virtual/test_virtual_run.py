@@ -84,3 +84,17 @@ def test_flags_it_cannot_honour_are_refused_in_one_line(
     with pytest.raises(InputError, match=message):
         run_local(local_run(tmp_path, *flags), print)
     assert not (tmp_path / "cell" / "requests.jsonl").exists()  # refused before anything ran
+
+
+def test_a_run_is_reproducible_to_the_last_digit(tmp_path: Path) -> None:
+    """The same flags give the same run: nothing depends on when the process got the CPU (a second run
+    in the same process also reuses the loaded traces)."""
+    figures = []
+    for k in range(2):
+        run = local_run(tmp_path / str(k), duration=6)
+        assert run_local(run, print).reason is None
+        summary = json.loads((run.server_log.parent / "summary.json").read_text())
+        figures.append(
+            (summary["counts"], summary["throughput"], summary["latency"], summary["engine_clock"])
+        )
+    assert figures[0] == figures[1]

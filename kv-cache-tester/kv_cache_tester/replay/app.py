@@ -9,6 +9,7 @@ import dataclasses
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from kv_cache_tester.replay.recorder import DEBUG_FILE, Recorder
 from kv_cache_tester.replay.results import REQUESTS_FILE, SUMMARY_FILE
 from kv_cache_tester.replay.summary import RunMeta, build_summary, write_summary
 from kv_cache_tester.replay.workers import run_workers
-from kv_cache_tester.traces.loaders import load_traces
+from kv_cache_tester.traces.loaders import LoadResult, load_traces
 from kv_cache_tester.traces.model import Trace
 
 
@@ -34,12 +35,14 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def load(cfg: ReplayConfig) -> list[Trace]:
+def load(cfg: ReplayConfig, loader: Callable[..., LoadResult] = load_traces) -> list[Trace]:
+    """The run's traces (``loader``: ``load_traces``, or one that keeps them for the next run in this
+    process), with what the filters did logged."""
     source = cfg.trace_directory if cfg.trace_directory else f"hf:{cfg.hf_dataset}"
     if cfg.trace_directory and not Path(cfg.trace_directory).exists():
         raise UsageError(f"--trace-directory {cfg.trace_directory}: no such file or directory")
     # --max-context 0 still cuts at the replayer's prompt limit: memory and build time stay bounded.
-    result = load_traces(
+    result = loader(
         source, max_context=cfg.max_context or MAX_PROMPT_TOKENS, max_context_mode="truncate", min_requests=1
     )
     for line in result.report.lines():

@@ -31,6 +31,7 @@ from agentsweep.cell.accuracy_step import accuracy_check, run_accuracy_step
 from agentsweep.cell.engine_process import EngineFailed, copy_log_section, log_size
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.executor import EngineGroup, replay, show_tail
+from agentsweep.cell.in_process import InProcessGroup, execute_in_process
 from agentsweep.cell.lifecycle import CellInterrupted, cell_voice, check_outputs, judge, seal, start_versions
 from agentsweep.cell.plan import CellOptions, CellPlan
 from agentsweep.cell.step_budget import StepBudget, step_budget
@@ -88,7 +89,7 @@ class CapacityRun:
         self,
         plan: CellPlan,
         options: CellOptions,
-        group: EngineGroup,
+        group: EngineGroup | InProcessGroup,
         budget: StepBudget,
         say: Callable[[str], None],
         watchdog: Watchdog | None,
@@ -146,7 +147,7 @@ class CapacityRun:
         died: str | None = None
         interrupted: CellInterrupted | None = None
         try:
-            reason = self._prepare() or replay(plan, self.group, self.options, self.say, self.watchdog)
+            reason = self._replay(plan)
             died = self.group.died_reason()
             reason = reason or check_outputs(sdir)
             if reason is None:
@@ -194,6 +195,16 @@ class CapacityRun:
             raise EngineDied(died)
         if status == "FAILED":
             raise StepFailed(f"step {index} ({users} users) FAILED: {step.reasons[0]}")
+
+    def _replay(self, plan: CellPlan) -> str | None:
+        """One step's replay: against the running engines after ``_prepare``, or on the virtual clock
+        a run of its own in this process."""
+        if isinstance(self.group, InProcessGroup):
+            outcome = execute_in_process(plan, self.versions, self.say, self.group.stated)
+            if outcome.signum is not None:
+                raise CellInterrupted(outcome.signum)
+            return outcome.reason
+        return self._prepare() or replay(plan, self.group, self.options, self.say, self.watchdog)
 
     def _prepare(self) -> str | None:
         """Idle engine, cold prefix cache; why the step cannot start cleanly, or None."""
@@ -278,7 +289,9 @@ def run_capacity_cell(
     reasons: list[str] = ["the capacity search did not finish"]
     ended: StopReason | None = "interrupted"
     watchdog = Watchdog(plan.result_dir)
-    group = EngineGroup(plan, options, versions, say, watchdog)
+    group = (
+        InProcessGroup() if cell.clock == "virtual" else EngineGroup(plan, options, versions, say, watchdog)
+    )
     search = CapacityRun(plan, options, group, budget, say, watchdog, versions)
     search.steps, _why = measured_steps(cell, plan.result_dir)
     if search.steps:
@@ -358,7 +371,7 @@ def check_resumable(cell: Cell, result_dir: Path) -> None:
         )
 
 
-def _extra(plan: CellPlan, group: EngineGroup) -> dict[str, object] | None:
+def _extra(plan: CellPlan, group: EngineGroup | InProcessGroup) -> dict[str, object] | None:
     """cell.json's extra sections: the scale-out record, what each instance stated it runs with."""
     extra: dict[str, object] = {}
     if plan.router is not None:

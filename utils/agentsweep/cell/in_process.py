@@ -59,3 +59,27 @@ def execute_in_process(
     if stated is not None:  # its start-up lines, written as the run began
         stated["engine"] = stated_settings(plan.cell.engine, run.server_log)
     return outcome
+
+
+class InProcessGroup:
+    """What a capacity cell on the virtual clock has in place of its running engines: nothing runs
+    between steps (each step's run starts its own engine, its prefix cache cold, as the HTTP path's
+    reset leaves it), and what the engine stated is kept from the last step."""
+
+    router = None
+
+    def __init__(self) -> None:
+        self.stated: dict[str, Stated | None] = {}
+        self.log_names: list[str] = []  # each step's run writes its logs into the step's own directory
+
+    def missing_router(self) -> str | None:
+        return None
+
+    def died_reason(self) -> str | None:
+        return None
+
+    def __enter__(self) -> InProcessGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass

@@ -642,7 +642,6 @@ class Cell(ValidityLimits, ReplayOptions, RunnerFacts, EngineSettings, CellAxes)
             (self.replicas > 1 or self.router != "", "replicas and routers"),
             (self.disaggregated, "disaggregated prefill/decode"),
             (self.client_nodes > 1, "client_nodes > 1"),
-            (self.capacity is not None, "a capacity search"),
             (self.client != "replay", f"client {self.client}"),
             (self.accuracy.run == "on", "accuracy: on (the gate talks HTTP to the engine)"),
         ]

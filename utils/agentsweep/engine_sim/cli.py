@@ -386,7 +386,7 @@ def build_server(args: argparse.Namespace, setup: Setup, clock: SimClock | None 
         faults=faults,
     )
     server = SimServer(config, engine, role)
-    add_simulated_gpus(server.registry, dep, setup.gpu_blocks, args.block_size, engine)  # DCGM power metrics
+    server.gpu_exporter = add_simulated_gpus(server.registry, dep, setup.gpu_blocks, args.block_size, engine)
     return server
 
 

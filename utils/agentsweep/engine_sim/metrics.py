@@ -541,8 +541,9 @@ class _EngineLike(Protocol):
 
 def add_simulated_gpus(
     registry: CollectorRegistry, dep: Deployment, gpu_blocks: int, block_size: int, engine: _EngineLike
-) -> GpuMeter:
-    """Serve the DCGM metrics of ``engine``'s simulated GPUs (``dep.tp`` of them) on ``registry``."""
+) -> CollectorRegistry:
+    """Serve the DCGM metrics of ``engine``'s simulated GPUs (``dep.tp`` of them) on ``registry``;
+    returns a registry of those alone (what a DCGM exporter would serve)."""
     kv_bytes = gpu_blocks * block_size * dep.kv_bytes_per_token_gpu
     model = GpuModel(
         hardware=dep.hardware.name,
@@ -561,5 +562,8 @@ def add_simulated_gpus(
         return GpuWork(float(engine.clock.now()), st.prompt_local_compute, st.generation_tokens, engine.steps)
 
     meter = GpuMeter(model, work, POWER_AVERAGE_S * float(engine.clock.speed))
-    registry.register(DcgmCollector(meter, f"GPU-sim-{os.getpid()}"))
-    return meter
+    collector = DcgmCollector(meter, f"GPU-sim-{os.getpid()}")
+    registry.register(collector)
+    exporter = CollectorRegistry(auto_describe=True)
+    exporter.register(collector)
+    return exporter

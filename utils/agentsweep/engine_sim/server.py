@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from agentsweep import __version__
 from agentsweep.engine_sim import tokenizer
@@ -112,6 +113,8 @@ class SimServer:
         # Prompts that extend a session's earlier one are tokenized and hashed by their new part only.
         self.prompt_memo = PromptMemo(engine.block_size, hashing=engine.kv.prefix_caching)
         self.registry = build_registry(config.dialect, self.name, engine.stats, self.snapshot)
+        # The simulated GPUs' DCGM metrics alone (they are on ``registry`` too, as the engine serves them).
+        self.gpu_exporter: CollectorRegistry | None = None
         self.app = web.Application(client_max_size=1 << 30)
         self.app.on_startup.append(self._on_startup)
         self.app.on_cleanup.append(self._on_cleanup)

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from kv_cache_tester.errors import KVTesterError
 from kv_cache_tester.replay import cli as replay_cli
@@ -33,6 +33,7 @@ from kv_cache_tester.replay.memory import check_prompt_memory
 from kv_cache_tester.replay.process import make_builder
 from kv_cache_tester.replay.recorder import Recorder
 from kv_cache_tester.replay.summary import RunMeta
+from kv_cache_tester.traces.loaders import LoadResult, load_traces
 from kv_cache_tester.traces.model import Trace
 
 from agentsweep.energy import cli_sampler
@@ -132,7 +133,7 @@ def run_local(run: LocalRun, say: Callable[[str], None]) -> LocalOutcome:
     _write_startup(run, parts)
     with _stderr_to(run.replay_log):
         try:
-            traces = load(parts.replay)
+            traces = load(parts.replay, _kept_traces)
             check_prompt_memory(
                 traces, parts.replay.users, parts.replay.prompt_mode, parts.replay.max_prompt_memory
             )
@@ -146,6 +147,25 @@ def run_local(run: LocalRun, say: Callable[[str], None]) -> LocalOutcome:
     if meta.signum:
         return LocalOutcome(f"stopped by signal {meta.signum}", meta.signum)
     return LocalOutcome(None if code == 0 else f"replayer exited with status {code}")
+
+
+# Loaded traces kept for the next run in this process (a capacity search's steps, a benchmark's cells):
+# parsing the shipped traces is about a third of a short run's CPU.
+_KEPT: dict[tuple[object, ...], LoadResult] = {}
+
+
+def _kept_traces(source: str | Path, **options: Any) -> LoadResult:
+    """``load_traces``, kept while the trace files stand unchanged (their names, sizes and times)."""
+    path = Path(source)
+    if not path.exists():  # a dataset: loaded as it is
+        return load_traces(source, **options)
+    files = sorted(path.rglob("*")) if path.is_dir() else [path]
+    stamp = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file())
+    key = (str(path.resolve()), stamp, tuple(sorted(options.items())))
+    if key not in _KEPT:
+        _KEPT.clear()  # one trace set at a time: a process running many sets keeps no more
+        _KEPT[key] = load_traces(source, **options)
+    return _KEPT[key]
 
 
 def _model(parts: _Parts) -> str:
@@ -243,6 +263,9 @@ class _Sampling:
             if spec.source != "dcgm":
                 raise InputError(f"virtual clock: power source {spec.source} is a real GPU's; use dcgm")
             self.power = (Sampler(spec, parts.power.output), spec.interval_s)
+        # The simulated GPUs' metrics alone, as a DCGM exporter serves them (rendering and parsing the
+        # engine's whole exposition twice a second would be most of a short run's CPU).
+        self._dcgm_view = server.gpu_exporter or server.registry
         self._tasks: list[asyncio.Task[None]] = []
         self._fd = -1
 
@@ -261,8 +284,9 @@ class _Sampling:
     def _sample(self) -> None:
         assert self.power is not None
         sampler = self.power[0]
+        text = render(self._dcgm_view).decode()
         for target in sampler.spec.targets:
-            sampler.record_dcgm(target, target.gpus, self._text(), self.loop.unix())
+            sampler.record_dcgm(target, target.gpus, text, self.loop.unix())
 
     async def _every(self, interval: float, take: Callable[[], None]) -> None:
         while True:
