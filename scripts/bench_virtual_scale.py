@@ -44,7 +44,8 @@ def trace_copies(root: Path, copies: int) -> Path:
 
 def run(root: Path, users: int, engine_s: int, hardware: str, tp: int) -> dict[str, float]:
     n_traces = len(list(SAMPLE.glob("*.json")))
-    traces = trace_copies(root, max(1, -(-users // n_traces)))
+    # Some traces are cut away by max_context: twice the copies the agents would need leaves enough.
+    traces = trace_copies(root, max(1, -(-2 * users // n_traces)))
     cell = {
         "config_key": "scale", "exp_name": f"scale-{hardware}-tp{tp}-u{users}-{engine_s}s", "runner": "local",
         "engine": "sim", "hardware": hardware, "model": "meta-llama/Llama-3.3-70B-Instruct", "precision": "fp8",

@@ -56,6 +56,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "agentsweep.energy.cli_summary",
         "a cell's energy, joules per token and power validity from its result directory",
     ),
+    "plan": (
+        "agentsweep.planner.cli",
+        "agents per GPU and per MW under SLO tiers on each simulated hardware (virtual-clock capacity searches)",
+    ),
     "collect": ("agentsweep.collect.cli_collect", "turn cell result dirs into summary, frontiers, report"),
     "pareto": ("agentsweep.collect.cli_pareto", "Pareto frontiers and plots from a summary.csv"),
     "compare": ("agentsweep.collect.cli_compare", "compare two collected sweeps cell by cell"),

@@ -40,6 +40,7 @@ def local_run(plan: CellPlan) -> LocalRun:
         replay_flags=_flags(plan.replay_argv, "replay", "replay"),
         replay_log=rd / "replay.log",
         power_flags=_flags(plan.power_argv, "power-sampler", "power sampler") if plan.power_argv else None,
+        metrics_log=rd / inst.collector_log_name,
     )
 
 

@@ -43,6 +43,7 @@ import dataclasses
 import json
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -251,6 +252,33 @@ def load_calibrations(path: str = str(CALIBRATION_FILE)) -> dict[str, Calibratio
             images=tuple(str(i) for i in group.get("images", [])),
         )
     return out
+
+
+# The measures each published point holds and the fit predicts, in calibration.json's order.
+MEASURES = ("tput_per_gpu", "median_intvty", "median_ttft_s")
+
+
+@cache
+def held_out_errors(key: str, path: str = str(CALIBRATION_FILE)) -> dict[str, float] | None:
+    """The median leave-one-out error of a calibration group (``hardware/precision``) per measure:
+    |prediction with the point left out of the fit / published - 1| over its points. None when the
+    group has no point with a leave-one-out prediction."""
+    file = Path(path)
+    if not file.is_file():
+        return None
+    group = json.loads(file.read_text())["groups"].get(key, {})
+    errors: dict[str, list[float]] = {m: [] for m in MEASURES}
+    for point in group.get("points", []):
+        loo = point.get("loo_pred")
+        if not loo:
+            continue
+        for measure, predicted in zip(MEASURES, loo, strict=True):
+            published = float(point[measure])
+            if published > 0:
+                errors[measure].append(abs(predicted / published - 1))
+    if not any(errors.values()):
+        return None
+    return {m: statistics.median(v) for m, v in errors.items() if v}
 
 
 class UnknownCalibrationError(ValueError):

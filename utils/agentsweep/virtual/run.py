@@ -69,6 +69,7 @@ class LocalRun:
     replay_flags: list[str]
     replay_log: Path
     power_flags: list[str] | None = None
+    metrics_log: Path | None = None  # the collector's own lines (default: the replay log)
 
 
 def _parse(what: str, add: Callable[[argparse.ArgumentParser], None], flags: list[str]) -> argparse.Namespace:
@@ -138,7 +139,7 @@ def run_local(run: LocalRun, say: Callable[[str], None]) -> LocalOutcome:
                 traces, parts.replay.users, parts.replay.prompt_mode, parts.replay.max_prompt_memory
             )
             out = prepare_output(parts.replay)
-            meta = run_virtual(lambda loop: _run(loop, parts, traces, out, say))
+            meta = run_virtual(lambda loop: _run(loop, parts, traces, out, say, run.metrics_log))
             options = {**parts.replay_options, "resolved_model": _model(parts)}
             code = finish(parts.replay, out, [meta], options)
         except KVTesterError as err:
@@ -183,12 +184,18 @@ def _write_startup(run: LocalRun, parts: _Parts) -> None:
 
 
 async def _run(
-    loop: VirtualTimeLoop, parts: _Parts, traces: list[Trace], out: Path, say: Callable[[str], None]
+    loop: VirtualTimeLoop,
+    parts: _Parts,
+    traces: list[Trace],
+    out: Path,
+    say: Callable[[str], None],
+    metrics_log: Path | None,
 ) -> RunMeta:
     cfg = parts.replay
     server = engine_cli.build_server(parts.engine, parts.setup, LoopClock(loop, parts.engine.speed))
     server.engine.start()
-    sampling = _Sampling(loop, server, parts)
+    log = metrics_log.open("a", encoding="utf-8") if metrics_log is not None else sys.stderr
+    sampling = _Sampling(loop, server, parts, log)
     replayer = Replayer(
         cfg,
         traces,
@@ -217,8 +224,12 @@ async def _run(
         for sig, handler in previous.items():
             loop.remove_signal_handler(sig)
             signal.signal(sig, handler)
-        await sampling.stop()
-        await server.engine.stop()
+        try:
+            await sampling.stop()
+            await server.engine.stop()
+        finally:
+            if log is not sys.stderr:
+                log.close()
 
 
 async def _settle(server: SimServer) -> None:
@@ -251,18 +262,18 @@ async def _progress(
 class _Sampling:
     """The metrics collector's and the power sampler's readings, taken on the virtual clock."""
 
-    def __init__(self, loop: VirtualTimeLoop, server: SimServer, parts: _Parts) -> None:
+    def __init__(self, loop: VirtualTimeLoop, server: SimServer, parts: _Parts, log: TextIO) -> None:
         self.loop = loop
         self.server = server
         m = parts.metrics
-        self.scraper = Scraper("engine-sim (in process)", m.output, m.interval, dialect=m.dialect)
+        self.scraper = Scraper("engine-sim (in process)", m.output, m.interval, dialect=m.dialect, log=log)
         self.metrics_interval = float(m.interval)
         self.power: tuple[Sampler, float] | None = None
         if parts.power is not None:
             spec = cli_sampler.spec_of(parts.power)
             if spec.source != "dcgm":
                 raise InputError(f"virtual clock: power source {spec.source} is a real GPU's; use dcgm")
-            self.power = (Sampler(spec, parts.power.output), spec.interval_s)
+            self.power = (Sampler(spec, parts.power.output, log), spec.interval_s)
         # The simulated GPUs' metrics alone, as a DCGM exporter serves them (rendering and parsing the
         # engine's whole exposition twice a second would be most of a short run's CPU).
         self._dcgm_view = server.gpu_exporter or server.registry

@@ -1,0 +1,77 @@
+"""`agentsweep plan`: capacity searches on the virtual clock per simulated hardware, one table, figure
+and page with each figure's calibration; a finished search is kept when the plan runs again; bad
+input is one line and exit status 2."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ARGS = ["--hardware", "h200,b300", "--search", "1:4", "--duration", "6", "--max-context", "24576"]
+
+
+def plan(repo_root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "AGENTSWEEP_REPLAY_PLOT"}
+    return subprocess.run(
+        [sys.executable, "-m", "agentsweep.cli", "plan", *args],
+        cwd=repo_root, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def test_a_plan_answers_per_tier_and_hardware_and_keeps_finished_searches(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "plan"
+    first = plan(repo_root, *ARGS, "-o", str(out))
+    assert first.returncode == 0, first.stderr[-3000:]
+    with open(out / "plan.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {(r["hardware"], r["tier"]) for r in rows} == {
+        (h, t) for h in ("simulated H200", "simulated B300") for t in ("interactive", "fast", "realtime")
+    }
+    for row in rows:
+        assert row["calibration"].startswith("calibration ")
+        assert float(row["band"]) > 0  # the held-out error of the calibration it rests on
+        assert row["agents_per_gpu"] != "" and 0 <= float(row["agents_per_gpu"]) <= 4
+    b300 = next(r for r in rows if r["hardware"] == "simulated B300")
+    assert "extrapolated with the fractions fitted on b200" in b300["calibration"]
+    page = (out / "plan.html").read_text()
+    assert "data:image/png;base64," in page and "simulated B300" in page and "<table>" in page
+    assert (out / "plan.png").stat().st_size > 10_000
+    assert "simulated H200 TP 1 offload off, tier interactive:" in first.stdout
+    for name in ("plan-h200-tp1-ep1-u1to4-off", "plan-b300-tp1-ep1-u1to4-off"):  # each a capacity cell
+        assert (out / "cells" / name / "capacity.json").exists()
+        assert not list((out / "cells" / name).glob("steps/*/ttft_throughput.png"))
+
+    again = plan(repo_root, *ARGS, "-o", str(out))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stderr.count("finished before, kept") == 2
+    assert again.stdout == first.stdout  # the same answer from the same searches
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--hardware", "h200,h300"], "--hardware h300: no simulated profile of it"),
+        (["--tp", "two"], "--tp two: not a whole number"),
+        (
+            ["--search", "1:64", "--budget-min", "0.1"],
+            "--budget-min 0.1: 5 searches of 1..64 users take about",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    repo_root: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    proc = plan(repo_root, *args, "-o", str(tmp_path / "p"))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert not (tmp_path / "p").exists()
