@@ -75,3 +75,33 @@ def test_bad_input_is_one_line_and_exit_2(
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.chromium
+def test_the_plan_page_opens_offline_with_its_figure_and_table(tmp_path: Path) -> None:
+    from agentsweep.planner.report import PlanRow, write_plan
+
+    from tests.dashboard.browser import offline_page
+
+    rows = [
+        PlanRow(hardware=f"simulated {h}", tp=1, offload="off", tier=t, tier_description=t, agents_per_gpu=a,
+                agents_per_mw=a * 2000 if a else None, boundary_type="exact", binding="TTFT p90",
+                past_kv_cliff=h == "H200", output_tok_per_s_per_gpu=10.0 * a, total_tok_per_s_per_gpu=900.0,
+                band=0.05, calibration=f"calibration {h.lower()}/fp8: fitted to 5 published points",
+                exp_name=f"plan-{h.lower()}")
+        for h, a0 in (("H200", 2.0), ("B300", 6.0)) for t, a in (("interactive", a0), ("fast", a0 / 2))
+    ]  # fmt: skip
+    write_plan(rows, tmp_path, "a plan")
+    with offline_page() as (page, errors, network):
+        page.goto((tmp_path / "plan.html").as_uri())
+        width = page.eval_on_selector("img", "img => img.naturalWidth")
+        cells = page.eval_on_selector_all(
+            "tbody tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))"
+        )
+        assert errors == [] and network == []
+    assert width > 600  # the inlined figure decoded
+    assert [c[:2] + c[3:5] for c in cells] == [
+        ["simulated H200", "1", "interactive", "2.0"], ["simulated H200", "1", "fast", "1.0"],
+        ["simulated B300", "1", "interactive", "6.0"], ["simulated B300", "1", "fast", "3.0"],
+    ]  # fmt: skip
+    assert cells[0][7] == "past it" and cells[0][10] == "±5%"
