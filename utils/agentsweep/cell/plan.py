@@ -151,7 +151,13 @@ class CellPlan:
     def describe(self) -> list[str]:
         """Human lines: the exact commands (secrets masked, by name and by value)."""
         if self.router is None:
-            return self._describe_engine()
+            lines = self._describe_engine()
+            if self.cell.clock == "virtual":  # the same parts and flags, run in the cell's own process
+                lines.insert(
+                    0,
+                    "clock:   virtual: engine, scraper, power and replay below run in one process, no socket",
+                )
+            return lines
         secrets = record.secret_values()
         tail = [
             *self._describe_power(),
