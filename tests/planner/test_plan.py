@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import csv
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -49,6 +52,13 @@ def test_a_plan_answers_per_tier_and_hardware_and_keeps_finished_searches(
     for name in ("plan-h200-tp1-ep1-u1to4-off", "plan-b300-tp1-ep1-u1to4-off"):  # each a capacity cell
         assert (out / "cells" / name / "capacity.json").exists()
         assert not list((out / "cells" / name).glob("steps/*/ttft_throughput.png"))
+
+    # Its searches are result directories like any cell's: the store takes them.
+    ingest = subprocess.run(
+        [sys.executable, "-m", "agentsweep.cli", "results", "ingest", "--db", str(tmp_path / "r.db"), str(out / "cells")],
+        cwd=repo_root, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert ingest.returncode == 0 and "points added" in ingest.stderr, ingest.stderr
 
     again = plan(repo_root, *ARGS, "-o", str(out))
     assert again.returncode == 0, again.stderr[-2000:]
@@ -105,3 +115,26 @@ def test_the_plan_page_opens_offline_with_its_figure_and_table(tmp_path: Path) -
         ["simulated B300", "1", "interactive", "6.0"], ["simulated B300", "1", "fast", "3.0"],
     ]  # fmt: skip
     assert cells[0][7] == "past it" and cells[0][10] == "±5%"
+
+
+def test_an_interrupted_plan_keeps_every_finished_search(repo_root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "plan"
+    env = {k: v for k, v in os.environ.items() if k != "AGENTSWEEP_REPLAY_PLOT"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentsweep.cli", "plan", *ARGS, "--hardware", "h200,b200,b300", "-o", str(out)],
+        cwd=repo_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    first = out / "cells" / "plan-h200-tp1-ep1-u1to4-off" / "status.txt"
+    wait_until(
+        lambda: first.exists() or proc.poll() is not None, timeout=120, what="the first search's verdict"
+    )
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]  # two more searches of seconds each were left to run
+    assert "the finished searches are kept" in err
+    assert first.read_text().startswith("SUCCESS")
+    again = plan(repo_root, *ARGS, "--hardware", "h200,b200,b300", "-o", str(out))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "plan-h200-tp1-ep1-u1to4-off: finished before, kept" in again.stderr
+    with open(out / "plan.csv", newline="") as fh:
+        assert len({row["hardware"] for row in csv.DictReader(fh)}) == 3

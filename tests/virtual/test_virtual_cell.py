@@ -28,10 +28,11 @@ CELL = {
     "power_source": "dcgm", "power_endpoint": "engine",
     **CLIENT_ROOM,  # the wall-clock twin shares two cores with the rest of the suite
 }  # fmt: skip
-# What the two clocks must agree on, and how closely: the wall clock's own run-to-run spread on a
-# machine busy with the rest of the suite (scripts/bench_virtual.py measures both on the demo grid).
-FIGURES = {"output_tok_per_s_per_gpu": 0.10, "total_tok_per_s_per_gpu": 0.10, "gpu_hit_rate": 0.10,
-           "ttft_p50_s": 0.20, "ttft_p90_s": 0.20, "interactivity_p90_tok_per_s": 0.20}  # fmt: skip
+# What the two clocks must agree on, and how closely: within the wall clock's own run-to-run spread
+# on the demo grid (scripts/bench_virtual.py: up to 13% on throughput, 31% on TTFT p50; its tails
+# spread further, so no p90 of TTFT is compared). A wrong clock, speed or batching is off by far more.
+FIGURES = {"output_tok_per_s_per_gpu": 0.15, "total_tok_per_s_per_gpu": 0.15, "gpu_hit_rate": 0.10,
+           "ttft_p50_s": 0.30, "interactivity_p90_tok_per_s": 0.30}  # fmt: skip
 
 
 def start(repo_root: Path, result_dir: Path, clock: str, **over: object) -> subprocess.Popen[str]:

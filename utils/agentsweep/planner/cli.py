@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"plan: {line}", file=sys.stderr, flush=True)
 
     say(
-        f"{len(cells)} capacity searches on the virtual clock (about {estimate / 60:.0f} min) -> {args.output}"
+        f"{len(cells)} capacity searches on the virtual clock (at most about {estimate / 60:.0f} min) -> {args.output}"
     )
     start = time.monotonic()
     cells_dir = args.output / "cells"
@@ -119,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
         say(f"{err}: the finished searches are kept; run the same command again to finish the plan")
         code = 130
     rows = plan_rows(cells, cells_dir)
+    missing = len(cells) - len({r.exp_name for r in rows})
+    if missing:
+        say(f"{missing} of {len(cells)} searches did not finish: left out of the answer")
     if not rows:
         say("no search finished: nothing to report")
         return code or 1

@@ -16,6 +16,7 @@ from agentsweep.contract.cell import Cell
 from agentsweep.contract.hardware import hardware_label
 from agentsweep.contract.resultdir import read_capacity
 from agentsweep.engine_sim.profiles import calibration_for, find_model, held_out_errors
+from agentsweep.planner.run import finished
 
 PLAN_CSV, PLAN_PNG, PLAN_HTML = "plan.csv", "plan.png", "plan.html"
 
@@ -40,10 +41,11 @@ class PlanRow:
 
 
 def plan_rows(cells: list[Cell], root: Path) -> list[PlanRow]:
-    """One row per cell and tier, from each search's capacity.json (cells with none are left out)."""
+    """One row per cell and tier, from each finished search's capacity.json (a search that did not
+    run to its end, interrupted or failed, is left out: its boundary is not known)."""
     rows: list[PlanRow] = []
     for cell in cells:
-        record = read_capacity(root / cell.exp_name)
+        record = read_capacity(root / cell.exp_name) if finished(root / cell.exp_name) else None
         if record is None:
             continue
         cal = calibration_for(cell.hardware, _precision(cell))
