@@ -177,8 +177,10 @@ def test_leave_one_out_predicts_a_lone_older_point_from_its_current_generation(t
     _, (point,) = read_points(path)
     current, older = Efficiency(4e-3, 0.7, 0.2, 0.03), Efficiency(9e-3, 0.3, 0.1, 0.2)
     full = F.FitResult({"mi355x/fp4": current, point.group: older}, F.DEFAULT_SHARED)
-    ((_, loo),) = F.leave_one_out([point], full)
+    progress: list[str] = []
+    ((_, loo),) = F.leave_one_out([point], full, progress=progress.append)
     assert loo == F.predict(point, current, F.DEFAULT_SHARED)
+    assert progress == [f"leave-one-out 1/1: {point.group}"]  # a fit of minutes says where it is
     assert loo != F.predict(point, F.DEFAULT_EFFICIENCY, F.DEFAULT_SHARED)
 
 

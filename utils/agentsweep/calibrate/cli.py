@@ -21,7 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -259,6 +259,15 @@ def parity_plot(rows: Sequence[tuple[Point, Sequence[float]]], path: Path, title
     return True
 
 
+def _progress(t0: float) -> Callable[[str], None]:
+    """Progress of a fit on stderr, with the seconds since it started (the fit takes minutes)."""
+
+    def say(line: str) -> None:
+        print(f"calibrate: {line} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+
+    return say
+
+
 def _fit(args: argparse.Namespace, points: list[Point]) -> int:
     from agentsweep.calibrate import fit as F
     from agentsweep.engine_sim.profiles import CALIBRATION_FILE, load_calibrations
@@ -272,7 +281,7 @@ def _fit(args: argparse.Namespace, points: list[Point]) -> int:
         if cals
         else None
     )
-    res = F.fit(points, start=start)
+    res = F.fit(points, start=start, progress=_progress(t0))
     pairs = []
     for p in points:
         pr = F.predict(p, res.groups[p.group], res.shared)
@@ -297,7 +306,7 @@ def _fit(args: argparse.Namespace, points: list[Point]) -> int:
     loo_lines: list[str] = []
     loo_pairs = []
     if not args.no_loo:
-        for p, pr in F.leave_one_out(points, res):
+        for p, pr in F.leave_one_out(points, res, progress=_progress(t0)):
             loo_pairs.append((p, (pr.tput_per_gpu, pr.median_intvty, pr.median_ttft_s)))
         print("leave-one-out (each point predicted by its group refitted without it):")
         loo_lines = error_table(loo_pairs)

@@ -193,17 +193,29 @@ class FitResult:
     shared: Shared
 
 
-def fit(points: Sequence[Point], start: FitResult | None = None, shared_fixed: bool = False) -> FitResult:
+def fit(
+    points: Sequence[Point],
+    start: FitResult | None = None,
+    shared_fixed: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> FitResult:
+    """Every group's coefficients and the shared ones; ``progress`` gets a line per group fitted (a
+    fit takes minutes)."""
     by_group: dict[str, list[Point]] = {}
     for p in points:
         by_group.setdefault(p.group, []).append(p)
     groups = {g: _start_of(g, start) for g in by_group}
     shared = start.shared if start else DEFAULT_SHARED
-    for _ in range(1 if shared_fixed else ROUNDS):
-        for g, pts in by_group.items():
+    rounds = 1 if shared_fixed else ROUNDS
+    for r in range(rounds):
+        for k, (g, pts) in enumerate(by_group.items(), 1):
+            if progress is not None:
+                progress(f"round {r + 1}/{rounds}: group {k}/{len(by_group)} {g} ({len(pts)} points)")
             groups[g] = fit_group(pts, shared, groups[g])
         if shared_fixed:
             break
+        if progress is not None:
+            progress(f"round {r + 1}/{rounds}: the shared coefficients")
 
         def f(x: np.ndarray) -> float:
             pull = PRIOR_WEIGHT * float(np.sum((x - _SHARED_PRIOR_X)[_SHARED_PRIOR_DIMS] ** 2))
@@ -221,12 +233,16 @@ def _start_of(group: str, start: FitResult | None) -> Efficiency:
     return start.groups.get(group) or start.groups.get(group.split("@")[0]) or DEFAULT_EFFICIENCY
 
 
-def leave_one_out(points: Sequence[Point], full: FitResult) -> list[tuple[Point, Prediction]]:
+def leave_one_out(
+    points: Sequence[Point], full: FitResult, progress: Callable[[str], None] | None = None
+) -> list[tuple[Point, Prediction]]:
     """Each point predicted by its group's coefficients refitted without it (shared ones kept). The
     only point of its group (an older software generation's) is predicted by its hardware/precision's
     current coefficients, the nearest the remaining data come to it."""
     out = []
     for i, p in enumerate(points):
+        if progress is not None:
+            progress(f"leave-one-out {i + 1}/{len(points)}: {p.group}")
         rest = [q for j, q in enumerate(points) if j != i and q.group == p.group]
         if rest:
             eff = fit_group(rest, full.shared, full.groups[p.group])
