@@ -70,7 +70,7 @@ def test_a_plan_answers_per_tier_and_hardware_and_keeps_finished_searches(
     ("args", "message"),
     [
         (["--hardware", "h200,h300"], "--hardware h300: no simulated profile of it"),
-        (["--tp", "two"], "--tp two: not a whole number"),
+        (["--tp", "two"], "--tp: 'two' is not a positive integer"),
         (
             ["--search", "1:64", "--budget-min", "0.1"],
             "--budget-min 0.1: 5 searches of 1..64 users take about",

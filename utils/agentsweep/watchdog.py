@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
+# The signals that stop a cell (its verdict still written): a user's Ctrl-C, a job's end, a lost terminal.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _libc: ctypes.CDLL | None = None
 
 

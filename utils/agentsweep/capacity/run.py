@@ -31,8 +31,16 @@ from agentsweep.cell.accuracy_step import accuracy_check, run_accuracy_step
 from agentsweep.cell.engine_process import EngineFailed, copy_log_section, log_size
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.executor import EngineGroup, replay, show_tail
-from agentsweep.cell.in_process import InProcessGroup, execute_in_process
-from agentsweep.cell.lifecycle import CellInterrupted, cell_voice, check_outputs, judge, seal, start_versions
+from agentsweep.cell.in_process import InProcessGroup
+from agentsweep.cell.lifecycle import (
+    CellInterrupted,
+    cell_voice,
+    check_outputs,
+    execute_virtual,
+    judge,
+    seal,
+    start_versions,
+)
 from agentsweep.cell.plan import CellOptions, CellPlan
 from agentsweep.cell.step_budget import StepBudget, step_budget
 from agentsweep.contract.cell import Cell
@@ -200,10 +208,7 @@ class CapacityRun:
         """One step's replay: against the running engines after ``_prepare``, or on the virtual clock
         a run of its own in this process."""
         if isinstance(self.group, InProcessGroup):
-            outcome = execute_in_process(plan, self.versions, self.say, self.group.stated)
-            if outcome.signum is not None:
-                raise CellInterrupted(outcome.signum)
-            return outcome.reason
+            return execute_virtual(plan, self.versions, self.say, self.group.stated)
         return self._prepare() or replay(plan, self.group, self.options, self.say, self.watchdog)
 
     def _prepare(self) -> str | None:

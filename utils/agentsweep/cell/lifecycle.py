@@ -46,7 +46,7 @@ from agentsweep.energy.summary import cell_power_summary
 from agentsweep.errors import InputError
 from agentsweep.images.local import image_record
 from agentsweep.validity import evaluate
-from agentsweep.watchdog import Watchdog
+from agentsweep.watchdog import STOP_SIGNALS, Watchdog
 
 RESULT_FILES = (CELL_JSON, STATUS_TXT, REQUESTS_JSONL, SUMMARY_JSON, CAPACITY_JSON, RECEIPT_JSON)
 
@@ -70,9 +70,6 @@ def check_result_dir(result_dir: Path) -> None:
         )
 
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
 def install_signal_handlers() -> Callable[[], None]:
     """SIGTERM/SIGINT/SIGHUP raise CellInterrupted once; later ones are ignored so cleanup can finish."""
 
@@ -88,6 +85,20 @@ def install_signal_handlers() -> Callable[[], None]:
             signal.signal(sig, old)
 
     return restore
+
+
+def execute_virtual(
+    plan: CellPlan,
+    versions: dict[str, str | None],
+    say: Callable[[str], None],
+    stated: dict[str, Stated | None] | None = None,
+) -> str | None:
+    """Run ``plan`` on the virtual clock (``in_process``); why the run failed, or None. A stop signal
+    that ended it early unwinds as on the wall clock (CellInterrupted), its files whole."""
+    outcome = execute_in_process(plan, versions, say, stated)
+    if outcome.signum is not None:
+        raise CellInterrupted(outcome.signum)
+    return outcome.reason
 
 
 def cell_voice(plan: CellPlan, log: Callable[[str], None] | None = None) -> Callable[[str], None]:
@@ -128,10 +139,7 @@ def run_cell(
         space.reserve(plan.result_dir)  # room for the verdict should the run fill the disk
         watchdog.start()
         if plan.cell.clock == "virtual":
-            outcome = execute_in_process(plan, versions, say, stated)
-            if outcome.signum is not None:
-                raise CellInterrupted(outcome.signum)
-            reason = outcome.reason
+            reason = execute_virtual(plan, versions, say, stated)
         else:
             reason = execute(plan, options, versions, say, watchdog, stated)
         reason = reason or check_outputs(plan.result_dir)

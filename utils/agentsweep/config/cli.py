@@ -5,16 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
-from typing import TypeVar
 
 from agentsweep.config import overrides, render
 from agentsweep.config.loader import read_config_file
 from agentsweep.config.matrix import MAX_MATRIX_CELLS, select
 from agentsweep.contract.resultdir import matrix_json
 from agentsweep.errors import InputError
-
-T = TypeVar("T")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,25 +46,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--list", action="store_true", help="list the config keys of the file and exit")
 
 
-def _positive_int(flag: str, text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0 or str(value) != text.strip().lstrip("+"):
-        raise InputError(f"{flag}: {text!r} is not a positive integer")
-    return value
-
-
-def _comma_list(flag: str, text: str | None, convert: Callable[[str, str], T]) -> list[T] | None:
-    if text is None:
-        return None
-    items = [part.strip() for part in text.split(",")]
-    if not all(items):
-        raise InputError(f"{flag}: empty item in {text!r} (use a comma list like 1,2,4)")
-    return [convert(flag, item) for item in items]
-
-
 def _list_keys(config_path: str | None) -> int:
     config = read_config_file(config_path)
     width = max(len(k) for k in config.entries)
@@ -83,11 +60,11 @@ def run(args: argparse.Namespace) -> int:
         return _list_keys(args.config)
     if not args.key:
         raise InputError("give at least one --key (globs allowed; `agentsweep matrix --list` shows the keys)")
-    tp = _comma_list("--tp", args.tp, _positive_int)
-    users = _comma_list("--users", args.users, _positive_int)
-    offload = _comma_list("--offload", args.offload, lambda _flag, item: item)
-    max_tp = None if args.max_tp is None else _positive_int("--max-tp", args.max_tp)
-    duration = None if args.duration is None else _positive_int("--duration", args.duration)
+    tp = overrides.comma_list("--tp", args.tp, overrides.positive_int)
+    users = overrides.comma_list("--users", args.users, overrides.positive_int)
+    offload = overrides.comma_list("--offload", args.offload, lambda _flag, item: item)
+    max_tp = None if args.max_tp is None else overrides.positive_int("--max-tp", args.max_tp)
+    duration = None if args.duration is None else overrides.positive_int("--duration", args.duration)
 
     selection = select(
         args.config,

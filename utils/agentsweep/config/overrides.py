@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -27,6 +27,7 @@ from agentsweep.contract.slo import (
 )
 from agentsweep.errors import InputError
 
+T = TypeVar("T")
 _RANGE = re.compile(r"^\s*(\d+)\s*(?::|\.\.)\s*(\d+)\s*$")
 
 
@@ -62,6 +63,27 @@ class Once(argparse.Action):
                 f"{option_string} given twice ({getattr(namespace, self.dest)!r}, then {values!r}): give it once"
             )
         setattr(namespace, self.dest, values)
+
+
+def positive_int(flag: str, text: str) -> int:
+    """A flag's value as a positive integer (InputError naming the flag otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0 or str(value) != text.strip().lstrip("+"):
+        raise InputError(f"{flag}: {text!r} is not a positive integer")
+    return value
+
+
+def comma_list(flag: str, text: str | None, convert: Callable[[str, str], T]) -> list[T] | None:
+    """A comma list of a flag, each item through ``convert(flag, item)``; None when not given."""
+    if text is None:
+        return None
+    items = [part.strip() for part in text.split(",")]
+    if not all(items):
+        raise InputError(f"{flag}: empty item in {text!r} (use a comma list like 1,2,4)")
+    return [convert(flag, item) for item in items]
 
 
 def slo_tiers(texts: Sequence[str] | None) -> tuple[SloTier, ...] | None:

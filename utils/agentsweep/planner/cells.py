@@ -4,7 +4,6 @@ so that every check a sweep config gets applies here too."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,14 +79,3 @@ def _entry(spec: PlanSpec, hardware: str) -> dict[str, Any]:
     if spec.engine_args:
         entry["engine_args"] = spec.engine_args
     return entry
-
-
-def words(flag: str, text: str, allowed: Sequence[str] | None = None) -> tuple[str, ...]:
-    """A comma list of a flag; with ``allowed``, each word must be one of them."""
-    values = tuple(w.strip() for w in text.split(",") if w.strip())
-    if not values:
-        raise InputError(f"{flag}: give at least one value")
-    for value in values:
-        if allowed is not None and value not in allowed:
-            raise InputError(f"{flag} {value}: expected one of {', '.join(allowed)}")
-    return values

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from agentsweep.cell.engines.sim import WEIGHT_PRECISION
 from agentsweep.collect.output import save_figure
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.hardware import hardware_label
 from agentsweep.contract.resultdir import read_capacity
-from agentsweep.engine_sim.profiles import calibration_for, find_model, held_out_errors
+from agentsweep.engine_sim.profiles import calibration_for, find_model, held_out_errors, precision_of
 from agentsweep.planner.run import finished
 
 PLAN_CSV, PLAN_PNG, PLAN_HTML = "plan.csv", "plan.png", "plan.html"
@@ -74,8 +75,10 @@ def plan_rows(cells: list[Cell], root: Path) -> list[PlanRow]:
 
 
 def _precision(cell: Cell) -> str:
-    p = cell.precision.lower()
-    return "fp4" if p in ("fp4", "nvfp4", "mxfp4") else "bf16" if p in ("bf16", "fp16") else "fp8"
+    """The weights precision the simulated engine ran with: the cell's, as its recipe passes it
+    (``--quantization``), else the model's own (as the engine resolves it without the flag)."""
+    stated = WEIGHT_PRECISION.get(cell.precision.lower())
+    return stated or precision_of(cell.model, find_model(cell.model).native_precision)
 
 
 def write_plan(rows: list[PlanRow], out: Path, title: str) -> list[Path]:

@@ -8,13 +8,12 @@ interrupted (SIGINT/SIGTERM) and started again with the same command finishes th
 from __future__ import annotations
 
 import shutil
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from agentsweep.capacity.run import run_capacity_cell
-from agentsweep.cell.lifecycle import STOP_SIGNALS, CellInterrupted, install_signal_handlers
+from agentsweep.cell.lifecycle import CellInterrupted, install_signal_handlers
 from agentsweep.cell.plan import CellOptions, plan_cell
 from agentsweep.cell.port_allocation import FreePortAllocator
 from agentsweep.contract.cell import Cell
@@ -34,10 +33,10 @@ class PlanInterrupted(Exception):
 def run_searches(cells: list[Cell], root: Path, say: Callable[[str], None]) -> list[str]:
     """Run every cell's search not finished yet under ``root/<exp_name>``; returns the exp_names it
     ran. A stop signal ends the running search with its verdict and capacity.json written (between
-    two searches: at once), then raises PlanInterrupted."""
+    two searches: at once; later signals are ignored), then raises PlanInterrupted."""
     ran: list[str] = []
     start = time.monotonic()
-    restore_plan = _stop_between_searches()
+    restore = install_signal_handlers()  # as for one cell: the running search writes its verdict
     try:
         for i, cell in enumerate(cells, 1):
             result_dir = root / cell.exp_name
@@ -50,35 +49,13 @@ def run_searches(cells: list[Cell], root: Path, say: Callable[[str], None]) -> l
                 f"[{i}/{len(cells)}] {cell.exp_name}: capacity search ({time.monotonic() - start:.0f} s so far)"
             )
             plan = plan_cell(cell, result_dir, ports=FreePortAllocator())
-            restore = install_signal_handlers()
-            try:
-                status, reason = run_capacity_cell(plan, CellOptions(), log=lambda line: None)
-            except CellInterrupted as err:  # it reached the search as its verdict was being written
-                raise PlanInterrupted(str(err)) from None
-            finally:
-                restore()
+            status, reason = run_capacity_cell(plan, CellOptions(), log=lambda line: None)
             say(f"[{i}/{len(cells)}] {cell.exp_name}: {status}" + (f": {reason}" if reason else ""))
             ran.append(cell.exp_name)
             if reason and reason.startswith("interrupted by"):
                 raise PlanInterrupted(reason)
+    except CellInterrupted as err:  # between two searches, or as a search wrote its verdict
+        raise PlanInterrupted(str(err)) from None
     finally:
-        restore_plan()
+        restore()
     return ran
-
-
-def _stop_between_searches() -> Callable[[], None]:
-    """Between two searches a stop signal stops the plan (once; later ones are ignored while it
-    writes its answer). Returns what puts the previous handlers back."""
-
-    def handler(signum: int, frame: object) -> None:
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
-        raise PlanInterrupted(f"interrupted by {signal.Signals(signum).name}")
-
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
-
-    def restore() -> None:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-    return restore

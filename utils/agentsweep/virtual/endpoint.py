@@ -20,7 +20,7 @@ from agentsweep.engine_sim.server import SimServer
 from agentsweep.engine_sim.sse import SseStream
 
 Clock = Callable[[], float]
-_SEP = b"\0"
+_SEP = b"\0"  # between a header's name and value in a request (``LocalEndpoint.request``)
 
 
 class LocalStream(SseStream):
@@ -83,7 +83,7 @@ class LocalConnection:
 
     async def exchange(self, request: list[bytes], reader: Reader) -> None:
         body, *lines = request
-        headers = dict(line.decode().split("\0", 1) for line in lines)
+        headers = dict(line.decode().split(_SEP.decode(), 1) for line in lines)
         server, clock = self._server, self._clock
         admitted = server.admit(body, headers, self._chat)
         if isinstance(admitted, web.Response):

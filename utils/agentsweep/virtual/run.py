@@ -46,6 +46,7 @@ from agentsweep.metrics import cli as metrics_cli
 from agentsweep.metrics.scraper import Scraper
 from agentsweep.virtual.clock import LoopClock, VirtualTimeLoop, run_virtual
 from agentsweep.virtual.endpoint import LocalEndpoint
+from agentsweep.watchdog import STOP_SIGNALS
 
 # Engine flags the in-process engine cannot honour: there is no process to crash or start slowly, and
 # no connection for a stalled response to hold open.
@@ -54,7 +55,6 @@ UNSUPPORTED_ENGINE_FLAGS = {
     "stall_after": "--stall-after",
     "slow_start": "--slow-start",
 }
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PROGRESS_EVERY_S = 5.0  # real seconds between progress lines (a short run prints none)
 SETTLE_S = 5.0  # virtual seconds the engine gets to retire aborted requests before the last scrape
 
