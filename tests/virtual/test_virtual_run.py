@@ -98,3 +98,23 @@ def test_a_run_is_reproducible_to_the_last_digit(tmp_path: Path) -> None:
             (summary["counts"], summary["throughput"], summary["latency"], summary["engine_clock"])
         )
     assert figures[0] == figures[1]
+
+
+def test_a_collector_that_cannot_write_fails_the_run_in_one_line(tmp_path: Path) -> None:
+    """Its file fills a disk part way through: the run says the collector failed, as its process
+    exiting would on the wall clock, and the replay's summary is still written."""
+    from dataclasses import replace
+
+    from tests.support import filled_tmpfs
+
+    run = local_run(tmp_path, duration=60)
+    with filled_tmpfs(tmp_path / "small", 1024, 4) as mount:
+        csv_path = mount / "server_metrics.csv"
+        flags = ["--endpoint", "http://127.0.0.1:8000/metrics", "--output", str(csv_path)]
+        outcome = run_local(replace(run, metrics_flags=flags), print)
+        assert outcome.reason is not None, "a run whose collector could not write must not pass"
+        assert outcome.reason.startswith("metrics collector (in process): WriteError: ")
+        assert "no space left on device" in outcome.reason and "\n" not in outcome.reason
+        assert (run.server_log.parent / "summary.json").exists()  # what the replay measured is kept
+        rows = csv_path.read_text().splitlines()
+        assert 2 <= len(rows) < 61 and all(r.count(",") == rows[0].count(",") for r in rows)  # whole rows

@@ -55,6 +55,9 @@ UNSUPPORTED_ENGINE_FLAGS = {
     "stall_after": "--stall-after",
     "slow_start": "--slow-start",
 }
+# How the collector or the power sampler fails on its own (its file cannot be written, say): the
+# run's reason, as that process exiting would be on the wall clock.
+READER_FAILURES = (KVTesterError, OSError)
 PROGRESS_EVERY_S = 5.0  # real seconds between progress lines (a short run prints none)
 SETTLE_S = 5.0  # virtual seconds the engine gets to retire aborted requests before the last scrape
 
@@ -139,7 +142,9 @@ def run_local(run: LocalRun, say: Callable[[str], None]) -> LocalOutcome:
                 traces, parts.replay.users, parts.replay.prompt_mode, parts.replay.max_prompt_memory
             )
             out = prepare_output(parts.replay)
-            meta = run_virtual(lambda loop: _run(loop, parts, traces, out, say, run.metrics_log))
+            meta, sampling_problem = run_virtual(
+                lambda loop: _run(loop, parts, traces, out, say, run.metrics_log)
+            )
             options = {**parts.replay_options, "resolved_model": _model(parts)}
             code = finish(parts.replay, out, [meta], options)
         except KVTesterError as err:
@@ -147,7 +152,9 @@ def run_local(run: LocalRun, say: Callable[[str], None]) -> LocalOutcome:
             return LocalOutcome(f"replayer: {err}")
     if meta.signum:
         return LocalOutcome(f"stopped by signal {meta.signum}", meta.signum)
-    return LocalOutcome(None if code == 0 else f"replayer exited with status {code}")
+    if code != 0:
+        return LocalOutcome(f"replayer exited with status {code}")
+    return LocalOutcome(sampling_problem)
 
 
 # Loaded traces kept for the next run in this process (a capacity search's steps, a benchmark's cells):
@@ -190,7 +197,8 @@ async def _run(
     out: Path,
     say: Callable[[str], None],
     metrics_log: Path | None,
-) -> RunMeta:
+) -> tuple[RunMeta, str | None]:
+    """The replay's meta, and why the collector or the power sampler stopped early (None: neither)."""
     cfg = parts.replay
     server = engine_cli.build_server(parts.engine, parts.setup, LoopClock(loop, parts.engine.speed))
     server.engine.start()
@@ -213,11 +221,11 @@ async def _run(
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, replayer.on_signal, sig)
     ticker = loop.create_task(_progress(loop, replayer, cfg, say))
+    problem: str | None = None
     try:
         sampling.start()
         meta = await replayer.run()
         await _settle(server)
-        return meta
     finally:
         ticker.cancel()
         replayer.recorder.close()
@@ -225,11 +233,12 @@ async def _run(
             loop.remove_signal_handler(sig)
             signal.signal(sig, handler)
         try:
-            await sampling.stop()
+            problem = await sampling.stop()
             await server.engine.stop()
         finally:
             if log is not sys.stderr:
                 log.close()
+    return meta, problem
 
 
 async def _settle(server: SimServer) -> None:
@@ -304,18 +313,29 @@ class _Sampling:
             take()
             await asyncio.sleep(interval)
 
-    async def stop(self) -> None:
-        """The last readings, taken together (the counters as they stood when the replay ended)."""
+    async def stop(self) -> str | None:
+        """The last readings, taken together (the counters as they stood when the replay ended); why
+        a reader stopped early or could not take them (a full disk), as the collector's process
+        exiting would say, else None."""
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        ended = await asyncio.gather(*self._tasks, return_exceptions=True)
+        for err in ended:  # a bug is raised; a reader's own failure (a full disk) is the run's reason
+            if isinstance(err, Exception) and not isinstance(err, READER_FAILURES):
+                raise err
+        failed = [e for e in ended if isinstance(e, READER_FAILURES)]
         if self._fd >= 0:
             try:
                 self._scrape()
                 if self.power is not None:
                     self._sample()
+            except READER_FAILURES as err:
+                failed.append(err)
             finally:
                 os.close(self._fd)
                 self._fd = -1
                 if self.power is not None:
                     self.power[0].close()
+        if failed:
+            return f"metrics collector (in process): {type(failed[0]).__name__}: {failed[0]}"
+        return None
