@@ -17,7 +17,6 @@ import json
 import math
 import os
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from agentsweep.calibrate.points import DEFAULT_POINTS, MODEL_NAME, Point, read_points
+from agentsweep.engine_sim import profiles
 from agentsweep.errors import InputError
 
 if TYPE_CHECKING:
@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 Pair = tuple[Point, Sequence[float]]  # a point and its predicted (tput/GPU, interactivity, TTFT)
 
-MEASURES = (("tput_per_gpu", "tput/GPU"), ("median_intvty", "intvty"), ("median_ttft_s", "TTFT"))
+# The published measures (engine_sim.profiles.MEASURES, calibration.json's order) and their labels.
+MEASURES = tuple(zip(profiles.MEASURES, ("tput/GPU", "intvty", "TTFT"), strict=True))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,17 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-loo", action="store_true", help="with --fit: skip the leave-one-out refits")
 
 
-def _err(pred: float, meas: float) -> float:
-    return abs(pred / meas - 1.0) if math.isfinite(pred) and meas else math.nan
-
-
 def _medians(rows: Sequence[tuple[Point, Sequence[float]]]) -> list[float]:
-    out = []
-    for k, (col, _) in enumerate(MEASURES):
-        errs = [_err(pred[k], getattr(p, col)) for p, pred in rows]
-        errs = [e for e in errs if math.isfinite(e)]
-        out.append(statistics.median(errs) if errs else math.nan)
-    return out
+    return profiles.median_errors((pred, [getattr(p, col) for col, _ in MEASURES]) for p, pred in rows)
 
 
 def error_table(rows: Sequence[tuple[Point, Sequence[float]]]) -> list[str]:

@@ -44,6 +44,7 @@ import json
 import math
 import re
 import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -258,6 +259,17 @@ def load_calibrations(path: str = str(CALIBRATION_FILE)) -> dict[str, Calibratio
 MEASURES = ("tput_per_gpu", "median_intvty", "median_ttft_s")
 
 
+def median_errors(pairs: Iterable[tuple[Sequence[float], Sequence[float]]]) -> list[float]:
+    """Per measure (``MEASURES``' order), the median of |predicted / published - 1| over the
+    (predicted, published) pairs; NaN for a measure with no finite error."""
+    errors: list[list[float]] = [[] for _ in MEASURES]
+    for predicted, published in pairs:
+        for k, (pred, meas) in enumerate(zip(predicted, published, strict=True)):
+            if math.isfinite(pred) and meas:
+                errors[k].append(abs(pred / meas - 1.0))
+    return [statistics.median(e) if e else math.nan for e in errors]
+
+
 @cache
 def held_out_errors(key: str, path: str = str(CALIBRATION_FILE)) -> dict[str, float] | None:
     """The median leave-one-out error of a calibration group (``hardware/precision``) per measure:
@@ -267,18 +279,12 @@ def held_out_errors(key: str, path: str = str(CALIBRATION_FILE)) -> dict[str, fl
     if not file.is_file():
         return None
     group = json.loads(file.read_text())["groups"].get(key, {})
-    errors: dict[str, list[float]] = {m: [] for m in MEASURES}
-    for point in group.get("points", []):
-        loo = point.get("loo_pred")
-        if not loo:
-            continue
-        for measure, predicted in zip(MEASURES, loo, strict=True):
-            published = float(point[measure])
-            if published > 0:
-                errors[measure].append(abs(predicted / published - 1))
-    if not any(errors.values()):
-        return None
-    return {m: statistics.median(v) for m, v in errors.items() if v}
+    pairs = [
+        (p["loo_pred"], [float(p[m]) for m in MEASURES]) for p in group.get("points", []) if p.get("loo_pred")
+    ]
+    medians = dict(zip(MEASURES, median_errors(pairs), strict=True))
+    found = {m: v for m, v in medians.items() if math.isfinite(v)}
+    return found or None
 
 
 class UnknownCalibrationError(ValueError):
