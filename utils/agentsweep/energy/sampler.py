@@ -110,6 +110,11 @@ class Sampler:
 
     def run_until_signalled(self) -> int:
         def _stop(_signum: int, _frame: FrameType | None) -> None:
+            # Once: a stopper sends SIGTERM to the group and then again (ManagedProcess.stop); the
+            # second must not kill the sampler as it closes power.csv or as Python exits, when the
+            # default action is back for a handler written in Python, but not for an ignored signal.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             self.stop.set()
 
         signal.signal(signal.SIGTERM, _stop)
