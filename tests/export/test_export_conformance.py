@@ -43,7 +43,7 @@ def test_every_row_of_a_sweep_maps_with_its_own_figures(tmp_path, shape):
     assert len(keys) == 3
 
 
-# --- a real local sweep -----------------------------------------------------------------------------
+# --- a real local sweep: the routed cells on the wall clock, the others on the virtual one ----------
 
 CONFIG = """
 conf:
@@ -59,9 +59,23 @@ conf:
   replay: {{max_context: 65536, max_delay: 1, advance_max: 0.5}}
   validity: {{min_window_coverage: 0.5, max_dispatch_lag_p99_s: 2.0, max_throughput_drift: 5.0, max_lane_idle_s: 120}}
   search_space:
-    - {{tp: 1, users: 4, offload: [on, off, noprefix]}}
     - {{tp: 1, users: 4, offload: off, replicas: 2, router: [round_robin]}}
     - {{users: 4, offload: off, prefill: {{tp: 1}}, decode: {{tp: 1}}, router: [round_robin]}}
+conf-virtual:
+  runner: local
+  engine: sim
+  model: meta-llama/Llama-3.3-70B-Instruct
+  precision: fp8
+  image: ""
+  duration: 6
+  speed: 50
+  clock: virtual
+  traces: {traces}
+  engine_args: [--num-gpu-blocks-override, "16000"]
+  replay: {{max_context: 65536, max_delay: 1, advance_max: 0.5}}
+  validity: {{min_window_coverage: 0.5, max_throughput_drift: 5.0, max_lane_idle_s: 120}}
+  search_space:
+    - {{tp: 1, users: 4, offload: [on, off, noprefix]}}
 conf-invalid:
   runner: local
   engine: sim
@@ -70,6 +84,7 @@ conf-invalid:
   image: ""
   duration: 6
   speed: 50
+  clock: virtual
   traces: {traces}
   replay: {{max_context: 65536, max_delay: 1}}
   validity: {{min_window_requests: 100000}}
@@ -86,7 +101,7 @@ def real_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = {k: v for k, v in os.environ.items() if k not in ("AGENTSWEEP_CELL", "PORT", "RESULT_DIR")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # the cells' python
     proc = subprocess.run(
-        [sys.executable, "-m", "agentsweep.cli", "sweep", "--key", "conf", "--key", "conf-invalid",
+        [sys.executable, "-m", "agentsweep.cli", "sweep", "--key", "conf", "--key", "conf-virtual", "--key", "conf-invalid",
          "--config", str(config), "--results", str(root / "results"), "--no-collect"],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip

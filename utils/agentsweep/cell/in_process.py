@@ -8,12 +8,19 @@ directory. What follows the run (the checks, the verdict, cell.json) is the HTTP
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from agentsweep.cell.effective import Stated, stated_settings
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.plan import CellPlan
 from agentsweep.errors import InputError
-from agentsweep.virtual.run import LocalOutcome, LocalRun, run_local
+
+if TYPE_CHECKING:
+    from agentsweep.virtual.run import LocalOutcome, LocalRun
+
+# agentsweep.virtual.run is imported where a run needs it: it brings the simulated engine and the
+# replayer's HTTP client (a third of a second of imports), which a wall-clock cell's process, the dry
+# run and `agentsweep matrix` never use.
 
 
 def _flags(argv: list[str], subcommand: str, what: str) -> list[str]:
@@ -25,6 +32,8 @@ def _flags(argv: list[str], subcommand: str, what: str) -> list[str]:
 
 def local_run(plan: CellPlan) -> LocalRun:
     """The plan's parts as the flags ``run_local`` takes; InputError for a plan it cannot run."""
+    from agentsweep.virtual.run import LocalRun
+
     cell = plan.cell
     if len(plan.instances) != 1 or plan.router is not None or plan.client_argvs:
         raise InputError(
@@ -52,6 +61,8 @@ def execute_in_process(
 ) -> LocalOutcome:
     """Run ``plan`` on the virtual clock: why the run failed (None: it did not), and the stop signal
     that ended it early, if one did (the caller unwinds as the HTTP path's interrupt does)."""
+    from agentsweep.virtual.run import run_local
+
     run = local_run(plan)
     plan.result_dir.mkdir(parents=True, exist_ok=True)
     say(f"running in this process on a virtual clock: {plan.cell.users} users for {plan.cell.duration} s")
