@@ -239,7 +239,7 @@ def test_request_overhead_delays_only_its_own_request() -> None:
 def test_fit_recovers_known_coefficients(tmp_path: Path) -> None:
     truth = Efficiency(4e-3, 0.7, 0.4, 0.05)
     rows = []
-    for isl, osl, conc in ((1024, 512, 4), (1024, 512, 32), (4096, 256, 8), (1024, 2048, 16), (8192, 256, 2)):
+    for isl, osl, conc in ((1024, 512, 4), (1024, 512, 24), (4096, 256, 8), (1024, 2048, 16), (8192, 256, 2)):
         cal = Calibration("h200/fp8", truth, F.DEFAULT_SHARED, 0, "test")
         dep = deploy(MODEL_NAME, "h200", 8, "fp8", "fp8", calibration=cal)
         p = closed_loop(dep.cost, conc, isl, osl, 8)
