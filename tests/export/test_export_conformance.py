@@ -46,7 +46,7 @@ def test_every_row_of_a_sweep_maps_with_its_own_figures(tmp_path, shape):
 # --- a real local sweep: the routed cells on the wall clock, the others on the virtual one ----------
 
 CONFIG = """
-conf:
+conf: &sim
   runner: local
   engine: sim
   model: meta-llama/Llama-3.3-70B-Instruct
@@ -62,30 +62,15 @@ conf:
     - {{tp: 1, users: 4, offload: off, replicas: 2, router: [round_robin]}}
     - {{users: 4, offload: off, prefill: {{tp: 1}}, decode: {{tp: 1}}, router: [round_robin]}}
 conf-virtual:
-  runner: local
-  engine: sim
-  model: meta-llama/Llama-3.3-70B-Instruct
-  precision: fp8
-  image: ""
-  duration: 6
-  speed: 50
+  <<: *sim
   clock: virtual
-  traces: {traces}
-  engine_args: [--num-gpu-blocks-override, "16000"]
-  replay: {{max_context: 65536, max_delay: 1, advance_max: 0.5}}
   validity: {{min_window_coverage: 0.5, max_throughput_drift: 5.0, max_lane_idle_s: 120}}
   search_space:
     - {{tp: 1, users: 4, offload: [on, off, noprefix]}}
 conf-invalid:
-  runner: local
-  engine: sim
-  model: meta-llama/Llama-3.3-70B-Instruct
-  precision: fp8
-  image: ""
-  duration: 6
-  speed: 50
+  <<: *sim
   clock: virtual
-  traces: {traces}
+  engine_args: []
   replay: {{max_context: 65536, max_delay: 1}}
   validity: {{min_window_requests: 100000}}
   search_space:
