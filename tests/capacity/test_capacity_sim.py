@@ -264,11 +264,12 @@ def test_the_demo_ends_a_tier_at_its_kv_cliff(repo_root: Path, tmp_path: Path) -
     # The fast tier misses already at 4 users: capacity 0 below this range, not a cliff.
     assert tiers["fast"].boundary_type == "none"
     # The client's own limits are not judged on the virtual clock (its work takes no simulated time):
-    # no figure, where the wall clock's steps measure one.
+    # no figure, where the wall clock's steps measure one, and summary.json says why.
     largest = max(record.steps, key=lambda s: s.users)
     validity = json.loads((rd / largest.dir / "summary.json").read_text())["validity"]["checks"]
     for check in ("client_cpu_share", "dispatch_lag_p99"):
         assert validity[check]["ok"] is True and validity[check]["value"] is None, validity[check]
+        assert validity[check]["note"].startswith("not judged: on the virtual clock"), validity[check]
 
 
 def test_a_replayer_killed_mid_step_stops_the_search_as_failed(

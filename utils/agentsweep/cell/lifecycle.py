@@ -308,7 +308,7 @@ def settings_check(plan: CellPlan, stated: dict[str, Stated | None]) -> Check:
     if problems:
         return Check(float(len(problems)), 0.0, False, "; ".join(problems))
     if not checked:
-        return Check(None, 0.0, True, "not judged: no engine instance stated its settings")
+        return Check(None, 0.0, True, note="not judged: no engine instance stated its settings")
     return Check(0.0, 0.0, True)
 
 

@@ -17,17 +17,22 @@ INVALID_EXIT = 3
 
 @dataclass(frozen=True)
 class Check:
-    """One check: the measured value, its limit, whether it passed, and what it says when it did not."""
+    """One check: the measured value, its limit, whether it passed, what it says when it did not, and
+    why a passed check was not judged (``note``: summary.json keeps it, so a check without a figure
+    says why rather than pass silently)."""
 
     value: float | None
     limit: float | None
     ok: bool
-    reason: str = ""  # one line, set when ok is False (or to note why a check could not measure)
+    reason: str = ""  # one line: what a failed check says (summary.json keeps it only when ok is False)
+    note: str = ""  # one line: why the check passed without judging ("not judged: ...")
 
     def to_dict(self) -> dict[str, float | bool | str | None]:
         out: dict[str, float | bool | str | None] = {"value": self.value, "limit": self.limit, "ok": self.ok}
         if not self.ok:
             out["reason"] = self.reason
+        if self.note:
+            out["note"] = self.note
         return out
 
 

@@ -195,8 +195,8 @@ def client_limits(ev: Evidence) -> Checks:
     if ev.cell.clock == "virtual":  # the clock stands still while the client works: it cannot lag
         why = "not judged: on the virtual clock the client's work takes no simulated time"
         return {
-            "dispatch_lag_p99": Check(None, lag_limit, True, why),
-            "client_cpu_share": Check(None, cpu_limit, True, why),
+            "dispatch_lag_p99": Check(None, lag_limit, True, note=why),
+            "client_cpu_share": Check(None, cpu_limit, True, note=why),
         }
     out = {
         "dispatch_lag_p99": _lag_check(
@@ -359,7 +359,7 @@ def _drift_check(records: RecordFacts, start: float, end: float, limit: float) -
     drift = (max(tokens) - min(tokens)) / mean
     shown = " / ".join(f"{t / third:.0f}" for t in tokens)
     if finished < MIN_DRIFT_REQUESTS:
-        return Check(drift, limit, True, f"not judged: only {finished} requests finished in the window")
+        return Check(drift, limit, True, note=f"not judged: only {finished} requests finished in the window")
     # In a steady state a third's tokens are a sum of about finished/3 request sizes: the difference
     # of two thirds has a spread of sqrt(2 * finished/3 * E[size^2]). Few large requests make a large
     # drift by chance alone; only a drift beyond three such spreads says the load changed.

@@ -224,7 +224,7 @@ def instance_checks(
     if counted:
         sent, problem = _router_sent(result_dir, [f.name for f in counted])
         if problem:
-            checks["instance_request_counts"] = Check(None, None, True, f"not judged: {problem}")
+            checks["instance_request_counts"] = Check(None, None, True, note=f"not judged: {problem}")
         else:
             checks["instance_request_counts"] = _count_check(counted, sent, client_failures, cell)
     return checks
