@@ -22,14 +22,42 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 # The signals that stop a cell (its verdict still written): a user's Ctrl-C, a job's end, a lost terminal.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _libc: ctypes.CDLL | None = None
+
+
+@contextlib.contextmanager
+def stop_on_signal(
+    stop: threading.Event, signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)
+) -> Iterator[None]:
+    """Around a reader process's main loop (a metrics collector, a power sampler): the first of
+    ``signals`` sets ``stop``, and every later one is ignored from then on. A stopper sends SIGTERM to
+    the process group and then again (``ManagedProcess.stop``); the second must not kill the reader
+    while it writes its last row and closes its file, nor as Python exits, when the default action is
+    back for a handler written in Python (but not for an ignored signal). Without a stop signal (the
+    loop ended on its own, or ran in a caller's process) the previous handlers are put back."""
+    received: list[int] = []
+
+    def _stop(signum: int, _frame: object) -> None:
+        received.append(signum)
+        for sig in signals:
+            signal.signal(sig, signal.SIG_IGN)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, _stop) for sig in signals}
+    try:
+        yield
+    finally:
+        if not received:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def _prctl() -> ctypes.CDLL | None:

@@ -11,7 +11,6 @@ step there (``PowerTarget.prefix``), which ends when its ``srun`` is terminated.
 from __future__ import annotations
 
 import contextlib
-import signal
 import subprocess
 import sys
 import threading
@@ -20,13 +19,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import IO, TextIO
 
 from agentsweep.energy import amd_smi, dcgm, nvidia_smi
 from agentsweep.energy.powercsv import GpuReading, PowerCsvWriter, one_line
 from agentsweep.energy.spec import PowerTarget, SamplerSpec
-from agentsweep.watchdog import die_with_parent
+from agentsweep.watchdog import die_with_parent, stop_on_signal
 
 MAX_REPLY_BYTES = 8 << 20
 MAX_LINE_CHARS = 1 << 16
@@ -109,17 +107,8 @@ class Sampler:
         return self.samples
 
     def run_until_signalled(self) -> int:
-        def _stop(_signum: int, _frame: FrameType | None) -> None:
-            # Once: a stopper sends SIGTERM to the group and then again (ManagedProcess.stop); the
-            # second must not kill the sampler as it closes power.csv or as Python exits, when the
-            # default action is back for a handler written in Python, but not for an ignored signal.
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            self.stop.set()
-
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
-        written = self.run()
+        with stop_on_signal(self.stop):
+            written = self.run()
         print(
             f"power-sampler: stopped; {written} samples written to {self.output}", file=self.log, flush=True
         )

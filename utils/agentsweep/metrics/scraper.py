@@ -15,7 +15,6 @@ import csv
 import io
 import json
 import os
-import signal
 import sys
 import threading
 import time
@@ -24,12 +23,12 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import TextIO
 
 from agentsweep.errors import InputError, RunError, WriteError
 from agentsweep.metrics.dialects import COLUMNS, format_row, map_text_sources
 from agentsweep.metrics.kv_events import Listener
+from agentsweep.watchdog import stop_on_signal
 
 DEFAULT_MAX_FAILURES = 10
 MAX_REPLY_BYTES = 32 << 20  # a busy vLLM's /metrics is a few hundred KiB
@@ -208,17 +207,10 @@ class Scraper:
         return False
 
     def run_until_signalled(self) -> ScrapeStats:
-        """``run`` until SIGTERM or SIGINT (then one last scrape), and say what was written."""
-
-        def _stop(signum: int, _frame: FrameType | None) -> None:
-            self.stop.set()
-
-        previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
+        """``run`` until SIGTERM or SIGINT (then one last scrape), and say what was written; stop
+        signals after the first are ignored (``watchdog.stop_on_signal``)."""
+        with stop_on_signal(self.stop):
             stats = self.run()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
         print(
             f"{self.name}: stopped; {stats.ok} rows written to {self.output}, {stats.failed} scrapes failed",
             file=sys.stderr,
