@@ -118,3 +118,21 @@ def test_a_collector_that_cannot_write_fails_the_run_in_one_line(tmp_path: Path)
         assert (run.server_log.parent / "summary.json").exists()  # what the replay measured is kept
         rows = csv_path.read_text().splitlines()
         assert 2 <= len(rows) < 61 and all(r.count(",") == rows[0].count(",") for r in rows)  # whole rows
+
+
+def test_a_power_sampler_that_cannot_write_is_named_as_the_sampler(tmp_path: Path) -> None:
+    """power.csv fills its disk part way through: the run's reason names the power sampler, not the
+    metrics collector beside it."""
+    from dataclasses import replace
+
+    from tests.support import filled_tmpfs
+
+    run = local_run(tmp_path, duration=60)
+    assert run.power_flags is not None
+    with filled_tmpfs(tmp_path / "small", 1024, 4) as mount:
+        flags = [*run.power_flags[:-1], str(mount / "power.csv")]
+        outcome = run_local(replace(run, power_flags=flags), print)
+        assert outcome.reason is not None, "a run whose power sampler could not write must not pass"
+        assert outcome.reason.startswith("power sampler (in process): "), outcome.reason
+        assert "no space left on device" in outcome.reason and "\n" not in outcome.reason
+        assert (run.server_log.parent / "summary.json").exists()

@@ -41,7 +41,7 @@ from agentsweep.energy.sampler import Sampler
 from agentsweep.engine_sim import cli as engine_cli
 from agentsweep.engine_sim.metrics import render
 from agentsweep.engine_sim.server import SimServer
-from agentsweep.errors import InputError
+from agentsweep.errors import InputError, WriteError
 from agentsweep.metrics import cli as metrics_cli
 from agentsweep.metrics.scraper import Scraper
 from agentsweep.virtual.clock import LoopClock, VirtualTimeLoop, run_virtual
@@ -286,7 +286,13 @@ class _Sampling:
         # The simulated GPUs' metrics alone, as a DCGM exporter serves them (rendering and parsing the
         # engine's whole exposition twice a second would be most of a short run's CPU).
         self._dcgm_view = server.gpu_exporter or server.registry
-        self._tasks: list[asyncio.Task[None]] = []
+        # (who, interval, reading): each reader by the name its process would give
+        self._readers: list[tuple[str, float, Callable[[], None]]] = [
+            ("metrics collector", self.metrics_interval, self._scrape)
+        ]
+        if self.power is not None:
+            self._readers.append(("power sampler", self.power[1], self._sample))
+        self._tasks: list[tuple[str, asyncio.Task[None]]] = []
         self._fd = -1
 
     def _text(self) -> str:
@@ -294,9 +300,9 @@ class _Sampling:
 
     def start(self) -> None:
         self._fd = self.scraper.open_output()
-        self._tasks.append(self.loop.create_task(self._every(self.metrics_interval, self._scrape)))
-        if self.power is not None:
-            self._tasks.append(self.loop.create_task(self._every(self.power[1], self._sample)))
+        self._tasks = [
+            (who, self.loop.create_task(self._every(every, take))) for who, every, take in self._readers
+        ]
 
     def _scrape(self) -> None:
         self.scraper.record(self._fd, self.loop.unix(), self._text())
@@ -305,8 +311,11 @@ class _Sampling:
         assert self.power is not None
         sampler = self.power[0]
         text = render(self._dcgm_view).decode()
-        for target in sampler.spec.targets:
-            sampler.record_dcgm(target, target.gpus, text, self.loop.unix())
+        try:
+            for target in sampler.spec.targets:
+                sampler.record_dcgm(target, target.gpus, text, self.loop.unix())
+        except OSError as err:  # power.csv cannot be written (a full disk): named as the collector's is
+            raise WriteError(sampler.output, err) from None
 
     async def _every(self, interval: float, take: Callable[[], None]) -> None:
         while True:
@@ -315,27 +324,34 @@ class _Sampling:
 
     async def stop(self) -> str | None:
         """The last readings, taken together (the counters as they stood when the replay ended); why
-        a reader stopped early or could not take them (a full disk), as the collector's process
-        exiting would say, else None."""
-        for task in self._tasks:
+        a reader stopped early or could not take them (a full disk), named as that reader's process
+        exiting would be, else None."""
+        for _, task in self._tasks:
             task.cancel()
-        ended = await asyncio.gather(*self._tasks, return_exceptions=True)
+        ended = await asyncio.gather(*(task for _, task in self._tasks), return_exceptions=True)
         for err in ended:  # a bug is raised; a reader's own failure (a full disk) is the run's reason
             if isinstance(err, Exception) and not isinstance(err, READER_FAILURES):
                 raise err
-        failed = [e for e in ended if isinstance(e, READER_FAILURES)]
+        failed = [
+            (who, e) for (who, _), e in zip(self._tasks, ended, strict=True) if isinstance(e, READER_FAILURES)
+        ]
         if self._fd >= 0:
             try:
-                self._scrape()
-                if self.power is not None:
-                    self._sample()
-            except READER_FAILURES as err:
-                failed.append(err)
+                for who, _, take in self._readers:
+                    try:
+                        take()
+                    except READER_FAILURES as err:
+                        failed.append((who, err))
             finally:
                 os.close(self._fd)
                 self._fd = -1
                 if self.power is not None:
-                    self.power[0].close()
+                    sampler = self.power[0]
+                    try:
+                        sampler.close()  # its last buffered rows: a full disk says so here
+                    except OSError as err:
+                        failed.append(("power sampler", WriteError(sampler.output, err)))
         if failed:
-            return f"metrics collector (in process): {type(failed[0]).__name__}: {failed[0]}"
+            who, first = failed[0]
+            return f"{who} (in process): {type(first).__name__}: {first}"
         return None
