@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
+from kv_cache_tester.metrics import finite
 
 from agentsweep.cell.engines.sim import WEIGHT_PRECISION
 from agentsweep.collect.output import save_figure
@@ -110,8 +111,10 @@ def _figure(df: pd.DataFrame, path: Path, title: str) -> Path:
         for k, tier in enumerate(tiers):
             part = df[df["tier"] == tier].set_index("label")
             xs = [i + (k - (len(tiers) - 1) / 2) * width for i in range(len(labels))]
-            ys = [_num(part[column].get(label)) for label in labels]
-            bands = [_num(part["band"].get(label)) * y for label, y in zip(labels, ys, strict=True)]
+            ys = [finite(part[column].get(label)) or 0.0 for label in labels]
+            bands = [
+                (finite(part["band"].get(label)) or 0.0) * y for label, y in zip(labels, ys, strict=True)
+            ]
             ax.bar(xs, ys, width, label=tier)
             ax.errorbar(xs, ys, yerr=bands, fmt="none", ecolor="black", capsize=3, lw=0.8)
         ax.set_xticks(range(len(labels)), labels, fontsize=8)
@@ -124,10 +127,6 @@ def _figure(df: pd.DataFrame, path: Path, title: str) -> Path:
     save_figure(fig, path)
     plt.close(fig)
     return path
-
-
-def _num(value: object) -> float:
-    return float(value) if value is not None and pd.notna(value) else 0.0  # type: ignore[arg-type]
 
 
 COLUMNS = (
