@@ -95,7 +95,8 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     results = root / "results"
     proc = subprocess.run(
-        [*CLI, "sweep", "--key", "right95", "--key", "right60", "--config", str(config), "--results", str(results)],
+        [*CLI, "sweep", "--key", "right95", "--key", "right60", "--config", str(config), "--results", str(results),
+         "--no-plots"],
         env=env, cwd=REPO, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     # Exit 3: every cell ran, one is INVALID.

@@ -90,6 +90,27 @@ def test_report_is_self_contained(collected):
     assert "engine OOM" in html and "Qwen/Qwen3-32B" in html and "Ideal vs measured" in html
 
 
+def test_no_plots_keeps_the_report_and_its_tables_without_figures(collected, tmp_path):
+    """--no-plots into a folder an earlier collect drew: the same tables, a report that says it has no
+    figures, and none of the earlier figures left beside them."""
+    _, out, _ = collected
+    again = tmp_path / "aggregated"
+    shutil.copytree(out, again)
+    assert main(["collect", str(out.parent / "artifacts"), str(again), "--no-plots"]) == 1  # one FAILED
+    assert sorted(p.name for p in again.iterdir()) == sorted(
+        ["capacity.csv", "frontier.csv", "report.html", "summary.csv", "summary.md"]
+    )
+    for name in ("summary.csv", "frontier.csv", "capacity.csv", "summary.md"):
+        assert (again / name).read_text() == (out / name).read_text(), name
+    html = (again / "report.html").read_text()
+    assert "<img" not in html and 'id="no-figures"' in html and "--no-plots" in html
+    drawn = (out / "report.html").read_text()
+    assert 'id="no-figures"' not in drawn
+    # Every table of the drawn report is in the one without figures.
+    assert re.findall(r"<table[^>]*>", html) == re.findall(r"<table[^>]*>", drawn)
+    assert "engine OOM" in html and "Ideal vs measured" in html
+
+
 @pytest.mark.chromium
 def test_report_renders_every_image_in_headless_chromium(collected, tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")

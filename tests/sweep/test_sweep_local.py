@@ -140,10 +140,16 @@ def test_dry_run_prints_exact_commands_and_touches_nothing(setup, capsys, tmp_pa
         "--tensor-parallel-size 1 --hardware h200 --speed 10 --quantization fp8 --kv-offloading-size 256"
     ) in out
     assert f"--output-dir {key_dir}/mini-tp1-ep1-u2-off --max-users 2 --test-duration 5" in out
-    assert (
+    assert "collect:" not in out  # --no-collect: the dry run shows what would run, and collect would not
+    collecting = [a for a in base if a != "--no-collect"]
+    collect = (
         f"collect: {sys.executable} -m agentsweep.cli collect {key_dir} {key_dir.parent}/.mini.aggregated.new"
-        in out
     )
+    assert main([*collecting, "--dry-run"]) == 0
+    assert f"{collect}\n" in capsys.readouterr().out
+    assert main([*collecting, "--dry-run", "--no-plots"]) == 0
+    assert f"{collect} --no-plots\n" in capsys.readouterr().out
+    assert not key_dir.exists() and not log.exists()
 
 
 @pytest.mark.integration
@@ -223,7 +229,7 @@ def test_a_second_sweep_into_the_same_results_is_refused_naming_the_holder(setup
 @pytest.mark.integration
 def test_a_forced_rerun_keeps_the_previous_report_until_the_new_one_replaces_it(setup):
     base, _log, key_dir = setup
-    base = [a for a in base if a != "--no-collect"]
+    base = [*(a for a in base if a != "--no-collect"), "--no-plots"]  # the report, not its figures
     assert main(base) in (1, 3)  # the stand-in cells leave no figures: collect lists them MALFORMED
     report = key_dir / "aggregated" / "report.html"
     old = report.stat().st_ino

@@ -26,6 +26,7 @@ FIRST = "demo-mini-tp1-ep1-u2-on"
 def _start_sweep(repo_root: Path, results: Path, marker: dict[str, str]) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("AGENTSWEEP_CELL", "RESULT_DIR", "PORT")}
     cmd = [sys.executable, "-m", "agentsweep.cli", "sweep", "--key", "demo-mini", "--results", str(results)]
+    cmd.append("--no-plots")  # what is collected is checked, not how it is drawn
     return subprocess.Popen(
         [*cmd, "--duration", "60"],
         cwd=repo_root,

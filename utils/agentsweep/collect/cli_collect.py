@@ -31,17 +31,10 @@ from agentsweep.collect.report import summary_markdown, sweep_headline, write_re
 from agentsweep.config import overrides
 from agentsweep.contract.resultdir import read_matrix
 from agentsweep.contract.verdict import INVALID_EXIT
-from agentsweep.errors import InputError
+from agentsweep.errors import InputError, WriteError
 
-OUTPUTS = (
-    "summary.csv",
-    "frontier.csv",
-    "capacity.csv",
-    "summary.md",
-    "report.html",
-    *PLOT_FILES,
-    "capacity_*.png",
-)
+FIGURES = (*PLOT_FILES, "capacity_*.png")
+OUTPUTS = ("summary.csv", "frontier.csv", "capacity.csv", "summary.md", "report.html", *FIGURES)
 """Collect's outputs, one set: a disk that fills while they are written leaves none of them."""
 
 
@@ -53,7 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--matrix", type=Path, default=None, help="`agentsweep matrix --json` output: expected cells"
     )
-    parser.add_argument("--no-plots", action="store_true", help="skip PNGs and report.html (tables only)")
+    parser.add_argument(
+        "--no-plots",
+        action="store_true",
+        help="draw no figures: report.html keeps the headline and every table (seconds, not minutes, on a "
+        "large sweep)",
+    )
     parser.add_argument(
         "--allow-mixed",
         action="store_true",
@@ -118,6 +116,17 @@ def append_step_summary(text: str) -> None:
         ) from None
 
 
+def remove_figures(out_dir: Path) -> None:
+    """An earlier collect's figures in ``out_dir``: gone, so that the folder holds one set (a table of
+    today beside a figure of yesterday would read as one)."""
+    for pattern in FIGURES:
+        for path in out_dir.glob(pattern):
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as err:
+                raise WriteError(path, err) from None
+
+
 def render_outputs(
     df: pd.DataFrame,
     out_dir: Path,
@@ -134,11 +143,14 @@ def render_outputs(
     if capacity is not None:
         write_csv(capacity.table, out_dir / "capacity.csv")
     head = sweep_headline(df, capacity)
+    figures: list[tuple[str, Path]] = []
     if plots:
         figures = write_plots(df, out_dir, include_invalid)
         if capacity is not None:
             figures += write_capacity_plots(capacity.cells, out_dir)
-        write_report(df, figures, out_dir, capacity, head)
+    else:
+        remove_figures(out_dir)
+    write_report(df, figures, out_dir, capacity, head, drawn=plots)
     text = summary_markdown(df, frontier, capacity, head)
     if mixed:
         text += "\n### Points measured differently (--allow-mixed)\n\n" + "".join(f"- {m}\n" for m in mixed)

@@ -45,7 +45,11 @@ def read_summary(path: Path, *, literal: bool = False) -> pd.DataFrame:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("summary", type=Path, help="summary.csv (or the folder holding it)")
     add_out_dir(parser, "output folder")
-    parser.add_argument("--no-plots", action="store_true", help="frontier.csv and summary.md only")
+    parser.add_argument(
+        "--no-plots",
+        action="store_true",
+        help="draw no figures: frontier.csv, summary.md and report.html (its tables)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

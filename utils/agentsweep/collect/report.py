@@ -619,7 +619,10 @@ def write_report(
     out_dir: Path,
     capacity: CapacityResults | None = None,
     head: Headline | None = None,
+    drawn: bool = True,
 ) -> Path:
+    """report.html; ``drawn`` False: the figures were left out on purpose (``collect --no-plots``), and
+    the report says so where they would stand."""
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
     template = env.get_template("report.html.j2")
     figures = [{"title": title, "file": path.name, "src": _data_uri(path)} for title, path in plots]
@@ -663,6 +666,7 @@ def write_report(
         capacity_tier_headers=CAPACITY_TIER_HEADERS,
         capacity_headers=[h for _c, h, _k in CAPACITY_TABLE],
         capacity_rows=capacity_rows(capacity),
+        figures_drawn=drawn,
         version=__version__,
     )
     return write_text(out_dir / "report.html", html)

@@ -65,6 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the exact commands and run nothing")
     parser.add_argument("--no-collect", action="store_true", help="skip `agentsweep collect` at the end")
     parser.add_argument(
+        "--no-plots",
+        action="store_true",
+        help="collect without figures (`agentsweep collect --no-plots`): report.html keeps its tables",
+    )
+    parser.add_argument(
         "--launcher", type=Path, default=DEFAULT_LAUNCHER, help="launcher script (runners/launch_local.sh)"
     )
 
@@ -99,7 +104,11 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--only {args.only}: matches no cell of the selection")
     plans = plan_sweep(cells, args.results, tiers)
     if args.dry_run:
-        print("\n".join(dry_run_lines(plans, args.launcher)))
+        print(
+            "\n".join(
+                dry_run_lines(plans, args.launcher, collect=not args.no_collect, plots=not args.no_plots)
+            )
+        )
         return 0
     if not args.launcher.exists():
         raise InputError(f"--launcher {args.launcher}: no such file")
@@ -108,12 +117,12 @@ def run(args: argparse.Namespace) -> int:
         prepare(plans, force=args.force)
         restore = install_stop_handlers()
         try:
-            return _run_plans(plans, args.launcher, collect=not args.no_collect)
+            return _run_plans(plans, args.launcher, collect=not args.no_collect, plots=not args.no_plots)
         finally:
             restore()
 
 
-def _run_plans(plans: list[SweepPlan], launcher: Path, *, collect: bool) -> int:
+def _run_plans(plans: list[SweepPlan], launcher: Path, *, collect: bool, plots: bool = True) -> int:
     all_runs = [r for p in plans for r in p.runs]
     todo = [r for r in all_runs if r.state == "pending"]
     skipped = len(all_runs) - len(todo)
@@ -147,7 +156,7 @@ def _run_plans(plans: list[SweepPlan], launcher: Path, *, collect: bool) -> int:
     collect_ok, collect_invalid = True, False
     if collect:
         for plan in plans:
-            code, report = run_collect(plan.key_dir, plan.tiers)
+            code, report = run_collect(plan.key_dir, plan.tiers, plots=plots)
             collect_ok &= code in (0, INVALID_EXIT)
             collect_invalid |= code == INVALID_EXIT
             if report is not None and report.exists():

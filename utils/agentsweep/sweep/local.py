@@ -126,8 +126,10 @@ def _cell_env(run: CellRun) -> dict[str, str]:
     return {CELL_ENV_VAR: run.cell.to_json(), "RESULT_DIR": str(run.result_dir)}
 
 
-def dry_run_lines(plans: Sequence[SweepPlan], launcher: Path) -> list[str]:
-    """The exact commands a run would execute, cell by cell, then collect."""
+def dry_run_lines(
+    plans: Sequence[SweepPlan], launcher: Path, *, collect: bool = True, plots: bool = True
+) -> list[str]:
+    """The exact commands a run would execute, cell by cell, then collect (unless ``collect`` is off)."""
     lines: list[str] = []
     for plan in plans:
         total = len(plan.runs)
@@ -148,7 +150,8 @@ def dry_run_lines(plans: Sequence[SweepPlan], launcher: Path) -> list[str]:
 
                 lines += describe(run.cell)
             lines.append(f"[END CELL {i}/{total}]")
-        lines.append(f"collect: {shlex.join(collect_command(plan.key_dir, plan.tiers))}")
+        if collect:
+            lines.append(f"collect: {shlex.join(collect_command(plan.key_dir, plan.tiers, plots=plots))}")
     return lines
 
 
@@ -158,9 +161,21 @@ def staging_dir(key_dir: Path) -> Path:
     return key_dir.parent / f".{key_dir.name}.aggregated.new"
 
 
-def collect_command(key_dir: Path, tiers: Sequence[SloTier] = (), python: str = sys.executable) -> list[str]:
+def collect_command(
+    key_dir: Path, tiers: Sequence[SloTier] = (), python: str = sys.executable, *, plots: bool = True
+) -> list[str]:
     slo = [arg for tier in tiers for arg in ("--slo", tier.text())]
-    return [python, "-m", "agentsweep.cli", "collect", str(key_dir), str(staging_dir(key_dir)), *slo]
+    figures = [] if plots else ["--no-plots"]
+    return [
+        python,
+        "-m",
+        "agentsweep.cli",
+        "collect",
+        str(key_dir),
+        str(staging_dir(key_dir)),
+        *slo,
+        *figures,
+    ]
 
 
 class Interrupted(Exception):
@@ -260,14 +275,16 @@ def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
         os.killpg(proc.pid, sig)
 
 
-def run_collect(key_dir: Path, tiers: Sequence[SloTier] = ()) -> tuple[int, Path | None]:
+def run_collect(
+    key_dir: Path, tiers: Sequence[SloTier] = (), *, plots: bool = True
+) -> tuple[int, Path | None]:
     """Run `agentsweep collect` on the key's results into a folder beside them, then put that folder
     in place of ``aggregated`` in one step: a report someone is reading is never deleted before its
     successor is whole, and a collect that wrote nothing leaves the previous one (and says so).
     (exit status, report.html path; None when collect wrote nothing)."""
     staging = staging_dir(key_dir)
     shutil.rmtree(staging, ignore_errors=True)
-    cmd = collect_command(key_dir, tiers)
+    cmd = collect_command(key_dir, tiers, plots=plots)
     print(f"sweep: {shlex.join(cmd)}", flush=True)
     try:
         code = subprocess.run(cmd, check=False, preexec_fn=die_with_parent(signal.SIGTERM)).returncode
