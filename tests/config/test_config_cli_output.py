@@ -170,6 +170,42 @@ def test_list_keys(cli) -> None:
     assert "demo" in keys and "demo-mini" in keys and not any(k.startswith(".") for k in keys)
 
 
+def test_each_key_shows_every_key_as_its_own_matrix(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI's dry run of a config file: a table per key, as `--key KEY --table` prints it, in one process."""
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    listed = [line.split()[0] for line in cli("--list").out.splitlines()]
+    result = cli("--each-key")
+    assert result.rc == 0 and result.err == "", result.err
+    headers = [line for line in result.out.splitlines() if line.startswith("== ")]
+    assert headers == [f"== configs/agentic.yaml: {key}" for key in listed]
+    demo = result.out.split("== configs/agentic.yaml: demo\n", 1)[1].split("\n== ", 1)[0]
+    assert demo.rstrip("\n") == cli("--key", "demo", "--table").out.rstrip("\n")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")  # a log group per key
+    grouped = cli("--each-key").out.splitlines()
+    assert (
+        grouped.count("::endgroup::") == len(listed)
+        and grouped[0] == f"::group::configs/agentic.yaml: {listed[0]}"
+    )
+    assert cli("--each-key", "--key", "demo").rc == 2
+
+
+def test_each_key_names_every_bad_key_and_still_shows_the_good_ones(cli, in_tmp: Path) -> None:
+    (in_tmp / "mixed.yaml").write_text(
+        "bad:\n  runner: nowhere\n"
+        "good:\n  runner: local\n  engine: sim\n  model: m\n  precision: fp8\n  duration: 5\n  traces: t\n"
+        "  search_space:\n    tp1: {users: [2], offload: [on]}\n"
+        "worse:\n  engine: sim\n"
+    )
+    result = cli("--config", "mixed.yaml", "--each-key")
+    assert result.rc == 2
+    assert "good-tp1-ep1-u2-on" in result.out and "== mixed.yaml: worse" in result.out
+    errors = result.err.splitlines()
+    assert errors[0].startswith("config error: mixed.yaml:bad.") and errors[1].startswith(
+        "config error: mixed.yaml:worse."
+    )
+    assert errors[-1] == "config error: mixed.yaml: 2 of 3 keys are bad: bad, worse"
+
+
 def test_no_key_is_an_error(cli) -> None:
     result = cli()
     assert (result.rc, result.err) == (

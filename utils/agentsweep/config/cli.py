@@ -6,11 +6,13 @@ import argparse
 import os
 import sys
 
+from kv_cache_tester.errors import KVTesterError
+
 from agentsweep.config import overrides, render
 from agentsweep.config.loader import read_config_file
-from agentsweep.config.matrix import MAX_MATRIX_CELLS, select
+from agentsweep.config.matrix import MAX_MATRIX_CELLS, Selection, select
 from agentsweep.contract.resultdir import matrix_json
-from agentsweep.errors import InputError
+from agentsweep.errors import ConfigError, InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--table", action="store_true", help="print the table even when stdout is not a terminal"
     )
     out.add_argument("--list", action="store_true", help="list the config keys of the file and exit")
+    out.add_argument(
+        "--each-key",
+        action="store_true",
+        help="dry-run every key of the file on its own, a table each, in one process (CI's check of a "
+        "config file); every bad key is named, and the exit status is 2 when there is one",
+    )
 
 
 def _list_keys(config_path: str | None) -> int:
@@ -55,20 +63,38 @@ def _list_keys(config_path: str | None) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.list:
-        return _list_keys(args.config)
-    if not args.key:
-        raise InputError("give at least one --key (globs allowed; `agentsweep matrix --list` shows the keys)")
+def _each_key(args: argparse.Namespace) -> int:
+    """Each key expanded and shown as ``agentsweep matrix --key KEY --table`` would, one after another;
+    a bad key is one line on stderr and the next key follows. In GitHub Actions each key is a log group."""
+    config = read_config_file(args.config)
+    grouped = os.environ.get("GITHUB_ACTIONS") == "true"
+    bad: list[str] = []
+    for key in config.entries:
+        print(f"::group::{config.shown}: {key}" if grouped else f"== {config.shown}: {key}", flush=True)
+        try:
+            print(render.table(_selection(args, [key]).cells), flush=True)
+        except KVTesterError as err:
+            print(err.render(), file=sys.stderr, flush=True)
+            bad.append(key)
+        if grouped:
+            print("::endgroup::", flush=True)
+    if bad:
+        raise ConfigError(
+            f"{config.shown}: {len(bad)} of {len(config.entries)} keys are bad: {', '.join(bad)}"
+        )
+    return 0
+
+
+def _selection(args: argparse.Namespace, keys: list[str]) -> Selection:
+    """The cells of ``keys`` with the command line's filters and overrides."""
     tp = overrides.comma_list("--tp", args.tp, overrides.positive_int)
     users = overrides.comma_list("--users", args.users, overrides.positive_int)
     offload = overrides.comma_list("--offload", args.offload, lambda _flag, item: item)
     max_tp = None if args.max_tp is None else overrides.positive_int("--max-tp", args.max_tp)
     duration = None if args.duration is None else overrides.positive_int("--duration", args.duration)
-
-    selection = select(
+    return select(
         args.config,
-        [key.strip() for key in args.key],  # "a, b" in the workflow's input: the spaces are no part of a key
+        keys,
         tp,
         users,
         offload,
@@ -78,6 +104,19 @@ def run(args: argparse.Namespace) -> int:
         slo=overrides.slo_tiers(args.slo),
         search=overrides.user_search(args.search),
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        return _list_keys(args.config)
+    if args.each_key:
+        if args.key:
+            raise InputError("--each-key takes every key of the file; leave out --key")
+        return _each_key(args)
+    if not args.key:
+        raise InputError("give at least one --key (globs allowed; `agentsweep matrix --list` shows the keys)")
+    # "a, b" in the workflow's input: the spaces are no part of a key
+    selection = _selection(args, [key.strip() for key in args.key])
     cells = selection.cells
     if args.github_output:
         limits = {spec.key: spec.max_parallel for spec in selection.specs}
