@@ -53,10 +53,11 @@ as_print_cmd() {
   printf '%s\n' "${out% }"
 }
 
-# as_mark_failed REASON: leave status.txt saying why when the cell script never ran.
+# as_mark_failed REASON: leave status.txt saying why when the cell script never ran (written by its
+# owner, agentsweep.contract.resultdir; one the cell wrote itself is kept).
 as_mark_failed() {
-  [[ -e $RESULT_DIR/status.txt ]] && return 0
-  printf 'FAILED\n%s\n' "$1" >"$RESULT_DIR/status.txt" || true
+  PYTHONPATH="$AS_REPO/utils${PYTHONPATH:+:$PYTHONPATH}" "$(as_python)" -m agentsweep.commands.mark_failed \
+    "$RESULT_DIR" "$1" || true
 }
 
 # as_allocate: salloc --no-shell for the cell; sets AS_JOB_ID. Slurm's own messages go to stderr as

@@ -376,3 +376,30 @@ def test_a_newline_in_result_dir_never_adds_a_container_mount(tmp_path, cell_env
         f"launch[{runner}]: cannot mount '{shown}' into the container: "
         "the path contains a newline or another control character (rename it)"
     ]
+
+
+def test_a_cell_that_never_ran_is_marked_failed_through_the_owner_and_its_own_verdict_is_kept(tmp_path):
+    """as_mark_failed writes status.txt with the owner's writer (one line per reason: a two-line refusal
+    is folded), and leaves a verdict the cell wrote itself as it is."""
+    from agentsweep.contract.resultdir import read_status
+
+    fresh, ran = tmp_path / "fresh", tmp_path / "ran"
+    ran.mkdir()
+    (ran / "status.txt").write_text("FAILED\nengine exited with status 1\n")
+    script = f"source {LIB}/launch.sh; AS_REPO={REPO}; "
+    for result_dir in (fresh, ran):
+        proc = bash(
+            script
+            + f"RESULT_DIR={shlex.quote(str(result_dir))} as_mark_failed $'allocation refused: no\\nnodes'"
+        )
+        assert proc.returncode == 0, proc.stderr
+    assert (fresh / "status.txt").read_text() == "FAILED\nallocation refused: no nodes\n"
+    status = read_status(fresh)
+    assert status is not None and status.reasons == ("allocation refused: no nodes",)
+    assert (ran / "status.txt").read_text() == "FAILED\nengine exited with status 1\n"
+    # A folder it cannot write to: one line, and the launcher goes on to say why it stopped.
+    (tmp_path / "file").write_text("")
+    proc = bash(script + f"RESULT_DIR={tmp_path / 'file'} as_mark_failed 'allocation refused'")
+    assert proc.returncode == 0
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"write error: {tmp_path / 'file' / 'status.txt'}: cannot write: "), line
