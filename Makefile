@@ -84,7 +84,11 @@ test-engine-parsers: venv-test
 # with 6, every worker busy to the end; the suite's CPU, about 950 s, is the bound beyond that).
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) * 3 )))
 
+# On a fresh clone no test module's assert-rewritten bytecode is cached and every worker would rewrite
+# every module (about 10 s of CPU each): tests/support/warm_rewrite_cache.py does it once first, on
+# every core, and starts nothing when the cache is fresh.
 test: venv-test
+	@$(BIN)/python tests/support/warm_rewrite_cache.py
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The Debian packages the Slurm, PostgreSQL, browser, registry and container tests need (.ci/apt-packages.txt).
@@ -94,6 +98,7 @@ test-deps:
 # The edit loop: the unit tests only (no process, no socket, no engine), spread over every core (pytest-xdist):
 # about a minute on two cores.
 test-fast: venv-test
+	@$(BIN)/python tests/support/warm_rewrite_cache.py
 	$(BIN)/python -m pytest -q -n auto -m "not integration and not slow and not slurm and not chromium and not engine_parsers"
 
 SHELL_SCRIPTS = $(wildcard .ci/run runners/*.sh runners/lib/*.sh benchmarks/*.sh scripts/*.sh experimental/*/*.sh)

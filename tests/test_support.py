@@ -80,3 +80,22 @@ def test_a_process_that_ends_first_fails_the_wait_with_its_output():
     )
     with pytest.raises(WaitTimeout, match=r"exited with status 3 while waiting for health\ncannot bind"):
         wait_until(lambda: False, timeout=30, what="health", process=proc)
+
+
+def test_the_rewrite_cache_warm_up_finds_modules_without_a_fresh_cache_and_splits_them_evenly(tmp_path):
+    from tests.support.warm_rewrite_cache import shares, stale_modules
+
+    tag = f"{sys.implementation.cache_tag}-pytest-{pytest.__version__}"
+    (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
+    fresh, old, new, helper = (
+        tmp_path / "pkg" / n for n in ("test_a.py", "test_b.py", "test_c.py", "util.py")
+    )
+    for path, size in ((fresh, 10), (old, 300), (new, 200), (helper, 5)):
+        path.write_text("#" * size)
+    (tmp_path / "pkg" / "__pycache__" / f"test_a.{tag}.pyc").write_bytes(b"")
+    stale_pyc = tmp_path / "pkg" / "__pycache__" / f"test_b.{tag}.pyc"
+    stale_pyc.write_bytes(b"")
+    os.utime(stale_pyc, (old.stat().st_mtime - 10, old.stat().st_mtime - 10))  # older than its source
+    assert stale_modules((tmp_path,)) == [old, new]  # not the cached one, nor a module that is no test
+    assert shares([old, new, fresh], 2) == [[old], [new, fresh]]  # by size: 300 | 200 + 10
+    assert shares([old], 4) == [[old]]
