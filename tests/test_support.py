@@ -99,3 +99,39 @@ def test_the_rewrite_cache_warm_up_finds_modules_without_a_fresh_cache_and_split
     assert stale_modules((tmp_path,)) == [old, new]  # not the cached one, nor a module that is no test
     assert shares([old, new, fresh], 2) == [[old], [new, fresh]]  # by size: 300 | 200 + 10
     assert shares([old], 4) == [[old]]
+
+
+@pytest.mark.integration
+def test_wait_for_http_takes_an_answer_only_from_the_process_meant_to_serve(tmp_path):
+    """Another process's server on the port answers the health check; a wait for this process's
+    server does not take that answer, and fails when this process dies of the taken port."""
+    from tests.support import free_port, wait_for_http
+
+    port = free_port()
+    serve = [
+        sys.executable,
+        "-m",
+        "http.server",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--directory",
+        str(tmp_path),
+    ]
+    other = subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/", process=other)  # its own answer: taken
+        late = subprocess.Popen(serve, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with pytest.raises(WaitTimeout, match="the process exited with status 1") as err:
+            wait_for_http(f"http://127.0.0.1:{port}/", process=late, timeout=20)
+        assert "Address already in use" in str(err.value)
+        bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            with pytest.raises(WaitTimeout, match="timed out"):
+                wait_for_http(f"http://127.0.0.1:{port}/", process=bystander, timeout=1)
+        finally:
+            bystander.kill()
+            bystander.wait()
+    finally:
+        other.kill()
+        other.wait()

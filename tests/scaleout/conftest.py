@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,9 +12,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from agentsweep.cell.placement import free_port
 
-from tests.support import wait_for_http
+from tests.support import wait_for_http, wait_until
 
 MODEL = "meta-llama/Llama-3.3-70B-Instruct"
 
@@ -45,16 +45,29 @@ def start_process(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[byt
         stop_group(proc)
 
 
+SERVING = re.compile(rb"Uvicorn running on (http://\S+)")
+
+
+def served_url(log: Path, proc: subprocess.Popen[bytes]) -> str:
+    """The URL a simulated engine started with ``--port 0`` says it serves on (the port it bound itself,
+    so no other test's server can hold it)."""
+
+    def said() -> str | None:
+        found = SERVING.search(log.read_bytes()) if log.exists() else None
+        return found.group(1).decode() if found else None
+
+    return wait_until(said, timeout=60, process=proc, what=f"{log.name} to say where it serves")
+
+
 @pytest.fixture
-def sim_replicas(start_process: Callable[..., subprocess.Popen[bytes]]) -> list[str]:
+def sim_replicas(tmp_path: Path, start_process: Callable[..., subprocess.Popen[bytes]]) -> list[str]:
     """Two simulated engines, healthy; their base URLs."""
-    urls, procs = [], []
-    for i in range(2):
-        port = free_port()
-        argv = [sys.executable, "-m", "agentsweep.cli", "engine-sim", MODEL, "--port", str(port)]
-        argv += ["--speed", "50", "--quantization", "fp8"]
-        procs.append(start_process(argv, f"replica{i}"))
-        urls.append(f"http://127.0.0.1:{port}")
-    for url, proc in zip(urls, procs, strict=True):
+    argv = [sys.executable, "-m", "agentsweep.cli", "engine-sim", MODEL, "--port", "0"]
+    argv += ["--speed", "50", "--quantization", "fp8"]
+    procs = [start_process(argv, f"replica{i}") for i in range(2)]
+    urls = []
+    for i, proc in enumerate(procs):
+        url = served_url(tmp_path / f"replica{i}.log", proc)
         wait_for_http(url + "/health", process=proc)
+        urls.append(url)
     return urls

@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -88,15 +89,41 @@ def wait_for_http(
     interval: float = 0.1,
     process: subprocess.Popen[Any] | None = None,
 ) -> None:
-    """Until a GET of ``url`` answers ``status`` (a health endpoint); with ``process``, fail as soon as
-    the process meant to serve it ends."""
+    """Until a GET of ``url`` answers ``status`` (a health endpoint); with ``process``, until the answer
+    comes from that process (it, or a process it started, listens on the URL's port) and fail as soon
+    as it ends.
+
+    A port picked free may be taken by another test's server before this one binds it: that server
+    answers the health check, this one dies of "address in use", and without the owner check the test
+    would go on against a server not its own (and send that server its requests)."""
+    port = urllib.parse.urlsplit(url).port
+    mine = (lambda: True) if process is None or port is None else (lambda: listens_on(process.pid, port))
     wait_until(
-        lambda: http_status(url) == status,
+        lambda: http_status(url) == status and mine(),
         timeout=timeout,
         interval=interval,
         process=process,
-        what=f"{url} to answer {status}",
+        what=f"{url} to answer {status}" + ("" if process is None else f" from process {process.pid}"),
     )
+
+
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process ``pid`` or one of its descendants has a TCP socket listening on ``port``."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        family = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return False
+    for proc in family:
+        try:
+            sockets = proc.net_connections(kind="tcp")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if any(s.status == psutil.CONN_LISTEN and s.laddr and s.laddr.port == port for s in sockets):
+            return True
+    return False
 
 
 def wait_for_file(
