@@ -22,7 +22,7 @@ import pytest
 from agentsweep.cell.placement import free_port
 from agentsweep.metrics.dialects import map_text
 
-from tests.support import wait_for_http
+from tests.support import served_url, wait_for_http
 
 pytestmark = pytest.mark.slow
 
@@ -81,12 +81,12 @@ def pd(request, tmp_path_factory) -> Iterator[Pd]:
         "fp8",
     ]
     sim += ["--dialect", dialect]
-    p_port, d_port, boot, port = free_port(), free_port(), free_port(), free_port()
-    try:
-        pre = start([*sim, "--port", str(p_port), "--disaggregation-mode", "prefill",
+    boot, port = free_port(), free_port()
+    try:  # the engines bind port 0 and say their URL: no other test's server can hold their ports
+        pre = start([*sim, "--port", "0", "--disaggregation-mode", "prefill",
                      "--disaggregation-bootstrap-port", str(boot)], "prefill")  # fmt: skip
-        dec = start([*sim, "--port", str(d_port), "--disaggregation-mode", "decode"], "decode")
-        p_url, d_url = f"http://127.0.0.1:{p_port}", f"http://127.0.0.1:{d_port}"
+        dec = start([*sim, "--port", "0", "--disaggregation-mode", "decode"], "decode")
+        p_url, d_url = served_url(logs / "prefill.log", pre), served_url(logs / "decode.log", dec)
         wait_for_http(p_url + "/health", timeout=60, interval=0.2, process=pre)
         wait_for_http(d_url + "/health", timeout=60, interval=0.2, process=dec)
         common = ["--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin",

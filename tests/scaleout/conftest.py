@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import wait_for_http, wait_until
+from tests.support import served_url, wait_for_http
 
 MODEL = "meta-llama/Llama-3.3-70B-Instruct"
 
@@ -43,20 +42,6 @@ def start_process(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[byt
     yield start
     for proc in reversed(procs):
         stop_group(proc)
-
-
-SERVING = re.compile(rb"Uvicorn running on (http://\S+)")
-
-
-def served_url(log: Path, proc: subprocess.Popen[bytes]) -> str:
-    """The URL a simulated engine started with ``--port 0`` says it serves on (the port it bound itself,
-    so no other test's server can hold it)."""
-
-    def said() -> str | None:
-        found = SERVING.search(log.read_bytes()) if log.exists() else None
-        return found.group(1).decode() if found else None
-
-    return wait_until(said, timeout=60, process=proc, what=f"{log.name} to say where it serves")
 
 
 @pytest.fixture

@@ -189,3 +189,18 @@ def wait_for_line(stream: IO[str], pattern: str, *, timeout: float, what: str) -
         match = regex.search(line)
         if match:
             return LineFound(match, seen)
+
+
+SERVING = re.compile(rb"Uvicorn running on (http://\S+)")
+
+
+def served_url(log: Path, process: subprocess.Popen[Any], timeout: float = 60.0) -> str:
+    """The URL a server started with ``--port 0`` says it serves on, from its log (the simulated engine
+    and vLLM print ``Uvicorn running on URL``): the port it bound itself, which no other test's server
+    can hold."""
+
+    def said() -> str | None:
+        found = SERVING.search(log.read_bytes()) if log.exists() else None
+        return found.group(1).decode() if found else None
+
+    return wait_until(said, timeout=timeout, process=process, what=f"{log.name} to say where it serves")
