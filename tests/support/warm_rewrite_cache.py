@@ -45,10 +45,11 @@ def shares(paths: list[Path], count: int) -> list[list[Path]]:
     """``paths`` in ``count`` shares of about equal size in bytes (largest first, each to the lightest)."""
     out: list[list[Path]] = [[] for _ in range(max(1, count))]
     load = [0] * len(out)
-    for path in sorted(paths, key=lambda p: p.stat().st_size, reverse=True):
+    sizes = {path: path.stat().st_size for path in paths}
+    for path in sorted(paths, key=sizes.__getitem__, reverse=True):
         lightest = load.index(min(load))
         out[lightest].append(path)
-        load[lightest] += path.stat().st_size
+        load[lightest] += sizes[path]
     return [share for share in out if share]
 
 
@@ -64,7 +65,7 @@ def main() -> int:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        for share in shares(stale, os.cpu_count() or 1)
+        for share in shares(stale, len(os.sched_getaffinity(0)))  # the cores it may use, as nproc says
     ]
     for proc in procs:
         proc.wait()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 
 from kv_cache_tester.errors import KVTesterError
 
 from agentsweep.config import overrides, render
-from agentsweep.config.loader import read_config_file
+from agentsweep.config.loader import load_runners, read_config_file
 from agentsweep.config.matrix import MAX_MATRIX_CELLS, Selection, select
+from agentsweep.config.schema import RunnerSpec
 from agentsweep.contract.resultdir import matrix_json
 from agentsweep.errors import ConfigError, InputError
 
@@ -67,12 +69,13 @@ def _each_key(args: argparse.Namespace) -> int:
     """Each key expanded and shown as ``agentsweep matrix --key KEY --table`` would, one after another;
     a bad key is one line on stderr and the next key follows. In GitHub Actions each key is a log group."""
     config = read_config_file(args.config)
+    runners = load_runners()  # once: a bad runners file is one error, not one per key
     grouped = os.environ.get("GITHUB_ACTIONS") == "true"
     bad: list[str] = []
     for key in config.entries:
         print(f"::group::{config.shown}: {key}" if grouped else f"== {config.shown}: {key}", flush=True)
         try:
-            print(render.table(_selection(args, [key]).cells), flush=True)
+            print(render.table(_selection(args, [key], runners).cells), flush=True)
         except KVTesterError as err:
             print(err.render(), file=sys.stderr, flush=True)
             bad.append(key)
@@ -85,8 +88,11 @@ def _each_key(args: argparse.Namespace) -> int:
     return 0
 
 
-def _selection(args: argparse.Namespace, keys: list[str]) -> Selection:
-    """The cells of ``keys`` with the command line's filters and overrides."""
+def _selection(
+    args: argparse.Namespace, keys: list[str], runners: Mapping[str, RunnerSpec] | None = None
+) -> Selection:
+    """The cells of ``keys`` with the command line's filters and overrides (``runners``: the runners
+    file as loaded, else loaded here)."""
     tp = overrides.comma_list("--tp", args.tp, overrides.positive_int)
     users = overrides.comma_list("--users", args.users, overrides.positive_int)
     offload = overrides.comma_list("--offload", args.offload, lambda _flag, item: item)
@@ -100,6 +106,7 @@ def _selection(args: argparse.Namespace, keys: list[str]) -> Selection:
         offload,
         max_tp,
         duration,
+        runners=runners,
         max_cells=MAX_MATRIX_CELLS,
         slo=overrides.slo_tiers(args.slo),
         search=overrides.user_search(args.search),
