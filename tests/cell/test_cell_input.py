@@ -7,8 +7,9 @@ import json
 import pytest
 from agentsweep.cell.record import mask_argv, mask_cell, mask_env
 from agentsweep.cli import main
-from agentsweep.contract.cell import CELL_ENV_VAR, Cell
+from agentsweep.contract.cell import CELL_ENV_VAR, CELL_SCHEMA, FLAT_FIELDS, GROUPS, Cell, flat_fields
 from agentsweep.contract.receipt import read_receipt, recipe_fingerprint, replayer_version, verify
+from agentsweep.errors import InputError
 
 GOOD = {
     "exp_name": "demo-tp1-ep1-u2-on",
@@ -35,7 +36,7 @@ def clean_env(monkeypatch):
 
 def test_parse_types_and_defaults():
     cell = Cell.parse(json.dumps(GOOD))
-    assert (cell.tp, cell.gpus, cell.users, cell.cpu_dram_gb, cell.ignore_eos, cell.speed) == (
+    assert (cell.tp, cell.gpus, cell.users, cell.cpu_dram_gb, cell.replay.ignore_eos, cell.speed) == (
         1,
         1,
         2,
@@ -43,8 +44,34 @@ def test_parse_types_and_defaults():
         True,
         50.0,
     )
-    assert cell.seed == 0 and cell.api == "chat" and cell.runner == "local"
+    assert cell.replay.seed == 0 and cell.replay.api == "chat" and cell.runner == "local"
     assert Cell.parse(cell.to_json()) == cell
+
+
+def test_a_cell_of_schema_1_reads_as_the_same_cell_and_flat_renders_it_back():
+    """Earlier runs' cell.json held every field at the top and engine_env as JSON text (schema 1)."""
+    cell = Cell.parse({**GOOD, "max_delay": 30, "max_failed_share": 0.05, "engine_env": {"A": 1}})
+    assert (cell.replay.max_delay, cell.limits.max_failed_share, cell.node.hardware) == (30.0, 0.05, "h200")
+    assert cell.engine_env == {"A": "1"} and cell.schema_version == CELL_SCHEMA
+    nested = json.loads(cell.to_json())
+    assert set(GROUPS) <= set(nested) and "max_delay" not in nested and nested["replay"]["max_delay"] == 30.0
+    flat = cell.flat()
+    assert tuple(flat) == FLAT_FIELDS and not set(GROUPS) & set(flat) and "schema_version" not in flat
+    assert (flat["max_delay"], flat["hardware"], flat["engine_env"]) == (30.0, "h200", '{"A":"1"}')
+    assert Cell.parse(json.dumps(flat)) == cell == Cell.parse(nested)
+    assert flat_fields(nested) == flat
+    # The recipe fingerprint is taken over the flat form: a schema-1 cell.json that did not parse
+    # keeps the fingerprint its typed cell has.
+    versions = {"engine_version": "1", "client_version": "2"}
+    assert recipe_fingerprint(cell, **versions) == recipe_fingerprint(flat, **versions)
+    assert recipe_fingerprint(nested, **versions) == recipe_fingerprint(cell, **versions)
+    # A field named at the top wins over its group's (how Cell.replace changes one).
+    assert Cell.parse({**nested, "max_delay": 5}).replay.max_delay == 5.0
+    assert cell.replace(seed=7).replay.seed == 7 and cell.replace(seed=7).replay.max_delay == 30.0
+    with pytest.raises(InputError, match=r"^cell\.schema_version: 3 is not one of 2$"):
+        Cell.parse({**nested, "schema_version": 3})
+    with pytest.raises(InputError, match=r"^cell\.replay\.bogus: unknown field$"):
+        Cell.parse({**nested, "replay": {"bogus": 1}})
 
 
 @pytest.mark.parametrize(
@@ -55,7 +82,10 @@ def test_parse_types_and_defaults():
         ({"users": 1.5}, "$AGENTSWEEP_CELL.users: expected an integer, got 1.5"),
         ({"offload": "maybe"}, "$AGENTSWEEP_CELL.offload: 'maybe' is not one of on, off, noprefix"),
         ({"engine": "trt"}, "$AGENTSWEEP_CELL.engine: 'trt' is not one of vllm, sglang, sim"),
-        ({"ignore_eos": "perhaps"}, "$AGENTSWEEP_CELL.ignore_eos: expected true or false, got 'perhaps'"),
+        (
+            {"ignore_eos": "perhaps"},
+            "$AGENTSWEEP_CELL.replay.ignore_eos: expected true or false, got 'perhaps'",
+        ),
         ({"cpu_dram_gb": "nan"}, "$AGENTSWEEP_CELL.cpu_dram_gb: expected a number, got 'nan'"),
         ({"engine_env": "[1]"}, "$AGENTSWEEP_CELL.engine_env: expected a mapping of NAME: value, got [1]"),
         ({"engine_env": "{"}, "$AGENTSWEEP_CELL.engine_env: not valid JSON"),
@@ -162,15 +192,19 @@ def test_secrets_are_masked():
 def test_a_hand_made_cell_gets_its_runner_facts_by_default():
     bare = {k: v for k, v in GOOD.items() if k != "hardware"}
     local = Cell.parse(bare)
-    assert (local.hardware, local.gres_type, local.gpus_per_node) == ("", "", 1)
-    assert (local.intra_node_gbs, local.inter_node_gbs, local.kv_transfer_gbs) == (450.0, 50.0, None)
+    assert (local.node.hardware, local.node.gres_type, local.node.gpus_per_node) == ("", "", 1)
+    assert (local.node.intra_node_gbs, local.node.inter_node_gbs, local.kv_transfer_gbs) == (
+        450.0,
+        50.0,
+        None,
+    )
     named = Cell.parse({**bare, "runner": "mi355x", "tp": 4})
-    assert (named.hardware, named.gres_type, named.gpus_per_node) == ("mi355x", "mi355x", 4)
+    assert (named.node.hardware, named.node.gres_type, named.node.gpus_per_node) == ("mi355x", "mi355x", 4)
     # Every GPU the simulated engine has a profile of is a runner name that stands for it.
     assert Cell.parse({**bare, "runner": "gb300"}).hardware_label == "simulated GB300"
     # What the matrix resolved is kept as given, even where the runner's name says otherwise.
     site = Cell.parse({**GOOD, "runner": "h200", "hardware": "", "gres_type": "gpu_a", "gpus_per_node": 4})
-    assert (site.hardware, site.gres_type, site.gpus_per_node) == ("", "gpu_a", 4)
+    assert (site.node.hardware, site.node.gres_type, site.node.gpus_per_node) == ("", "gpu_a", 4)
     assert Cell.parse(site.to_json()) == site
 
 
@@ -187,7 +221,7 @@ def test_a_hand_made_cell_spanning_nodes_packs_onto_the_fewest_gpus_per_node(sha
     cell = Cell.parse(
         {**GOOD, "offload": "off", "cpu_dram_gb": 0, "router": "random", **shape, "nodes": nodes}
     )
-    assert cell.gpus_per_node == gpus_per_node
+    assert cell.node.gpus_per_node == gpus_per_node
 
 
 def test_the_kv_transfer_bandwidth_is_the_link_the_cell_spans():
@@ -202,7 +236,7 @@ def test_the_kv_transfer_bandwidth_is_the_link_the_cell_spans():
     [
         (
             {"hardware": "a100"},
-            "$AGENTSWEEP_CELL.hardware: 'a100' is not one of h200, b200, b300, gb200, gb300, mi325x, mi355x",
+            "$AGENTSWEEP_CELL.node.hardware: 'a100' is not one of h200, b200, b300, gb200, gb300, mi325x, mi355x",
         ),
         # A simulated cell says which GPU it simulates; it is not run as some default one.
         (
@@ -210,9 +244,9 @@ def test_the_kv_transfer_bandwidth_is_the_link_the_cell_spans():
             "cell demo-tp1-ep1-u2-on: hardware: a simulated cell names the GPU it simulates (h200, b200, "
             "b300, gb200, gb300, mi325x, mi355x), and runner 'local' states none",
         ),
-        ({"gres_type": "gpu h200"}, "$AGENTSWEEP_CELL.gres_type: String should match pattern"),
-        ({"gpus_per_node": -1}, "$AGENTSWEEP_CELL.gpus_per_node: must be >= 0, got -1"),
-        ({"intra_node_gbs": 0}, "$AGENTSWEEP_CELL.intra_node_gbs: must be > 0.0, got 0"),
+        ({"gres_type": "gpu h200"}, "$AGENTSWEEP_CELL.node.gres_type: String should match pattern"),
+        ({"gpus_per_node": -1}, "$AGENTSWEEP_CELL.node.gpus_per_node: must be >= 0, got -1"),
+        ({"intra_node_gbs": 0}, "$AGENTSWEEP_CELL.node.intra_node_gbs: must be > 0.0, got 0"),
     ],
 )
 def test_bad_runner_facts_are_one_line(clean_env, capsys, tmp_path, change, message):

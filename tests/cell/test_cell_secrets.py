@@ -112,7 +112,7 @@ def test_cell_json_status_and_log_never_hold_a_secret(env, standins, tmp_path):
         plan.instances[0],
         engine=EngineLaunch(
             argv=[*standins["engine"], "--port", str(port), "--mode", "crash-at-start", f"--x={HF}"],
-            env=cell.engine_env_dict,
+            env=cell.engine_env,
         ),
         scraper_argv=[*standins["scraper"], str(rd)],
     )
@@ -131,7 +131,7 @@ def test_cell_json_status_and_log_never_hold_a_secret(env, standins, tmp_path):
     assert _leaks("\n".join(logged)) == [], logged
     data = json.loads(record)
     assert f"--x={HF}" not in data["engine_command"] and "--x=***" in data["engine_command"]
-    assert json.loads(data["cell"]["engine_env"])["EXTRA_HEADER"] == "Bearer ***"
+    assert data["cell"]["engine_env"]["EXTRA_HEADER"] == "Bearer ***"
     assert data["engine_env"]["MIRROR"] == "https://u:***@h/x"
     assert "***" in data["cell"]["engine_args"] and reason
     assert data["replay_command"][-1] == "***"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from agentsweep.config import select_cells
-from agentsweep.contract.cell import CELL_FIELDS, Cell
+from agentsweep.contract.cell import CELL_FIELDS, CELL_SCHEMA, GROUPS, Cell
 
 
 def test_demo_table_has_every_cell_and_the_count(cli) -> None:
@@ -37,11 +37,15 @@ def test_json_round_trips_into_the_github_matrix_shape(cli) -> None:
     for item in data["include"]:
         assert tuple(item) == CELL_FIELDS
         # Scalars, except a disaggregated cell's role shapes and a capacity cell's search (null here),
-        # and the accuracy gate's block (the demo's simulated cells keep the default: auto).
-        nested = (*ROLES, "accuracy")
+        # the accuracy gate's block (the demo's simulated cells keep the default: auto), the groups
+        # (the runner's facts, the replay options, the validity limits) and engine_env.
+        nested = (*ROLES, "accuracy", *GROUPS, "engine_env")
         assert all(isinstance(v, str | int | float | bool) for k, v in item.items() if k not in nested)
         assert all(item[k] is None for k in ROLES)
         assert item["accuracy"]["run"] == "auto" and item["accuracy"]["task"] == "gsm8k"
+        assert item["schema_version"] == CELL_SCHEMA and item["engine_env"] == {}
+        assert item["node"]["hardware"] == "h200" and item["replay"]["ignore_eos"] is True
+        assert all(isinstance(v, str | int | float | bool) for g in GROUPS for v in item[g].values())
     assert json.loads(json.dumps([c.to_dict() for c in cells])) == data["include"]
 
 
@@ -55,7 +59,7 @@ def test_json_round_trip() -> None:
         text = cell.to_json()
         assert tuple(json.loads(text)) == CELL_FIELDS
         assert Cell.parse(text) == cell
-    assert json.loads(select_cells(None, ["demo"])[0].to_json())["ignore_eos"] is True
+    assert json.loads(select_cells(None, ["demo"])[0].to_json())["replay"]["ignore_eos"] is True
 
 
 def test_github_output_writes_both_files(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -57,8 +57,8 @@ def test_a_runner_named_b300_gives_cells_that_run_the_b300_profile(cli, in_tmp, 
     assert result.rc == 0, result.err
     (raw,) = json.loads(result.out)["include"]
     cell = Cell.parse(raw)
-    assert (cell.hardware, cell.simulated, cell.hardware_label) == ("b300", True, "simulated B300")
-    argv = build_engine_launch(cell, hardware=cell.hardware, port=1, python="PY").argv
+    assert (cell.node.hardware, cell.simulated, cell.hardware_label) == ("b300", True, "simulated B300")
+    argv = build_engine_launch(cell, hardware=cell.node.hardware, port=1, python="PY").argv
     assert argv[argv.index("--hardware") + 1] == "b300"
 
 
@@ -66,7 +66,7 @@ def test_hardware_b300_in_engine_args_agrees_with_a_b300_runner(cli, in_tmp, mon
     result = _matrix(cli, in_tmp, monkeypatch, B300_RUNNER, "b300", args="--hardware, b300")
     assert result.rc == 0, result.err
     (raw,) = json.loads(result.out)["include"]
-    assert raw["hardware"] == "b300" and raw["engine_args"] == "--hardware b300"
+    assert raw["node"]["hardware"] == "b300" and raw["engine_args"] == "--hardware b300"
     # ... and one that contradicts the runner is refused, naming both.
     result = _matrix(cli, in_tmp, monkeypatch, B300_RUNNER, "b300", args="--hardware, h200")
     assert result.rc == 2 and result.err.count("\n") == 1, result.err
@@ -87,7 +87,7 @@ def test_a_simulated_entry_on_a_runner_stating_no_hardware_is_refused_in_one_lin
     # Stating it is all it takes, on a runner of any name.
     result = _matrix(cli, in_tmp, monkeypatch, runners + "  hardware: gb300\n", "mybox")
     assert result.rc == 0, result.err
-    assert json.loads(result.out)["include"][0]["hardware"] == "gb300"
+    assert json.loads(result.out)["include"][0]["node"]["hardware"] == "gb300"
 
 
 def test_a_hand_made_simulated_cell_without_hardware_is_refused_not_run_as_h200() -> None:
@@ -95,7 +95,7 @@ def test_a_hand_made_simulated_cell_without_hardware_is_refused_not_run_as_h200(
         {"exp_name": "x", "runner": "mybox", "engine": "sim", "model": "m", "tp": 1, "users": 1,
          "offload": "off", "duration": 5, "traces": "t"}
     )  # fmt: skip
-    assert cell.hardware == "" and cell.hardware_label == "simulated, hardware not stated"
+    assert cell.node.hardware == "" and cell.hardware_label == "simulated, hardware not stated"
     with pytest.raises(InputError, match=r"cell x: hardware: a simulated cell names the GPU it simulates"):
         build_engine_launch(cell, hardware=None, port=1, python="PY")
     # --hardware in its engine_args cannot stand in for the cell's hardware.
@@ -104,8 +104,7 @@ def test_a_hand_made_simulated_cell_without_hardware_is_refused_not_run_as_h200(
     # A hand-made cell whose runner is named after a GPU stands for it.
     named = cell.replace(runner="gb300", hardware="gb300")
     assert (
-        Cell.parse({k: v for k, v in cell.to_dict().items() if k != "hardware"} | {"runner": "gb300"})
-        == named
+        Cell.parse({k: v for k, v in cell.flat().items() if k != "hardware"} | {"runner": "gb300"}) == named
     )
 
 
@@ -113,8 +112,8 @@ def test_the_local_runner_states_h200_so_the_demo_runs_what_it_ran(repo_root: Pa
     runners = load_runners(repo_root / "configs" / "runners.yaml")
     assert runners["local"].hardware == "h200"
     for cell in expand(load_sweep(None, "demo"), runners):
-        assert (cell.hardware, cell.hardware_label) == ("h200", "simulated H200")
-        argv = build_engine_launch(cell, hardware=cell.hardware, port=1, python="PY").argv
+        assert (cell.node.hardware, cell.hardware_label) == ("h200", "simulated H200")
+        argv = build_engine_launch(cell, hardware=cell.node.hardware, port=1, python="PY").argv
         assert argv[argv.index("--hardware") + 1] == "h200"
 
 
@@ -126,7 +125,7 @@ def test_a_shipped_key_targets_each_simulated_gpu(hardware: str, repo_root: Path
     cells = expand(load_sweep(None, f"sim-{hardware}"), runners)
     assert cells and {c.hardware_label for c in cells} == {f"simulated {hardware.upper()}"}
     for cell in cells:
-        argv = build_engine_launch(cell, hardware=cell.hardware, port=1, python="PY").argv
+        argv = build_engine_launch(cell, hardware=cell.node.hardware, port=1, python="PY").argv
         assert argv[argv.index("--hardware") + 1] == hardware
         # The model fits each GPU at every TP of the grid: the engine would start.
         args = argparse.ArgumentParser()

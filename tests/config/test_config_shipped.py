@@ -91,8 +91,8 @@ def test_every_shipped_key_validates_and_expands(key: str) -> None:
     names = [c.exp_name for c in cells]
     assert len(set(names)) == len(names)
     for cell in cells:
-        data = cell.to_dict()
-        assert tuple(data) == CELL_FIELDS
+        assert tuple(cell.to_dict()) == CELL_FIELDS
+        data = cell.flat()  # summary.csv's cell columns
         roles = {"prefill": dict, "decode": dict} if cell.disaggregated else {}
         if cell.capacity is not None:
             roles["capacity"] = dict
@@ -106,15 +106,18 @@ def test_every_shipped_key_validates_and_expands(key: str) -> None:
         assert cell.gpus == sum(cell.instance_tps)
         assert cell.gpus <= runners[cell.runner].gpus_per_node * cell.nodes
         assert (cell.cpu_dram_gb > 0) == (cell.offload == "on")
-        assert isinstance(json.loads(cell.engine_env), dict)
+        assert isinstance(json.loads(data["engine_env"]), dict)
         shlex.split(cell.engine_args)
         assert cell.engine in ("vllm", "sglang", "sim")
         assert cell.speed == 1.0 or cell.engine == "sim"
         # The runner's facts travel in the cell: nothing after the matrix looks the runner up again.
         spec = runners[cell.runner]
-        assert (cell.hardware, cell.gres_type) == (spec.hardware or "", spec.gres_type or "")
-        assert cell.gpus_per_node == spec.gpus_per_node
-        assert (cell.intra_node_gbs, cell.inter_node_gbs) == (spec.intra_node_gbs, spec.inter_node_gbs)
+        assert (cell.node.hardware, cell.node.gres_type) == (spec.hardware or "", spec.gres_type or "")
+        assert cell.node.gpus_per_node == spec.gpus_per_node
+        assert (cell.node.intra_node_gbs, cell.node.inter_node_gbs) == (
+            spec.intra_node_gbs,
+            spec.inter_node_gbs,
+        )
 
 
 def test_issue_entries_are_shipped() -> None:

@@ -53,7 +53,7 @@ def test_hidden_keys_and_anchors(tmp_path: Path) -> None:
     )
     spec = load_sweep(tmp_path / "c.yaml", "k")
     assert (spec.replay.seed, spec.replay.max_delay, spec.replay.timing_strategy) == (7, 5.0, "think-only")
-    assert spec.engine_args == "--a 'b c'" and spec.engine_env_dict == {"X": "1"}
+    assert spec.engine_args == "--a 'b c'" and spec.engine_env == {"X": "1"}
     (point,) = spec.search_space
     assert (point.tp, point.ep, point.users, point.offload) == (2, 2, (3,), ("noprefix",))
     with pytest.raises(ConfigError, match=r":\.r: no such config key"):

@@ -87,14 +87,24 @@ CELL = {"exp_name": "x", "engine": "vllm", "model": "m", "tp": 1, "users": 4, "o
 
 def test_a_cell_with_the_preset_carries_its_values():
     cell = Cell.parse({**CELL, "duration": 900, "preset": "agentx"})
-    assert (cell.advance_min, cell.advance_max, cell.max_delay, cell.ignore_eos) == (0.25, 0.75, 300.0, True)
-    assert (cell.warmup_requests, cell.warmup_one_token, cell.system_idle_cap, cell.seed) == (
+    assert (
+        cell.replay.advance_min,
+        cell.replay.advance_max,
+        cell.replay.max_delay,
+        cell.replay.ignore_eos,
+    ) == (0.25, 0.75, 300.0, True)
+    assert (
+        cell.replay.warmup_requests,
+        cell.replay.warmup_one_token,
+        cell.replay.system_idle_cap,
+        cell.replay.seed,
+    ) == (
         10,
         True,
         10.0,
         42,
     )
-    assert cell.failed_request_threshold == 0.10
+    assert cell.replay.failed_request_threshold == 0.10
     argv = replay_command(cell, endpoint="http://127.0.0.1:9", output_dir=Path("o"), python="python")
     for flag, value in (("--system-idle-cap", "10"), ("--failed-request-threshold", "0.1"), ("--seed", "42")):
         assert argv[argv.index(flag) + 1] == value

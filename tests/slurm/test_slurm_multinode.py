@@ -182,7 +182,7 @@ def test_a_prefill_on_another_node_is_reached_at_that_nodes_address(tmp_path, en
         slots=[Slot(0, "gpunode1", "node-a.test", 0, 1), Slot(1, "gpunode2", "node-b.test", 0, 1)],
         gres_type="h200", node_gpus=1, container_args=[], vendor="none" if engine == "sim" else "nvidia",
     )  # fmt: skip
-    assert cell.hardware == "h200" and cell.kv_transfer_gbs == INTER_NODE_GBS  # resolved by the matrix
+    assert cell.node.hardware == "h200" and cell.kv_transfer_gbs == INTER_NODE_GBS  # resolved by the matrix
     plan = plan_cell(
         cell, tmp_path / "r", ports=DryRunPortAllocator(), host="127.0.0.1", python="python",
         environ={}, scrape_interval_s=1.0, placement=placement,

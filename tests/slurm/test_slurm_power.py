@@ -38,7 +38,7 @@ def power_cell(tmp_path: Path, *, replicas: int, gpus_per_node: int, source: str
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(SWEEP.format(duration=8, tp=1, replicas=replicas))
     (cell,) = select_cells(sweep, ["mn"], runners=load_runners(runners))
-    assert cell.power_source == source and cell.nodes == 2
+    assert cell.node.power_source == source and cell.nodes == 2
     return cell, runners
 
 

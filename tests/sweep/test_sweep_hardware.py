@@ -74,7 +74,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_cell_and_the_engine_run_the_b300_profile(results: Path) -> None:
     record = json.loads((results / EXP / "cell.json").read_text())
-    assert record["cell"]["hardware"] == "b300" and record["hardware"] == "simulated B300"
+    assert record["cell"]["node"]["hardware"] == "b300" and record["hardware"] == "simulated B300"
     argv = record["engine_command"]
     assert argv.count("--hardware") == 2 and {
         argv[i + 1] for i, a in enumerate(argv) if a == "--hardware"

@@ -250,7 +250,7 @@ def test_too_few_requests_in_the_window_is_invalid(tmp_path):
         "rates; give the cell a longer duration or more users"
     )
     assert _reasons(write_dir(tmp_path / "enough", healthy_records())) == {}
-    strict = CELL.model_copy(update={"min_window_requests": 200})
+    strict = CELL.replace(min_window_requests=200)
     assert list(_reasons(write_dir(tmp_path / "strict", healthy_records()), strict)) == ["window_requests"]
 
 
@@ -268,7 +268,7 @@ def test_the_client_clock_share_of_a_simulated_cell(tmp_path):
     assert _reasons(bad)["client_clock_share"].startswith(
         "the client and HTTP path took 63.0% of the requests'"
     )
-    assert "client_clock_share" not in _reasons(bad, CELL.model_copy(update={"max_client_clock_share": 0.7}))
+    assert "client_clock_share" not in _reasons(bad, CELL.replace(max_client_clock_share=0.7))
 
 
 def test_each_client_node_of_a_run_over_several_is_judged_alone(tmp_path):

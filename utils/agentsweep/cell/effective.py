@@ -250,7 +250,7 @@ def expected_settings(cell: Cell, tp: int, port: int | str) -> dict[str, Any]:
     else:
         out["ep"] = cell.ep
     if cell.engine == "sim":
-        out["hardware"] = cell.hardware
+        out["hardware"] = cell.node.hardware
         out["speed"] = cell.speed
     return out
 

@@ -426,11 +426,11 @@ def from_environ(cell: Cell, environ: Mapping[str, str]) -> Placement | None:
     if recipe(cell.engine).simulated:
         vendor = "none"
     else:
-        vendor = "amd" if is_amd(cell.hardware) else "nvidia"
+        vendor = "amd" if is_amd(cell.node.hardware) else "nvidia"
     return plan_placement(
         cell,
-        gpus_per_node=cell.gpus_per_node,
-        gres_type=cell.gres_type,
+        gpus_per_node=cell.node.gpus_per_node,
+        gres_type=cell.node.gres_type,
         vendor=vendor,
         environ=environ,
         runtime=runtime,

@@ -417,7 +417,7 @@ def _plan_instance(
             kv_transfer_gbs=cell.kv_transfer_gbs,
         )
     launch = build_engine_launch(
-        cell if role == "engine" else instance_cell(cell, tp), hardware=cell.hardware or None, port=port,
+        cell if role == "engine" else instance_cell(cell, tp), hardware=cell.node.hardware or None, port=port,
         host=address, python=python, environ=environ, pd=pd,
     )  # fmt: skip
     if devices:
@@ -638,7 +638,7 @@ def device_slices(cell: Cell, environ: Mapping[str, str]) -> list[dict[str, str]
     if recipe(cell.engine).simulated or not cell.routed:
         return [{} for _ in tps]
     need = sum(tps)
-    if is_amd(cell.hardware):
+    if is_amd(cell.node.hardware):
         var, ids = "HIP_VISIBLE_DEVICES", [str(i) for i in range(max(need, cell.gpus))]
     else:
         var = "CUDA_VISIBLE_DEVICES"

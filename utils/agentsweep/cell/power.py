@@ -37,11 +37,11 @@ def sampler_spec(
     ``instances``: (name, node, tp, metrics URL) of every engine instance in start order; ``slices``:
     each one's device environment (``device_slices``).
     """
-    source = cell.power_source
+    source = cell.node.power_source
     if source == "none":
         return None
-    interval = cell.power_interval_s
-    if simulated or (source == "dcgm" and cell.power_endpoint == ENGINE_POWER_ENDPOINT):
+    interval = cell.node.power_interval_s
+    if simulated or (source == "dcgm" and cell.node.power_endpoint == ENGINE_POWER_ENDPOINT):
         several = len(instances) > 1
         targets = tuple(
             PowerTarget(
@@ -54,7 +54,7 @@ def sampler_spec(
             for name, node, tp, url in instances
         )
         return SamplerSpec(source="dcgm", interval_s=interval, targets=targets)
-    endpoint = cell.power_endpoint or DEFAULT_DCGM_ENDPOINT
+    endpoint = cell.node.power_endpoint or DEFAULT_DCGM_ENDPOINT
     if placement is None:
         ids = _local_ids(cell, slices, environ)
         url = endpoint.format(address="localhost") if source == "dcgm" else ""
@@ -79,7 +79,7 @@ def _local_ids(
     cell: Cell, slices: Sequence[Mapping[str, str]], environ: Mapping[str, str]
 ) -> tuple[str, ...]:
     """The cell's GPU ids on this node, as nvidia-smi (-i), amd-smi (-g) and DCGM (gpu) name them."""
-    amd = is_amd(cell.hardware)
+    amd = is_amd(cell.node.hardware)
     visible = environ.get("ROCR_VISIBLE_DEVICES" if amd else "CUDA_VISIBLE_DEVICES", "").strip()
     allocated = [d.strip() for d in visible.split(",") if d.strip()] or [str(i) for i in range(cell.gpus)]
     ids: list[str] = []

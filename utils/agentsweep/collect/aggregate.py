@@ -29,7 +29,7 @@ from agentsweep.collect.routed_checks import routed_artifact_problems
 from agentsweep.collect.stream import RequestStats, stream_requests
 from agentsweep.collect.window import NotNumbers, window_figures
 from agentsweep.contract import columns
-from agentsweep.contract.cell import CELL_FIELDS, Cell
+from agentsweep.contract.cell import FLAT_FIELDS, Cell, flat_fields
 from agentsweep.contract.cellresult import CellIdentity, CellResult, MalformedResult, load_cell_result
 from agentsweep.contract.columns import Unit
 from agentsweep.contract.figures import derived_columns, flat, to_engine_clock
@@ -38,8 +38,8 @@ from agentsweep.contract.resultdir.serverlog import kv_pool_tokens
 from agentsweep.errors import ResultFileError
 
 STATUSES = ("SUCCESS", "INVALID", "FAILED", "MALFORMED", "MISSING")
-# Cell fields first, in the cell contract's order; any other field of cell.json's `cell` follows them.
-CELL_COLUMNS = tuple(f for f in CELL_FIELDS if f != "exp_name")
+# Cell fields first, in the cell's flat order (Cell.flat); any other field of cell.json's `cell` follows them.
+CELL_COLUMNS = tuple(f for f in FLAT_FIELDS if f != "exp_name")
 
 
 class Malformed(Exception):
@@ -165,7 +165,7 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
 def _identity_values(row: Row, identity: CellIdentity) -> None:
     """The row's columns of what ran: the cell's fields, its versions and times, its receipt's."""
     record, cell = identity.record, identity.cell
-    fields = cell.model_dump(mode="json") if cell is not None else record.cell
+    fields = cell.flat() if cell is not None else flat_fields(record.cell)
     for key, value in fields.items():
         row.values[key] = flat(value)
     row.values["disagg"] = cell.shape_label if cell is not None else ""
@@ -223,7 +223,7 @@ def missing_row(cell: Cell) -> Row:
 
 def _matrix_fields(row: Row, cell: Cell) -> None:
     """The matrix cell's fields, where the row has none of its own (a malformed cell.json, say)."""
-    for key, value in cell.model_dump(mode="json").items():
+    for key, value in cell.flat().items():
         if key != "exp_name":
             row.values.setdefault(key, flat(value))
     row.values.setdefault("disagg", cell.shape_label)

@@ -32,6 +32,6 @@ def power_columns(result_dir: Path, cell: Cell, summary: Summary) -> tuple[dict[
     out["power_reason_codes"] = json.dumps(list(power.reason_codes))
     out["power_audit"] = json.dumps(asdict(power.audit), sort_keys=True, separators=(",", ":"))
     notes = []
-    if not power.power_valid and cell.power_source != "none":
+    if not power.power_valid and cell.node.power_source != "none":
         notes.append(f"power figures withheld: {'; '.join(power.reasons)}")
     return out, notes

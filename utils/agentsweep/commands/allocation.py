@@ -51,7 +51,7 @@ def runner_assignments(
             raise InputError(
                 f"cell.nodes: {cell.nodes} but runner {runner!r} allows max_nodes {spec.max_nodes}"
             )
-        per_node = node_gpus(cell.instance_tps, cell.gpus_per_node)
+        per_node = node_gpus(cell.instance_tps, cell.node.gpus_per_node)
         dram_gb = cell.cpu_dram_gb * per_node / cell.gpus
     return {
         "AS_RUNNER": runner,
@@ -62,8 +62,8 @@ def runner_assignments(
         "AS_GPUS": str(cell.gpus),
         "AS_NODES": str(cell.nodes),
         "AS_NODE_GPUS": str(per_node),
-        "AS_GPUS_PER_NODE": str(cell.gpus_per_node),
-        "AS_GRES_TYPE": cell.gres_type,
+        "AS_GPUS_PER_NODE": str(cell.node.gpus_per_node),
+        "AS_GRES_TYPE": cell.node.gres_type,
         "AS_PARTITION": spec.partition or "",
         "AS_ACCOUNT": spec.account or "",
         "AS_EXCLUDE": ",".join(spec.exclude),

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
 def cell_secrets(cell: Cell) -> list[str]:
     """Values in the cell to hide from logs: secret-named engine_env values and token-shaped strings."""
-    values = sorted(record.secret_values(cell.engine_env_dict))
+    values = sorted(record.secret_values(cell.engine_env))
     values += record.token_values(cell.to_json())
     return [v for v in dict.fromkeys(values) if "\n" not in v and "\r" not in v]
 

@@ -190,9 +190,7 @@ def expand(
     if clock is not None:  # --clock: the simulated engine's, for every cell
         entry["clock"] = clock
     entry["image_digest"] = pinned_digest(spec.image, pins or {})
-    facts = runner.facts().model_dump()
-    replay = spec.replay.model_dump()
-    validity = spec.validity.model_dump()
+    node = runner.facts()
     tiers = tuple(slo) if slo else (spec.slo or DEFAULT_TIERS)
     cells: dict[str, Cell] = {}
     for point in spec.search_space:
@@ -237,9 +235,9 @@ def expand(
                     decode=point.decode,
                     nodes=nodes_needed(point.instance_tps, runner.gpus_per_node),
                     **entry,
-                    **facts,
-                    **replay,
-                    **validity,
+                    node=node,
+                    replay=spec.replay,
+                    limits=spec.validity,
                 )
                 if point_search is not None:
                     _check_budget(spec, point, cell, point_search, runner)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -28,7 +28,9 @@ from kv_cache_tester.replay.memory import MAX_PROMPT_TOKENS
 from kv_cache_tester.replay.presets import MIN_DURATION_S, PRESETS
 from kv_cache_tester.replay.presets import resolve as resolve_preset
 from pydantic import (
+    BaseModel,
     Field,
+    ModelWrapValidatorHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -251,9 +253,8 @@ class EngineSettings(Frozen):
     clock: Literal["wall", "virtual"] = "wall"
     client: Client = "replay"
     engine_args: str = ""  # one shell-quoted command line, appended to the recipe's
-    # Extra engine environment as compact JSON text ({"NAME": "value"}, sorted): the cell stays flat,
-    # every value a scalar (a config gives a mapping; see engine_env_dict).
-    engine_env: str = "{}"
+    # Extra engine environment, NAME: value (a config may give numbers; each is kept as its text).
+    engine_env: dict[str, str] = Field(default_factory=dict)
     router_program: RouterProgram = "auto"  # used by cells with replicas or a router policy
     router_args: str = ""  # one shell-quoted command line, appended to the router recipe's
     # Client processes, one on each of this many nodes of the cell's allocation, that share the lanes
@@ -267,12 +268,6 @@ class EngineSettings(Frozen):
     # ``accuracy: off`` skips it, ``on`` forces it on a simulated engine, a block sets its task,
     # questions and threshold.
     accuracy: AccuracySpec = Field(default_factory=AccuracySpec)
-
-    @property
-    def engine_env_dict(self) -> dict[str, str]:
-        """engine_env parsed (validated on construction, so this cannot fail)."""
-        parsed: dict[str, str] = json.loads(self.engine_env)
-        return parsed
 
     @field_validator("runner", "model", "precision", "image", "traces", mode="before")
     @classmethod
@@ -301,8 +296,9 @@ class EngineSettings(Frozen):
 
     @field_validator("engine_env", mode="before")
     @classmethod
-    def _env_json(cls, value: Any) -> Any:
-        """A mapping of NAME: value (strings or numbers), or its JSON text; stored as sorted JSON."""
+    def _env_mapping(cls, value: Any) -> Any:
+        """A mapping of NAME: value (strings or numbers), or its JSON text (a cell of schema 1); kept
+        sorted by name, every value as text."""
         if isinstance(value, str):
             try:
                 value = json.loads(value)
@@ -324,7 +320,7 @@ class EngineSettings(Frozen):
                     raise ValueError(f"{name}: its value holds a control character") from None
                 raise ValueError(f"{name}: {err}") from None
             out[name] = str(val)
-        return json.dumps(out, sort_keys=True, separators=(",", ":"))
+        return dict(sorted(out.items()))
 
     @field_validator("speed", mode="after")
     @classmethod
@@ -561,17 +557,6 @@ class RunnerFacts(Frozen):
     def _power_endpoint_shape(cls, value: str) -> str:
         return power_endpoint_problem(value)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _named_runner(cls, data: Any) -> Any:
-        """A runner key that names a hardware stands for it (and for its GRES type) when not given."""
-        if not isinstance(data, dict) or "hardware" in data:
-            return data
-        runner = data.get("runner")
-        if runner not in HARDWARE:
-            return data
-        return {**data, "hardware": runner, "gres_type": data.get("gres_type", runner)}
-
 
 def power_endpoint_problem(value: str) -> str:
     """``value`` when it is a valid power_endpoint (ValueError naming what is wrong otherwise)."""
@@ -598,14 +583,85 @@ def preset_duration_error(preset: str, duration: int) -> str | None:
     return None
 
 
-# Base order makes the fields read axes, engine settings, runner facts, replay options, validity
-# limits (pydantic lists the fields of the last base first).
-class Cell(ValidityLimits, ReplayOptions, RunnerFacts, EngineSettings, CellAxes):
+# The cell's JSON layout. 1: every field at the top (the cells of runs before the nesting; still read,
+# see ``lift_schema_1``); 2: the runner's facts, the replay options and the validity limits as
+# objects of their own (``node``, ``replay``, ``limits``) and engine_env a mapping.
+CELL_SCHEMA = 2
+# The nested groups: each field's name in a cell of schema 1 is its name inside the group.
+GROUPS: dict[str, type[Frozen]] = {"node": RunnerFacts, "replay": ReplayOptions, "limits": ValidityLimits}
+
+
+def lift_schema_1(data: dict[str, Any]) -> dict[str, Any]:
+    """A cell's fields with each group's fields gathered into its object (``GROUPS``).
+
+    A cell of schema 1 had them all at the top; a field named at the top overrides the same field in
+    its group's object, so ``Cell.replace(max_delay=5)`` reads as it did. A runner named after a
+    hardware (any key of ``HARDWARE``) stands for it and its GRES type when the node states none.
+    """
+    out = dict(data)
+    for group, model in GROUPS.items():
+        moved = {name: out.pop(name) for name in model.model_fields if name in out}
+        if not moved:
+            continue
+        base = out.get(group)
+        if isinstance(base, BaseModel):
+            base = base.model_dump()
+        out[group] = {**base, **moved} if isinstance(base, dict) else moved if base is None else base
+    node = out.get("node")
+    runner = out.get("runner")
+    if runner in HARDWARE and (node is None or (isinstance(node, dict) and "hardware" not in node)):
+        node = node or {}
+        out["node"] = {**node, "hardware": runner, "gres_type": node.get("gres_type", runner)}
+    return out
+
+
+def flat_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A cell's JSON fields on one level (schema 1's layout): each group's fields at the top, engine_env
+    as its sorted JSON text, no schema_version. For a cell as written, typed or not (a cell.json whose
+    cell does not parse keeps what it says); a cell of schema 1 comes back as it is."""
+    out: dict[str, Any] = {}
+    for name, value in data.items():
+        if name in GROUPS and isinstance(value, Mapping):
+            out.update(value)
+        elif name == "engine_env" and isinstance(value, Mapping):
+            out[name] = json.dumps(dict(value), sort_keys=True, separators=(",", ":"))
+        elif name != "schema_version":
+            out[name] = value
+    return out
+
+
+# Base order makes the fields read axes, then engine settings (pydantic lists the fields of the last
+# base first), then the groups.
+class Cell(EngineSettings, CellAxes):
     """One benchmark cell: a GitHub matrix ``include`` item, and the input of every later part."""
+
+    node: RunnerFacts = Field(default_factory=RunnerFacts)
+    replay: ReplayOptions = Field(default_factory=ReplayOptions)
+    limits: ValidityLimits = Field(default_factory=ValidityLimits)
+    schema_version: Literal[2] = 2  # CELL_SCHEMA
+
+    @model_validator(mode="before")
+    @classmethod
+    def _groups(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return lift_schema_1(data)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _node_size(cls, data: Any, handler: ModelWrapValidatorHandler[Cell]) -> Cell:
+        """A hand-made cell's node (gpus_per_node 0): all of the cell's GPUs on one node, else as few
+        per node as pack its instances onto its nodes."""
+        cell = handler(data)
+        if cell.node.gpus_per_node:
+            return cell
+        size = smallest_node(cell.instance_tps, cell.nodes, cell.gpus)
+        node = cell.node.model_copy(update={"gpus_per_node": size})
+        return handler({**dict(cell), "node": node})
 
     @model_validator(mode="after")
     def _preset_duration(self) -> Cell:
-        problem = preset_duration_error(self.preset, self.duration)
+        problem = preset_duration_error(self.replay.preset, self.duration)
         if problem:
             raise ValueError(problem)
         return self
@@ -652,14 +708,6 @@ class Cell(ValidityLimits, ReplayOptions, RunnerFacts, EngineSettings, CellAxes)
             )
         return self
 
-    @model_validator(mode="after")
-    def _node_size(self) -> Cell:
-        """A hand-made cell's node (gpus_per_node 0): all of the cell's GPUs on one node, else as few
-        per node as pack its instances onto its nodes."""
-        if self.gpus_per_node == 0:
-            object.__setattr__(self, "gpus_per_node", smallest_node(self.instance_tps, self.nodes, self.gpus))
-        return self
-
     @property
     def simulated(self) -> bool:
         """True when the simulated engine stands in for the cell's hardware."""
@@ -668,7 +716,7 @@ class Cell(ValidityLimits, ReplayOptions, RunnerFacts, EngineSettings, CellAxes)
     @property
     def hardware_label(self) -> str:
         """``simulated B300``, ``B200``...: what the cell ran on (see ``hardware_label``)."""
-        return hardware_label(self.simulated, self.hardware, self.runner)
+        return hardware_label(self.simulated, self.node.hardware, self.runner)
 
     @property
     def kv_transfer_gbs(self) -> float | None:
@@ -676,7 +724,7 @@ class Cell(ValidityLimits, ReplayOptions, RunnerFacts, EngineSettings, CellAxes)
         ``inter_node_gbs`` when the cell spans several; None for any other cell."""
         if not self.disaggregated:
             return None
-        return self.inter_node_gbs if self.nodes > 1 else self.intra_node_gbs
+        return self.node.inter_node_gbs if self.nodes > 1 else self.node.intra_node_gbs
 
     def to_json(self) -> str:
         """The cell as one compact JSON object (field order kept)."""
@@ -685,8 +733,18 @@ class Cell(ValidityLimits, ReplayOptions, RunnerFacts, EngineSettings, CellAxes)
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump()
 
+    def flat(self) -> dict[str, Any]:
+        """The cell as one level of JSON values, in ``FLAT_FIELDS`` order (see ``flat_fields``).
+
+        summary.csv's cell columns and the recipe fingerprint are this rendering, so they read as they
+        did before the nesting and a recipe keeps its fingerprint.
+        """
+        dumped = flat_fields(self.model_dump(mode="json"))
+        return {name: dumped[name] for name in FLAT_FIELDS}
+
     def replace(self, **changes: Any) -> Cell:
-        """A copy with ``changes``, validated like any cell (``InputError`` when one is bad)."""
+        """A copy with ``changes``, validated like any cell (``InputError`` when one is bad). A group's
+        field may be named on its own (``max_delay=5``) or the group whole (``replay=...``)."""
         return type(self).parse({**self.model_dump(), **changes})
 
     @classmethod
@@ -728,9 +786,17 @@ def smallest_node(instance_tps: Sequence[int], nodes: int, gpus: int) -> int:
     return size
 
 
+# The cell's JSON keys, in order (a group is one key).
 CELL_FIELDS: tuple[str, ...] = tuple(Cell.model_fields)
 # The fields a config entry sets for all its cells (copied into each cell by the matrix generator).
 ENTRY_FIELDS: tuple[str, ...] = tuple(EngineSettings.model_fields)
 REPLAY_FIELDS: tuple[str, ...] = tuple(ReplayOptions.model_fields)
 RUNNER_FACTS: tuple[str, ...] = tuple(RunnerFacts.model_fields)
 VALIDITY_FIELDS: tuple[str, ...] = tuple(ValidityLimits.model_fields)
+# ``Cell.flat``'s keys: the top-level fields, then each group's (summary.csv's cell columns).
+FLAT_FIELDS: tuple[str, ...] = (
+    *(f for f in CELL_FIELDS if f != "schema_version" and f not in GROUPS),
+    *RUNNER_FACTS,
+    *REPLAY_FIELDS,
+    *VALIDITY_FIELDS,
+)

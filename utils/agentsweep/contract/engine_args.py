@@ -18,9 +18,8 @@ config entry and the search point it came from.
 
 from __future__ import annotations
 
-import json
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,6 +27,13 @@ from agentsweep.contract.hardware import is_amd
 
 # Values of a boolean environment variable that switch it on (as vLLM's envs.py reads them).
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+
+
+class NodeView(Protocol):
+    """The runner's facts the check reads (``RunnerFacts`` has them)."""
+
+    @property
+    def hardware(self) -> str: ...
 
 
 class CellView(Protocol):
@@ -38,7 +44,7 @@ class CellView(Protocol):
     @property
     def engine_args(self) -> str: ...
     @property
-    def engine_env(self) -> str: ...
+    def engine_env(self) -> Mapping[str, str]: ...
     @property
     def model(self) -> str: ...
     @property
@@ -52,7 +58,7 @@ class CellView(Protocol):
     @property
     def cpu_dram_gb(self) -> float: ...
     @property
-    def hardware(self) -> str: ...
+    def node(self) -> NodeView: ...
     @property
     def speed(self) -> float: ...
     @property
@@ -176,8 +182,8 @@ def _served_side(cell: CellView) -> str:
 
 
 def _hardware_side(cell: CellView) -> str:
-    if cell.hardware:
-        return f"hardware {cell.hardware} (its runner's)"
+    if cell.node.hardware:
+        return f"hardware {cell.node.hardware} (its runner's)"
     return (
         "no hardware (its runner states none: the runner's entry in runners.yaml names the GPU it simulates)"
     )
@@ -283,7 +289,7 @@ def _settings(engine: str) -> tuple[Setting, ...]:
             Setting(
                 "the hardware profile",
                 _flags(VALUE, _first, "--hardware"),
-                lambda cell: cell.hardware,
+                lambda cell: cell.node.hardware,
                 _hardware_side,
             ),
             Setting(
@@ -328,7 +334,7 @@ def _env_settings(engine: str) -> tuple[EnvSetting, ...]:
             "the simple KV offload connector",
             ("VLLM_USE_SIMPLE_KV_OFFLOAD",),
             lambda cell: (
-                cell.offload == "on" and cell.offload_connector == "simple" and not is_amd(cell.hardware)
+                cell.offload == "on" and cell.offload_connector == "simple" and not is_amd(cell.node.hardware)
             ),
             lambda cell: f"offload {cell.offload}, offload_connector {cell.offload_connector}",
         ),
@@ -451,12 +457,7 @@ def engine_args_conflict(cell: CellView) -> str | None:
                 f"engine_args {given.shown!r} sets {setting.name} to {_shown_value(value)}, but the cell says "
                 f"{setting.cell_side(cell)}"
             )
-    try:
-        env = json.loads(cell.engine_env)
-    except ValueError:
-        return None  # the cell's own check says what is wrong with the text
-    if not isinstance(env, dict):
-        return None
+    env = cell.engine_env
     for env_setting in _env_settings(cell.engine):
         for variable in env_setting.variables:
             if variable not in env:

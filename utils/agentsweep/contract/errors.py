@@ -100,7 +100,8 @@ def _describe(error: Any, root: type[BaseModel], loc: tuple[str | int, ...]) -> 
     if kind == "missing":
         return "required field is missing"
     if kind == "literal_error":
-        allowed = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+        expected = str(ctx.get("expected", ""))
+        allowed = re.findall(r"'([^']*)'", expected) or re.findall(r"-?\d+", expected)
         return f"{brief(value)} is not one of {', '.join(allowed)}{suggest(str(value), allowed)}"
     if kind in _TYPE_WORDS:
         return f"expected {_TYPE_WORDS[kind]}, got {brief(value)}"

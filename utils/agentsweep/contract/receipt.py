@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal
 from kv_cache_tester.inputfiles import InputFileProblem, check_regular, open_regular
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentsweep.contract.cell import Cell
+from agentsweep.contract.cell import Cell, flat_fields
 from agentsweep.contract.errors import validation_message
 from agentsweep.contract.resultdir.fileio import exists, read_bytes, write_atomic
 from agentsweep.contract.resultdir.files import RECEIPT_JSON, RECEIPT_JSON_MAX_BYTES
@@ -109,7 +109,7 @@ def _canonical(value: Any) -> str:
 def _recipe_fields(cell: Cell | Mapping[str, Any]) -> dict[str, Any]:
     """The cell as the fingerprint sees it: typed and complete, or (a cell refused before it could be
     typed) the mapping it was given."""
-    fields = cell.model_dump(mode="json") if isinstance(cell, Cell) else dict(cell)
+    fields = cell.flat() if isinstance(cell, Cell) else flat_fields(cell)
     return {k: v for k, v in fields.items() if k not in FINGERPRINT_EXCLUDED}
 
 

@@ -554,11 +554,11 @@ def _withheld(
 
 def effective_source(cell: Cell, simulated: bool) -> str:
     """The source a cell's sampler reads: a simulated engine is sampled through its own DCGM metrics."""
-    if cell.power_source == "none":
+    if cell.node.power_source == "none":
         return "none"
-    if simulated or (cell.power_source == "dcgm" and cell.power_endpoint == ENGINE_POWER_ENDPOINT):
+    if simulated or (cell.node.power_source == "dcgm" and cell.node.power_endpoint == ENGINE_POWER_ENDPOINT):
         return "dcgm (engine)" if not simulated else "dcgm (simulated engine)"
-    return cell.power_source
+    return cell.node.power_source
 
 
 def power_summary(result_dir: Path) -> PowerSummary:
@@ -581,9 +581,9 @@ def cell_power_summary(result_dir: Path, cell: Cell, summary: Summary | None = N
     window, work, problem = _window_and_work(result_dir, cell, summary)
     path = result_dir / POWER_CSV
     # The simulated engine draws as the hardware it models (a result from before cells stated one: H200).
-    hardware = cell.hardware or (LEGACY_SIM_HARDWARE if cell.engine == "sim" else "")
+    hardware = cell.node.hardware or (LEGACY_SIM_HARDWARE if cell.engine == "sim" else "")
     args: dict[str, Any] = {
-        "window": window, "expected_gpus": cell.gpus, "interval_s": cell.power_interval_s, "work": work,
+        "window": window, "expected_gpus": cell.gpus, "interval_s": cell.node.power_interval_s, "work": work,
         "source": source, "limit": power_limit(hardware),
     }  # fmt: skip
     if source == "none":

@@ -162,7 +162,7 @@ def _power(point: Point) -> dict[str, Any]:
     computed again here); empty when the cell's runner samples no power."""
     v, cell = point.values, point.cell
     valid = v.get("power_valid")
-    if cell.power_source == "none" or not isinstance(valid, bool):
+    if cell.node.power_source == "none" or not isinstance(valid, bool):
         return {}
     audit = _json(v.get("power_audit"), {})
     codes = [c for c in _json(v.get("power_reason_codes"), []) if c in REASON_CODES]
@@ -224,7 +224,7 @@ def identity(point: Point) -> dict[str, Any]:
         "num_requests_total": _int(values.get("req_records")),
         "num_requests_successful": _int(values.get("requests_ok")),
         "duration_seconds": _duration(values),
-        "replay_preset": {"name": cell.preset, "deviations": _deviations(values)},
+        "replay_preset": {"name": cell.replay.preset, "deviations": _deviations(values)},
         "kv_cache_pool_tokens": _int(values.get("kv_pool_tokens")),
     }
     if cell.prefill is not None and cell.decode is not None:

@@ -35,8 +35,8 @@ def hardware(cell: Cell, hardware_of_sim: str) -> str:
     ``-sim`` after it for the simulated engine, which InferenceX reads as the same GPU but which says
     the figures are simulated (as the row's framework ``sim`` does)."""
     if cell.engine == "sim":
-        return f"{cell.hardware or hardware_of_sim}{SIMULATED_SUFFIX}"
-    return cell.hardware or cell.runner
+        return f"{cell.node.hardware or hardware_of_sim}{SIMULATED_SUFFIX}"
+    return cell.node.hardware or cell.runner
 
 
 def gpu_key(hw: str) -> str | None:

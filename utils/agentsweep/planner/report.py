@@ -50,12 +50,12 @@ def plan_rows(cells: list[Cell], root: Path) -> list[PlanRow]:
         record = read_capacity(root / cell.exp_name) if finished(root / cell.exp_name) else None
         if record is None:
             continue
-        cal = calibration_for(cell.hardware, _precision(cell))
+        cal = calibration_for(cell.node.hardware, _precision(cell))
         errors = held_out_errors((cal.borrowed or cal).key) or {}
         for tier in record.tiers:
             rows.append(
                 PlanRow(
-                    hardware=hardware_label(True, cell.hardware),
+                    hardware=hardware_label(True, cell.node.hardware),
                     tp=cell.tp,
                     offload=cell.offload,
                     tier=tier.tier,

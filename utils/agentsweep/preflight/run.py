@@ -48,7 +48,7 @@ def fixed_ports(cells: Sequence[Cell], environ: Mapping[str, str]) -> list[int]:
                 candidate = inline if inline else value
                 if _PORT_FLAG.match(key) and candidate.isdigit():
                     ports.add(int(candidate))
-        for name, value in cell.engine_env_dict.items():
+        for name, value in cell.engine_env.items():
             if name.endswith("_PORT") and value.strip().isdigit():
                 ports.add(int(value))
     return sorted(ports)
@@ -203,7 +203,9 @@ def run_preflight(
         check = hub.traces_check(traces, runner.hf_cache, env, repo)
         checks.append(check)
         # A cell's context cut may leave no request of them (max_context 1): the replayer then refuses.
-        for cut in sorted({c.max_context for c in cells if c.traces == traces and c.max_context}):
+        for cut in sorted(
+            {c.replay.max_context for c in cells if c.traces == traces and c.replay.max_context}
+        ):
             if check.status == "PASS":
                 checks.append(hub.traces_fit_check(traces, cut, repo))
     if not slurm_runner:

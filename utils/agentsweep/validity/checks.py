@@ -88,7 +88,7 @@ def _share_check(count: int, of: int, limit: float, what: str) -> Check:
 
 
 def _lane_idle_limit(cell: Cell) -> float:
-    return cell.max_lane_idle_s or cell.max_delay + LANE_IDLE_SLACK_S  # engine clock
+    return cell.limits.max_lane_idle_s or cell.replay.max_delay + LANE_IDLE_SLACK_S  # engine clock
 
 
 # --- the checks, each over the evidence -------------------------------------------------------------
@@ -98,20 +98,20 @@ def failed_shares(ev: Evidence) -> Checks:
     """Requests that failed (those still in flight when the run ended included: class stall or
     timeout), and those that exceeded the model's context, as shares of those sent."""
     attempted, failed = ev.counts.get("sent", 0), ev.counts.get("failed", 0)
-    limit = ev.cell.max_failed_share
+    limit = ev.cell.limits.max_failed_share
     if attempted == 0:
         return {"failed_share": Check(None, limit, False, "no request in the profiling window")}
     context = ev.counts.get("failed_by_class", {}).get("context_length", 0)
     return {
         "failed_share": _share_check(failed, attempted, limit, "failed or were abandoned in flight"),
         "context_error_share": _share_check(
-            context, attempted, ev.cell.max_context_error_share, "exceeded the model's context length"
+            context, attempted, ev.cell.limits.max_context_error_share, "exceeded the model's context length"
         ),
     }
 
 
 def window_requests(ev: Evidence) -> Checks:
-    ok, limit = ev.counts.get("ok", 0), ev.cell.min_window_requests
+    ok, limit = ev.counts.get("ok", 0), ev.cell.limits.min_window_requests
     return {
         "window_requests": Check(
             float(ok),
@@ -130,7 +130,7 @@ def window_steadiness(ev: Evidence) -> Checks:
         return {
             "window_coverage": Check(
                 0.0,
-                cell.min_window_coverage,
+                cell.limits.min_window_coverage,
                 False,
                 "the profiling window is empty: the warm-up requests finished only when the replay ended",
             )
@@ -147,10 +147,10 @@ def window_steadiness(ev: Evidence) -> Checks:
     return {
         "window_coverage": Check(
             coverage,
-            cell.min_window_coverage,
-            coverage >= cell.min_window_coverage,
+            cell.limits.min_window_coverage,
+            coverage >= cell.limits.min_window_coverage,
             f"{seconds - covered} of {seconds} window seconds saw no token arrive "
-            f"(coverage {coverage:.1%}, limit {cell.min_window_coverage:.0%})",
+            f"(coverage {coverage:.1%}, limit {cell.limits.min_window_coverage:.0%})",
         ),
         "lanes_active": Check(
             worst,
@@ -161,7 +161,7 @@ def window_steadiness(ev: Evidence) -> Checks:
             else f"lane(s) {', '.join(map(str, stuck[:5]))} idle {worst:.1f} s with nothing in flight "
             f"(limit {idle_limit:g} s)",
         ),
-        "throughput_drift": _drift_check(ev.records, start, end, cell.max_throughput_drift),
+        "throughput_drift": _drift_check(ev.records, start, end, cell.limits.max_throughput_drift),
     }
 
 
@@ -191,7 +191,7 @@ def _cpu_check(cpu: float | None, limit: float, who: str) -> Check:
 def client_limits(ev: Evidence) -> Checks:
     """The client was not the limit: its dispatch lag and CPU share, and over several client
     processes (nodes) the same two checks over each client's own figures."""
-    lag_limit, cpu_limit = ev.cell.max_dispatch_lag_p99_s, ev.cell.max_client_cpu_share
+    lag_limit, cpu_limit = ev.cell.limits.max_dispatch_lag_p99_s, ev.cell.limits.max_client_cpu_share
     if ev.cell.clock == "virtual":  # the clock stands still while the client works: it cannot lag
         why = "not judged: on the virtual clock the client's work takes no simulated time"
         return {
@@ -219,7 +219,7 @@ def client_clock_share(ev: Evidence) -> Checks:
     gap = ev.summary.get("engine_clock", {}).get("gap")
     if gap is None:
         return {}
-    share, limit = gap.get("e2e_share"), ev.cell.max_client_clock_share
+    share, limit = gap.get("e2e_share"), ev.cell.limits.max_client_clock_share
     return {
         "client_clock_share": Check(
             share,
@@ -259,8 +259,8 @@ def server_agreement(ev: Evidence) -> Checks:
     abandoned = f" (and gave up {records.abandoned} at the end)" if records.abandoned else ""
     out["request_count_gap"] = Check(
         gap,
-        cell.max_request_count_gap,
-        gap is not None and gap <= cell.max_request_count_gap,
+        cell.limits.max_request_count_gap,
+        gap is not None and gap <= cell.limits.max_request_count_gap,
         f"the client saw {records.ok_requests} requests finish{abandoned}, the server counted {_fmt(requests)}",
     )
     if records.prompt_reported:
@@ -268,8 +268,8 @@ def server_agreement(ev: Evidence) -> Checks:
         gap = _gap(records.prompt_tokens, prompt)
         out["prompt_token_gap"] = Check(
             gap,
-            cell.max_prompt_token_gap,
-            gap is not None and gap <= cell.max_prompt_token_gap,
+            cell.limits.max_prompt_token_gap,
+            gap is not None and gap <= cell.limits.max_prompt_token_gap,
             f"the client summed {records.prompt_tokens} prompt tokens, the server counted {_fmt(prompt)}",
         )
     if records.cached_reported:
@@ -279,8 +279,8 @@ def server_agreement(ev: Evidence) -> Checks:
         gap = _gap(records.cached_tokens, served)
         out["cached_token_gap"] = Check(
             gap,
-            cell.max_cached_token_gap,
-            gap is not None and gap <= cell.max_cached_token_gap,
+            cell.limits.max_cached_token_gap,
+            gap is not None and gap <= cell.limits.max_cached_token_gap,
             f"the client summed {records.cached_tokens} cached tokens, the server counted {_fmt(served)} "
             "prefix-cache hits"
             + ("" if ev.cached_metrics == SERVER_METRICS_CSV else f" ({ev.cached_metrics})"),

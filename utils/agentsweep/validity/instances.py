@@ -178,7 +178,7 @@ def instance_checks(
     if busy:
         worst = min(busy, key=lambda f: f.covered_s / f.busy_s)
         coverage = worst.covered_s / worst.busy_s
-        limit = cell.min_window_coverage
+        limit = cell.limits.min_window_coverage
         checks["instance_coverage"] = Check(
             coverage,
             limit,
@@ -231,7 +231,7 @@ def instance_checks(
 
 
 def _count_check(facts: list[InstanceFacts], sent: dict[str, float], failures: int, cell: Cell) -> Check:
-    tolerance = cell.max_request_count_gap
+    tolerance = cell.limits.max_request_count_gap
     worst: tuple[float, str] = (0.0, "")
     for f in facts:
         assert f.finished is not None

@@ -55,35 +55,35 @@ def replay_command(
         str(cell.duration),
         "--recycle",
         "--api",
-        cell.api,
+        cell.replay.api,
         "--time-scale",
         fmt_num(1.0 / cell.speed),
         "--no-color",
     ]
     optional: list[tuple[str, object]] = [
-        ("--seed", cell.seed),
-        ("--warmup-requests-per-user", cell.warmup_requests),
-        ("--timing-strategy", cell.timing_strategy),
-        ("--max-delay", cell.max_delay),
-        ("--advance-min", cell.advance_min),
-        ("--advance-max", cell.advance_max),
-        ("--max-context", cell.max_context or None),
-        ("--system-idle-cap", cell.system_idle_cap or None),
-        ("--failed-request-threshold", cell.failed_request_threshold or None),
+        ("--seed", cell.replay.seed),
+        ("--warmup-requests-per-user", cell.replay.warmup_requests),
+        ("--timing-strategy", cell.replay.timing_strategy),
+        ("--max-delay", cell.replay.max_delay),
+        ("--advance-min", cell.replay.advance_min),
+        ("--advance-max", cell.replay.advance_max),
+        ("--max-context", cell.replay.max_context or None),
+        ("--system-idle-cap", cell.replay.system_idle_cap or None),
+        ("--failed-request-threshold", cell.replay.failed_request_threshold or None),
     ]
     for flag, value in optional:
         if value is not None:
             argv += [flag, fmt_num(value) if isinstance(value, float) else str(value)]
     if cell.speed != 1:
         argv += ["--grace-period", fmt_num(max(MIN_SIM_GRACE_S, REPLAY_GRACE_S / cell.speed))]
-    if cell.ignore_eos:
+    if cell.replay.ignore_eos:
         argv.append("--ignore-eos")
-    if cell.warmup_one_token:
+    if cell.replay.warmup_one_token:
         argv.append("--warmup-one-token")
     if not replay_plot():
         argv.append("--no-plot")
-    if cell.preset != "none":  # its values are the flags above; named so the summary records it
-        argv += ["--preset", cell.preset]
+    if cell.replay.preset != "none":  # its values are the flags above; named so the summary records it
+        argv += ["--preset", cell.replay.preset]
     if not recipe(cell.engine).simulated:
         # A GPU node has cores to spare: a polling client reads each token as it lands instead of
         # adding the OS's wake-up latency to it. A simulated engine shares its few cores with it.

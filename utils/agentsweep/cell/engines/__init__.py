@@ -154,7 +154,7 @@ def build_engine_launch(
     site = LaunchSite(hardware, port, host, python, environ or {}, pd)
     launch = recipe(cell.engine).launch(cell, site)
     extra = _split_engine_args(cell.engine_args)
-    env = {**launch.env, **cell.engine_env_dict}
+    env = {**launch.env, **cell.engine_env}
     return EngineLaunch(
         argv=launch.argv + extra,
         env=env,

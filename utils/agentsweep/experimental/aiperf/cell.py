@@ -40,6 +40,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from agentsweep.contract.cell import Cell, flat_fields
 from agentsweep.errors import InputError, RunError
 from agentsweep.experimental.aiperf.exports import RECORDS_FILE, write_outputs
 from agentsweep.experimental.aiperf.tokenizer import build_word_tokenizer
@@ -50,16 +51,18 @@ ARTIFACT_SUBDIR = "aiperf"  # AIPerf's own exports, kept inside the result direc
 
 
 def _get(cell: Any, name: str, default: Any = None) -> Any:
-    """A cell field from a CellSpec or a flat dict (None when unset)."""
-    value = cell.get(name, default) if isinstance(cell, Mapping) else getattr(cell, name, default)
+    """A cell field by its flat name (``Cell.flat``), from a Cell or a cell's dict of either schema
+    (None when unset)."""
+    value = cell_fields(cell).get(name, default)
     return default if value is None else value
 
 
 def cell_fields(cell: Any) -> dict[str, Any]:
+    """The cell's fields on one level (``Cell.flat``)."""
+    if isinstance(cell, Cell):
+        return cell.flat()
     if isinstance(cell, Mapping):
-        return dict(cell)
-    if hasattr(cell, "to_dict"):
-        return dict(cell.to_dict())
+        return flat_fields(cell)
     raise InputError(f"not a matrix cell: {type(cell).__name__}")
 
 
