@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import csv
 import json
+import time
 from pathlib import Path
 
 import pytest
+from agentsweep.collect.window import window_figures
 from agentsweep.errors import InputError
 from agentsweep.virtual.run import LocalRun, run_local
 
@@ -87,15 +89,38 @@ def test_flags_it_cannot_honour_are_refused_in_one_line(
 
 
 def test_a_run_is_reproducible_to_the_last_digit(tmp_path: Path) -> None:
-    """The same flags give the same run: nothing depends on when the process got the CPU (a second run
-    in the same process also reuses the loaded traces)."""
+    """The same flags give the same run: nothing depends on when the process got the CPU or on the
+    fraction of a second it started at (a second run in the same process also reuses the loaded
+    traces). The server's and the power figures over the window included."""
     figures = []
+    first = time.time()
     for k in range(2):
+        if k:  # the second run starts half a second further into its second than the first
+            time.sleep((first + 0.5 - time.time()) % 1.0)
         run = local_run(tmp_path / str(k), duration=6)
         assert run_local(run, print).reason is None
-        summary = json.loads((run.server_log.parent / "summary.json").read_text())
+        out = run.server_log.parent
+        summary = json.loads((out / "summary.json").read_text())
+        window = summary["window"]
+        start, end = window["start_unix"], window["end_unix"]
+        server, _ = window_figures(out / "server_metrics.csv", start, end)
+        times = [float(r["time_s"]) for r in csv.DictReader((out / "server_metrics.csv").open())]
+        power = [float(r["time_s"]) for r in csv.DictReader((out / "power.csv").open())]
+        # Readings at whole fractions of a second from a whole second; none of the periodic ones on
+        # the window's end, where the millisecond it is dated to would decide which side it falls
+        # on. The last of each reader is taken when the replay ended, dated at the end exactly.
+        assert times[0] == int(times[0]) and power[0] == int(power[0])
+        assert min(abs(t - end) for t in times[:-1] + power[:-1]) >= 0.1
+        assert times[-1] == power[-1] == pytest.approx(end, abs=1e-6)
         figures.append(
-            (summary["counts"], summary["throughput"], summary["latency"], summary["engine_clock"])
+            (
+                summary["counts"],
+                summary["throughput"],
+                summary["latency"],
+                summary["engine_clock"],
+                server,
+                [round(t - start, 6) for t in times + power],
+            )
         )
     assert figures[0] == figures[1]
 

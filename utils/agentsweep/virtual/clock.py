@@ -60,7 +60,10 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def __init__(self, stall_s: float = STALL_S) -> None:
         self._jump = _JumpSelector(stall_s)
         super().__init__(self._jump)
-        self.origin_unix = time.time()  # the Unix time virtual time 0 stands for
+        # The Unix time virtual time 0 stands for: this whole second, so that readings taken at whole
+        # fractions of a second and dated to the millisecond (server_metrics.csv, power.csv) lose
+        # nothing to rounding, and a run's figures do not depend on the fraction it started at.
+        self.origin_unix = float(math.floor(time.time()))
 
     def time(self) -> float:
         return self._jump.now

@@ -224,6 +224,7 @@ async def _run(
     problem: str | None = None
     try:
         sampling.start()
+        await asyncio.sleep(sampling.lead)
         meta = await replayer.run()
         await _settle(server)
     finally:
@@ -297,6 +298,20 @@ class _Sampling:
 
     def _text(self) -> str:
         return render(self.server.registry).decode()
+
+    @property
+    def lead(self) -> float:
+        """How long after the readers' first readings the replay starts: a quarter of the shortest
+        reader's interval.
+
+        On the wall clock the replay waits for every collector's first row too. Here the readers
+        tick at exact multiples of their intervals from that first reading, and the replay's window
+        ends exactly ``duration`` after it starts: started with the readers, its end would fall on a
+        reading, and the millisecond that reading is dated to would decide which side of the edge
+        it falls on, so the same run would give other server and power figures from one start to
+        the next. A quarter interval keeps every edge the duration sets off every tick.
+        """
+        return min(interval for _, interval, _ in self._readers) / 4
 
     def start(self) -> None:
         self._fd = self.scraper.open_output()
