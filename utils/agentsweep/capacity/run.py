@@ -38,6 +38,7 @@ from agentsweep.cell.lifecycle import (
     check_outputs,
     execute_virtual,
     judge,
+    run_cell,
     seal,
     start_versions,
 )
@@ -361,6 +362,14 @@ def run_capacity_cell(
 
 class NoStep(Exception):
     """The job's time limit holds no step: the engine is not started."""
+
+
+def run_planned(plan: CellPlan, options: CellOptions) -> tuple[str, str | None]:
+    """A planned cell to its verdict, (status, reason): its capacity search when it has one, else its
+    one run (``agentsweep cell``, and a sweep's virtual-clock cells in the sweep's own process)."""
+    if plan.cell.capacity is not None:
+        return run_capacity_cell(plan, options)
+    return run_cell(plan, options)
 
 
 def check_resumable(cell: Cell, result_dir: Path) -> None:

@@ -51,12 +51,16 @@ from agentsweep.watchdog import STOP_SIGNALS, Watchdog
 RESULT_FILES = (CELL_JSON, STATUS_TXT, REQUESTS_JSONL, SUMMARY_JSON, CAPACITY_JSON, RECEIPT_JSON)
 
 
+# How a verdict a stop signal ended begins: "interrupted by SIGTERM".
+INTERRUPTED_BY = "interrupted by "
+
+
 class CellInterrupted(Exception):
     """SIGTERM, SIGINT or SIGHUP reached the cell; unwinding stops every child and still writes the verdict."""
 
     def __init__(self, signum: int) -> None:
         self.signum = signum
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        super().__init__(f"{INTERRUPTED_BY}{signal.Signals(signum).name}")
 
 
 def check_result_dir(result_dir: Path) -> None:

@@ -13,9 +13,10 @@ import json
 import os
 from pathlib import Path
 
+from agentsweep.capacity.run import run_planned
 from agentsweep.cell import record
 from agentsweep.cell.accuracy_step import check_ready as check_accuracy_ready
-from agentsweep.cell.lifecycle import check_result_dir, install_signal_handlers, run_cell, seal
+from agentsweep.cell.lifecycle import check_result_dir, install_signal_handlers, seal
 from agentsweep.cell.plan import CellOptions, plan_cell
 from agentsweep.cell.port_allocation import DryRunPortAllocator, FreePortAllocator, PortAllocator
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
@@ -95,12 +96,7 @@ def run(args: argparse.Namespace) -> int:
     # Whoever started the cell (run_cell.sh, a launcher, a sweep) dying stops the cell cleanly too.
     set_parent_death_signal()
     try:
-        if cell.capacity is not None:
-            from agentsweep.capacity.run import run_capacity_cell
-
-            status, _reason = run_capacity_cell(plan, options)
-        else:
-            status, _reason = run_cell(plan, options)
+        status, _reason = run_planned(plan, options)
     finally:
         restore()
     return 0 if status == "SUCCESS" else 1

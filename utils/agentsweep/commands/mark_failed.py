@@ -13,23 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from agentsweep.contract.resultdir.fileio import exists
-from agentsweep.contract.resultdir.files import STATUS_TXT
-from agentsweep.contract.resultdir.status import CellStatus, write_status
+from agentsweep.contract.resultdir.status import mark_failed
 from agentsweep.errors import WriteError
-
-
-def mark_failed(result_dir: Path, reason: str) -> bool:
-    """status.txt of ``result_dir`` saying FAILED and ``reason``; False when one was there already."""
-    if exists(result_dir / STATUS_TXT):
-        return False
-    line = " ".join(reason.split()) or "the launcher stopped before the cell ran"
-    try:
-        result_dir.mkdir(parents=True, exist_ok=True)
-        write_status(result_dir, CellStatus(verdict="FAILED", reasons=(line,)))
-    except OSError as err:
-        raise WriteError(result_dir / STATUS_TXT, err) from None
-    return True
 
 
 def main(argv: list[str] | None = None) -> int:

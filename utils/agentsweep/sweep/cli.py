@@ -28,7 +28,9 @@ from agentsweep.sweep.local import (
     plan_sweep,
     prepare,
     run_collect,
+    run_in_process,
     run_one,
+    runs_in_process,
     signal_number,
 )
 from agentsweep.sweep.lock import sweep_lock
@@ -137,7 +139,10 @@ def _run_plans(plans: list[SweepPlan], launcher: Path, *, collect: bool, plots: 
         for i, run in enumerate(todo, 1):
             print(f"sweep: [{i}/{len(todo)}] {run.exp_name} {_eta(todo, i, start)}", flush=True)
             try:
-                run_one(run, launcher)
+                if runs_in_process(run, launcher):
+                    run_in_process(run, launcher.resolve().parent.parent)
+                else:
+                    run_one(run, launcher)
             except Interrupted as err:
                 interrupted = err
                 print(

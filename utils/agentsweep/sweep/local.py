@@ -20,19 +20,30 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentsweep.cell.plan import plan_cell
-from agentsweep.cell.port_allocation import DryRunPortAllocator
+from agentsweep.capacity.run import check_resumable, run_planned
+from agentsweep.cell.lifecycle import (
+    INTERRUPTED_BY,
+    CellInterrupted,
+    check_result_dir,
+    install_signal_handlers,
+)
+from agentsweep.cell.plan import CellOptions, plan_cell
+from agentsweep.cell.port_allocation import DryRunPortAllocator, FreePortAllocator
 from agentsweep.cell.record import mask_cell, mask_text
 from agentsweep.collect.output import replace_folder
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.contract.resultdir import read_status
+from agentsweep.contract.resultdir.status import mark_failed
 from agentsweep.contract.slo import SloTier
-from agentsweep.errors import InputError
+from agentsweep.errors import AgentsweepError, InputError
 from agentsweep.watchdog import die_with_parent
 
 # How long a cell may take to wind down after Ctrl-C (replayer flush + engine SIGTERM grace) before
 # its process group is killed.
 INTERRUPT_GRACE_S = 90.0
+# The launcher of runner `local`, and the variable that points it at another cell script (tests).
+LOCAL_LAUNCHER = "launch_local.sh"
+CELL_SCRIPT_VAR = "AGENTSWEEP_CELL_SCRIPT"
 
 
 @dataclass
@@ -258,6 +269,51 @@ def run_one(
     else:
         run.state = "INVALID" if status == "INVALID" else "FAILED"
         run.reason = reason or f"launcher exited with status {code} and left no status.txt"
+
+
+def runs_in_process(run: CellRun, launcher: Path, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the sweep runs ``run`` in its own process instead of through ``launcher``: a cell on the
+    virtual clock, whose run is one process anyway, when the launcher is this machine's own
+    (``launch_local.sh``, no other cell script). Starting a launcher, bash and Python again for each
+    such cell would cost more than the cell itself."""
+    return (
+        run.cell.clock == "virtual" and launcher.name == LOCAL_LAUNCHER and not environ.get(CELL_SCRIPT_VAR)
+    )
+
+
+def run_in_process(run: CellRun, repo: Path) -> None:
+    """Run one virtual-clock cell in this process, as ``run_one`` runs a cell through the launcher:
+    the same plan, files and verdict (``agentsweep cell``'s path), relative traces read from the
+    repository root as the launcher runs them; the traces loaded stay loaded for the next cell.
+
+    A stop signal (SIGINT, SIGTERM, SIGHUP) ends the cell with its verdict written, then raises
+    Interrupted; input the cell refuses is its FAILED verdict, and the sweep goes on.
+    """
+    start = time.monotonic()
+    result_dir = run.result_dir.resolve()
+    print(f"sweep: cell -> {result_dir} (in this process: virtual clock)", flush=True)
+    reason: str | None = None
+    restore = install_signal_handlers()
+    try:
+        with contextlib.chdir(repo):
+            check_result_dir(result_dir)
+            plan = plan_cell(run.cell, result_dir, ports=FreePortAllocator())
+            if run.cell.capacity is not None:
+                check_resumable(run.cell, result_dir)
+            _status, reason = run_planned(plan, CellOptions())
+    except CellInterrupted as err:  # before the run started, or as it wrote its verdict
+        reason = str(err)
+    except AgentsweepError as err:
+        mark_failed(result_dir, str(err))
+    finally:
+        restore()
+        run.seconds = time.monotonic() - start
+    status, written = _verdict(run.result_dir)
+    run.state = status if status in ("SUCCESS", "INVALID") else "FAILED"
+    run.reason = written if status != "SUCCESS" else None
+    if reason is not None and reason.startswith(INTERRUPTED_BY):
+        run.state, run.reason = "interrupted", written or reason
+        raise Interrupted(signal.Signals[reason.removeprefix(INTERRUPTED_BY).split()[0]])
 
 
 def _verdict(result_dir: Path) -> tuple[str | None, str | None]:

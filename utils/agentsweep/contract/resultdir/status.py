@@ -9,10 +9,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from agentsweep.contract.resultdir.fileio import read_bytes, write_atomic
+from agentsweep.contract.resultdir.fileio import exists, read_bytes, write_atomic
 from agentsweep.contract.resultdir.files import STATUS_TXT
 from agentsweep.contract.verdict import VERDICTS, Verdict
-from agentsweep.errors import ResultFileError
+from agentsweep.errors import ResultFileError, WriteError
 
 
 class CellStatus(BaseModel):
@@ -63,3 +63,16 @@ def read_status(result_dir: Path) -> CellStatus | None:
         raise ResultFileError(f"{STATUS_TXT}: first line {first[:40]!r}, expected {' or '.join(VERDICTS)}")
     reasons = tuple(line.strip() for line in lines[1:] if line.strip())
     return CellStatus.model_validate({"verdict": first, "reasons": reasons})
+
+
+def mark_failed(result_dir: Path, reason: str) -> bool:
+    """status.txt of ``result_dir`` saying FAILED and ``reason``; False when one was there already."""
+    if exists(result_dir / STATUS_TXT):
+        return False
+    line = " ".join(reason.split()) or "the launcher stopped before the cell ran"
+    try:
+        result_dir.mkdir(parents=True, exist_ok=True)
+        write_status(result_dir, CellStatus(verdict="FAILED", reasons=(line,)))
+    except OSError as err:
+        raise WriteError(result_dir / STATUS_TXT, err) from None
+    return True
