@@ -6,12 +6,15 @@ value (``Cell.to_json`` / ``Cell.parse``): the workflow input ``cell``, the laun
 ``AGENTSWEEP_CELL`` and ``agentsweep cell --cell JSON|@file``.
 
 Its fields come in groups, each a model of its own so that the sweep config reuses them instead of
-restating them: ``CellAxes`` (what the matrix varies), ``EngineSettings`` (what a config entry fixes
-for all its cells), ``RunnerFacts`` (what the matrix resolves from configs/runners.yaml for the
-cell's runner, so that no later part looks the runner up again) and ``ReplayOptions`` (the entry's
-``replay:`` block). Adding a field to one of them is the whole change: the config accepts it (the
+restating them: ``CellAxes`` (what the matrix varies) and ``EngineSettings`` (what a config entry fixes
+for all its cells) are the cell's own fields, the ones the GitHub workflow and every report read
+first; ``RunnerFacts`` (what the matrix resolves from configs/runners.yaml for the cell's runner, so
+that no later part looks the runner up again), ``ReplayOptions`` (the entry's ``replay:`` block) and
+``ValidityLimits`` (its ``validity:`` block) are nested, as ``node``, ``replay`` and ``limits``
+(``GROUPS``; schema 2). Adding a field to one of them is the whole change: the config accepts it (the
 runner file, for a runner fact), the matrix copies it into every cell, and the workflow, the
-launchers and collect carry it without a list to update.
+launchers and collect carry it without a list to update. ``Cell.flat`` is the one-level view
+(summary.csv's columns, the recipe fingerprint); a cell of schema 1, flat, still reads.
 """
 
 from __future__ import annotations
