@@ -15,7 +15,7 @@ from agentsweep.config.matrix import select_cells
 from agentsweep.contract.resultdir import read_status
 from agentsweep.sweep.local import CellRun, runs_in_process
 
-from tests.support import poll_until
+from tests.support import wait_for_file
 
 pytestmark = pytest.mark.slow
 
@@ -56,21 +56,12 @@ def test_sigterm_ends_the_running_cell_with_its_verdict_and_resume_finishes(
     results = tmp_path / "results"
     key_dir = results / "demo-mini"
     proc = _sweep(repo_root, results, "--duration", "3600", env=env)
-    try:
-        requests = key_dir / FIRST / "requests.jsonl"
-        poll_until(
-            lambda: requests.exists() and requests.stat().st_size > 0,
-            timeout=60,
-            interval=0.05,
-            process=proc,
-            what="the first cell's replay",
-        )
+    try:  # the marked processes are killed at teardown should the test fail first
+        wait_for_file(key_dir / FIRST / "requests.jsonl", timeout=60, nonempty=True, process=proc)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        process_tree.kill()
     assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
     assert f"sweep: cell -> {(key_dir / FIRST).resolve()} (in this process: virtual clock)" in out
     assert "launch_local:" not in out  # no launcher process was started
