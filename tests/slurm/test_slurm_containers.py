@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from agentsweep.cell.placement import CELL_ON_HOST_VAR, CONTAINER_ARGS_VAR, HOST_ONLY_NAMES
+from agentsweep.cell.placement import CELL_ON_HOST_VAR, CONTAINER_ARGS_VAR, HOST_ONLY_NAMES, from_environ
 from agentsweep.cell.plan import plan_cell
 from agentsweep.cell.port_allocation import DryRunPortAllocator
 from agentsweep.config import load_runners, select_cells
@@ -165,8 +165,9 @@ def test_the_host_side_plan_starts_each_engine_as_a_container_step_and_the_route
         CELL_ON_HOST_VAR: "1", CONTAINER_ARGS_VAR: flags, "CUDA_VISIBLE_DEVICES": "0,1",
     }  # fmt: skip
     plan = plan_cell(
-        cell, tmp_path / "r", ports=DryRunPortAllocator(), python="/host/venv/bin/python", environ=environ
-    )
+        cell, tmp_path / "r", ports=DryRunPortAllocator(), python="/host/venv/bin/python", environ=environ,
+        placement=from_environ(cell, environ),
+    )  # fmt: skip
     assert plan.placement is not None and plan.placement.runtime == "pyxis"
     for k, inst in enumerate(plan.instances):
         argv = inst.engine.argv

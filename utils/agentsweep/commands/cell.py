@@ -17,6 +17,7 @@ from agentsweep.capacity.run import run_planned
 from agentsweep.cell import record
 from agentsweep.cell.accuracy_step import check_ready as check_accuracy_ready
 from agentsweep.cell.lifecycle import check_result_dir, install_signal_handlers, seal
+from agentsweep.cell.placement import from_environ
 from agentsweep.cell.plan import CellOptions, plan_cell
 from agentsweep.cell.port_allocation import DryRunPortAllocator, FreePortAllocator, PortAllocator
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
@@ -69,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         cell = _cell(args.cell, env)
         refuse_other_image(cell.image, cell.image_digest, env)
-        plan = plan_cell(cell, result_dir, ports=_ports(env, args.dry_run))
+        placement = from_environ(cell, env)  # the Slurm job's nodes, when the cell spans several
+        plan = plan_cell(cell, result_dir, ports=_ports(env, args.dry_run), placement=placement)
         if not args.dry_run:
             check_accuracy_ready(cell)
         if cell.capacity is not None and not args.dry_run:
