@@ -28,6 +28,7 @@ from agentsweep.capacity.search import next_step, tier_results
 from agentsweep.capacity.steps import leftovers, measured_steps, step_cell, step_record
 from agentsweep.cell import record
 from agentsweep.cell.accuracy_step import accuracy_check, run_accuracy_step
+from agentsweep.cell.accuracy_step import check_ready as check_accuracy_ready
 from agentsweep.cell.engine_process import EngineFailed, copy_log_section, log_size
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.executor import EngineGroup, replay, show_tail
@@ -362,6 +363,14 @@ def run_capacity_cell(
 
 class NoStep(Exception):
     """The job's time limit holds no step: the engine is not started."""
+
+
+def check_startable(cell: Cell, result_dir: Path) -> None:
+    """Before any engine starts, what would stop the cell later (InputError): the accuracy harness
+    it needs, and for a capacity search the steps kept in ``result_dir``."""
+    check_accuracy_ready(cell)
+    if cell.capacity is not None:
+        check_resumable(cell, result_dir)
 
 
 def run_planned(plan: CellPlan, options: CellOptions) -> tuple[str, str | None]:

@@ -13,9 +13,8 @@ import json
 import os
 from pathlib import Path
 
-from agentsweep.capacity.run import run_planned
+from agentsweep.capacity.run import check_startable, run_planned
 from agentsweep.cell import record
-from agentsweep.cell.accuracy_step import check_ready as check_accuracy_ready
 from agentsweep.cell.lifecycle import check_result_dir, install_signal_handlers, seal
 from agentsweep.cell.placement import from_environ
 from agentsweep.cell.plan import CellOptions, plan_cell
@@ -73,11 +72,7 @@ def run(args: argparse.Namespace) -> int:
         placement = from_environ(cell, env)  # the Slurm job's nodes, when the cell spans several
         plan = plan_cell(cell, result_dir, ports=_ports(env, args.dry_run), placement=placement)
         if not args.dry_run:
-            check_accuracy_ready(cell)
-        if cell.capacity is not None and not args.dry_run:
-            from agentsweep.capacity.run import check_resumable
-
-            check_resumable(cell, result_dir)
+            check_startable(cell, result_dir)
     except AgentsweepError as err:
         if not args.dry_run:
             _record_refusal(result_dir, args, err)

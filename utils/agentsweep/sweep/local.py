@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentsweep.capacity.run import check_resumable, run_planned
+from agentsweep.capacity.run import check_startable, run_planned
 from agentsweep.cell.lifecycle import (
     INTERRUPTED_BY,
     CellInterrupted,
@@ -298,8 +298,7 @@ def run_in_process(run: CellRun, repo: Path) -> None:
         with contextlib.chdir(repo):
             check_result_dir(result_dir)
             plan = plan_cell(run.cell, result_dir, ports=FreePortAllocator())
-            if run.cell.capacity is not None:
-                check_resumable(run.cell, result_dir)
+            check_startable(run.cell, result_dir)
             _status, reason = run_planned(plan, CellOptions())
     except CellInterrupted as err:  # before the run started, or as it wrote its verdict
         reason = str(err)
