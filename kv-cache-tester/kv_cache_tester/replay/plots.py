@@ -28,8 +28,13 @@ def write_plot(out_dir: Path) -> str | None:
     for phase, color in (("warmup", "tab:gray"), ("profile", "tab:blue")):
         rows = [r for r in ok if r["phase"] == phase]
         if rows:
-            ax1.scatter(
-                [r["t_dispatch"] for r in rows], [r["ttft_s"] for r in rows], s=3, c=color, label=phase
+            ax1.plot(
+                [r["t_dispatch"] for r in rows],
+                [r["ttft_s"] for r in rows],
+                ".",
+                markersize=2,
+                color=color,
+                label=phase,
             )
     ax1.set_ylabel("TTFT (s)")
     ax1.set_yscale("log")
@@ -51,7 +56,7 @@ def write_plot(out_dir: Path) -> str | None:
     ax3.plot(xs, toks, color="tab:orange", label="output ktok/s")
     ax3.set_ylabel("output ktok/s")
     fig.suptitle(f"{len(ok)} ok / {len(records)} requests")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.08, right=0.92, bottom=0.09, top=0.93, hspace=0.08)
     fig.savefig(out_dir / PLOT_FILE, dpi=100)
     plt.close(fig)
     return None
