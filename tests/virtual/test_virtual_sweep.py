@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from agentsweep.config.matrix import select_cells
 from agentsweep.contract.resultdir import read_status
-from agentsweep.sweep.local import CellRun, runs_in_process
+from agentsweep.sweep.local import CellRun, run_in_process, runs_in_process
 
 from tests.support import wait_for_file
 
@@ -79,3 +79,19 @@ def test_sigterm_ends_the_running_cell_with_its_verdict_and_resume_finishes(
         assert found is not None and found.verdict == "SUCCESS", cell.exp_name
         assert (key_dir / cell.exp_name / "receipt.json").exists()
     assert (key_dir / "aggregated" / "summary.csv").exists()
+
+
+def test_a_cell_refused_in_the_sweeps_process_is_recorded_as_agentsweep_cell_records_it(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    """A cell its plan refuses (a simulated cell that names no GPU, written by hand) is refused before
+    any engine starts: its FAILED verdict, cell.json and receipt are written, the run says why, and
+    the sweep goes on to the next cell."""
+    (cell,) = select_cells(None, ["demo-mini"], offload=["on"])
+    bare = cell.replace(clock="virtual", runner="mybox", hardware="")
+    run = CellRun(bare, tmp_path / "r")
+    run_in_process(run, repo_root)
+    assert run.state == "FAILED" and run.reason is not None and "names the GPU it simulates" in run.reason
+    found = read_status(tmp_path / "r")
+    assert found is not None and found.verdict == "FAILED" and found.reason == run.reason
+    assert (tmp_path / "r" / "cell.json").exists() and (tmp_path / "r" / "receipt.json").exists()

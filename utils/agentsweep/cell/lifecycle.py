@@ -43,7 +43,7 @@ from agentsweep.contract.resultdir import (
 )
 from agentsweep.contract.verdict import Check, Verdict
 from agentsweep.energy.summary import cell_power_summary
-from agentsweep.errors import InputError
+from agentsweep.errors import AgentsweepError, InputError
 from agentsweep.images.local import image_record
 from agentsweep.validity import evaluate
 from agentsweep.watchdog import STOP_SIGNALS, Watchdog
@@ -72,6 +72,37 @@ def check_result_dir(result_dir: Path) -> None:
         raise InputError(
             f"RESULT_DIR={result_dir}: already holds a cell result ({', '.join(present)}); use an empty directory"
         )
+
+
+def record_refusal(result_dir: Path, raw: dict[str, object], reason: str) -> None:
+    """A cell refused before it ran (bad input, a kept step it cannot stand on) still leaves its
+    FAILED verdict, its cell.json with the cell as given and its receipt, when its result directory is
+    usable; never raises."""
+    try:
+        check_result_dir(result_dir)
+        record.write_result(
+            result_dir,
+            cell=raw,
+            engine_command=[],
+            engine_env={},
+            replay_command=[],
+            versions={},
+            start_utc=record.utc_now(),
+            status="FAILED",
+            reasons=[reason],
+            extra=image_record(raw, os.environ),
+        )
+        seal(result_dir, _typed_or_raw(raw), None, lambda line: None)
+    except (AgentsweepError, OSError):
+        pass
+
+
+def _typed_or_raw(raw: dict[str, object]) -> Cell | dict[str, object]:
+    """The cell typed when it is a valid one (refused later, for its port say), else as given."""
+    try:
+        return Cell.parse(raw)
+    except AgentsweepError:
+        return raw
 
 
 def install_signal_handlers() -> Callable[[], None]:

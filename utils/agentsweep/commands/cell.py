@@ -15,13 +15,13 @@ from pathlib import Path
 
 from agentsweep.capacity.run import check_startable, run_planned
 from agentsweep.cell import record
-from agentsweep.cell.lifecycle import check_result_dir, install_signal_handlers, seal
+from agentsweep.cell.lifecycle import check_result_dir, install_signal_handlers, record_refusal
 from agentsweep.cell.placement import from_environ
 from agentsweep.cell.plan import CellOptions, plan_cell
 from agentsweep.cell.port_allocation import DryRunPortAllocator, FreePortAllocator, PortAllocator
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import AgentsweepError, InputError
-from agentsweep.images.local import image_record, refuse_other_image
+from agentsweep.images.local import refuse_other_image
 from agentsweep.watchdog import set_parent_death_signal
 
 
@@ -129,33 +129,8 @@ def _ports(env: os._Environ[str], dry_run: bool) -> PortAllocator:
 
 def _record_refusal(result_dir: Path, args: argparse.Namespace, err: AgentsweepError) -> None:
     """A cell refused for bad input still leaves a FAILED verdict, and its receipt, when its result dir
-    is usable."""
-    try:
-        check_result_dir(result_dir)
-        raw = _raw_cell(args.cell or os.environ.get(CELL_ENV_VAR, ""))
-        record.write_result(
-            result_dir,
-            cell=raw,
-            engine_command=[],
-            engine_env={},
-            replay_command=[],
-            versions={},
-            start_utc=record.utc_now(),
-            status="FAILED",
-            reasons=[err.render()],
-            extra=image_record(raw, os.environ),
-        )
-        seal(result_dir, _typed_or_raw(raw), None, lambda line: None)
-    except (AgentsweepError, OSError):
-        pass
-
-
-def _typed_or_raw(raw: dict[str, object]) -> Cell | dict[str, object]:
-    """The cell typed when it is a valid one (refused later, for its port say), else as given."""
-    try:
-        return Cell.parse(raw)
-    except AgentsweepError:
-        return raw
+    is usable (the cell as much of it as can be read)."""
+    record_refusal(result_dir, _raw_cell(args.cell or os.environ.get(CELL_ENV_VAR, "")), err.render())
 
 
 def _raw_cell(text: str) -> dict[str, object]:

@@ -26,6 +26,7 @@ from agentsweep.cell.lifecycle import (
     CellInterrupted,
     check_result_dir,
     install_signal_handlers,
+    record_refusal,
 )
 from agentsweep.cell.plan import CellOptions, plan_cell
 from agentsweep.cell.port_allocation import DryRunPortAllocator, FreePortAllocator
@@ -33,7 +34,6 @@ from agentsweep.cell.record import mask_cell, mask_text
 from agentsweep.collect.output import replace_folder
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.contract.resultdir import read_status
-from agentsweep.contract.resultdir.status import mark_failed
 from agentsweep.contract.slo import SloTier
 from agentsweep.errors import AgentsweepError, InputError
 from agentsweep.watchdog import die_with_parent
@@ -292,7 +292,7 @@ def run_in_process(run: CellRun, repo: Path) -> None:
     start = time.monotonic()
     result_dir = run.result_dir.resolve()
     print(f"sweep: cell -> {result_dir} (in this process: virtual clock)", flush=True)
-    reason: str | None = None
+    reason = refused = None
     restore = install_signal_handlers()
     try:
         with contextlib.chdir(repo):
@@ -302,14 +302,15 @@ def run_in_process(run: CellRun, repo: Path) -> None:
             _status, reason = run_planned(plan, CellOptions())
     except CellInterrupted as err:  # before the run started, or as it wrote its verdict
         reason = str(err)
-    except AgentsweepError as err:
-        mark_failed(result_dir, str(err))
+    except AgentsweepError as err:  # as `agentsweep cell` records a refusal
+        refused = err.render()
+        record_refusal(result_dir, run.cell.model_dump(mode="json"), refused)
     finally:
         restore()
         run.seconds = time.monotonic() - start
     status, written = _verdict(run.result_dir)
     run.state = status if status in ("SUCCESS", "INVALID") else "FAILED"
-    run.reason = written if status != "SUCCESS" else None
+    run.reason = (written or refused) if status != "SUCCESS" else None
     if reason is not None and reason.startswith(INTERRUPTED_BY):
         run.state, run.reason = "interrupted", written or reason
         raise Interrupted(signal.Signals[reason.removeprefix(INTERRUPTED_BY).split()[0]])
