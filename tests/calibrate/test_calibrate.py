@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from agentsweep.calibrate import fit as F
+from agentsweep.calibrate.cli import error_table
 from agentsweep.calibrate.points import DEFAULT_POINTS, MODEL_NAME, read_points
 from agentsweep.calibrate.run import CYCLES as RUN_CYCLES
 from agentsweep.calibrate.steady import CHUNK, KV_CACHE_DTYPE, closed_loop, length_bounds
@@ -117,6 +118,34 @@ def test_missing_column(tmp_path: Path) -> None:
     path.write_text("hardware,precision\nh200,fp8\n")
     with pytest.raises(InputError, match="missing column"):
         read_points(path)
+
+
+def test_the_error_table_has_a_line_per_hardware_and_precision_with_its_versions_together(
+    tmp_path: Path,
+) -> None:
+    """The leave-one-out table answers per hardware and precision (an older engine version's points
+    beside the current ones), then per hardware, then over all."""
+    header = "hardware,precision,isl,osl,tp,ep,conc,tput_per_gpu,median_intvty,median_ttft_s,image\n"
+    path = tmp_path / "p.csv"
+    rows = [
+        "b200,fp4,1024,1024,8,8,64,100,10,1,lmsysorg/sglang:v0.5.12-cu130",
+        "b200,fp4,1024,1024,8,8,64,100,10,1,lmsysorg/sglang:v0.5.9-cu130",
+        "b200,fp8,1024,1024,8,8,64,100,10,1,lmsysorg/sglang:v0.5.12-cu130",
+        "h200,fp8,1024,1024,8,1,64,100,10,1,lmsysorg/sglang:v0.5.9-cu130",
+    ]
+    path.write_text(header + "".join(r + "\n" for r in rows))
+    _, points = read_points(path)
+    assert len({p.group for p in points if p.hardware == "b200" and p.precision == "fp4"}) == 2
+    # Predictions off by 10% and 30% (b200/fp4), 50% (b200/fp8) and 0 (h200), on every measure.
+    off = [1.1, 1.3, 1.5, 1.0]
+    table = error_table([(p, [100 * f, 10 * f, f]) for p, f in zip(points, off, strict=True)])
+    keys = [line.split()[0] for line in table]
+    assert keys == ["b200/fp4", "b200/fp8", "h200/fp8", "b200", "h200", "all"]
+    by_key = {line.split()[0]: line for line in table}
+    assert "  2 points  " in by_key["b200/fp4"] and "TTFT  20.0%" in by_key["b200/fp4"]
+    assert "TTFT  50.0%" in by_key["b200/fp8"] and "TTFT   0.0%" in by_key["h200/fp8"]
+    assert "  3 points  " in by_key["b200"] and "TTFT  30.0%" in by_key["b200"]
+    assert "  4 points  " in by_key["all"] and "TTFT  20.0%" in by_key["all"]
 
 
 def test_stand_in_reacts_to_the_coefficients_as_physics_says() -> None:

@@ -69,13 +69,16 @@ def _medians(rows: Sequence[tuple[Point, Sequence[float]]]) -> list[float]:
 
 
 def error_table(rows: Sequence[tuple[Point, Sequence[float]]]) -> list[str]:
-    """Median absolute error per measure, overall and per hardware, as printable lines."""
+    """Median absolute error per measure, as printable lines: per hardware and precision (the engine
+    versions of one together), per hardware, then over all."""
     lines = []
-    for hw in [*sorted({p.hardware for p, _ in rows}), "all"]:
-        sel = [(p, v) for p, v in rows if hw in ("all", p.hardware)]
+    pairs = sorted({(p.hardware, p.precision) for p, _ in rows})
+    hardware = sorted({hw for hw, _ in pairs})
+    for key in [*(f"{hw}/{prec}" for hw, prec in pairs), *hardware, "all"]:
+        sel = [(p, v) for p, v in rows if key in ("all", p.hardware, f"{p.hardware}/{p.precision}")]
         med = _medians(sel)
         lines.append(
-            f"  {hw:<7} {len(sel):>3} points  "
+            f"  {key:<11} {len(sel):>3} points  "
             + "  ".join(f"{name} {100 * m:5.1f}%" for (_, name), m in zip(MEASURES, med, strict=True))
         )
     return lines
