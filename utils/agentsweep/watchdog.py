@@ -49,7 +49,10 @@ def stop_on_signal(
         received.append(signum)
         for sig in signals:
             signal.signal(sig, signal.SIG_IGN)
-        stop.set()
+        # Not stop.set() here: the handler runs in the main thread between two bytecodes, possibly
+        # while that thread holds the event's own lock inside stop.wait(), and set() would then wait
+        # for that lock forever. Another thread sets it once the main thread lets the lock go.
+        threading.Thread(target=stop.set, name="stop-signal", daemon=True).start()
 
     previous = {sig: signal.signal(sig, _stop) for sig in signals}
     try:
