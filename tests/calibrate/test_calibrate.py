@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from agentsweep.calibrate import fit as F
 from agentsweep.calibrate.cli import error_table
-from agentsweep.calibrate.points import DEFAULT_POINTS, MODEL_NAME, read_points
+from agentsweep.calibrate.points import DEFAULT_POINTS, MODEL_NAME, Point, read_points
 from agentsweep.calibrate.run import CYCLES as RUN_CYCLES
 from agentsweep.calibrate.steady import CHUNK, KV_CACHE_DTYPE, closed_loop, length_bounds
 from agentsweep.engine_sim import cli as sim_cli
@@ -25,6 +25,13 @@ def _csv(tmp_path: Path, *rows: str) -> Path:
     path = tmp_path / "points.csv"
     path.write_text(HEADER + "".join(r + "\n" for r in rows))
     return path
+
+
+def _imaged_points(tmp_path: Path, *rows: str) -> list[Point]:
+    """Points read from ``rows`` under a header that names each row's image (its engine version)."""
+    path = tmp_path / "p.csv"
+    path.write_text(HEADER.replace(",run_url", ",image") + "".join(r + "\n" for r in rows))
+    return read_points(path)[1]
 
 
 def _calibrate(*args: str) -> subprocess.CompletedProcess[str]:
@@ -63,9 +70,8 @@ def test_shipped_points_read_with_provenance() -> None:
 def test_points_are_grouped_by_software_generation(tmp_path: Path) -> None:
     """B200 rows from images before SGLang v0.5.12 (or naming none) get their own coefficients, MI355X
     rows before v0.5.9 theirs; the other hardware keeps one group per precision whatever the image."""
-    header = "hardware,precision,isl,osl,tp,ep,conc,tput_per_gpu,median_intvty,median_ttft_s,image\n"
-    path = tmp_path / "p.csv"
-    rows = [
+    points = _imaged_points(
+        tmp_path,
         "b200,fp4,1024,1024,8,8,64,1,1,1,lmsysorg/sglang:v0.5.12-cu130",
         "b200,fp4,1024,1024,8,8,64,1,1,1,lmsysorg/sglang:v0.5.13-cu130",
         "b200,fp8,1024,1024,8,8,64,1,1,1,lmsysorg/sglang:v0.5.9-cu130",
@@ -73,9 +79,7 @@ def test_points_are_grouped_by_software_generation(tmp_path: Path) -> None:
         "h200,fp8,1024,1024,8,1,64,1,1,1,lmsysorg/sglang:v0.5.9-cu130",
         "mi355x,fp8,1024,1024,8,1,64,1,1,1,lmsysorg/sglang:v0.5.9-rocm700-mi35x",
         "mi355x,fp4,1024,1024,8,1,64,1,1,1,",
-    ]
-    path.write_text(header + "".join(r + "\n" for r in rows))
-    _, points = read_points(path)
+    )
     assert [p.group for p in points] == [
         "b200/fp4",
         "b200/fp4",
@@ -125,16 +129,13 @@ def test_the_error_table_has_a_line_per_hardware_and_precision_with_its_versions
 ) -> None:
     """The leave-one-out table answers per hardware and precision (an older engine version's points
     beside the current ones), then per hardware, then over all."""
-    header = "hardware,precision,isl,osl,tp,ep,conc,tput_per_gpu,median_intvty,median_ttft_s,image\n"
-    path = tmp_path / "p.csv"
-    rows = [
+    points = _imaged_points(
+        tmp_path,
         "b200,fp4,1024,1024,8,8,64,100,10,1,lmsysorg/sglang:v0.5.12-cu130",
         "b200,fp4,1024,1024,8,8,64,100,10,1,lmsysorg/sglang:v0.5.9-cu130",
         "b200,fp8,1024,1024,8,8,64,100,10,1,lmsysorg/sglang:v0.5.12-cu130",
         "h200,fp8,1024,1024,8,1,64,100,10,1,lmsysorg/sglang:v0.5.9-cu130",
-    ]
-    path.write_text(header + "".join(r + "\n" for r in rows))
-    _, points = read_points(path)
+    )
     assert len({p.group for p in points if p.hardware == "b200" and p.precision == "fp4"}) == 2
     # Predictions off by 10% and 30% (b200/fp4), 50% (b200/fp8) and 0 (h200), on every measure.
     off = [1.1, 1.3, 1.5, 1.0]
