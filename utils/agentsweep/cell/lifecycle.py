@@ -63,6 +63,14 @@ class CellInterrupted(Exception):
         super().__init__(f"{INTERRUPTED_BY}{signal.Signals(signum).name}")
 
 
+def interrupted_by(reason: str | None) -> int | None:
+    """The signal a verdict's reason says stopped the cell (``CellInterrupted``'s text), else None."""
+    if reason is None or not reason.startswith(INTERRUPTED_BY):
+        return None
+    name = reason.removeprefix(INTERRUPTED_BY).split(maxsplit=1)[0]
+    return signal.Signals[name] if name in signal.Signals.__members__ else None
+
+
 def check_result_dir(result_dir: Path) -> None:
     """Refuse a directory that already holds a cell's results (nothing is overwritten silently)."""
     if result_dir.exists() and not result_dir.is_dir():

@@ -309,10 +309,10 @@ def plan_cell(
     Everything the plan needs of the cell's runner (hardware, node size, KV links) is in the cell.
     Every other port (the instances behind a router, prefill bootstrap ports, KV handshake ports, the
     router's metrics) comes from ``ports``: real ones of this host, or a dry run's placeholders. A
-    cell spanning several nodes of its Slurm job (``placement``) starts each instance as a job step on its node, bound to the node's address, on ports
-    reserved on that node before anything starts; the router stays here, on node 0. The caller finds
-    the placement (``placement.from_environ``, which asks Slurm): planning asks nothing of the system
-    but the ports ``ports`` gives.
+    cell spanning several nodes of its Slurm job (``placement``) starts each instance as a job step on
+    its node, bound to the node's address, on ports reserved on that node before anything starts; the
+    router stays here, on node 0. The caller finds the placement (``placement.from_environ``, which
+    asks Slurm): planning asks nothing of the system but the ports ``ports`` gives.
     """
     engine_recipe = recipe(cell.engine)
     shapes = instance_shapes(cell)

@@ -24,7 +24,7 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Final, Literal, get_args
 
 from kv_cache_tester.inputfiles import InputFileProblem, read_limited
 from kv_cache_tester.replay.memory import MAX_PROMPT_TOKENS
@@ -589,7 +589,7 @@ def preset_duration_error(preset: str, duration: int) -> str | None:
 # The cell's JSON layout. 1: every field at the top (the cells of runs before the nesting; still read,
 # see ``lift_schema_1``); 2: the runner's facts, the replay options and the validity limits as
 # objects of their own (``node``, ``replay``, ``limits``) and engine_env a mapping.
-CELL_SCHEMA = 2
+CELL_SCHEMA: Final = 2
 # The nested groups: each field's name in a cell of schema 1 is its name inside the group.
 GROUPS: dict[str, type[Frozen]] = {"node": RunnerFacts, "replay": ReplayOptions, "limits": ValidityLimits}
 
@@ -641,7 +641,7 @@ class Cell(EngineSettings, CellAxes):
     node: RunnerFacts = Field(default_factory=RunnerFacts)
     replay: ReplayOptions = Field(default_factory=ReplayOptions)
     limits: ValidityLimits = Field(default_factory=ValidityLimits)
-    schema_version: Literal[2] = 2  # CELL_SCHEMA
+    schema_version: Literal[2] = CELL_SCHEMA
 
     @model_validator(mode="before")
     @classmethod

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agentsweep.capacity.run import run_capacity_cell
-from agentsweep.cell.lifecycle import INTERRUPTED_BY, CellInterrupted, install_signal_handlers
+from agentsweep.cell.lifecycle import CellInterrupted, install_signal_handlers, interrupted_by
 from agentsweep.cell.plan import CellOptions, plan_cell
 from agentsweep.cell.port_allocation import FreePortAllocator
 from agentsweep.contract.cell import Cell
@@ -52,7 +52,7 @@ def run_searches(cells: list[Cell], root: Path, say: Callable[[str], None]) -> l
             status, reason = run_capacity_cell(plan, CellOptions(), log=lambda line: None)
             say(f"[{i}/{len(cells)}] {cell.exp_name}: {status}" + (f": {reason}" if reason else ""))
             ran.append(cell.exp_name)
-            if reason and reason.startswith(INTERRUPTED_BY):
+            if interrupted_by(reason) is not None:
                 raise PlanInterrupted(reason)
     except CellInterrupted as err:  # between two searches, or as a search wrote its verdict
         raise PlanInterrupted(str(err)) from None

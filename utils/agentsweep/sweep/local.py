@@ -22,10 +22,10 @@ from pathlib import Path
 
 from agentsweep.capacity.run import check_startable, run_planned
 from agentsweep.cell.lifecycle import (
-    INTERRUPTED_BY,
     CellInterrupted,
     check_result_dir,
     install_signal_handlers,
+    interrupted_by,
     record_refusal,
 )
 from agentsweep.cell.plan import CellOptions, plan_cell
@@ -311,9 +311,10 @@ def run_in_process(run: CellRun, repo: Path) -> None:
     status, written = _verdict(run.result_dir)
     run.state = status if status in ("SUCCESS", "INVALID") else "FAILED"
     run.reason = (written or refused) if status != "SUCCESS" else None
-    if reason is not None and reason.startswith(INTERRUPTED_BY):
+    signum = interrupted_by(reason)
+    if signum is not None:
         run.state, run.reason = "interrupted", written or reason
-        raise Interrupted(signal.Signals[reason.removeprefix(INTERRUPTED_BY).split()[0]])
+        raise Interrupted(signum)
 
 
 def _verdict(result_dir: Path) -> tuple[str | None, str | None]:

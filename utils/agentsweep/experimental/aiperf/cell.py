@@ -50,10 +50,9 @@ from agentsweep.experimental.aiperf.venv import AIPERF_VERSION, default_venv, en
 ARTIFACT_SUBDIR = "aiperf"  # AIPerf's own exports, kept inside the result directory
 
 
-def _get(cell: Any, name: str, default: Any = None) -> Any:
-    """A cell field by its flat name (``Cell.flat``), from a Cell or a cell's dict of either schema
-    (None when unset)."""
-    value = cell_fields(cell).get(name, default)
+def _get(fields: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    """A cell field by its flat name from ``cell_fields``'s mapping (``default`` when unset)."""
+    value = fields.get(name, default)
     return default if value is None else value
 
 
@@ -97,21 +96,22 @@ def profile_args(
     word_tokenizer: bool,
 ) -> list[str]:
     """The ``aiperf profile`` argv for a cell (see the table in the module docstring)."""
-    users = int(_get(cell, "users", 1))
+    fields = cell_fields(cell)
+    users = int(_get(fields, "users", 1))
     argv = [
         str(aiperf),
         "profile",
         "--model",
-        str(_get(cell, "model")),
+        str(_get(fields, "model")),
         "--url",
         endpoint,
         "--endpoint-type",
-        str(_get(cell, "api", "chat")),
+        str(_get(fields, "api", "chat")),
         "--streaming",
         "--concurrency",
         str(users),
         "--benchmark-duration",
-        str(int(_get(cell, "duration", 60))),
+        str(int(_get(fields, "duration", 60))),
         "--use-server-token-count",
         "--custom-dataset-type",
         prepared.dataset_type,
@@ -127,23 +127,23 @@ def profile_args(
     ]
     if prepared.dataset_type == "weka-trace":
         argv.append("--allow-dataset-wrap")
-        if _get(cell, "timing_strategy", "think-only") != "original":
+        if _get(fields, "timing_strategy", "think-only") != "original":
             argv.append("--use-think-time-only")
     else:
         argv += ["--isl-block-size", str(prepared.block_size)]
     if word_tokenizer:
         argv += ["--prompt-corpus", "sonnet"]  # the corpus the word tokenizer's vocabulary came from
-    seed = _get(cell, "seed")
+    seed = _get(fields, "seed")
     if seed is not None:
         argv += ["--random-seed", str(int(seed))]
-    warm = int(_get(cell, "warmup_requests", 0) or 0)
+    warm = int(_get(fields, "warmup_requests", 0) or 0)
     if warm > 0:
         argv += ["--warmup-request-count", str(warm * users)]
     if metrics_url:
         argv += ["--server-metrics", metrics_url]
     else:
         argv.append("--no-server-metrics")
-    if _get(cell, "ignore_eos", False):
+    if _get(fields, "ignore_eos", False):
         argv += ["--extra-inputs", "ignore_eos:true"]
     return argv
 
@@ -183,10 +183,11 @@ def run_aiperf_cell(
     InputError, a missing AIPerf RunError.
     """
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    fields = cell_fields(cell)
     result_dir.mkdir(parents=True, exist_ok=True)
     aiperf = ensure_aiperf(install=install, log=say)
-    engine = str(_get(cell, "engine", "sim"))
-    speed = float(_get(cell, "speed", 1.0) or 1.0)
+    engine = str(_get(fields, "engine", "sim"))
+    speed = float(_get(fields, "speed", 1.0) or 1.0)
     artifact_dir = result_dir / ARTIFACT_SUBDIR
     if artifact_dir.exists():
         shutil.rmtree(artifact_dir)
@@ -194,11 +195,11 @@ def run_aiperf_cell(
     env = dict(os.environ)
     try:
         prepared = prepare_input(
-            str(_get(cell, "traces")),
+            str(_get(fields, "traces")),
             work,
             time_scale=1.0 / speed,
-            max_delay=_get(cell, "max_delay"),
-            max_context=int(_get(cell, "max_context", 0) or 0) or None,
+            max_delay=_get(fields, "max_delay"),
+            max_context=int(_get(fields, "max_context", 0) or 0) or None,
             fmt=trace_format,
         )
         word = engine == "sim"
@@ -208,7 +209,7 @@ def run_aiperf_cell(
             env.pop("HF_HUB_OFFLINE", None)
             env.pop("TRANSFORMERS_OFFLINE", None)
         else:
-            tokenizer = str(_get(cell, "model"))
+            tokenizer = str(_get(fields, "model"))
         metrics_url = endpoint_url.rstrip("/") + metrics_path if metrics_path else None
         argv = profile_args(
             cell,
@@ -222,7 +223,7 @@ def run_aiperf_cell(
         )
         say(
             f"aiperf: {prepared.traces} traces ({prepared.requests} requests) as {prepared.dataset_type}; "
-            f"{_get(cell, 'users')} users for {_get(cell, 'duration')} s"
+            f"{_get(fields, 'users')} users for {_get(fields, 'duration')} s"
         )
         rc, reason, cpu_s, wall_s = _run(argv, env, result_dir / "aiperf.log")
         if not (artifact_dir / RECORDS_FILE).is_file():
@@ -235,13 +236,13 @@ def run_aiperf_cell(
             "aiperf_argv": argv,
             "dataset_type": prepared.dataset_type,
             "tokenizer": "word-level (simulated engine)" if word else tokenizer,
-            "cell": cell_fields(cell),
+            "cell": fields,
         }
         summary = write_outputs(
             artifact_dir,
             result_dir,
             prepared,
-            users=int(_get(cell, "users", 1)),
+            users=int(_get(fields, "users", 1)),
             options=options,
             cpu_s=cpu_s,
             wall_s=wall_s,
