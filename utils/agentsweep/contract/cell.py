@@ -609,7 +609,11 @@ def lift_schema_1(data: dict[str, Any]) -> dict[str, Any]:
         base = out.get(group)
         if isinstance(base, BaseModel):
             base = base.model_dump()
-        out[group] = {**base, **moved} if isinstance(base, dict) else moved if base is None else base
+        if base is None:
+            out[group] = moved
+        elif isinstance(base, dict):
+            out[group] = {**base, **moved}
+        # anything else stays as given, for the group's own check to name
     node = out.get("node")
     runner = out.get("runner")
     if runner in HARDWARE and (node is None or (isinstance(node, dict) and "hardware" not in node)):
