@@ -8,7 +8,10 @@ import json
 from typing import Any
 
 import pytest
+from agentsweep.collect.aggregate import Row
+from agentsweep.collect.power import power_columns
 from agentsweep.contract.cell import Cell
+from agentsweep.energy.summary import PowerAudit, PowerSummary
 from agentsweep.export.build import Point, flat_row, nested_row
 from agentsweep.export.models import flatten, row_json
 from agentsweep.export.schema import SCHEMA_DIR, SCHEMA_FILES, generated, problems, render, shipped
@@ -64,6 +67,7 @@ def _values() -> dict[str, Any]:
         requests_warmup=4,
         req_records=46,
         failed_by_class='{"timeout":2}',
+        preset_deviations="[]",
         kv_pool_tokens=160000,
         stability_subwindow_s=3.0,
         stability_expected_window_count=3,
@@ -110,15 +114,22 @@ POWER = {
 }
 
 
-def _power_values(*, valid: bool, reasons: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
-    """collect's power columns of a cell (every figure empty while power is invalid)."""
-    return {
-        "power_valid": valid,
+def _power_summary(*, valid: bool, reasons: tuple[tuple[str, str], ...] = ()) -> PowerSummary:
+    """A cell's power summary (every figure empty while power is invalid)."""
+    return PowerSummary(
+        power_valid=valid,
         **{name: value if valid else None for name, value in POWER.items()},
-        "power_reasons": json.dumps([text for _, text in reasons]),
-        "power_reason_codes": json.dumps([code for code, _ in reasons]),
-        "power_audit": json.dumps(AUDIT, sort_keys=True, separators=(",", ":")),
-    }
+        reasons=tuple(text for _, text in reasons),
+        audit=PowerAudit(**AUDIT),
+        reason_codes=tuple(code for code, _ in reasons),
+    )
+
+
+def _power_values(*, valid: bool, reasons: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
+    """collect's power columns of a cell, and the summary they render (``power``)."""
+    power = _power_summary(valid=valid, reasons=reasons)
+    figures, _ = power_columns(power, _powered())
+    return {**figures, "power": power}
 
 
 def _powered(**extra: Any) -> Cell:
@@ -126,16 +137,18 @@ def _powered(**extra: Any) -> Cell:
     return _cell(power_source="dcgm", power_endpoint="engine", **extra)
 
 
-def _point(cell: Cell | None = None, outcome: str = "SUCCESS", reason: str = "", **values: Any) -> Point:
-    return Point(
-        "x",
-        outcome,  # type: ignore[arg-type]
-        cell or _cell(),
-        {**_values(), **values},
-        {"router": None},
-        reason,
-        {"timeout": 2},
-    )
+def _point(
+    cell: Cell | None = None,
+    outcome: str = "SUCCESS",
+    reason: str = "",
+    deviations: tuple[str, ...] = (),
+    **values: Any,
+) -> Point:
+    figures = {**_values(), **values}
+    power = figures.pop("power")
+    labels = {"recipe_fingerprint": figures.pop("recipe_fingerprint")}
+    row = Row("x", outcome, reason, labels=labels, figures=figures, power=power)
+    return Point(row, cell or _cell(), {"router": None}, {"timeout": 2}, deviations=deviations)
 
 
 DISAGG = {"tp": 1, "prefill": {"tp": 1}, "decode": {"replicas": 2, "tp": 1}, "router": "round_robin"}
@@ -311,7 +324,7 @@ def test_a_run_that_departs_from_its_preset_says_so_by_name_in_its_row() -> None
     cell = _cell(preset="agentx", duration=900)
     departs = ["test_duration 900 (InferenceX 3600)"]
     for model in (flat_row, nested_row):
-        row = row_json(model(_point(cell, preset_deviations=json.dumps(departs))))
+        row = row_json(model(_point(cell, deviations=tuple(departs))))
         assert row["replay_preset"] == {"name": "agentx", "deviations": departs}
     plain = row_json(flat_row(_point()))
     assert plain["replay_preset"] == {"name": "none", "deviations": []}

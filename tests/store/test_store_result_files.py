@@ -38,7 +38,7 @@ def test_one_pass_gives_collects_figures_and_every_requests_timeline(tmp_path):
         fh.write(json.dumps({"trace_id": "x", "t_done": 9.0}) + "\n")  # no dispatch time: no bar
     facts = read_point(path)
     row = load_cell(FoundCell(path, facts.exp_name))
-    assert facts.metrics["req_records"] == row.values["req_records"] == len(_records(path)) == 41
+    assert facts.metrics["req_records"] == row.figures["req_records"] == len(_records(path)) == 41
     records = [r for r in _records(path) if "t_dispatch" in r]
     timeline = facts.requests
     assert list(timeline.t) == [r["t_dispatch"] for r in records]

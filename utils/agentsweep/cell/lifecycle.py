@@ -273,7 +273,7 @@ def _figures_line(plan: CellPlan) -> str:
     definitions, the engine's clock): throughput per GPU, TTFT and interactivity."""
     try:
         summary = load_summary(plan.result_dir)
-        values = summary_figures(summary, gpus=plan.cell.gpus, tp=plan.cell.tp, speed=plan.cell.speed)
+        values = summary_figures(summary, gpus=plan.cell.gpus, speed=plan.cell.speed)
     except Exception as err:  # a line of progress never decides a cell's fate
         return f"figures not read: {type(err).__name__}: {err}"
 

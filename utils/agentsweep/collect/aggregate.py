@@ -14,7 +14,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 from kv_cache_tester.metrics import finite
@@ -32,9 +31,10 @@ from agentsweep.contract import columns
 from agentsweep.contract.cell import FLAT_FIELDS, Cell, flat_fields
 from agentsweep.contract.cellresult import CellIdentity, CellResult, MalformedResult, load_cell_result
 from agentsweep.contract.columns import Unit
-from agentsweep.contract.figures import derived_columns, flat, to_engine_clock
+from agentsweep.contract.figures import Figures, derived_columns, flat, to_engine_clock
 from agentsweep.contract.resultdir import REQUESTS_JSONL, SERVER_LOG, SERVER_METRICS_CSV, SUMMARY_JSON
 from agentsweep.contract.resultdir.serverlog import kv_pool_tokens
+from agentsweep.energy.summary import PowerSummary, cell_power_summary
 from agentsweep.errors import ResultFileError
 
 STATUSES = ("SUCCESS", "INVALID", "FAILED", "MALFORMED", "MISSING")
@@ -48,23 +48,51 @@ class Malformed(Exception):
 
 @dataclass
 class Row:
+    """One cell as collect reads it: what ran (its flat cell, its labels), its verdict and what it
+    measured (``figures``, by summary.csv name and unit: ``contract.columns``). summary.csv is its
+    rendering (``as_dict``); a reader past summary.csv (the export, the store) takes the row itself and
+    reads a figure through ``number``, ``flag`` or ``text``, a nested value through ``result`` and
+    ``power``, never a column's JSON text back.
+    """
+
     exp_name: str
     status: str = "SUCCESS"
     reason: str = ""
     notes: list[str] = field(default_factory=list)
-    values: dict[str, Any] = field(default_factory=dict)
+    result_dir: str | None = None  # None for a MISSING row (the matrix names it, nothing was found)
+    step_of: str | None = None  # the capacity cell a step row is of ("" for a cell; None when MISSING)
+    cell_fields: Figures = field(default_factory=dict)  # the cell, one level (Cell.flat)
+    labels: dict[str, str] = field(
+        default_factory=dict
+    )  # disaggregation shape, hardware, versions, times, receipt
+    figures: Figures = field(default_factory=dict)  # what the cell measured, by summary.csv name
     # What the row was read from (None for a MISSING row and one whose files could not be read): its
     # typed parts, for a reader past summary.csv (the export: the cell, its versions, failures by class).
     result: CellResult | None = None
+    power: PowerSummary | None = None  # the power summary its power columns render (None: not read)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "exp_name": self.exp_name,
-            "status": self.status,
-            "reason": self.reason,
-            "notes": "; ".join(self.notes),
-            **self.values,
-        }
+    def number(self, name: str) -> float | None:
+        """A figure as a number (None when absent, not a number, or not finite)."""
+        return finite(self.figures.get(name))
+
+    def flag(self, name: str) -> bool | None:
+        value = self.figures.get(name)
+        return value if isinstance(value, bool) else None
+
+    def text(self, name: str) -> str:
+        """A label (its ``labels``, else a text figure); "" when the row has none."""
+        value = self.labels.get(name, self.figures.get(name))
+        return value if isinstance(value, str) else ""
+
+    def as_dict(self) -> Figures:
+        """The row's summary.csv columns (``to_frame`` orders them)."""
+        head: Figures = {"exp_name": self.exp_name, "status": self.status, "reason": self.reason}
+        head["notes"] = "; ".join(self.notes)
+        if self.result_dir is not None:
+            head["result_dir"] = self.result_dir
+        if self.step_of is not None:
+            head["step_of"] = self.step_of
+        return {**head, **self.cell_fields, **self.labels, **self.figures}
 
 
 def load_cell(found: FoundCell, observe: Callable[[RequestRecord], None] | None = None) -> Row:
@@ -73,9 +101,7 @@ def load_cell(found: FoundCell, observe: Callable[[RequestRecord], None] | None 
     ``observe`` is handed every record of requests.jsonl as collect recounts them (one pass for a
     reader that needs the records too: the results store); it is not called for a FAILED cell.
     """
-    row = Row(found.exp_name)
-    row.values["result_dir"] = str(found.path)
-    row.values["step_of"] = found.step_of
+    row = Row(found.exp_name, result_dir=str(found.path), step_of=found.step_of)
     try:
         _fill(row, found.path, observe)
     except (Malformed, ResultFileError, ResultError) as err:
@@ -110,45 +136,47 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
     assert result.summary is not None  # every SUCCESS and INVALID cell but a capacity cell has one
     summary = result.summary
     client_figures, engine_figures = result.figures()
-    row.values.update(client_figures)
-    row.values.update(derived_columns(row.values))
+    figures = row.figures
+    gpus = finite(row.cell_fields.get("gpus")) or finite(row.cell_fields.get("tp"))
+    figures.update(client_figures)
+    figures.update(derived_columns(figures, gpus))
 
     requests = path / REQUESTS_JSONL
     if not requests.is_file():
         raise Malformed(f"{REQUESTS_JSONL} missing")
     stats = stream_requests(requests, observe)
-    row.values.update(stats.as_columns())
+    figures.update(stats.as_columns())
     if stats.bad_lines:
         row.notes.append(
             f"{REQUESTS_JSONL}: {stats.bad_lines} undecodable lines (first at line {stats.first_bad_line})"
         )
-    if row.values.get("theoretical_hit_rate") is None:
-        row.values["theoretical_hit_rate"] = row.values["req_theoretical_hit_rate"]
+    if figures.get("theoretical_hit_rate") is None:
+        figures["theoretical_hit_rate"] = figures["req_theoretical_hit_rate"]
 
     working_set = sum(stats.lane_peak.values()) if stats.lane_peak else None
-    row.values.update(cliff_columns(working_set, kv_pool_tokens(path / SERVER_LOG)))
-    problems = cross_checks(summary, row.values, stats, already_invalid=row.status == "INVALID")
+    figures.update(cliff_columns(working_set, kv_pool_tokens(path / SERVER_LOG)))
+    problems = cross_checks(summary, figures, stats, already_invalid=row.status == "INVALID")
+    window = summary["window"]
+    start, end = window["start_unix"], window["end_unix"]
     metrics = path / SERVER_METRICS_CSV
     if metrics.is_file():
         try:
-            figures, notes = window_figures(
-                metrics, row.values["window_start_unix"], row.values["window_end_unix"]
-            )
+            server, notes = window_figures(metrics, start, end)
         except NotNumbers as err:
             problems.append(str(err))
         else:
-            row.values.update(figures)
+            figures.update(server)
             row.notes.extend(notes)
     else:
         row.notes.append(f"{SERVER_METRICS_CSV} missing: no server-side figures")
     if cell.routed:
-        start, end = row.values["window_start_unix"], row.values["window_end_unix"]
         routed = routed_figures(path, cell, start, end, result.router, result.router_error)
-        row.values.update(routed.figures)
+        figures.update(routed.figures)
         row.notes.extend(routed.notes)
         problems.extend(routed.problems)
-    power, notes = power_columns(path, cell, summary)  # never changes the status: a withheld figure is a note
-    row.values.update(power)
+    row.power = cell_power_summary(path, cell, summary)
+    power, notes = power_columns(row.power, cell)  # never changes the status: a withheld figure is a note
+    figures.update(power)
     row.notes.extend(notes)
     # The instance files are the ones the cell planned, whole, and merged as they say.
     router_found = result.router is not None or result.router_error is not None
@@ -156,32 +184,30 @@ def _fill(row: Row, path: Path, observe: Callable[[RequestRecord], None] | None 
     if problems:
         row.status = "INVALID"
         row.reason = "; ".join([*([row.reason] if row.reason else []), *(f"collect: {p}" for p in problems)])
-    to_engine_clock(row.values)
+    to_engine_clock(figures, finite(row.cell_fields.get("speed")))
     if engine_figures:  # already in the engine's clock: over the rescaled client figures
-        row.values.update(engine_figures)
-        row.values.update(derived_columns(row.values))
+        figures.update(engine_figures)
+        figures.update(derived_columns(figures, gpus))
 
 
 def _identity_values(row: Row, identity: CellIdentity) -> None:
     """The row's columns of what ran: the cell's fields, its versions and times, its receipt's."""
     record, cell = identity.record, identity.cell
     fields = cell.flat() if cell is not None else flat_fields(record.cell)
-    for key, value in fields.items():
-        row.values[key] = flat(value)
-    row.values["disagg"] = cell.shape_label if cell is not None else ""
-    row.values[columns.HARDWARE_LABEL.name] = (
-        cell.hardware_label if cell is not None else record.hardware or ""
-    )
-    row.values["engine_version"] = flat(record.versions.get("engine"))
-    row.values["agentsweep_version"] = flat(record.versions.get("agentsweep"))
-    row.values["start_utc"] = record.start_utc
-    row.values["end_utc"] = record.end_utc
-    row.values.update(receipt_columns(identity.receipt))
+    row.cell_fields.update((key, flat(value)) for key, value in fields.items())
+    labels = row.labels
+    labels["disagg"] = cell.shape_label if cell is not None else ""
+    labels[columns.HARDWARE_LABEL.name] = cell.hardware_label if cell is not None else record.hardware or ""
+    labels["engine_version"] = record.versions.get("engine") or ""
+    labels["agentsweep_version"] = record.versions.get("agentsweep") or ""
+    labels["start_utc"] = record.start_utc or ""
+    labels["end_utc"] = record.end_utc or ""
+    labels.update(receipt_columns(identity.receipt))
     row.notes.extend(identity.notes)
 
 
 def cross_checks(
-    summary: Summary, values: dict[str, Any], stats: RequestStats, *, already_invalid: bool = False
+    summary: Summary, values: Figures, stats: RequestStats, *, already_invalid: bool = False
 ) -> list[str]:
     """What the artifacts say against each other; each contradiction is one reason (INVALID)."""
     problems: list[str] = []
@@ -191,7 +217,7 @@ def cross_checks(
     elif validity.get("valid") is not True and not already_invalid:
         problems.append(f"{SUMMARY_JSON} says the run is not valid")
     sent, ok, failed = (finite(values.get(k)) for k in ("requests_sent", "requests_ok", "requests_failed"))
-    warmup = values.get("requests_warmup") or 0
+    warmup = finite(values.get("requests_warmup")) or 0
     if sent is not None and ok is not None and failed is not None and sent != ok + failed:
         problems.append(f"summary counts sent {sent:g} != ok {ok:g} + failed {failed:g}")
     if sent is not None and stats.records != sent + warmup:
@@ -225,9 +251,9 @@ def _matrix_fields(row: Row, cell: Cell) -> None:
     """The matrix cell's fields, where the row has none of its own (a malformed cell.json, say)."""
     for key, value in cell.flat().items():
         if key != "exp_name":
-            row.values.setdefault(key, flat(value))
-    row.values.setdefault("disagg", cell.shape_label)
-    row.values.setdefault(columns.HARDWARE_LABEL.name, cell.hardware_label)
+            row.cell_fields.setdefault(key, flat(value))
+    row.labels.setdefault("disagg", cell.shape_label)
+    row.labels.setdefault(columns.HARDWARE_LABEL.name, cell.hardware_label)
 
 
 def build_rows(found: list[FoundCell], matrix: list[Cell] | None = None) -> list[Row]:
@@ -240,9 +266,9 @@ def build_rows(found: list[FoundCell], matrix: list[Cell] | None = None) -> list
             dup = Row(
                 row.exp_name,
                 "MALFORMED",
-                f"duplicate exp_name (also at {rows[row.exp_name].values['result_dir']})",
+                f"duplicate exp_name (also at {rows[row.exp_name].result_dir})",
+                result_dir=str(cell.path),
             )
-            dup.values["result_dir"] = str(cell.path)
             extra.append(dup)
             continue
         rows[row.exp_name] = row
@@ -256,7 +282,7 @@ def build_rows(found: list[FoundCell], matrix: list[Cell] | None = None) -> list
             elif spec.exp_name not in {r.exp_name for r in ordered}:
                 ordered.append(missing_row(spec))
         for row in rows.values():
-            if not row.values.get("step_of"):
+            if not row.step_of:
                 row.notes.append("not in the matrix")
     ordered.extend(sorted(rows.values(), key=lambda r: natural_key(r.exp_name)))
     ordered.extend(extra)
@@ -265,15 +291,15 @@ def build_rows(found: list[FoundCell], matrix: list[Cell] | None = None) -> list
 
 def _steps_after_their_cell(rows: list[Row]) -> list[Row]:
     """A capacity cell's step rows right after its own row (in the order found: step order)."""
-    parents = {r.exp_name for r in rows if not r.values.get("step_of")}
+    parents = {r.exp_name for r in rows if not r.step_of}
     steps: dict[str, list[Row]] = {}
     for row in rows:
-        parent = str(row.values.get("step_of") or "")
+        parent = row.step_of or ""
         if parent in parents:
             steps.setdefault(parent, []).append(row)
     out: list[Row] = []
     for row in rows:
-        parent = str(row.values.get("step_of") or "")
+        parent = row.step_of or ""
         if parent in parents:
             continue  # placed after its capacity cell
         out.append(row)

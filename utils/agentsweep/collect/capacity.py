@@ -27,6 +27,7 @@ from kv_cache_tester.metrics import finite
 
 from agentsweep.capacity.grid import GridCapacity, GridRun, grid_capacity
 from agentsweep.capacity.measure import run_figures
+from agentsweep.collect.table import TableRow
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.cellresult import CellResult
 from agentsweep.contract.resultdir import CapacityRecord, read_capacity, read_cell_record
@@ -87,7 +88,7 @@ class CapacityCell:
     cell: Cell
     record: CapacityRecord
     result_dir: Path
-    facts: dict[str, Any] = field(default_factory=dict)  # its summary.csv row's CONFIG_COLUMNS
+    facts: TableRow = field(default_factory=dict)  # its summary.csv row's CONFIG_COLUMNS
 
 
 @dataclass
@@ -104,26 +105,26 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def hardware_of(row: dict[str, Any]) -> str:
+def hardware_of(row: TableRow) -> str:
     """The hardware a row ran on as collect's table says it: its label ("simulated H200", "B200") where
     the table has one, else its ``hardware`` column, else its runner."""
     return _text(row.get("hardware_label")) or _text(row.get("hardware")) or _text(row.get("runner"))
 
 
-def config_facts(row: dict[str, Any]) -> dict[str, Any]:
+def config_facts(row: TableRow) -> TableRow:
     """A summary.csv row's CONFIG_COLUMNS (text empty where absent)."""
-    out: dict[str, Any] = {c: row.get(c) for c in CONFIG_COLUMNS}
+    out: TableRow = {c: row.get(c) for c in CONFIG_COLUMNS}
     out["hardware"] = hardware_of(row)
     for c in ("config_key", "model", "engine", "offload", "router", "disagg"):
         out[c] = _text(out[c])
     return out
 
 
-def _is_capacity_row(row: dict[str, Any]) -> bool:
+def _is_capacity_row(row: TableRow) -> bool:
     return bool(_text(row.get("capacity")))
 
 
-def _held(results: Results | None, row: dict[str, Any]) -> CellResult | None:
+def _held(results: Results | None, row: TableRow) -> CellResult | None:
     """The row's CellResult when it holds the parsed cell (a FAILED cell whose cell does not parse
     holds neither it nor its capacity.json: such a row is read from its directory, for the note)."""
     result = results.get(str(row["result_dir"])) if results is not None else None
@@ -171,7 +172,7 @@ def _binding_text(tiers: Sequence[SloTier], tier: str, binding: str | None, valu
     return ""
 
 
-def search_rows(cells: Sequence[CapacityCell]) -> list[dict[str, Any]]:
+def search_rows(cells: Sequence[CapacityCell]) -> list[TableRow]:
     rows = []
     for item in cells:
         spec = item.cell.capacity
@@ -219,7 +220,7 @@ def grid_tiers(override: Sequence[SloTier] | None, cells: Sequence[CapacityCell]
     return DEFAULT_TIERS
 
 
-def _series_label(key: dict[str, Any], several_keys: bool) -> str:
+def _series_label(key: TableRow, several_keys: bool) -> str:
     label = f"{key['engine']} offload={key['offload']}"
     for part in ("router", "disagg"):
         if _text(key.get(part)):
@@ -231,14 +232,14 @@ def _series_label(key: dict[str, Any], several_keys: bool) -> str:
 
 # What a grid member measured: (the cell's GPUs, the member as a run at its user count), or None
 # when it cannot be read. Collect reads each result directory; the dashboard the store's figures.
-GridReader = Callable[[dict[str, Any], Sequence[SloConstraint]], "tuple[int, GridRun] | None"]
+GridReader = Callable[[TableRow, Sequence[SloConstraint]], "tuple[int, GridRun] | None"]
 
 
 def result_dir_reader(notes: list[str], results: Results | None = None) -> GridReader:
     """A GridReader over a row's result directory (its requests.jsonl; its cell.json and summary.json
     as its CellResult in ``results`` holds them, else read here)."""
 
-    def read(member: dict[str, Any], constraints: Sequence[SloConstraint]) -> tuple[int, GridRun] | None:
+    def read(member: TableRow, constraints: Sequence[SloConstraint]) -> tuple[int, GridRun] | None:
         path = Path(str(member["result_dir"]))
         held = _held(results, member)
         summary = held.summary if held is not None else None
@@ -270,7 +271,7 @@ def result_dir_reader(notes: list[str], results: Results | None = None) -> GridR
 
 def grid_rows(
     df: pd.DataFrame, tiers: Sequence[SloTier], read: GridReader
-) -> tuple[list[dict[str, Any]], list[str]]:
+) -> tuple[list[TableRow], list[str]]:
     """capacity.csv's grid rows (and their lines): per series of ordinary cells, each tier's reading."""
     if df.empty or "status" not in df.columns:
         return [], []
@@ -281,12 +282,12 @@ def grid_rows(
         and not _is_capacity_row(r)
         and not _text(r.get("step_of"))
     ]
-    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, ...], list[TableRow]] = {}
     for r in records:
         groups.setdefault(tuple(_text(r.get(k)) for k in GRID_KEYS), []).append(r)
     several_keys = len({k[0] for k in groups}) > 1
     constraints = distinct_constraints(tuple(tiers))
-    rows: list[dict[str, Any]] = []
+    rows: list[TableRow] = []
     lines: list[str] = []
     for key, members in groups.items():
         runs: list[GridRun] = []
@@ -372,7 +373,7 @@ def capacity_results(
     notes: list[str] = []
     cells = capacity_cells(df, notes, results)
     rows = search_rows(cells)
-    lines = [row["line"] for row in rows]
+    lines = [str(row["line"]) for row in rows]
     grid, grid_lines = grid_rows(df, grid_tiers(slo, cells), result_dir_reader(notes, results))
     table = pd.DataFrame.from_records([*rows, *grid], columns=list(CAPACITY_COLUMNS))
     return CapacityResults(table=table, lines=[*lines, *grid_lines], cells=cells, notes=notes)

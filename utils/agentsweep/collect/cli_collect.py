@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     for line in mixed:
         print(f"collect: allowed (--allow-mixed): {line}", file=sys.stderr)
     prepare_out_dir(args.out_dir)
-    held = {str(r.values["result_dir"]): r.result for r in rows if r.result is not None}
+    held = {r.result_dir: r.result for r in rows if r.result is not None and r.result_dir is not None}
     capacity = capacity_results(df, overrides.slo_tiers(args.slo), held)
     for note in capacity.notes:
         print(f"collect: capacity: {note}", file=sys.stderr)
@@ -197,8 +197,8 @@ def run(args: argparse.Namespace) -> int:
 
     # A capacity cell's steps are its measurements: one past the boundary is INVALID by design; the
     # capacity cell itself stands for them.
-    bad = [r for r in rows if r.status != "SUCCESS" and not r.values.get("step_of")]
-    cells = [r for r in rows if not r.values.get("step_of")]
+    bad = [r for r in rows if r.status != "SUCCESS" and not r.step_of]
+    cells = [r for r in rows if not r.step_of]
     steps = f" (and {len(rows) - len(cells)} capacity steps)" if len(cells) < len(rows) else ""
     print(
         f"collect: {len(cells)} cells{steps}, {len(cells) - len(bad)} SUCCESS -> {args.out_dir}",

@@ -37,6 +37,7 @@ from kv_cache_tester.metrics import finite
 from agentsweep.cell.record import plain_line
 from agentsweep.collect.capacity import hardware_of
 from agentsweep.collect.pareto import frontier
+from agentsweep.collect.table import TableRow
 
 INTERACTIVITY_LEVELS = (20.0, 50.0, 100.0)  # tok/s per user
 INTERACTIVITY = "interactivity_p50_tok_per_s"
@@ -104,7 +105,7 @@ class Configuration:
         return " · ".join(parts) + (" (capacity step)" if self.step and with_users else "")
 
 
-def configuration(row: dict[str, Any], engines: bool) -> Configuration:
+def configuration(row: TableRow, engines: bool) -> Configuration:
     return Configuration(
         tp=_int_text(row.get("tp")),
         offload=_text(row.get("offload")) or "?",
@@ -232,15 +233,15 @@ def _counts(statuses: Iterable[str]) -> tuple[tuple[str, int], ...]:
     return tuple((s, counter[s]) for s in order)
 
 
-def _is_step(row: dict[str, Any]) -> bool:
+def _is_step(row: TableRow) -> bool:
     return bool(_text(row.get("step_of")))
 
 
-def _is_capacity(row: dict[str, Any]) -> bool:
+def _is_capacity(row: TableRow) -> bool:
     return bool(_text(row.get("capacity")))
 
 
-def capacity_reading(row: dict[str, Any]) -> str:
+def capacity_reading(row: TableRow) -> str:
     """How a capacity row's figure was read, and what backs it."""
     kind = _text(row.get("boundary_type"))
     low, high = finite(row.get("interval_low")), finite(row.get("interval_high"))
@@ -277,7 +278,7 @@ def capacity_reading(row: dict[str, Any]) -> str:
     return f"grid; {runs}"
 
 
-def capacity_binding(row: dict[str, Any]) -> str:
+def capacity_binding(row: TableRow) -> str:
     """What ends a capacity row's boundary: ``TTFT p90 (43 s at 6 users)``."""
     binding = _text(row.get("binding"))
     if not binding:
@@ -288,12 +289,12 @@ def capacity_binding(row: dict[str, Any]) -> str:
     return binding + (f" ({value}{at})" if value else at)
 
 
-def _met(row: dict[str, Any]) -> bool:
+def _met(row: TableRow) -> bool:
     users = finite(row.get("boundary_users"))
     return _text(row.get("boundary_type")) != "none" and users is not None and users > 0
 
 
-def _tier_pick(tier: str, rows: list[dict[str, Any]], engines: bool) -> TierPick:
+def _tier_pick(tier: str, rows: list[TableRow], engines: bool) -> TierPick:
     description = _text(rows[0].get("description")) or tier
     met = [r for r in rows if _met(r) and finite(r.get("agents_per_gpu")) is not None]
     if not met:
@@ -306,7 +307,7 @@ def _tier_pick(tier: str, rows: list[dict[str, Any]], engines: bool) -> TierPick
             binding=f"{len(rows)} configuration(s) read, none meets it{at}; bound by {top} in {n} of {len(rows)}",
         )  # fmt: skip
 
-    def key(r: dict[str, Any]) -> tuple[float, float]:
+    def key(r: TableRow) -> tuple[float, float]:
         return (finite(r.get("agents_per_gpu")) or 0.0, finite(r.get(OUTPUT)) or 0.0)
 
     best = max(met, key=key)
@@ -327,7 +328,7 @@ def _tier_pick(tier: str, rows: list[dict[str, Any]], engines: bool) -> TierPick
     )
 
 
-def _level_pick(level: float, points: list[dict[str, Any]], engines: bool) -> LevelPick:
+def _level_pick(level: float, points: list[TableRow], engines: bool) -> LevelPick:
     xy = [(finite(p.get(INTERACTIVITY)), finite(p.get(OUTPUT))) for p in points]
     usable = [(i, x, y) for i, (x, y) in enumerate(xy) if x is not None and y is not None]
     if not usable:
@@ -337,13 +338,13 @@ def _level_pick(level: float, points: list[dict[str, Any]], engines: bool) -> Le
     xs = [usable[k][1] for k in front]
     ys = [usable[k][2] for k in front]
 
-    def label(p: dict[str, Any]) -> str:
+    def label(p: TableRow) -> str:
         return configuration(p, engines).text()
 
-    def total(p: dict[str, Any]) -> float | None:
+    def total(p: TableRow) -> float | None:
         return finite(p.get(TOTAL))
 
-    def noise(p: dict[str, Any]) -> tuple[float, float] | None:
+    def noise(p: TableRow) -> tuple[float, float] | None:
         found = p.get(OUTPUT_RANGE)
         if not isinstance(found, tuple | list) or len(found) != 2:
             return None
@@ -382,7 +383,7 @@ def _level_pick(level: float, points: list[dict[str, Any]], engines: bool) -> Le
     )  # fmt: skip
 
 
-def _group_key(row: dict[str, Any]) -> tuple[str, str]:
+def _group_key(row: TableRow) -> tuple[str, str]:
     return (hardware_of(row), _text(row.get("model")))
 
 
@@ -401,7 +402,7 @@ def headline(df: pd.DataFrame, capacity: pd.DataFrame | None) -> Headline:
         engines = len({_text(r.get("engine")) for r in members}) > 1
         points = [r for r in members if r.get("status") == "SUCCESS" and not _is_capacity(r)]
         mine = [r for r in cap_rows if (_text(r.get("hardware")), _text(r.get("model"))) == key]
-        tiers: dict[str, list[dict[str, Any]]] = {}
+        tiers: dict[str, list[TableRow]] = {}
         for r in mine:
             tiers.setdefault(_text(r.get("tier")), []).append(r)
         note = ""

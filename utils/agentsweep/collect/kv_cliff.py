@@ -12,8 +12,10 @@ while the traces' theoretical reuse stays high, and TTFT jumps (every turn recom
 
 from __future__ import annotations
 
+from agentsweep.contract.figures import Figures
 
-def cliff_columns(working_set: int | None, pool: int | None) -> dict[str, object]:
+
+def cliff_columns(working_set: int | None, pool: int | None) -> Figures:
     return {
         "kv_working_set_tokens": working_set,
         "kv_pool_tokens": pool,

@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
+
+from agentsweep.collect.table import TableRow
 
 # y axes: throughput per GPU (higher is better)
 Y_METRICS: dict[str, str] = {
@@ -166,11 +167,11 @@ def successful(df: pd.DataFrame, include_invalid: bool = False) -> pd.DataFrame:
 _ROW_COLUMNS = ("exp_name", "engine", "offload", "tp", "users", "router", "disagg")
 
 
-def point_rows(df: pd.DataFrame, columns: Sequence[str]) -> list[dict[str, Any]]:
+def point_rows(df: pd.DataFrame, columns: Sequence[str]) -> list[TableRow]:
     """``columns`` (those ``df`` has) of each row of ``df`` as a dict, in order. A collected table is
     wide (a few hundred columns): a row Series per point, or a dict of every column, cost more than
     what is drawn or written from it."""
-    rows: list[dict[str, Any]] = df[[c for c in columns if c in df.columns]].to_dict("records")
+    rows: list[TableRow] = df[[c for c in columns if c in df.columns]].to_dict("records")
     return rows
 
 

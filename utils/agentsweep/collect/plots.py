@@ -8,7 +8,6 @@ Uses matplotlib's object API (no pyplot state), so it is safe in tests and headl
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,6 +31,7 @@ from agentsweep.collect.pareto import (
     point_rows,
     successful,
 )
+from agentsweep.collect.table import TableRow
 from agentsweep.contract.resultdir import ROUTER_METRICS_CSV
 from agentsweep.errors import ResultFileError
 from agentsweep.metrics.scrapes import ScrapeReader
@@ -65,11 +65,11 @@ SeriesKey = tuple[str, str, str]  # (offload, router policy, disaggregation shap
 _POINT_COLUMNS = ("exp_name", "result_dir", "engine", "offload", "tp", "users", "replicas", *ROUTING)
 
 
-def _rows(df: pd.DataFrame) -> list[dict[str, Any]]:
+def _rows(df: pd.DataFrame) -> list[TableRow]:
     return point_rows(df, _POINT_COLUMNS)
 
 
-def _series_key(row: Mapping[str, Any]) -> SeriesKey:
+def _series_key(row: TableRow) -> SeriesKey:
     return (str(row["offload"]), str(row.get("router") or ""), str(row.get("disagg") or ""))
 
 
@@ -122,7 +122,7 @@ def _thousands(value: float, _pos: int) -> str:
     return f"{value:g}"
 
 
-def _point_label(row: Mapping[str, Any]) -> str:
+def _point_label(row: TableRow) -> str:
     users = row.get("users")
     u = _tp_text(users)
     replicas = _tp_text(row.get("replicas"))

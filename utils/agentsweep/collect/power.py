@@ -1,19 +1,17 @@
-"""A cell's power figures as summary.csv columns (``columns.POWER``), from the one power summary
-(``agentsweep.energy.power_summary``): collect defines none of them again. The window comes from the
-summary.json collect read already (``CellResult.summary``); only power.csv is read here."""
+"""A cell's power figures as summary.csv columns (``columns.POWER``), rendered from its one power
+summary (``agentsweep.energy.cell_power_summary``): collect defines none of them again. The row keeps
+the summary itself (``Row.power``) for a reader that wants its reasons and audit as values, not as
+the columns' JSON text."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from pathlib import Path
-from typing import Any
-
-from kv_cache_tester.replay import Summary
 
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.columns import POWER
-from agentsweep.energy.summary import cell_power_summary
+from agentsweep.contract.figures import Figures
+from agentsweep.energy.summary import PowerSummary
 
 FIGURES = tuple(
     c.name
@@ -22,11 +20,10 @@ FIGURES = tuple(
 )
 
 
-def power_columns(result_dir: Path, cell: Cell, summary: Summary) -> tuple[dict[str, Any], list[str]]:
-    """(the POWER columns, notes) of a cell and its summary.json: a note says why the figures are
-    withheld, for a cell that samples power."""
-    power = cell_power_summary(result_dir, cell, summary)
-    out: dict[str, Any] = {name: getattr(power, name) for name in FIGURES}
+def power_columns(power: PowerSummary, cell: Cell) -> tuple[Figures, list[str]]:
+    """(the POWER columns, notes) of a cell's power summary: a note says why the figures are withheld,
+    for a cell that samples power."""
+    out: Figures = {name: getattr(power, name) for name in FIGURES}
     out["power_valid"] = power.power_valid
     out["power_reasons"] = json.dumps(list(power.reasons))
     out["power_reason_codes"] = json.dumps(list(power.reason_codes))

@@ -23,11 +23,12 @@ SUCCESS.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pandas as pd
 
+from agentsweep.collect.table import TableRow
 from agentsweep.contract.receipt import FINGERPRINT_EXCLUDED, Receipt
 from agentsweep.contract.resultdir import RECEIPT_JSON
 from agentsweep.errors import InputError
@@ -49,14 +50,14 @@ class MixedError(InputError):
     """Points measured differently would be put side by side. Message: what differs and where."""
 
 
-def receipt_columns(receipt: Receipt | None) -> dict[str, Any]:
+def receipt_columns(receipt: Receipt | None) -> dict[str, str]:
     """The receipt's columns for one result directory (``CellIdentity.receipt``, checked against the
     directory as it was read); empty without a receipt."""
     if receipt is None:
         return {}
     return {
-        "replayer_version": receipt.replayer_version,
-        "client_version": receipt.recipe.client_version,
+        "replayer_version": receipt.replayer_version or "",
+        "client_version": receipt.recipe.client_version or "",
         "recipe_fingerprint": receipt.recipe_fingerprint,
     }
 
@@ -72,7 +73,7 @@ def _named(names: Sequence[str]) -> str:
     return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
 
 
-def _all_points(df: pd.DataFrame) -> list[dict[str, Any]]:
+def _all_points(df: pd.DataFrame) -> list[TableRow]:
     """The rows that are points (a capacity cell is not: its steps are), with a receipt or not."""
     if "status" not in df.columns:
         return []
@@ -80,7 +81,7 @@ def _all_points(df: pd.DataFrame) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("status") in POINT_STATUSES and not _text(r.get("capacity"))]
 
 
-def _points(df: pd.DataFrame) -> list[dict[str, Any]]:
+def _points(df: pd.DataFrame) -> list[TableRow]:
     """The rows that are points and carry a receipt."""
     return [r for r in _all_points(df) if _text(r.get("recipe_fingerprint"))]
 
@@ -92,14 +93,14 @@ def _unreceipted(df: pd.DataFrame) -> list[str]:
     return bare if len(bare) < len(rows) else []
 
 
-def _replayers(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+def _replayers(rows: Iterable[TableRow]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for row in rows:
         out.setdefault(_text(row.get("replayer_version")) or "unknown", []).append(_text(row.get("exp_name")))
     return out
 
 
-def _recipe_difference(rows: Sequence[Mapping[str, Any]]) -> str:
+def _recipe_difference(rows: Sequence[TableRow]) -> str:
     """Which recipe parts the rows disagree on: ``engine version sim-1 (a), sim-2 (b)``."""
     parts = []
     for column, label in RECIPE_PARTS:
@@ -111,7 +112,7 @@ def _recipe_difference(rows: Sequence[Mapping[str, Any]]) -> str:
     return "; ".join(parts) or "the recipe fingerprints differ"
 
 
-def curve_key(row: Mapping[str, Any], cell_fields: Iterable[str]) -> str:
+def curve_key(row: TableRow, cell_fields: Iterable[str]) -> str:
     """What a curve's points share: every cell field but the load and the name."""
     return json.dumps(
         {f: _text(row.get(f)) for f in cell_fields if f not in FINGERPRINT_EXCLUDED}, sort_keys=True
@@ -137,7 +138,7 @@ def mixed_in_sweep(df: pd.DataFrame, cell_fields: Iterable[str]) -> list[str]:
             + "; ".join(f"{v} ({_named(n)})" for v, n in sorted(replayers.items()))
         )
     fields = [f for f in cell_fields if f in df.columns]
-    curves: dict[str, list[dict[str, Any]]] = {}
+    curves: dict[str, list[TableRow]] = {}
     for row in points:
         curves.setdefault(curve_key(row, fields), []).append(row)
     for rows in curves.values():

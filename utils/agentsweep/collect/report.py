@@ -30,6 +30,7 @@ from agentsweep.collect.headline import (
 )
 from agentsweep.collect.output import write_text
 from agentsweep.collect.pareto import routed
+from agentsweep.collect.table import TableRow
 from agentsweep.collect.window import INFERRED, READ_FROM_ENGINE
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -277,7 +278,7 @@ def identity(df: pd.DataFrame) -> list[tuple[str, str]]:
     return rows
 
 
-def _search_range(row: dict[str, Any]) -> str:
+def _search_range(row: TableRow) -> str:
     """A capacity cell's searched users (``1–16``), from its cell's ``capacity`` field."""
     try:
         spec = json.loads(str(row.get("capacity")))
@@ -286,14 +287,14 @@ def _search_range(row: dict[str, Any]) -> str:
         return "?"
 
 
-def ordered_records(df: pd.DataFrame) -> list[dict[str, Any]]:
+def ordered_records(df: pd.DataFrame) -> list[TableRow]:
     """The table's rows in report order: as collected, a capacity cell's steps after it in user order
     (the order they ran in is the search's, not the reader's), each step with ``_run`` (its run at
     that count, from 1) and ``_runs`` (how many runs the count had)."""
     records = df.to_dict("records")
     parents = {str(r.get("exp_name")) for r in records if not _is_set(r.get("step_of"))}
-    steps: dict[str, list[dict[str, Any]]] = {}
-    out: list[dict[str, Any]] = []
+    steps: dict[str, list[TableRow]] = {}
+    out: list[TableRow] = []
     for row in records:
         parent = row.get("step_of")
         if _is_set(parent) and str(parent) in parents:
@@ -315,21 +316,21 @@ def ordered_records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def _users(row: dict[str, Any]) -> float:
+def _users(row: TableRow) -> float:
     try:
         return float(row.get("users"))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return math.inf
 
 
-def row_cells(row: dict[str, Any], spec: tuple[tuple[str, str, str], ...]) -> list[str]:
+def row_cells(row: TableRow, spec: tuple[tuple[str, str, str], ...]) -> list[str]:
     """One row's cells as text: a capacity cell's users are its searched range, a step's users say
     which run of how many at that count it was."""
     cells = [fmt(row.get(col), kind) for col, _h, kind in spec]
     at = next((i for i, c in enumerate(spec) if c[0] == "users"), None)
     if at is not None and _is_set(row.get("capacity")):
         cells[at] = f"{_search_range(row)} (search)"
-    elif at is not None and row.get("_runs", 1) > 1:
+    elif at is not None and _num(row.get("_runs")) > 1:
         cells[at] += f" (run {row['_run']}/{row['_runs']})"
     return cells
 
@@ -396,15 +397,32 @@ def report_rows(df: pd.DataFrame) -> list[ReportRow]:
     return out
 
 
-def column_sets(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """The table's columns grouped into their sets, in table order: key, heading, headers, hidden."""
-    out: list[dict[str, Any]] = []
+@dataclass(frozen=True)
+class CapacityPanel:
+    """A capacity cell's steps in the report, and its plot (None when none was drawn)."""
+
+    steps: CapacitySteps
+    plot: dict[str, str] | None
+
+
+@dataclass(frozen=True)
+class ColumnSet:
+    """A set of the table's columns, as the report's checkboxes show and hide them."""
+
+    key: str
+    heading: str
+    headers: list[str]
+    hidden: bool
+
+
+def column_sets(df: pd.DataFrame) -> list[ColumnSet]:
+    """The table's columns grouped into their sets, in table order."""
+    out: list[ColumnSet] = []
     for column, header, _kind in table_spec(df):
         key = COLUMN_SET.get(column, "other")
-        if not out or out[-1]["key"] != key:
-            heading = dict(COLUMN_SETS).get(key, "")
-            out.append({"key": key, "heading": heading, "headers": [], "hidden": key in HIDDEN_SETS})
-        out[-1]["headers"].append(SHORT_HEADERS.get(column, header))
+        if not out or out[-1].key != key:
+            out.append(ColumnSet(key, dict(COLUMN_SETS).get(key, ""), [], key in HIDDEN_SETS))
+        out[-1].headers.append(SHORT_HEADERS.get(column, header))
     return out
 
 
@@ -506,12 +524,12 @@ def capacity_tiers(capacity: CapacityResults | None) -> list[CapacityTier]:
         return []
     records = capacity.table.to_dict("records")
     engines = len({str(r.get("engine")) for r in records}) > 1
-    tiers: dict[str, list[dict[str, Any]]] = {}
+    tiers: dict[str, list[TableRow]] = {}
     for r in records:
         tiers.setdefault(str(r.get("tier")), []).append(r)
     out = []
     for rows in tiers.values():
-        met = [r for r in rows if r.get("boundary_type") != "none" and (r.get("boundary_users") or 0) > 0]
+        met = [r for r in rows if r.get("boundary_type") != "none" and _num(r.get("boundary_users")) > 0]
         # The headline's order: most agents per GPU, then most output tok/s per GPU at the boundary.
         met.sort(key=lambda r: (-_num(r.get("agents_per_gpu")), -_num(r.get("output_tok_per_s_per_gpu"))))
         unmet = []
@@ -633,11 +651,11 @@ def write_report(
         if f["file"].startswith("pareto_")
     ]
     by_cell = {f["file"]: f for f in figures if f["file"].startswith("capacity_")}
-    steps: list[dict[str, Any]] = [
-        {"steps": found, "plot": by_cell.get(capacity_plot_name(found.exp_name))}
+    steps = [
+        CapacityPanel(found, by_cell.get(capacity_plot_name(found.exp_name)))
         for found in capacity_steps(capacity)
     ]
-    placed = {f["file"] for f in [*main, *panels]} | {s["plot"]["file"] for s in steps if s["plot"]}
+    placed = {f["file"] for f in [*main, *panels]} | {s.plot["file"] for s in steps if s.plot}
     html = template.render(
         title=f"agentsweep report — {_distinct(df, 'config_key')}",
         headline=head if head is not None else sweep_headline(df, capacity),

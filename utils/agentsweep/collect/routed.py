@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kv_cache_tester.metrics import finite
+
 from agentsweep.collect.window import NotNumbers, window_figures
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.resultdir import (
@@ -137,7 +139,7 @@ def _hit_rate(file: Path, start: float, end: float, out: Routed) -> tuple[bool, 
         out.problems.append(str(err))
         return False, None
     out.notes.extend(notes)
-    return True, figures["gpu_hit_rate"]
+    return True, finite(figures["gpu_hit_rate"])
 
 
 def instance_figures(path: Path, cell: Cell, start: float, end: float, out: Routed) -> None:

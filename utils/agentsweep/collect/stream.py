@@ -17,6 +17,8 @@ from typing import Any, cast
 from kv_cache_tester.replay import RecordReader, RequestRecord, accepted
 from kv_cache_tester.stats import LogHistogram
 
+from agentsweep.contract.figures import Figures
+
 
 def _histogram() -> LogHistogram:
     # A floor of 0.1 ms: request latencies below it are not told apart.
@@ -45,8 +47,8 @@ class RequestStats:
     e2e: LogHistogram = field(default_factory=_histogram)
     tpot: LogHistogram = field(default_factory=_histogram)
 
-    def as_columns(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_columns(self) -> Figures:
+        out: Figures = {
             "req_records": self.records,
             "req_bad_lines": self.bad_lines,
             "req_warmup": self.warmup,

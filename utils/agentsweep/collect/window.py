@@ -13,9 +13,9 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
 
 from agentsweep.contract.columns import SERVER
+from agentsweep.contract.figures import Figures
 from agentsweep.errors import ResultFileError
 from agentsweep.metrics.dialects import COLUMNS
 from agentsweep.metrics.scrapes import ScrapeReader
@@ -100,7 +100,7 @@ READ_FROM_ENGINE = "engine"  # the engine's count of tokens looked up in its CPU
 INFERRED = "inferred"  # the GPU's misses (prefix-cache queries minus GPU hits), each taken as a lookup
 
 
-def cpu_tier_figures(delta: dict[str, float | None]) -> dict[str, Any]:
+def cpu_tier_figures(delta: dict[str, float | None]) -> Figures:
     """The CPU tier's own hit rate over the window: its hits over the tokens looked up in it, as the
     engine counts them when it does, else over the GPU's misses (every token the GPU did not hold is
     taken to be looked up in the CPU tier)."""
@@ -118,9 +118,9 @@ def cpu_tier_figures(delta: dict[str, float | None]) -> dict[str, Any]:
     return {"cpu_tier_hit_rate": hits / (queries - gpu_hits), "cpu_tier_hit_source": INFERRED}
 
 
-def window_figures(path: Path, start: float, end: float) -> tuple[dict[str, Any], list[str]]:
+def window_figures(path: Path, start: float, end: float) -> tuple[Figures, list[str]]:
     """SERVER_COLUMNS for the window [start, end] (Unix seconds), plus notes."""
-    out: dict[str, Any] = dict.fromkeys(SERVER_COLUMNS)
+    out: Figures = dict.fromkeys(SERVER_COLUMNS)
     series, times, notes = read_series(path)
     inside_times = [t for t in times if start <= t <= end]
     out["server_rows_in_window"] = len(inside_times)

@@ -18,12 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from kv_cache_tester.replay import ResultError, Summary, load_summary
+from kv_cache_tester.replay import ResultError, Summary, Window, load_summary
 
 from agentsweep.contract.cell import Cell
-from agentsweep.contract.figures import engine_clock_columns, summary_columns
+from agentsweep.contract.figures import Figures, engine_clock_columns, summary_columns
 from agentsweep.contract.receipt import Receipt, ReceiptMismatch, checked_receipt
 from agentsweep.contract.resultdir import (
     CAPACITY_JSON,
@@ -84,7 +83,7 @@ class CellResult:
     def cell(self) -> Cell | None:
         return self.identity.cell
 
-    def figures(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def figures(self) -> tuple[Figures, Figures]:
         """(client, engine): the summary's figures as summary.csv columns, the client's own with the
         engine-clock columns beside them (``contract.figures.engine_clock_columns``), and the figures
         the engine's timelines give (empty for every real engine); both empty without a summary."""
@@ -102,6 +101,18 @@ class CellResult:
         if self.summary is None:
             return {}
         return dict(sorted((self.summary["counts"].get("failed_by_class") or {}).items()))
+
+    @property
+    def window(self) -> Window | None:
+        """The profiling window (summary.json ``window``); None without a summary."""
+        return self.summary["window"] if self.summary is not None else None
+
+    @property
+    def preset_deviations(self) -> tuple[str, ...]:
+        """Where the run departs from its replay preset (summary.json ``preset.deviations``); empty for a
+        run without a preset or without a summary."""
+        preset = self.summary.get("preset") if self.summary is not None else None
+        return tuple(str(d) for d in preset["deviations"]) if preset is not None else ()
 
 
 def load_cell_result(path: Path) -> CellResult:

@@ -7,6 +7,7 @@ prints its progress line with it.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from kv_cache_tester.metrics import finite, interactivity_tok_s, per_gpu
@@ -21,8 +22,14 @@ from agentsweep.contract.columns import (
     Unit,
 )
 
+# One figure as summary.csv holds it: a number, a flag (columns.Unit.FLAG), a label or compact JSON
+# (Unit.LABEL, Unit.JSON), or None where the cell has none. A row's figures, and the cell's own fields
+# beside them, are a ``Figures``: flat by construction, so rendering a table of them is a copy.
+Figure = int | float | bool | str | None
+Figures = dict[str, Figure]
 
-def flat(value: Any) -> Any:
+
+def flat(value: object) -> Figure:
     """Cell values stay scalar in the CSV; anything nested becomes compact JSON."""
     if value is None or isinstance(value, str | int | float | bool):
         return value
@@ -43,9 +50,9 @@ def _at(doc: Any, path: str) -> Any:
     return None
 
 
-def summary_columns(summary: Summary) -> dict[str, Any]:
+def summary_columns(summary: Summary) -> Figures:
     """The replayer's summary as summary.csv columns (columns.SUMMARY)."""
-    out: dict[str, Any] = {}
+    out: Figures = {}
     for column in columns.SUMMARY:
         assert column.source is not None
         value = _at(summary, column.source)
@@ -60,17 +67,16 @@ def summary_columns(summary: Summary) -> dict[str, Any]:
     return out
 
 
-def derived_columns(values: dict[str, Any]) -> dict[str, Any]:
+def derived_columns(values: Mapping[str, Figure], gpus: float | None) -> Figures:
     """Per-GPU throughput (every GPU of the cell) and interactivity (tokens/s per user): ``1 / ITL`` at
     each statistic of the full-response ITL, and of the plain ITL (kv_cache_tester.metrics).
 
     A summary written before the full-response ITL was in it gives the same figure from TPOT (per
     request, TPOT is the full-response ITL: ``(E2E - TTFT) / (output tokens - 1)``).
     """
-    out: dict[str, Any] = {}
-    gpus = finite(values.get("gpus")) or finite(values.get("tp"))
+    out: Figures = {}
     for key in THROUGHPUTS:
-        out[f"{key}_per_gpu"] = per_gpu(values.get(key), gpus)
+        out[f"{key}_per_gpu"] = per_gpu(finite(values.get(key)), gpus)
     for stat in INTERACTIVITY_STATS:
         if stat == "std":
             continue
@@ -78,13 +84,14 @@ def derived_columns(values: dict[str, Any]) -> dict[str, Any]:
         itl = values.get(f"full_response_itl_{name}_s")
         if itl is None:
             itl = values.get(f"tpot_{name}_s")
-        out[f"interactivity_{name}_tok_per_s"] = interactivity_tok_s(itl)
+        out[f"interactivity_{name}_tok_per_s"] = interactivity_tok_s(finite(itl))
     for stat in PLAIN_INTERACTIVITY_STATS:
-        out[f"plain_interactivity_{stat}_tok_per_s"] = interactivity_tok_s(values.get(f"itl_{stat}_s"))
+        itl = values.get(f"itl_{stat}_s")
+        out[f"plain_interactivity_{stat}_tok_per_s"] = interactivity_tok_s(finite(itl))
     return out
 
 
-def engine_clock_columns(summary: Summary) -> tuple[dict[str, Any], dict[str, Any]]:
+def engine_clock_columns(summary: Summary) -> tuple[Figures, Figures]:
     """A simulated cell's figures in the engine's own clock (summary.json ``engine_clock``).
 
     Returns (beside, engine): ``beside`` are the columns.ENGINE_CLOCK_COLUMNS (the client's wall-clock
@@ -96,11 +103,11 @@ def engine_clock_columns(summary: Summary) -> tuple[dict[str, Any], dict[str, An
     engine_clock = summary.get("engine_clock")
     if engine_clock is None:
         return {}, {}
-    beside: dict[str, Any] = {"latency_clock": "engine"}
+    beside: Figures = {"latency_clock": "engine"}
     for column in columns.ENGINE_CLOCK_COLUMNS[1:]:
         assert column.source is not None
         beside[column.name] = finite(_at(summary, column.source))
-    engine: dict[str, Any] = {}
+    engine: Figures = {}
     for column in columns.SUMMARY:
         source = column.source or ""
         if source.startswith(("latency.", "throughput.")):
@@ -108,7 +115,7 @@ def engine_clock_columns(summary: Summary) -> tuple[dict[str, Any], dict[str, An
     return beside, engine
 
 
-def to_engine_clock(values: dict[str, Any]) -> None:
+def to_engine_clock(values: Figures, speed: float | None) -> None:
     """Express a sped-up simulated cell's figures in the engine's own clock, in place.
 
     A simulated engine with ``speed`` S runs S times faster than the wall clock the replayer and the
@@ -117,7 +124,7 @@ def to_engine_clock(values: dict[str, Any]) -> None:
     dispatch lag, scrape gaps) stay. ``clock_scale`` records S (1 for every real engine). The client's
     own overhead is inside the latencies, so at high S small latencies carry S times its error.
     """
-    speed = finite(values.get("speed")) or 1.0
+    speed = speed or 1.0
     values["clock_scale"] = speed
     if speed == 1.0:
         return
@@ -129,15 +136,14 @@ def to_engine_clock(values: dict[str, Any]) -> None:
         values[column.name] = value * speed if power > 0 else value / speed
 
 
-def summary_figures(summary: Summary, *, gpus: int, tp: int, speed: float) -> dict[str, Any]:
-    """The summary's own figures for a cell of ``gpus`` GPUs (``tp`` when unknown) run at ``speed``, in
-    the engine's clock, with the derived ones: what collect's row holds before it adds the server's,
-    the records' and the power figures."""
-    values: dict[str, Any] = {"gpus": gpus, "tp": tp, "speed": speed}
-    values.update(summary_columns(summary))
+def summary_figures(summary: Summary, *, gpus: int, speed: float) -> Figures:
+    """The summary's own figures for a cell of ``gpus`` GPUs run at ``speed``, in the engine's clock,
+    with the derived ones: what collect's row holds before it adds the server's, the records' and the
+    power figures."""
+    values = summary_columns(summary)
     beside, engine = engine_clock_columns(summary)
     values.update(beside)
-    to_engine_clock(values)
+    to_engine_clock(values, speed)
     values.update(engine)
-    values.update(derived_columns(values))
+    values.update(derived_columns(values, gpus))
     return values

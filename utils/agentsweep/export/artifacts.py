@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kv_cache_tester.metrics import finite, record_full_response_itl_s
+from kv_cache_tester.metrics import record_full_response_itl_s
 from kv_cache_tester.replay import RecordReader, ResultError, load_summary
 from kv_cache_tester.replay.results import RequestRecord
 
@@ -158,10 +158,9 @@ def profile_lines(result_dir: Path, point: Point) -> Iterator[str]:
 
 def server_export(result_dir: Path, point: Point) -> dict[str, Any] | None:
     """The engine's metrics over the window in AIPerf's export form; None without scrapes."""
-    values = point.values
-    start, end = values.get("window_start_unix"), values.get("window_end_unix")
+    start, end = point.row.number("window_start_unix"), point.row.number("window_end_unix")
     path = result_dir / SERVER_METRICS_CSV
-    if not isinstance(start, int | float) or not isinstance(end, int | float) or not path.is_file():
+    if start is None or end is None or not path.is_file():
         return None
     try:
         series, _, _ = read_series(path)
@@ -214,14 +213,13 @@ EVAL_DIR = "eval_{name}"
 def eval_files(point: Point) -> dict[str, dict[str, Any]] | None:
     """The accuracy gate's score as InferenceX's eval artifacts (file name -> object); None when the
     cell's engine was not scored."""
-    values = point.values
+    row = point.row
     task, score, questions = (
-        values.get("accuracy_task"),
-        values.get("accuracy_score"),
-        values.get("accuracy_questions"),
+        row.text("accuracy_task"),
+        row.number("accuracy_score"),
+        row.number("accuracy_questions"),
     )
-    score, questions = finite(score), finite(questions)
-    if not isinstance(task, str) or not task or score is None or not questions:
+    if not task or score is None or not questions:
         return None
     n = round(questions)
     stderr = math.sqrt(score * (1 - score) / (n - 1)) if n > 1 else None
@@ -237,8 +235,8 @@ def eval_files(point: Point) -> dict[str, dict[str, Any]] | None:
         "infmax_model_prefix": model_prefix(point.cell) or "unknown",
         "model": point.cell.model,
         "simulated": point.cell.simulated,  # a simulated engine's score (accuracy: on) says so
-        "threshold": finite(values.get("accuracy_threshold")),
-        "outcome": values.get("accuracy_outcome"),
+        "threshold": row.number("accuracy_threshold"),
+        "outcome": row.text("accuracy_outcome") or None,
     }
     return {f"results_{task}.json": results, "meta_env.json": meta}
 
@@ -250,7 +248,7 @@ def write_layout(root: Path, rows: list[dict[str, Any]], points: list[Point]) ->
         target = row_file(root, name)
         target.parent.mkdir(parents=True)
         target.write_text(json.dumps(row, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-        result_dir = Path(str(point.values.get("result_dir", "")))
+        result_dir = Path(point.row.result_dir or "")
         raw = raw_dir(root, name)
         (raw / PROFILE.parent).mkdir(parents=True)
         with (raw / PROFILE).open("w", encoding="utf-8") as fh:

@@ -8,15 +8,15 @@ here defines a metric again.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from kv_cache_tester.metrics import finite, interactivity_tok_s
 from kv_cache_tester.replay import Window
 from pydantic import BaseModel
 
+from agentsweep.collect.aggregate import Row
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.columns import LATENCY_STATS
 from agentsweep.contract.hardware import LEGACY_SIM_HARDWARE
@@ -57,94 +57,92 @@ POWER_SOURCE = "power.csv"
 
 @dataclass(frozen=True)
 class Point:
-    """What one exported row is made of: collect's row values, the parsed cell, its versions, the
-    failed requests per error class (summary.json's, as ``CellResult.failed_by_class`` reads them) and
-    summary.json's window (``CellResult.summary``; None for a FAILED cell, which holds no summary)."""
+    """What one exported row is made of: collect's typed row of the cell (its figures in the engine's
+    clock, its power summary), the parsed cell, its versions, the failed requests per error class,
+    summary.json's window (None for a FAILED cell, which holds no summary) and where the run departs
+    from its replay preset (``CellResult.failed_by_class``, ``.window``, ``.preset_deviations``)."""
 
-    exp_name: str
-    outcome: Outcome
+    row: Row
     cell: Cell
-    values: Mapping[str, Any]
     versions: Mapping[str, str | None]
-    reason: str = ""  # why the cell is not SUCCESS (collect's reason)
     failed_by_class: Mapping[str, int] = field(default_factory=dict)
     window: Window | None = None
+    deviations: tuple[str, ...] = ()
+
+    @property
+    def exp_name(self) -> str:
+        return self.row.exp_name
+
+    @property
+    def outcome(self) -> Outcome:
+        return cast(Outcome, self.row.status)
+
+    @property
+    def reason(self) -> str:
+        """Why the cell is not SUCCESS (collect's reason)."""
+        return self.row.reason
 
 
-def _int(value: Any) -> int | None:
-    number = finite(value)
-    return None if number is None else round(number)
+def _int(value: float | None) -> int | None:
+    return None if value is None else round(value)
 
 
 def _col(stat: str) -> str:
     return stat.replace(".", "")
 
 
-def _latency(values: Mapping[str, Any], metric: str) -> Statistics:
+def _latency(row: Row, metric: str) -> Statistics:
     """A latency's statistics from collect's ``{metric}_{stat}_s`` columns."""
-    return Statistics.model_validate({s: finite(values.get(f"{metric}_{_col(s)}_s")) for s in LATENCY_STATS})
+    return Statistics.model_validate({s: row.number(f"{metric}_{_col(s)}_s") for s in LATENCY_STATS})
 
 
-def _interactivity(values: Mapping[str, Any]) -> Statistics:
+def _interactivity(row: Row) -> Statistics:
     """1 / full-response ITL at each statistic (collect's interactivity columns)."""
     return Statistics.model_validate(
-        {s: finite(values.get(f"interactivity_{_col(s)}_tok_per_s")) for s in LATENCY_STATS}
+        {s: row.number(f"interactivity_{_col(s)}_tok_per_s") for s in LATENCY_STATS}
     )
 
 
-def _e2e_norm_interactivity(values: Mapping[str, Any]) -> Statistics:
+def _e2e_norm_interactivity(row: Row) -> Statistics:
     """1 / E2E per output token at each statistic (collect's E2E-normalised interactivity columns)."""
     return Statistics.model_validate(
-        {s: finite(values.get(f"e2e_norm_interactivity_{_col(s)}_tok_per_s")) for s in LATENCY_STATS}
+        {s: row.number(f"e2e_norm_interactivity_{_col(s)}_tok_per_s") for s in LATENCY_STATS}
     )
 
 
-def _token_gap_interactivity(values: Mapping[str, Any]) -> Statistics:
+def _token_gap_interactivity(row: Row) -> Statistics:
     """1 / token-gap ITL at each statistic; no std (the token gaps are not per-request speeds)."""
-    figures = {s: interactivity_tok_s(finite(values.get(f"itl_{_col(s)}_s"))) for s in LATENCY_STATS}
+    figures = {s: interactivity_tok_s(row.number(f"itl_{_col(s)}_s")) for s in LATENCY_STATS}
     figures["std"] = None
     return Statistics.model_validate(figures)
 
 
-def _scale(values: Mapping[str, Any]) -> float:
-    return finite(values.get("clock_scale")) or 1.0
+def _scale(row: Row) -> float:
+    return row.number("clock_scale") or 1.0
 
 
-def _duration(values: Mapping[str, Any]) -> float | None:
-    window = finite(values.get("window_s"))
-    return None if window is None else window * _scale(values)
+def _duration(row: Row) -> float | None:
+    window = row.number("window_s")
+    return None if window is None else window * _scale(row)
 
 
-def _tokens(values: Mapping[str, Any], rate_column: str) -> int | None:
+def _tokens(row: Row, rate_column: str) -> int | None:
     """A server counter's growth over the window: its rate times the window (both in one clock)."""
-    rate, duration = finite(values.get(rate_column)), _duration(values)
+    rate, duration = row.number(rate_column), _duration(row)
     return None if rate is None or duration is None else round(rate * duration)
 
 
-def _json(text: Any, default: Any) -> Any:
-    try:
-        return json.loads(text) if isinstance(text, str) and text else default
-    except ValueError:
-        return default
-
-
-def _stability(values: Mapping[str, Any], flat: str) -> float | int | None:
+def _stability(row: Row, flat: str) -> float | int | None:
     if flat == "observed_window_seconds":
-        subwindow = finite(values.get("stability_subwindow_s"))
-        return None if subwindow is None else subwindow * _scale(values)
+        subwindow = row.number("stability_subwindow_s")
+        return None if subwindow is None else subwindow * _scale(row)
     nested = dict(STABILITY_KEYS)[flat]
-    value = values.get(f"stability_{nested}")
-    return _int(value) if flat in STABILITY_COUNTS else finite(value)
+    value = row.number(f"stability_{nested}")
+    return _int(value) if flat in STABILITY_COUNTS else value
 
 
-def _window_range(values: Mapping[str, Any], metric: str, stat: str, end: str) -> float | None:
-    return finite(values.get(f"stability_{stat}_{metric}_{end}"))
-
-
-def _deviations(values: Mapping[str, Any]) -> list[str]:
-    """Where the run departs from its replay preset (summary.json ``preset.deviations``)."""
-    found = _json(values.get("preset_deviations"), [])
-    return [str(d) for d in found] if isinstance(found, list) else []
+def _window_range(row: Row, metric: str, stat: str, end: str) -> float | None:
+    return row.number(f"stability_{stat}_{metric}_{end}")
 
 
 def _outcome(point: Point) -> dict[str, Any]:
@@ -153,27 +151,27 @@ def _outcome(point: Point) -> dict[str, Any]:
         "status": "passed" if point.outcome == "SUCCESS" else "failed",
         "verdict": point.outcome,
         "reasons": reasons,
-        "failed_requests": _int(point.values.get("requests_failed")),
+        "failed_requests": _int(point.row.number("requests_failed")),
     }
 
 
 def _power(point: Point) -> dict[str, Any]:
-    """The power keys under InferenceX's power contract (schema 2), from collect's power columns (never
-    computed again here); empty when the cell's runner samples no power."""
-    v, cell = point.values, point.cell
-    valid = v.get("power_valid")
-    if cell.node.power_source == "none" or not isinstance(valid, bool):
+    """The power keys under InferenceX's power contract (schema 2), from collect's power columns and
+    the power summary they render (never computed again here); empty when the cell's runner samples
+    no power."""
+    v, cell, power = point.row, point.cell, point.row.power
+    if cell.node.power_source == "none" or power is None:
         return {}
-    audit = _json(v.get("power_audit"), {})
-    codes = [c for c in _json(v.get("power_reason_codes"), []) if c in REASON_CODES]
+    valid, audit = power.power_valid, power.audit
+    codes = [c for c in power.reason_codes if c in REASON_CODES]
     gpus = cell.gpus
-    p90_total = finite(v.get("p90_power_w"))
+    p90_total = v.number("p90_power_w")
     figures = {
-        "avg_power_w": finite(v.get("avg_power_per_gpu_w")),
-        "avg_total_gpu_power_w": finite(v.get("avg_power_w")),
+        "avg_power_w": v.number("avg_power_per_gpu_w"),
+        "avg_total_gpu_power_w": v.number("avg_power_w"),
         "p90_power_w": None if p90_total is None else p90_total / gpus,
         "p90_total_gpu_power_w": p90_total,
-        **{name: finite(v.get(name)) for name in SAME_NAMED_POWER},
+        **{name: v.number(name) for name in SAME_NAMED_POWER},
     }
     return {
         "power_metric_schema_version": POWER_METRIC_SCHEMA_VERSION,
@@ -182,20 +180,20 @@ def _power(point: Point) -> dict[str, Any]:
         "power_invalid_reasons": list(dict.fromkeys(codes)),
         "power_audit": {
             "source": POWER_SOURCE,
-            "window_start_unix": finite(audit.get("window_start_unix")),
-            "window_end_unix": finite(audit.get("window_end_unix")),
-            "expected_gpu_count": _int(audit.get("expected_gpus")) or 0,
-            "observed_gpu_count": _int(audit.get("observed_gpus")) or 0,
-            "sample_count": _int(audit.get("samples")) or 0,
-            "max_sample_gap_s": finite(audit.get("largest_gap_s")),
-            "reasons": [str(r) for r in _json(v.get("power_reasons"), [])],
+            "window_start_unix": finite(audit.window_start_unix),
+            "window_end_unix": finite(audit.window_end_unix),
+            "expected_gpu_count": audit.expected_gpus,
+            "observed_gpu_count": audit.observed_gpus,
+            "sample_count": audit.samples,
+            "max_sample_gap_s": finite(audit.largest_gap_s),
+            "reasons": list(power.reasons),
         },
     }
 
 
 def identity(point: Point) -> dict[str, Any]:
     """The fields both shapes share."""
-    cell, values = point.cell, point.values
+    cell, values = point.cell, point.row
     on = cell.offload == "on"
     out: dict[str, Any] = {
         "exp_name": point.exp_name,
@@ -220,12 +218,12 @@ def identity(point: Point) -> dict[str, Any]:
         "prefix_caching": "false" if cell.offload == "noprefix" else "true",
         "kv_offload_backend": cell.offload_connector if on else "none",
         "allocated_cpu_dram_gb": float(cell.cpu_dram_gb) if on else 0.0,
-        "recipe_fingerprint": values.get("recipe_fingerprint") or None,
-        "num_requests_total": _int(values.get("req_records")),
-        "num_requests_successful": _int(values.get("requests_ok")),
+        "recipe_fingerprint": values.text("recipe_fingerprint") or None,
+        "num_requests_total": _int(values.number("req_records")),
+        "num_requests_successful": _int(values.number("requests_ok")),
         "duration_seconds": _duration(values),
-        "replay_preset": {"name": cell.replay.preset, "deviations": _deviations(values)},
-        "kv_cache_pool_tokens": _int(values.get("kv_pool_tokens")),
+        "replay_preset": {"name": cell.replay.preset, "deviations": list(point.deviations)},
+        "kv_cache_pool_tokens": _int(values.number("kv_pool_tokens")),
     }
     if cell.prefill is not None and cell.decode is not None:
         out.update(
@@ -246,8 +244,8 @@ def identity(point: Point) -> dict[str, Any]:
 
 def nested_row(point: Point) -> NestedRow:
     """The nested row of one point."""
-    v = point.values
-    gpu_hit, cpu_hit = finite(v.get("gpu_hit_rate")), finite(v.get("cpu_hit_rate"))
+    v = point.row
+    gpu_hit, cpu_hit = v.number("gpu_hit_rate"), v.number("cpu_hit_rate")
     router_name = point.cell.router_program if point.cell.routed else None
     full_itl, full_intvty = _latency(v, "full_response_itl"), _interactivity(v)
     ranges: dict[str, Any] = {}
@@ -270,17 +268,17 @@ def nested_row(point: Point) -> NestedRow:
                     token_gap_intvty=_token_gap_interactivity(v),
                 ),
                 throughput=Throughput(
-                    input=RateModel(tokens_per_second=finite(v.get("input_tok_per_s"))),
-                    output=RateModel(tokens_per_second=finite(v.get("output_tok_per_s"))),
-                    total=RateModel(tokens_per_second=finite(v.get("total_tok_per_s"))),
+                    input=RateModel(tokens_per_second=v.number("input_tok_per_s")),
+                    output=RateModel(tokens_per_second=v.number("output_tok_per_s")),
+                    total=RateModel(tokens_per_second=v.number("total_tok_per_s")),
                     duration_seconds=_duration(v),
                     per_gpu=PerGpu(
-                        total_tput_tps=finite(v.get("total_tok_per_s_per_gpu")),
-                        output_tput_tps=finite(v.get("output_tok_per_s_per_gpu")),
-                        input_tput_tps=finite(v.get("input_tok_per_s_per_gpu")),
+                        total_tput_tps=v.number("total_tok_per_s_per_gpu"),
+                        output_tput_tps=v.number("output_tok_per_s_per_gpu"),
+                        input_tput_tps=v.number("input_tok_per_s_per_gpu"),
                     ),
                 ),
-                cache=RequestCache(theoretical_cache_hit_rate=finite(v.get("theoretical_hit_rate"))),
+                cache=RequestCache(theoretical_cache_hit_rate=v.number("theoretical_hit_rate")),
                 stability=Stability.model_validate(
                     {
                         **{nested: _stability(v, flat) for flat, nested in STABILITY_KEYS},
@@ -295,20 +293,20 @@ def nested_row(point: Point) -> NestedRow:
                     overall_cache_hit_rate=None if gpu_hit is None else gpu_hit + (cpu_hit or 0.0),
                 ),
                 kv_cache=KvCache(
-                    gpu_usage_pct=finite(v.get("kv_usage_peak")),
-                    gpu_total_tokens=_int(v.get("kv_pool_tokens")),
+                    gpu_usage_pct=v.number("kv_usage_peak"),
+                    gpu_total_tokens=_int(v.number("kv_pool_tokens")),
                 ),
                 tokens=Tokens(
                     prompt_total=_tokens(v, "server_prompt_tok_per_s"),
                     generation_total=_tokens(v, "server_generation_tok_per_s"),
-                    requests_completed=_int(v.get("requests_ok")),
+                    requests_completed=_int(v.number("requests_ok")),
                 ),
             ),
             "request_accounting": RequestAccounting(
-                records_total=_int(v.get("req_records")),
-                records_profiled=_int(v.get("requests_sent")),
-                records_warmup_dropped=_int(v.get("requests_warmup")),
-                records_error_dropped=_int(v.get("requests_failed")),
+                records_total=_int(v.number("req_records")),
+                records_profiled=_int(v.number("requests_sent")),
+                records_warmup_dropped=_int(v.number("requests_warmup")),
+                records_error_dropped=_int(v.number("requests_failed")),
                 error_categories=dict(point.failed_by_class),
             ),
             "router": Router(name=router_name, version=point.versions.get("router") if router_name else None),
@@ -318,35 +316,35 @@ def nested_row(point: Point) -> NestedRow:
 
 def flat_row(point: Point) -> BaseModel:
     """The flat row of one point, from collect's columns directly."""
-    v = point.values
+    v = point.row
     out: dict[str, Any] = identity(point)
     sources = {
-        "ttft": lambda s: finite(v.get(f"ttft_{s}_s")),
-        "e2el": lambda s: finite(v.get(f"e2e_{s}_s")),
-        "itl": lambda s: finite(v.get(f"full_response_itl_{s}_s")),
-        "tpot": lambda s: finite(v.get(f"tpot_{s}_s")),
-        "intvty": lambda s: finite(v.get(f"interactivity_{s}_tok_per_s")),
+        "ttft": lambda s: v.number(f"ttft_{s}_s"),
+        "e2el": lambda s: v.number(f"e2e_{s}_s"),
+        "itl": lambda s: v.number(f"full_response_itl_{s}_s"),
+        "tpot": lambda s: v.number(f"tpot_{s}_s"),
+        "intvty": lambda s: v.number(f"interactivity_{s}_tok_per_s"),
     }
     sources["full_response_itl"] = sources["itl"]
     sources["full_response_intvty"] = sources["intvty"]
-    sources["e2e_norm_intvty"] = lambda s: finite(v.get(f"e2e_norm_interactivity_{s}_tok_per_s"))
+    sources["e2e_norm_intvty"] = lambda s: v.number(f"e2e_norm_interactivity_{s}_tok_per_s")
     for metric, _ in FLAT_METRICS:
         for prefix, key in STATS:
             out[f"{prefix}_{metric}"] = sources[metric](_col(key))
     out.update(
-        input_tput_tps=finite(v.get("input_tok_per_s")),
-        output_tput_tps=finite(v.get("output_tok_per_s")),
-        total_tput_tps=finite(v.get("total_tok_per_s")),
-        tput_per_gpu=finite(v.get("total_tok_per_s_per_gpu")),
-        output_tput_per_gpu=finite(v.get("output_tok_per_s_per_gpu")),
-        input_tput_per_gpu=finite(v.get("input_tok_per_s_per_gpu")),
-        theoretical_cache_hit_rate=finite(v.get("theoretical_hit_rate")),
-        server_gpu_cache_hit_rate=finite(v.get("gpu_hit_rate")),
-        server_cpu_cache_hit_rate=finite(v.get("cpu_hit_rate")),
-        gpu_kv_cache_usage_pct=finite(v.get("kv_usage_peak")),
+        input_tput_tps=v.number("input_tok_per_s"),
+        output_tput_tps=v.number("output_tok_per_s"),
+        total_tput_tps=v.number("total_tok_per_s"),
+        tput_per_gpu=v.number("total_tok_per_s_per_gpu"),
+        output_tput_per_gpu=v.number("output_tok_per_s_per_gpu"),
+        input_tput_per_gpu=v.number("input_tok_per_s_per_gpu"),
+        theoretical_cache_hit_rate=v.number("theoretical_hit_rate"),
+        server_gpu_cache_hit_rate=v.number("gpu_hit_rate"),
+        server_cpu_cache_hit_rate=v.number("cpu_hit_rate"),
+        gpu_kv_cache_usage_pct=v.number("kv_usage_peak"),
         total_prompt_tokens=_tokens(v, "server_prompt_tok_per_s"),
         total_generation_tokens=_tokens(v, "server_generation_tok_per_s"),
-        total_requests_completed=_int(v.get("requests_ok")),
+        total_requests_completed=_int(v.number("requests_ok")),
     )
     for flat, _ in STABILITY_KEYS:
         out[flat] = _stability(v, flat)

@@ -34,7 +34,7 @@ from agentsweep.errors import AgentsweepError, InputError
 from agentsweep.export.artifacts import write_layout
 from agentsweep.export.build import Point, flat_row, nested_row
 from agentsweep.export.inferencex import colliding, unmapped
-from agentsweep.export.models import Outcome, row_json
+from agentsweep.export.models import row_json
 from agentsweep.export.schema import Shape, problems
 
 POINTS = ("SUCCESS",)
@@ -102,7 +102,7 @@ def points(results: Path, include_invalid: bool, allow_mixed: bool = True) -> li
         if row.status not in wanted:
             print(f"export: {row.exp_name}: {row.status}, not exported", file=sys.stderr)
             continue
-        if row.values.get("capacity"):
+        if row.cell_fields.get("capacity"):
             steps = sum(1 for c, _ in loaded if c.step_of == row.exp_name)
             print(
                 f"export: {row.exp_name}: a capacity cell, not a point itself: its {steps} steps are "
@@ -119,14 +119,12 @@ def points(results: Path, include_invalid: bool, allow_mixed: bool = True) -> li
             continue
         out.append(
             Point(
-                row.exp_name,
-                cast(Outcome, row.status),
+                row,
                 cell,
-                row.values,
                 result.record.versions,
-                row.reason or "",
                 failed_by_class=result.failed_by_class,
-                window=result.summary["window"] if result.summary is not None else None,
+                window=result.window,
+                deviations=result.preset_deviations,
             )
         )
     return out

@@ -200,19 +200,16 @@ def read_point(path: Path, step_of: str = "") -> PointFacts:
     if row.status == "MALFORMED" or result is None:  # a row that is not MALFORMED was read
         raise InputError(f"{path}: not a readable result ({row.reason})")
     record, summary = result.record, result.summary
-    if "req_records" not in row.values:  # collect did not recount the records (a FAILED cell)
+    if "req_records" not in row.figures:  # collect did not recount the records (a FAILED cell)
         _read_records(path, timeline)
     metrics: dict[str, float] = {}
     labels: dict[str, str] = {}
     for column in columns.METRICS:
-        value = row.values.get(column.name)
         if column.unit in (columns.Unit.JSON, columns.Unit.LABEL):
-            if value not in (None, ""):
-                labels[column.name] = str(value)
-        else:
-            number = finite(value)
-            if number is not None:
-                metrics[column.name] = number
+            if text := row.text(column.name):
+                labels[column.name] = text
+        elif (number := row.number(column.name)) is not None:
+            metrics[column.name] = number
     # A capacity cell replays nothing itself (it has no summary): its figures are its steps' (points of
     # their own) and capacity.json's (kept, and in the drill-down). Nor has a FAILED cell.
     block, noise = read_stability(summary, metrics.get("clock_scale", 1.0))
@@ -233,8 +230,8 @@ def read_point(path: Path, step_of: str = "") -> PointFacts:
         reason=row.reason,
         notes=list(row.notes),
         cell=dict(record.cell),
-        hardware=str(row.values.get("hardware_label") or ""),
-        engine_version=str(row.values.get("engine_version") or ""),
+        hardware=row.text(columns.HARDWARE_LABEL.name),
+        engine_version=row.text("engine_version"),
         start_utc=record.start_utc,
         end_utc=record.end_utc,
         metrics=metrics,
