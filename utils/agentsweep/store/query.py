@@ -96,7 +96,7 @@ class Point:
     capacity_cell: dict[str, Any] | None = None  # the capacity cell's cell, as cell.json holds it
 
     @property
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> dict[str, str | int]:
         return {**self.scope, **self.position, "config_key": self.config_key}
 
     @property

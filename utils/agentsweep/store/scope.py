@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from agentsweep.errors import InputError
 
@@ -37,12 +36,12 @@ IDENTITY_FIELDS: tuple[str, ...] = (
 FILTER_FIELDS: tuple[str, ...] = (*SCOPE_FIELDS, "config_key", *POSITION_FIELDS)
 
 
-def scope_key(values: Mapping[str, Any]) -> str:
+def scope_key(values: Mapping[str, object]) -> str:
     """The scope as one readable string, ``model=...;hardware=...;...`` (fixed order)."""
     return ";".join(f"{name}={values.get(name) or ''}" for name in SCOPE_FIELDS)
 
 
-def identity(values: Mapping[str, Any]) -> tuple[str, ...]:
+def identity(values: Mapping[str, object]) -> tuple[str, ...]:
     """What pairs a point with its repeats in other runs."""
     return tuple(str(values.get(name) if values.get(name) is not None else "") for name in IDENTITY_FIELDS)
 
