@@ -48,7 +48,7 @@ def _by_gpu(expo: Exposition, name: str) -> dict[str, float]:
     return out
 
 
-def parse_metrics(text: str) -> dict[str, GpuReading]:
+def parse_metrics(text: str | Exposition) -> dict[str, GpuReading]:
     """Every GPU's reading in one exposition (ValueError: not Prometheus text; NotDcgm: no power metric)."""
     expo = parse_exposition(text)
     power = _by_gpu(expo, POWER)

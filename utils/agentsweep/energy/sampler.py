@@ -24,6 +24,7 @@ from typing import IO, TextIO
 from agentsweep.energy import amd_smi, dcgm, nvidia_smi
 from agentsweep.energy.powercsv import GpuReading, PowerCsvWriter, one_line
 from agentsweep.energy.spec import PowerTarget, SamplerSpec
+from agentsweep.metrics.dialects import Exposition
 from agentsweep.watchdog import die_with_parent, stop_on_signal
 
 MAX_REPLY_BYTES = 8 << 20
@@ -287,9 +288,12 @@ class Sampler:
                 next_tick, delay = time.monotonic(), 0.0
             self.stop.wait(delay)
 
-    def record_dcgm(self, target: PowerTarget, ids: tuple[str, ...], text: str, arrived: float) -> None:
-        """One DCGM exposition read at Unix time ``arrived``: a row per GPU of ``ids`` (all when
-        empty), a fault for each one absent (ValueError: not Prometheus text)."""
+    def record_dcgm(
+        self, target: PowerTarget, ids: tuple[str, ...], text: str | Exposition, arrived: float
+    ) -> None:
+        """One DCGM exposition (its text, or read in this process) read at Unix time ``arrived``: a row
+        per GPU of ``ids`` (all when empty), a fault for each one absent (ValueError: not Prometheus
+        text)."""
         found, absent = dcgm.pick(dcgm.parse_metrics(text), ids)
         for reading in found:
             self.emit(arrived, target, reading)

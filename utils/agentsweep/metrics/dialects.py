@@ -21,9 +21,10 @@ Reading rules (they hold for every name below):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentsweep.errors import InputError
@@ -102,10 +103,20 @@ def _base(name: str) -> str:
     return name[: -len("_total")] if name.endswith("_total") else name
 
 
-def parse_exposition(text: str) -> Exposition:
-    """Parse Prometheus text format; raise ValueError on text that is not an exposition."""
+def parse_exposition(text: str | Exposition) -> Exposition:
+    """Parse Prometheus text format; raise ValueError on text that is not an exposition. An
+    exposition already read (``read_families``) is itself."""
+    if isinstance(text, Exposition):
+        return text
+    return read_families(text_string_to_metric_families(text))
+
+
+def read_families(families: Iterable[Metric]) -> Exposition:
+    """An exposition of metric families: as parsed from a reply's text, or collected from a registry in
+    this process (``CollectorRegistry.collect``: the same families, without rendering and parsing the
+    text between them)."""
     expo = Exposition()
-    for family in text_string_to_metric_families(text):
+    for family in families:
         expo.families.add(_base(family.name))
         for sample in family.samples:
             name = sample.name
@@ -369,21 +380,21 @@ def map_sources(expo: Exposition, dialect: str) -> dict[str, str]:
     return _mapped(expo, dialect).sources
 
 
-def map_text(text: str, dialect: str | None = None) -> tuple[str, dict[str, float | None]]:
+def map_text(text: str | Exposition, dialect: str | None = None) -> tuple[str, dict[str, float | None]]:
     """Parse, detect the dialect when not given, and map. Unknown dialect -> InputError."""
     found, row = _map_text(text, dialect)
     return found, row.values
 
 
 def map_text_sources(
-    text: str, dialect: str | None = None
+    text: str | Exposition, dialect: str | None = None
 ) -> tuple[str, dict[str, float | None], dict[str, str]]:
     """``map_text`` plus where each figure came from (``map_sources``)."""
     found, row = _map_text(text, dialect)
     return found, row.values, row.sources
 
 
-def _map_text(text: str, dialect: str | None) -> tuple[str, _Row]:
+def _map_text(text: str | Exposition, dialect: str | None) -> tuple[str, _Row]:
     expo = parse_exposition(text)
     found = dialect or detect_dialect(expo)
     if found is None:

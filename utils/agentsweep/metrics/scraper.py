@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TextIO
 
 from agentsweep.errors import InputError, RunError, WriteError
-from agentsweep.metrics.dialects import COLUMNS, format_row, map_text_sources
+from agentsweep.metrics.dialects import COLUMNS, Exposition, format_row, map_text_sources, parse_exposition
 from agentsweep.metrics.kv_events import Listener
 from agentsweep.watchdog import stop_on_signal
 
@@ -152,7 +152,11 @@ class Scraper:
 
     def map_text(self, now: float, text: str) -> list[str]:
         """One row from one reply (ValueError: not a metrics reply; InputError: unknown dialect)."""
-        dialect, values, sources = map_text_sources(text, self.dialect)
+        return self.map_exposition(now, parse_exposition(text))
+
+    def map_exposition(self, now: float, expo: Exposition) -> list[str]:
+        """One row from one exposition read (InputError: unknown dialect)."""
+        dialect, values, sources = map_text_sources(expo, self.dialect)
         if self.kv_events is not None:
             evicted, why = self.kv_events.snapshot().evicted_tokens()
             values["evicted_tokens_total"] = evicted
@@ -274,9 +278,10 @@ class Scraper:
                 raise
         return fd
 
-    def record(self, fd: int, now: float, text: str) -> None:
-        """One exposition text read at Unix time ``now``, appended as a row (an in-process scrape)."""
-        self._append(fd, self.map_text(now, text))
+    def record(self, fd: int, now: float, expo: Exposition) -> None:
+        """One exposition read in this process (``dialects.read_families``) at Unix time ``now``,
+        appended as a row (an in-process scrape)."""
+        self._append(fd, self.map_exposition(now, expo))
         self.stats.ok += 1
 
     def _append(self, fd: int, row: Sequence[object]) -> None:

@@ -39,10 +39,10 @@ from kv_cache_tester.traces.model import Trace
 from agentsweep.energy import cli_sampler
 from agentsweep.energy.sampler import Sampler
 from agentsweep.engine_sim import cli as engine_cli
-from agentsweep.engine_sim.metrics import render
 from agentsweep.engine_sim.server import SimServer
 from agentsweep.errors import InputError, WriteError
 from agentsweep.metrics import cli as metrics_cli
+from agentsweep.metrics.dialects import read_families
 from agentsweep.metrics.scraper import Scraper
 from agentsweep.virtual.clock import LoopClock, VirtualTimeLoop, run_virtual
 from agentsweep.virtual.endpoint import LocalEndpoint
@@ -284,8 +284,10 @@ class _Sampling:
             if spec.source != "dcgm":
                 raise InputError(f"virtual clock: power source {spec.source} is a real GPU's; use dcgm")
             self.power = (Sampler(spec, parts.power.output, log), spec.interval_s)
-        # The simulated GPUs' metrics alone, as a DCGM exporter serves them (rendering and parsing the
-        # engine's whole exposition twice a second would be most of a short run's CPU).
+        # The simulated GPUs' metrics alone, as a DCGM exporter serves them (reading the engine's whole
+        # exposition twice a second would be most of a short run's CPU). Both readers take the metric
+        # families from the registries themselves: what the text of /metrics would carry, without
+        # rendering it and parsing it back.
         self._dcgm_view = server.gpu_exporter or server.registry
         # (who, interval, reading): each reader by the name its process would give
         self._readers: list[tuple[str, float, Callable[[], None]]] = [
@@ -295,9 +297,6 @@ class _Sampling:
             self._readers.append(("power sampler", self.power[1], self._sample))
         self._tasks: list[tuple[str, asyncio.Task[None]]] = []
         self._fd = -1
-
-    def _text(self) -> str:
-        return render(self.server.registry).decode()
 
     @property
     def lead(self) -> float:
@@ -320,15 +319,15 @@ class _Sampling:
         ]
 
     def _scrape(self) -> None:
-        self.scraper.record(self._fd, self.loop.unix(), self._text())
+        self.scraper.record(self._fd, self.loop.unix(), read_families(self.server.registry.collect()))
 
     def _sample(self) -> None:
         assert self.power is not None
         sampler = self.power[0]
-        text = render(self._dcgm_view).decode()
+        expo = read_families(self._dcgm_view.collect())
         try:
             for target in sampler.spec.targets:
-                sampler.record_dcgm(target, target.gpus, text, self.loop.unix())
+                sampler.record_dcgm(target, target.gpus, expo, self.loop.unix())
         except OSError as err:  # power.csv cannot be written (a full disk): named as the collector's is
             raise WriteError(sampler.output, err) from None
 
