@@ -1,12 +1,14 @@
 """The virtual clock against the wall clock on the same cells: figures and wall time per cell.
 
 Runs every cell of a config key (default: the demo grid) twice through benchmarks/run_cell.sh, as a
-sweep runs it: on the wall clock (HTTP, the reference) and with ``clock: virtual`` (one process, no
-socket). With ``--repeat-wall`` the wall clock's cells run once more, which measures its own
-run-to-run spread. Then it collects each tree and prints, per figure, the largest and the median
-difference between the clocks (and the wall clock's spread), and the wall time per cell.
+sweep runs a cell in its own process: on the wall clock (HTTP, the reference) and with ``clock:
+virtual`` (one process, no socket); then the virtual cells once more as `agentsweep sweep --clock
+virtual` runs them, all in the sweep's own process. With ``--repeat-wall`` the wall clock's cells
+run once more, which measures its own run-to-run spread. Then it collects each tree and prints, per
+figure, the largest and the median difference between the clocks (and the wall clock's spread), and
+the wall time per cell of each way.
 
-    .venv/bin/python scripts/bench_virtual.py [--key demo] [--only GLOB] [--repeat-wall] [--out DIR]
+    .venv/bin/python scripts/bench_virtual.py [--key demo] [--only GLOB] [--duration S] [--repeat-wall] [--out DIR]
 """
 
 from __future__ import annotations
@@ -65,6 +67,17 @@ def tree(cells: list[Cell], root: Path, clock: str) -> tuple[pd.DataFrame, list[
     return pd.read_csv(out / "summary.csv").set_index("exp_name"), times
 
 
+def in_sweep(key: str, only: str, duration: int | None, root: Path) -> float:
+    """Wall seconds of `agentsweep sweep --clock virtual` over the cells (all in the sweep's process)."""
+    argv = [sys.executable, "-m", "agentsweep.cli", "sweep", "--key", key, "--clock", "virtual"]
+    argv += ["--results", str(root), "--no-collect", "--only", only]
+    argv += ["--duration", str(duration)] if duration else []
+    env = {**os.environ, "AGENTSWEEP_REPLAY_PLOT": "off"}
+    start = time.perf_counter()
+    subprocess.run(argv, env=env, capture_output=True, text=True, check=True, cwd=REPO)
+    return time.perf_counter() - start
+
+
 def differences(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for name in FIGURES:
@@ -77,6 +90,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--key", default="demo")
     parser.add_argument("--only", default="*", help="only cells whose exp_name matches this glob")
+    parser.add_argument("--duration", type=int, default=None, help="every cell's replay duration (s)")
     parser.add_argument("--repeat-wall", action="store_true", help="run the wall clock twice (its spread)")
     parser.add_argument(
         "--out", type=Path, default=None, help="where the cells go (default: a temporary dir)"
@@ -84,6 +98,8 @@ def main() -> int:
     args = parser.parse_args()
     root = args.out or Path(tempfile.mkdtemp(prefix="bench-virtual-"))
     cells = [c for c in select_cells(None, [args.key]) if fnmatch.fnmatchcase(c.exp_name, args.only)]
+    if args.duration:
+        cells = [c.replace(duration=args.duration) for c in cells]
     print(f"{len(cells)} cells of {args.key} in {root}")
     wall, wall_s = tree(cells, root / "wall", "wall")
     virtual, virtual_s = tree(cells, root / "virtual", "virtual")
@@ -105,10 +121,14 @@ def main() -> int:
             s = spread[name]
             line += f" {statistics.median(s):22.1%} {max(s):8.1%}"
         print(line)
-    print(
-        f"\nwall time per cell: wall clock {statistics.mean(wall_s):.1f} s, virtual clock "
-        f"{statistics.mean(virtual_s):.1f} s ({statistics.mean(wall_s) / statistics.mean(virtual_s):.1f}x shorter)"
-    )
+    swept = in_sweep(args.key, args.only, args.duration, root / "swept") / len(cells)
+    wall_cell = statistics.mean(wall_s)
+    print(f"\nwall time per cell: wall clock {wall_cell:.2f} s")
+    for how, seconds in (
+        ("virtual clock, each cell in its own process", statistics.mean(virtual_s)),
+        ("virtual clock, in the sweep's process", swept),
+    ):
+        print(f"  {how}: {seconds:.2f} s ({wall_cell / seconds:.1f}x shorter)")
     return 0
 
 
