@@ -10,8 +10,9 @@ from collections.abc import Callable
 
 import pytest
 from agentsweep.cell.placement import free_port
-from agentsweep.cell.routers import SESSION_HEADERS, RouterLaunch, build_router_launch, router_recipe
+from agentsweep.cell.routers import RouterLaunch, build_router_launch, router_recipe
 from agentsweep.contract.cell import Cell
+from kv_cache_tester.replay.loop import SESSION_HEADERS
 
 from tests.support import wait_for_http
 

@@ -89,7 +89,10 @@ def test_sigterm_stops_it_with_every_file_whole(repo_root: Path, tmp_path: Path)
     ("over", "message"),
     [
         ({"engine": "vllm", "speed": 1.0}, "clock: virtual runs the simulated engine only"),
-        ({"replicas": 2, "router": "round_robin"}, "replicas and routers needs clock: wall"),
+        (
+            {"replicas": 2, "router": "cache_aware"},
+            "router: cache_aware .the router program's own state. needs clock: wall",
+        ),
         ({"client_nodes": 2}, "client_nodes > 1 needs clock: wall"),
     ],
 )

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from agentsweep.collect.window import window_figures
 from agentsweep.errors import InputError
-from agentsweep.virtual.run import LocalRun, run_local
+from agentsweep.virtual.run import LocalInstance, LocalRun, run_local
 
 from tests.conftest import SAMPLE_TRACES
 
@@ -29,11 +29,31 @@ def local_run(tmp_path: Path, *engine_extra: str, duration: int = 10, users: int
         "interval_s": 0.5,
         "targets": [{"node": "vm", "count": 1, "gpus": ["0"], "endpoint": "http://127.0.0.1:1/metrics"}],
     }
-    return LocalRun(
-        engine_flags=[MODEL, "--port", "8000", "--hardware", "h200", "--speed", "50", "--quantization", "fp8",
-                      "--num-gpu-blocks-override", "8192", *engine_extra],
+    engine = LocalInstance(
+        engine_flags=[
+            MODEL,
+            "--port",
+            "8000",
+            "--hardware",
+            "h200",
+            "--speed",
+            "50",
+            "--quantization",
+            "fp8",
+            "--num-gpu-blocks-override",
+            "8192",
+            *engine_extra,
+        ],
         server_log=out / "server.log",
-        metrics_flags=["--endpoint", "http://127.0.0.1:8000/metrics", "--output", str(out / "server_metrics.csv")],
+        metrics_flags=[
+            "--endpoint",
+            "http://127.0.0.1:8000/metrics",
+            "--output",
+            str(out / "server_metrics.csv"),
+        ],
+    )
+    return LocalRun(
+        instances=[engine],
         replay_flags=["--api-endpoint", "http://127.0.0.1:8000", "--model", MODEL, "--trace-directory",
                       str(SAMPLE_TRACES), "--output-dir", str(out), "--max-users", str(users), "--test-duration",
                       str(duration), "--recycle", "--api", "chat", "--time-scale", "0.02", "--no-color", "--seed", "0",
@@ -49,7 +69,7 @@ def test_the_run_writes_the_http_paths_files_and_its_counts_agree(tmp_path: Path
     lines: list[str] = []
     outcome = run_local(run, lines.append)
     assert outcome.reason is None and outcome.signum is None
-    out = run.server_log.parent
+    out = run.instances[0].server_log.parent
     summary = json.loads((out / "summary.json").read_text())
     records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     counts = summary["counts"]
@@ -69,7 +89,7 @@ def test_the_run_writes_the_http_paths_files_and_its_counts_agree(tmp_path: Path
     power = list(csv.DictReader((out / "power.csv").open()))
     samples = [p for p in power if p.get("power_w")]
     assert len(samples) >= 19 and all(float(p["power_w"]) > 0 for p in samples)
-    assert "effective settings" in run.server_log.read_text()
+    assert "effective settings" in run.instances[0].server_log.read_text()
 
 
 @pytest.mark.parametrize(
@@ -99,7 +119,7 @@ def test_a_run_is_reproducible_to_the_last_digit(tmp_path: Path) -> None:
             time.sleep((first + 0.5 - time.time()) % 1.0)
         run = local_run(tmp_path / str(k), duration=6)
         assert run_local(run, print).reason is None
-        out = run.server_log.parent
+        out = run.instances[0].server_log.parent
         summary = json.loads((out / "summary.json").read_text())
         window = summary["window"]
         start, end = window["start_unix"], window["end_unix"]
@@ -136,11 +156,13 @@ def test_a_collector_that_cannot_write_fails_the_run_in_one_line(tmp_path: Path)
     with filled_tmpfs(tmp_path / "small", 1024, 4) as mount:
         csv_path = mount / "server_metrics.csv"
         flags = ["--endpoint", "http://127.0.0.1:8000/metrics", "--output", str(csv_path)]
-        outcome = run_local(replace(run, metrics_flags=flags), print)
+        outcome = run_local(replace(run, instances=[replace(run.instances[0], metrics_flags=flags)]), print)
         assert outcome.reason is not None, "a run whose collector could not write must not pass"
         assert outcome.reason.startswith("metrics collector (in process): WriteError: ")
         assert "no space left on device" in outcome.reason and "\n" not in outcome.reason
-        assert (run.server_log.parent / "summary.json").exists()  # what the replay measured is kept
+        assert (
+            run.instances[0].server_log.parent / "summary.json"
+        ).exists()  # what the replay measured is kept
         rows = csv_path.read_text().splitlines()
         assert 2 <= len(rows) < 61 and all(r.count(",") == rows[0].count(",") for r in rows)  # whole rows
 
@@ -160,4 +182,4 @@ def test_a_power_sampler_that_cannot_write_is_named_as_the_sampler(tmp_path: Pat
         assert outcome.reason is not None, "a run whose power sampler could not write must not pass"
         assert outcome.reason.startswith("power sampler (in process): "), outcome.reason
         assert "no space left on device" in outcome.reason and "\n" not in outcome.reason
-        assert (run.server_log.parent / "summary.json").exists()
+        assert (run.instances[0].server_log.parent / "summary.json").exists()

@@ -42,6 +42,9 @@ from kv_cache_tester.traces.model import Request, SubAgent, SubAgentGroup, Trace
 
 # --failed-request-threshold judges the failed share only once this many profile requests finished.
 LIVE_FAILED_MIN_REQUESTS = 20
+# The headers every request carries its session id in (the trace, or trace:agent): what routers'
+# session-affinity policies hash on (vllm-router's consistent_hash, smg's consistent_hashing).
+SESSION_HEADERS: tuple[str, ...] = ("X-Session-ID", "X-SMG-Routing-Key")
 
 
 def _resolve(done: asyncio.Future[None]) -> None:
@@ -417,8 +420,7 @@ class Replayer:
         phase = self._phase(lane)
         header_sid = f"{session_id}/{scope.salt}" if scope.salt else session_id
         request_id = f"{header_sid}#{req.index}"
-        # X-Session-ID and X-SMG-Routing-Key: what routers' session-affinity policies hash on.
-        headers = {"X-Session-ID": header_sid, "X-SMG-Routing-Key": header_sid, "X-Request-ID": request_id}
+        headers = {**dict.fromkeys(SESSION_HEADERS, header_sid), "X-Request-ID": request_id}
         debug: list[tuple[float, bytes]] | None = [] if self.cfg.debug_trace else None
         if not self.breaker.healthy.is_set():  # a connection error is being probed: hold on
             await self.breaker.healthy.wait()

@@ -10,10 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import agentsweep
 from agentsweep.cell.effective import Stated, stated_settings
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.plan import CellPlan
-from agentsweep.errors import InputError
+from agentsweep.contract.cell import IN_PROCESS_ROUTER
+from agentsweep.contract.resultdir import ROUTER_METRICS_CSV, SERVER_METRICS_CSV, RouterRecord, write_router
+from agentsweep.errors import InputError, ResultFileError
+from agentsweep.metrics.scrapes import ScrapeReader, merge_metrics
 
 if TYPE_CHECKING:
     from agentsweep.virtual.run import LocalOutcome, LocalRun
@@ -32,24 +36,35 @@ def _flags(argv: list[str], subcommand: str, what: str) -> list[str]:
 
 def local_run(plan: CellPlan) -> LocalRun:
     """The plan's parts as the flags ``run_local`` takes; InputError for a plan it cannot run."""
-    from agentsweep.virtual.run import LocalRun
+    from agentsweep.virtual.run import LocalInstance, LocalRouter, LocalRun
 
     cell = plan.cell
-    if len(plan.instances) != 1 or plan.router is not None or plan.client_argvs:
+    if plan.mode == "pd" or plan.client_argvs:
         raise InputError(
-            f"cell {cell.exp_name}: clock: virtual runs one engine and one client; replicas, routers, "
-            "disaggregated roles and client_nodes > 1 need clock: wall"
+            f"cell {cell.exp_name}: clock: virtual runs one client against one engine or replicas behind a "
+            "router; disaggregated roles and client_nodes > 1 need clock: wall"
         )
-    inst = plan.instances[0]
     rd = plan.result_dir
+    instances = [
+        LocalInstance(
+            engine_flags=_flags(inst.engine.argv, "engine-sim", "engine"),
+            server_log=rd / inst.log_name,
+            metrics_flags=_flags(inst.scraper_argv, "metrics-collector", "metrics collector"),
+            metrics_log=rd / inst.collector_log_name,
+            name=inst.name,
+            metrics_url=inst.url + inst.engine.metrics_path,
+        )
+        for inst in plan.instances
+    ]
+    router = None
+    if plan.router is not None:
+        router = LocalRouter(cell.router, rd / ROUTER_METRICS_CSV, plan.scrape_interval_s)
     return LocalRun(
-        engine_flags=_flags(inst.engine.argv, "engine-sim", "engine"),
-        server_log=rd / inst.log_name,
-        metrics_flags=_flags(inst.scraper_argv, "metrics-collector", "metrics collector"),
+        instances=instances,
         replay_flags=_flags(plan.replay_argv, "replay", "replay"),
         replay_log=rd / "replay.log",
         power_flags=_flags(plan.power_argv, "power-sampler", "power sampler") if plan.power_argv else None,
-        metrics_log=rd / inst.collector_log_name,
+        router=router,
     )
 
 
@@ -60,17 +75,59 @@ def execute_in_process(
     stated: dict[str, Stated | None] | None = None,
 ) -> LocalOutcome:
     """Run ``plan`` on the virtual clock: why the run failed (None: it did not), and the stop signal
-    that ended it early, if one did (the caller unwinds as the HTTP path's interrupt does)."""
+    that ended it early, if one did (the caller unwinds as the HTTP path's interrupt does). A routed
+    cell's instances are merged into server_metrics.csv and its router's counts written to
+    router.json, as the HTTP path does after the replay."""
     from agentsweep.virtual.run import run_local
 
     run = local_run(plan)
-    plan.result_dir.mkdir(parents=True, exist_ok=True)
-    say(f"running in this process on a virtual clock: {plan.cell.users} users for {plan.cell.duration} s")
+    rd = plan.result_dir
+    rd.mkdir(parents=True, exist_ok=True)
+    through = f" behind an in-process {plan.cell.router} router" if plan.router is not None else ""
+    say(
+        f"running in this process on a virtual clock: {plan.cell.users} users for {plan.cell.duration} s"
+        + (f", {len(plan.instances)} engines{through}" if len(plan.instances) > 1 else "")
+    )
     versions["engine"] = recipe(plan.cell.engine).version(plan.client.url)
     outcome = run_local(run, say)
     if stated is not None:  # its start-up lines, written as the run began
-        stated["engine"] = stated_settings(plan.cell.engine, run.server_log)
+        stated["engine"] = stated_settings(plan.cell.engine, rd / plan.client.log_name)
+    if plan.router is not None:
+        merge_metrics([rd / r.metrics_name for r in plan.answering], rd / SERVER_METRICS_CSV)
+        write_router(rd, in_process_router_record(plan, run))
     return outcome
+
+
+def in_process_router_record(plan: CellPlan, run: LocalRun) -> RouterRecord:
+    """router.json of a routed cell on the virtual clock: the in-process router's requests per
+    replica, as its last row of router_metrics.csv holds them."""
+    assert plan.router is not None and run.router is not None
+    try:
+        rows = list(ScrapeReader(run.router.output, figures=None))
+    except ResultFileError:
+        rows = []
+    last = rows[-1] if rows else None
+    counts = [
+        float(last.values.get(f"requests.{inst.name}") or 0.0) if last is not None else 0.0
+        for inst in plan.instances
+    ]
+    total = sum(counts)
+    figures: dict[str, object] = {
+        "program": IN_PROCESS_ROUTER,
+        "version": agentsweep.__version__,
+        "mode": "dp",
+        "policy": plan.cell.router,
+        "policy_flag": plan.cell.router,
+        "replicas": [inst.url for inst in plan.instances],
+        "requests_by_replica": counts,
+        "busiest_replica_share": max(counts) / total if total else None,
+    }
+    if last is None:
+        figures = {
+            k: v for k, v in figures.items() if k not in ("requests_by_replica", "busiest_replica_share")
+        }
+        figures["error"] = f"{ROUTER_METRICS_CSV}: no row"
+    return RouterRecord.from_figures(figures)
 
 
 class InProcessGroup:

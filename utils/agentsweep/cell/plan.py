@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from kv_cache_tester.replay.loop import SESSION_HEADERS
+
 from agentsweep.cell import placement as placement_mod
 from agentsweep.cell import record
 from agentsweep.cell.accuracy_step import describe as describe_accuracy
@@ -33,8 +35,8 @@ from agentsweep.cell.engines import EngineLaunch, EngineRecipe, PdRole, build_en
 from agentsweep.cell.placement import Placement
 from agentsweep.cell.port_allocation import Port, PortAllocator
 from agentsweep.cell.power import sampler_spec
-from agentsweep.cell.routers import SESSION_HEADERS, PdWorkers, RouterLaunch, build_router_launch
-from agentsweep.contract.cell import Cell
+from agentsweep.cell.routers import PdWorkers, RouterLaunch, build_router_launch
+from agentsweep.contract.cell import IN_PROCESS_ROUTER, Cell
 from agentsweep.contract.hardware import is_amd
 from agentsweep.contract.resultdir import (
     CLIENTS_DIR,
@@ -169,7 +171,13 @@ class CellPlan:
             ),
             f"results: {self.result_dir}",
         ]
-        return [record.mask_text(line, secrets) for line in [*self._describe_routed(), *tail]]
+        head = (
+            [f"clock:   virtual: every engine, scraper, power and the replay below run in one process, no "
+             f"socket; the router is this process's, by policy {self.cell.router}"]
+            if self.cell.clock == "virtual"
+            else []
+        )  # fmt: skip
+        return [record.mask_text(line, secrets) for line in [*head, *self._describe_routed(), *tail]]
 
     def _describe_engine(self) -> list[str]:
         one = self.instances[0]
@@ -238,7 +246,14 @@ class CellPlan:
         if self.mode == "pd":
             out["prefill"] = [r.url for r in self.prefill]
             out["decode"] = [r.url for r in self.decode]
-        out["router"] = {"program": self.router.program, "command": self.router.argv, "url": self.base_url}
+        if self.cell.clock == "virtual":  # routed in the cell's own process, by its policy
+            out["router"] = {"program": IN_PROCESS_ROUTER, "policy": self.cell.router, "url": self.base_url}
+        else:
+            out["router"] = {
+                "program": self.router.program,
+                "command": self.router.argv,
+                "url": self.base_url,
+            }
         if self.placement is not None:
             out["placement"] = self.placement.to_record()
         return out

@@ -65,6 +65,11 @@ Preset = Literal["none", "agentx"]
 # A router's replica-selection policy, in engine-neutral names (each router program maps them to its
 # own flag values; docs/scaleout.md says what each does). "" = no router (one engine, no proxy).
 RouterPolicy = Literal["round_robin", "cache_aware", "consistent_hash", "power_of_two", "random"]
+# The policies a virtual-clock cell's replicas are routed by in its own process (virtual.endpoint), and
+# what its router.json names as the router program. cache_aware keeps the router program's own prefix
+# tree, so a cell with it runs on the wall clock, with the program.
+VIRTUAL_ROUTER_POLICIES: tuple[str, ...] = ("consistent_hash", "round_robin", "random", "power_of_two")
+IN_PROCESS_ROUTER = "in-process"
 # The router program in front of the replicas; auto = smg for sglang cells, vllm-router otherwise.
 RouterProgram = Literal["auto", "vllm-router", "smg"]
 # Where a runner's GPU power samples come from (docs/energy.md): a DCGM exporter's /metrics, nvidia-smi's
@@ -694,7 +699,8 @@ class Cell(EngineSettings, CellAxes):
 
     @model_validator(mode="after")
     def _virtual_clock(self) -> Cell:
-        """The virtual clock runs the simulated engine and one replayer in one process, nothing else."""
+        """The virtual clock runs the simulated engine (one, or replicas behind a router it runs itself)
+        and one replayer in one process, nothing else."""
         if self.clock != "virtual":
             return self
         if not self.simulated:
@@ -702,7 +708,10 @@ class Cell(EngineSettings, CellAxes):
                 f"clock: virtual runs the simulated engine only (engine: {SIMULATED_ENGINE}), not {self.engine}"
             )
         shape = [
-            (self.replicas > 1 or self.router != "", "replicas and routers"),
+            (
+                self.router not in ("", *VIRTUAL_ROUTER_POLICIES),
+                f"router: {self.router} (the router program's own state)",
+            ),
             (self.disaggregated, "disaggregated prefill/decode"),
             (self.client_nodes > 1, "client_nodes > 1"),
             (self.client != "replay", f"client {self.client}"),
@@ -711,7 +720,8 @@ class Cell(EngineSettings, CellAxes):
         refused = [what for hit, what in shape if hit]
         if refused:
             raise ValueError(
-                f"clock: virtual runs one engine and one replayer; {refused[0]} needs clock: wall"
+                f"clock: virtual runs the simulated engine (one, or replicas routed by "
+                f"{', '.join(VIRTUAL_ROUTER_POLICIES)}) and one replayer; {refused[0]} needs clock: wall"
             )
         return self
 

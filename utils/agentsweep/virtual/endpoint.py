@@ -9,11 +9,16 @@ So the client's SSE parsing, timing and records are the HTTP path's, less the ne
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import bisect
+import hashlib
+import random
+from collections.abc import Callable, Mapping, Sequence
 
 from aiohttp import web
 from kv_cache_tester.replay.http import Body, Exchanger, Reader
+from kv_cache_tester.replay.loop import SESSION_HEADERS
 
+from agentsweep.contract.cell import VIRTUAL_ROUTER_POLICIES
 from agentsweep.engine_sim.request import FINISHED, SimRequest
 from agentsweep.engine_sim.scheduler import Engine
 from agentsweep.engine_sim.server import SimServer
@@ -120,3 +125,87 @@ class LocalEndpoint:
 
     def close(self) -> None:
         pass
+
+
+ROUTED_POLICIES = VIRTUAL_ROUTER_POLICIES  # the cell contract's names (docs/scaleout.md)
+RING_POINTS = 160  # points per instance on the consistent-hash ring: shares within a few percent
+
+
+def _hash(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+class RoutedEndpoint:
+    """The replayer's endpoint for several ``SimServer`` instances behind a router in this process.
+
+    Each request goes to the instance the cell's router policy picks, then as ``LocalEndpoint`` sends
+    it: ``consistent_hash`` keys on the session header the replayer sends (``X-Session-ID``, or
+    ``X-SMG-Routing-Key``) over a hash ring, so a session stays on one instance and its prefix in that
+    instance's cache; ``round_robin`` takes them in turn; ``random`` draws one (seeded);
+    ``power_of_two`` draws two and takes the one with fewer requests running and waiting. ``counts``
+    are the requests sent to each instance, as a router's per-worker counter.
+    """
+
+    def __init__(
+        self, servers: Sequence[SimServer], policy: str, chat: bool, clock: Clock, seed: int = 0
+    ) -> None:
+        if policy not in ROUTED_POLICIES:
+            raise ValueError(f"router policy {policy!r} is not one of {', '.join(ROUTED_POLICIES)}")
+        self._servers = list(servers)
+        self._policy = policy
+        self._chat = chat
+        self._clock = clock
+        self._random = random.Random(seed)
+        self._turn = 0
+        ring = sorted(
+            (_hash(f"instance-{i}-{k}"), i) for i in range(len(servers)) for k in range(RING_POINTS)
+        )
+        self._ring_keys = [h for h, _ in ring]
+        self._ring_owner = [i for _, i in ring]
+        self.counts = [0] * len(servers)
+
+    def request(self, body: bytes, headers: Mapping[str, str]) -> list[bytes]:
+        return [body, *(_SEP.join((name.encode(), value.encode())) for name, value in headers.items())]
+
+    def pick(self, headers: Mapping[str, str]) -> int:
+        """The instance a request with these headers goes to."""
+        n = len(self._servers)
+        key = next((headers[h] for h in SESSION_HEADERS if headers.get(h)), None)
+        if self._policy == "consistent_hash" and key is not None:
+            at = bisect.bisect_left(self._ring_keys, _hash(key))
+            return self._ring_owner[at % len(self._ring_owner)]
+        if self._policy == "random":
+            return self._random.randrange(n)
+        if self._policy == "power_of_two" and n > 1:
+            a, b = self._random.sample(range(n), 2)
+            load = [s.engine.num_running + s.engine.num_waiting for s in self._servers]
+            return a if load[a] <= load[b] else b
+        self._turn = (self._turn + 1) % n  # round_robin, and a request without a session key
+        return (self._turn - 1) % n
+
+    async def connection(self, fresh: bool = False) -> Exchanger:
+        return _RoutedConnection(self)
+
+    def exchange_with(self, index: int) -> LocalConnection:
+        self.counts[index] += 1
+        return LocalConnection(self._servers[index], self._chat, self._clock)
+
+    def release(self, conn: Exchanger) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _RoutedConnection:
+    """One request's exchange through the in-process router."""
+
+    reused = False
+
+    def __init__(self, endpoint: RoutedEndpoint) -> None:
+        self._endpoint = endpoint
+
+    async def exchange(self, request: list[bytes], reader: Reader) -> None:
+        headers = dict(line.decode().split(_SEP.decode(), 1) for line in request[1:])
+        endpoint = self._endpoint
+        await endpoint.exchange_with(endpoint.pick(headers)).exchange(request, reader)

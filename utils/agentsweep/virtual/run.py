@@ -35,6 +35,7 @@ from kv_cache_tester.replay.recorder import Recorder
 from kv_cache_tester.replay.summary import RunMeta
 from kv_cache_tester.traces.loaders import LoadResult, load_traces
 from kv_cache_tester.traces.model import Trace
+from prometheus_client import CollectorRegistry
 
 from agentsweep.energy import cli_sampler
 from agentsweep.energy.sampler import Sampler
@@ -42,10 +43,10 @@ from agentsweep.engine_sim import cli as engine_cli
 from agentsweep.engine_sim.server import SimServer
 from agentsweep.errors import InputError, WriteError
 from agentsweep.metrics import cli as metrics_cli
-from agentsweep.metrics.dialects import read_families
+from agentsweep.metrics.dialects import Exposition, read_families
 from agentsweep.metrics.scraper import Scraper
 from agentsweep.virtual.clock import LoopClock, VirtualTimeLoop, run_virtual
-from agentsweep.virtual.endpoint import LocalEndpoint
+from agentsweep.virtual.endpoint import ROUTED_POLICIES, LocalEndpoint, RoutedEndpoint
 from agentsweep.watchdog import STOP_SIGNALS
 
 # Engine flags the in-process engine cannot honour: there is no process to crash or start slowly, and
@@ -63,16 +64,36 @@ SETTLE_S = 5.0  # virtual seconds the engine gets to retire aborted requests bef
 
 
 @dataclass(frozen=True, slots=True)
-class LocalRun:
-    """A run's parts as their command-line flags (what follows the subcommand in each argv)."""
+class LocalInstance:
+    """One engine instance's parts as their flags: the engine, its log, its metrics collector."""
 
     engine_flags: list[str]
     server_log: Path
     metrics_flags: list[str]
+    metrics_log: Path | None = None  # the collector's own lines (default: the replay log)
+    name: str = ""  # "" for a cell's one engine; r<i> behind a router
+    metrics_url: str = ""  # its /metrics URL in the plan: the power sampler's targets name it
+
+
+@dataclass(frozen=True, slots=True)
+class LocalRouter:
+    """The router in front of several instances: its policy (``endpoint.ROUTED_POLICIES``) and where
+    its per-instance request counts go (router_metrics.csv), as its collector would write them."""
+
+    policy: str
+    output: Path
+    interval_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class LocalRun:
+    """A run's parts as their command-line flags (what follows the subcommand in each argv)."""
+
+    instances: list[LocalInstance]  # one engine, or the replicas behind ``router``
     replay_flags: list[str]
     replay_log: Path
     power_flags: list[str] | None = None
-    metrics_log: Path | None = None  # the collector's own lines (default: the replay log)
+    router: LocalRouter | None = None
 
 
 def _parse(what: str, add: Callable[[argparse.ArgumentParser], None], flags: list[str]) -> argparse.Namespace:
@@ -85,17 +106,30 @@ def _parse(what: str, add: Callable[[argparse.ArgumentParser], None], flags: lis
 
 
 @dataclass(slots=True)
-class _Parts:
+class _Engine:
+    """One instance's parsed flags."""
+
+    spec: LocalInstance
     engine: argparse.Namespace
     setup: engine_cli.Setup
     metrics: argparse.Namespace
+
+
+@dataclass(slots=True)
+class _Parts:
+    engines: list[_Engine]
     replay: ReplayConfig
     replay_options: dict[str, object]
     power: argparse.Namespace | None
+    router: LocalRouter | None
+
+    @property
+    def first(self) -> _Engine:
+        return self.engines[0]
 
 
-def _parts(run: LocalRun) -> _Parts:
-    engine = _parse("engine-sim", engine_cli.add_arguments, run.engine_flags)
+def _engine(spec: LocalInstance) -> _Engine:
+    engine = _parse("engine-sim", engine_cli.add_arguments, spec.engine_flags)
     for attr, flag in UNSUPPORTED_ENGINE_FLAGS.items():
         if getattr(engine, attr, None):
             raise InputError(
@@ -104,14 +138,28 @@ def _parts(run: LocalRun) -> _Parts:
             )
     if engine.disaggregation_mode != "null":
         raise InputError("virtual clock: disaggregated prefill/decode runs with clock: wall only")
-    setup = engine_cli.resolve(engine)
-    metrics = _parse("metrics-collector", metrics_cli.add_arguments, run.metrics_flags)
+    metrics = _parse("metrics-collector", metrics_cli.add_arguments, spec.metrics_flags)
+    return _Engine(spec, engine, engine_cli.resolve(engine), metrics)
+
+
+def _parts(run: LocalRun) -> _Parts:
+    if not run.instances:
+        raise InputError("virtual clock: a run needs an engine")
+    if run.router is None and len(run.instances) > 1:
+        raise InputError("virtual clock: several engine instances need a router")
+    if run.router is not None and run.router.policy not in ROUTED_POLICIES:
+        raise InputError(
+            f"virtual clock: router policy {run.router.policy} keeps the router program's own state (its "
+            f"prefix tree); the in-process router runs {', '.join(ROUTED_POLICIES)}: run this cell with "
+            "clock: wall"
+        )
+    engines = [_engine(spec) for spec in run.instances]
     replay_ns = _parse("replay", replay_cli.add_arguments, run.replay_flags)
     replay = from_args(replay_ns)
     if replay.workers > 1 or replay.client_count > 1:
         raise InputError("virtual clock: the replay runs in one process (no --workers, one client)")
     power = _parse("power-sampler", cli_sampler.add_arguments, run.power_flags) if run.power_flags else None
-    return _Parts(engine, setup, metrics, replay, options_dict(replay_ns), power)
+    return _Parts(engines, replay, options_dict(replay_ns), power, run.router)
 
 
 @contextlib.contextmanager
@@ -142,9 +190,7 @@ def run_local(run: LocalRun, say: Callable[[str], None]) -> LocalOutcome:
                 traces, parts.replay.users, parts.replay.prompt_mode, parts.replay.max_prompt_memory
             )
             out = prepare_output(parts.replay)
-            meta, sampling_problem = run_virtual(
-                lambda loop: _run(loop, parts, traces, out, say, run.metrics_log)
-            )
+            meta, sampling_problem = run_virtual(lambda loop: _run(loop, parts, traces, out, say))
             options = {**parts.replay_options, "resolved_model": _model(parts)}
             code = finish(parts.replay, out, [meta], options)
         except KVTesterError as err:
@@ -177,33 +223,45 @@ def _kept_traces(source: str | Path, **options: Any) -> LoadResult:
 
 
 def _model(parts: _Parts) -> str:
-    return parts.replay.model or (parts.engine.served_model_name or [parts.setup.model])[0]
+    first = parts.first
+    return parts.replay.model or (first.engine.served_model_name or [first.setup.model])[0]
 
 
 def _write_startup(run: LocalRun, parts: _Parts) -> None:
-    """The engine's start-up lines, as its process logs them (a cell reads its settings there)."""
-    lines = [*engine_cli.startup_lines(parts.engine, parts.setup)]
-    lines.append(engine_cli.settings_line(parts.engine, parts.setup, parts.engine.port))
-    lines.append("Running in this process on a virtual clock: no server, no socket")
-    run.server_log.parent.mkdir(parents=True, exist_ok=True)
-    with run.server_log.open("w", encoding="utf-8") as fh:
-        fh.writelines(f"INFO {line}\n" for line in lines)
+    """Each engine's start-up lines, as its process logs them (a cell reads its settings there)."""
+    for eng in parts.engines:
+        lines = [*engine_cli.startup_lines(eng.engine, eng.setup)]
+        lines.append(engine_cli.settings_line(eng.engine, eng.setup, eng.engine.port))
+        lines.append("Running in this process on a virtual clock: no server, no socket")
+        log = eng.spec.server_log
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w", encoding="utf-8") as fh:
+            fh.writelines(f"INFO {line}\n" for line in lines)
 
 
 async def _run(
-    loop: VirtualTimeLoop,
-    parts: _Parts,
-    traces: list[Trace],
-    out: Path,
-    say: Callable[[str], None],
-    metrics_log: Path | None,
+    loop: VirtualTimeLoop, parts: _Parts, traces: list[Trace], out: Path, say: Callable[[str], None]
 ) -> tuple[RunMeta, str | None]:
-    """The replay's meta, and why the collector or the power sampler stopped early (None: neither)."""
+    """The replay's meta, and why a collector or the power sampler stopped early (None: none did)."""
     cfg = parts.replay
-    server = engine_cli.build_server(parts.engine, parts.setup, LoopClock(loop, parts.engine.speed))
-    server.engine.start()
-    log = metrics_log.open("a", encoding="utf-8") if metrics_log is not None else sys.stderr
-    sampling = _Sampling(loop, server, parts, log)
+    servers = [
+        engine_cli.build_server(eng.engine, eng.setup, LoopClock(loop, eng.engine.speed))
+        for eng in parts.engines
+    ]
+    for server in servers:
+        server.engine.start()
+    chat = cfg.api == "chat"
+    router: RoutedEndpoint | None = None
+    endpoint: LocalEndpoint | RoutedEndpoint
+    if parts.router is not None:
+        endpoint = router = RoutedEndpoint(servers, parts.router.policy, chat, loop.time, seed=cfg.seed)
+    else:
+        endpoint = LocalEndpoint(servers[0], chat, loop.time)
+    logs = [eng.spec.metrics_log for eng in parts.engines]
+    opened = {path: path.open("a", encoding="utf-8") for path in dict.fromkeys(logs) if path is not None}
+    sampling = _Sampling(
+        loop, servers, parts, [opened[p] if p is not None else sys.stderr for p in logs], router
+    )
     replayer = Replayer(
         cfg,
         traces,
@@ -213,7 +271,7 @@ async def _run(
         Recorder(out, cfg.debug_trace),
         clock=loop.time,
         unix_clock=loop.unix,
-        endpoint=LocalEndpoint(server, cfg.api == "chat", loop.time),
+        endpoint=endpoint,
     )
     # While the loop runs, a stop signal stops the replay as its own process would; then the
     # handlers the caller had are back.
@@ -226,7 +284,7 @@ async def _run(
         sampling.start()
         await asyncio.sleep(sampling.lead)
         meta = await replayer.run()
-        await _settle(server)
+        await _settle(servers)
     finally:
         ticker.cancel()
         replayer.recorder.close()
@@ -235,19 +293,20 @@ async def _run(
             signal.signal(sig, handler)
         try:
             problem = await sampling.stop()
-            await server.engine.stop()
+            for server in servers:
+                await server.engine.stop()
         finally:
-            if log is not sys.stderr:
-                log.close()
+            for fh in opened.values():
+                fh.close()
     return meta, problem
 
 
-async def _settle(server: SimServer) -> None:
-    """Until the engine holds no request (aborted ones leave at its next step), at most SETTLE_S."""
-    engine = server.engine
+async def _settle(servers: list[SimServer]) -> None:
+    """Until no engine holds a request (aborted ones leave at its next step), at most SETTLE_S."""
+    engines = [server.engine for server in servers]
     loop = asyncio.get_running_loop()
-    end = loop.time() + SETTLE_S / engine.clock.speed
-    while (engine.num_running or engine.num_waiting) and loop.time() < end:
+    end = loop.time() + SETTLE_S / engines[0].clock.speed
+    while any(e.num_running or e.num_waiting for e in engines) and loop.time() < end:
         await asyncio.sleep(0.01)
 
 
@@ -270,33 +329,51 @@ async def _progress(
 
 
 class _Sampling:
-    """The metrics collector's and the power sampler's readings, taken on the virtual clock."""
+    """The metrics collectors' (one per engine, and the router's) and the power sampler's readings,
+    taken on the virtual clock."""
 
-    def __init__(self, loop: VirtualTimeLoop, server: SimServer, parts: _Parts, log: TextIO) -> None:
+    def __init__(
+        self,
+        loop: VirtualTimeLoop,
+        servers: list[SimServer],
+        parts: _Parts,
+        logs: list[TextIO],
+        router: RoutedEndpoint | None,
+    ) -> None:
         self.loop = loop
-        self.server = server
-        m = parts.metrics
-        self.scraper = Scraper("engine-sim (in process)", m.output, m.interval, dialect=m.dialect, log=log)
-        self.metrics_interval = float(m.interval)
+        self.servers = servers
+        self.scrapers: list[Scraper] = []
+        # (who, interval, reading): each reader by the name its process would give
+        self._readers: list[tuple[str, float, Callable[[], None]]] = []
+        for k, (eng, log) in enumerate(zip(parts.engines, logs, strict=True)):
+            m = eng.metrics
+            who = f"metrics collector of {eng.spec.name}" if eng.spec.name else "metrics collector"
+            scraper = Scraper(f"engine-sim {eng.spec.name} (in process)".replace("  ", " "), m.output, m.interval,
+                              dialect=m.dialect, log=log)  # fmt: skip
+            self.scrapers.append(scraper)
+            self._readers.append((who, float(m.interval), self._scrape_of(k)))
+        self.router = router
+        self._router_rows: _RouterRows | None = None
+        if router is not None and parts.router is not None:
+            names = [eng.spec.name for eng in parts.engines]
+            self._router_rows = _RouterRows(parts.router.output, parts.router.interval_s, names, logs[0])
+            self._readers.append(("metrics collector of the router", parts.router.interval_s, self._route))
         self.power: tuple[Sampler, float] | None = None
+        self._dcgm_views: dict[str, CollectorRegistry] = {}
         if parts.power is not None:
             spec = cli_sampler.spec_of(parts.power)
             if spec.source != "dcgm":
                 raise InputError(f"virtual clock: power source {spec.source} is a real GPU's; use dcgm")
-            self.power = (Sampler(spec, parts.power.output, log), spec.interval_s)
-        # The simulated GPUs' metrics alone, as a DCGM exporter serves them (reading the engine's whole
-        # exposition twice a second would be most of a short run's CPU). Both readers take the metric
-        # families from the registries themselves: what the text of /metrics would carry, without
-        # rendering it and parsing it back.
-        self._dcgm_view = server.gpu_exporter or server.registry
-        # (who, interval, reading): each reader by the name its process would give
-        self._readers: list[tuple[str, float, Callable[[], None]]] = [
-            ("metrics collector", self.metrics_interval, self._scrape)
-        ]
-        if self.power is not None:
-            self._readers.append(("power sampler", self.power[1], self._sample))
+            self.power = (Sampler(spec, parts.power.output, logs[0]), spec.interval_s)
+            # The simulated GPUs' metrics alone, as a DCGM exporter serves them (reading the engine's
+            # whole exposition twice a second would be most of a short run's CPU), by the endpoint
+            # each target names (one engine: every target is its).
+            for target in spec.targets:
+                k = next((k for k, e in enumerate(parts.engines) if e.spec.metrics_url == target.endpoint), 0)
+                self._dcgm_views[target.endpoint] = servers[k].gpu_exporter or servers[k].registry
+            self._readers.append(("power sampler", spec.interval_s, self._sample))
         self._tasks: list[tuple[str, asyncio.Task[None]]] = []
-        self._fd = -1
+        self._fds: list[int] = []
 
     @property
     def lead(self) -> float:
@@ -313,21 +390,38 @@ class _Sampling:
         return min(interval for _, interval, _ in self._readers) / 4
 
     def start(self) -> None:
-        self._fd = self.scraper.open_output()
+        try:
+            for scraper in self.scrapers:
+                self._fds.append(scraper.open_output())
+            if self._router_rows is not None:
+                self._fds.append(self._router_rows.open_output())
+        except BaseException:
+            self._close()
+            raise
         self._tasks = [
             (who, self.loop.create_task(self._every(every, take))) for who, every, take in self._readers
         ]
 
-    def _scrape(self) -> None:
-        self.scraper.record(self._fd, self.loop.unix(), read_families(self.server.registry.collect()))
+    def _scrape_of(self, k: int) -> Callable[[], None]:
+        def scrape() -> None:
+            expo = read_families(self.servers[k].registry.collect())
+            self.scrapers[k].record(self._fds[k], self.loop.unix(), expo)
+
+        return scrape
+
+    def _route(self) -> None:
+        assert self._router_rows is not None and self.router is not None
+        self._router_rows.record_counts(self._fds[-1], self.loop.unix(), self.router.counts)
 
     def _sample(self) -> None:
         assert self.power is not None
         sampler = self.power[0]
-        expo = read_families(self._dcgm_view.collect())
+        read: dict[str, Exposition] = {}
         try:
             for target in sampler.spec.targets:
-                sampler.record_dcgm(target, target.gpus, expo, self.loop.unix())
+                if target.endpoint not in read:
+                    read[target.endpoint] = read_families(self._dcgm_views[target.endpoint].collect())
+                sampler.record_dcgm(target, target.gpus, read[target.endpoint], self.loop.unix())
         except OSError as err:  # power.csv cannot be written (a full disk): named as the collector's is
             raise WriteError(sampler.output, err) from None
 
@@ -349,7 +443,7 @@ class _Sampling:
         failed = [
             (who, e) for (who, _), e in zip(self._tasks, ended, strict=True) if isinstance(e, READER_FAILURES)
         ]
-        if self._fd >= 0:
+        if self._fds:
             try:
                 for who, _, take in self._readers:
                     try:
@@ -357,8 +451,7 @@ class _Sampling:
                     except READER_FAILURES as err:
                         failed.append((who, err))
             finally:
-                os.close(self._fd)
-                self._fd = -1
+                self._close()
                 if self.power is not None:
                     sampler = self.power[0]
                     try:
@@ -369,3 +462,21 @@ class _Sampling:
             who, first = failed[0]
             return f"{who} (in process): {type(first).__name__}: {first}"
         return None
+
+    def _close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+
+
+class _RouterRows(Scraper):
+    """router_metrics.csv as the router's collector writes it: the requests sent to each instance so
+    far, a row per reading."""
+
+    def __init__(self, output: Path, interval_s: float, names: list[str], log: TextIO) -> None:
+        super().__init__("in-process router", output, interval_s, log=log)
+        self.columns = ("time_s", *(f"requests.{name}" for name in names))
+
+    def record_counts(self, fd: int, now: float, counts: list[int]) -> None:
+        self._append(fd, [f"{now:.3f}", *(f"{c:g}" for c in counts)])
+        self.stats.ok += 1

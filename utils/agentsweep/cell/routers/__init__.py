@@ -31,9 +31,6 @@ ROUTERS: dict[str, str] = {
     "vllm-router": "agentsweep.cell.routers.vllm_router",
     "smg": "agentsweep.cell.routers.smg",
 }
-# The headers the replayer sends with the session id (trace, or trace:agent) on every request; the
-# consistent-hash policies of both routers key on one of them.
-SESSION_HEADERS: tuple[str, ...] = ("X-Session-ID", "X-SMG-Routing-Key")
 
 
 @dataclass(frozen=True)
