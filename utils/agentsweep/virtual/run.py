@@ -348,9 +348,10 @@ class _Sampling:
         for k, (eng, log) in enumerate(zip(parts.engines, logs, strict=True)):
             m = eng.metrics
             who = f"metrics collector of {eng.spec.name}" if eng.spec.name else "metrics collector"
-            scraper = Scraper(f"engine-sim {eng.spec.name} (in process)".replace("  ", " "), m.output, m.interval,
-                              dialect=m.dialect, log=log)  # fmt: skip
-            self.scrapers.append(scraper)
+            endpoint = (
+                f"engine-sim {eng.spec.name} (in process)" if eng.spec.name else "engine-sim (in process)"
+            )
+            self.scrapers.append(Scraper(endpoint, m.output, m.interval, dialect=m.dialect, log=log))
             self._readers.append((who, float(m.interval), self._scrape_of(k)))
         self.router = router
         self._router_rows: _RouterRows | None = None
