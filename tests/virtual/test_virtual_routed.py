@@ -15,6 +15,7 @@ from agentsweep.contract.resultdir import read_status
 from agentsweep.engine_sim import cli as engine_cli
 from agentsweep.engine_sim.server import SimServer
 from agentsweep.errors import InputError
+from agentsweep.export.artifacts import AGGREGATE
 from agentsweep.metrics.scrapes import merged_rows
 from agentsweep.sweep.local import CellRun, run_in_process
 from agentsweep.virtual.endpoint import RoutedEndpoint
@@ -108,6 +109,7 @@ def test_a_routed_cell_on_the_virtual_clock_leaves_a_routed_cells_files_and_pass
         assert (rd / "server.log").is_file() and (rd / "server.r1.log").is_file()
         cell = json.loads((rd / "cell.json").read_text())
         assert cell["scaleout"]["router"]["program"] == "in-process"
+        assert cell["versions"]["router"].startswith("in-process ")
     out = tmp_path / "collected"
     assert main(["collect", str(tmp_path / "results"), "-o", str(out), "--no-plots"]) == 0
     rows = {r["exp_name"]: r for r in _rows(out / "summary.csv")}
@@ -118,6 +120,11 @@ def test_a_routed_cell_on_the_virtual_clock_leaves_a_routed_cells_files_and_pass
         hit[router] = float(row["gpu_hit_rate"])
     # Session affinity keeps each session's prefix where it was computed: more of it hits.
     assert hit["consistent_hash"] > hit["round_robin"] + 0.05, hit
+    # The export names the router that ran: this process's, not a router program.
+    exported = tmp_path / "export"
+    assert main(["export", str(tmp_path / "results"), "-o", str(exported), "--shape", "nested"]) == 0
+    rows = json.loads((exported / AGGREGATE).read_text())
+    assert {r["router"]["name"] for r in rows} == {"in-process"}
 
 
 def test_a_disaggregated_cell_is_still_refused_on_the_virtual_clock() -> None:

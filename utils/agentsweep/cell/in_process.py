@@ -89,6 +89,8 @@ def execute_in_process(
         + (f", {len(plan.instances)} engines{through}" if len(plan.instances) > 1 else "")
     )
     versions["engine"] = recipe(plan.cell.engine).version(plan.client.url)
+    if plan.router is not None:  # as the HTTP path records its router program: "program version"
+        versions["router"] = f"{IN_PROCESS_ROUTER} {agentsweep.__version__}"
     outcome = run_local(run, say)
     if stated is not None:  # its start-up lines, written as the run began
         stated["engine"] = stated_settings(plan.cell.engine, rd / plan.client.log_name)

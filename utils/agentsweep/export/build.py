@@ -17,7 +17,7 @@ from kv_cache_tester.replay import Window
 from pydantic import BaseModel
 
 from agentsweep.collect.aggregate import Row
-from agentsweep.contract.cell import Cell
+from agentsweep.contract.cell import IN_PROCESS_ROUTER, Cell
 from agentsweep.contract.columns import LATENCY_STATS
 from agentsweep.contract.hardware import LEGACY_SIM_HARDWARE
 from agentsweep.energy.summary import REASON_CODES
@@ -246,7 +246,9 @@ def nested_row(point: Point) -> NestedRow:
     """The nested row of one point."""
     v = point.row
     gpu_hit, cpu_hit = v.number("gpu_hit_rate"), v.number("cpu_hit_rate")
-    router_name = point.cell.router_program if point.cell.routed else None
+    router_name = None
+    if point.cell.routed:  # a virtual-clock cell's replicas are routed in its own process
+        router_name = IN_PROCESS_ROUTER if point.cell.clock == "virtual" else point.cell.router_program
     full_itl, full_intvty = _latency(v, "full_response_itl"), _interactivity(v)
     ranges: dict[str, Any] = {}
     for metric, stat, end in WINDOW_RANGES:
