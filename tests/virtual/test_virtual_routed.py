@@ -131,3 +131,26 @@ def test_a_disaggregated_cell_is_still_refused_on_the_virtual_clock() -> None:
     fields = {**_cell_fields("round_robin"), "replicas": 1, "prefill": {"tp": 1}, "decode": {"tp": 1}}
     with pytest.raises((ValueError, InputError), match="disaggregated"):
         Cell.parse(fields)
+
+
+@pytest.mark.slow
+def test_a_capacity_cell_of_replicas_searches_on_the_virtual_clock(repo_root: Path, tmp_path: Path) -> None:
+    """Each step is a routed run of its own: its engines, its router files, its verdict."""
+    fields = {**_cell_fields("consistent_hash"), "exp_name": "routed-capacity", "users": 6}
+    loose = {
+        "name": "loose",
+        "constraints": [{"metric": "ttft", "stat": "p90", "op": "<=", "value": 60.0, "unit": "s"}],
+    }
+    fields["capacity"] = {"low": 2, "high": 6, "time_limit_min": 10, "tiers": [loose]}
+    rd = tmp_path / "results" / "routed-capacity"
+    run_in_process(CellRun(Cell.parse(fields), rd), repo_root)
+    status = read_status(rd)
+    assert status is not None and status.verdict == "SUCCESS", status
+    steps = sorted((rd / "steps").iterdir())
+    assert steps
+    for step in steps:
+        assert json.loads((step / "router.json").read_text())["program"] == "in-process"
+        assert (step / "server_metrics.r1.csv").is_file() and (step / "server_metrics.csv").is_file()
+    out = tmp_path / "collected"
+    assert main(["collect", str(tmp_path / "results"), "-o", str(out), "--no-plots"]) == 0
+    assert {r["status"] for r in _rows(out / "summary.csv")} == {"SUCCESS"}
