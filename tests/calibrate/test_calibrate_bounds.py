@@ -114,3 +114,30 @@ def test_a_signal_stops_the_engine_and_keeps_the_rows_done(tmp_path: Path, sig: 
     while _engines(str(work)) and time.monotonic() < gone:
         time.sleep(0.05)
     assert _engines(str(work)) == [], "the row's simulated engine outlived calibrate"
+
+
+def test_a_signal_whose_exception_python_dropped_still_stops_the_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Python drops an exception a signal handler raises inside an at-fork callback (starting a row's
+    replayer) and the row runs on; the row is not kept and the rows stop there, as if it had been
+    raised."""
+    from agentsweep.calibrate import cli as calibrate_cli
+    from agentsweep.calibrate import run as calibrate_run
+    from agentsweep.cli import main as agentsweep_main
+
+    def row_that_swallows_the_stop(p: object, seconds: float, work: Path) -> calibrate_run.RowResult:
+        try:  # the signal lands where its exception cannot propagate
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        except calibrate_cli.Stopped:
+            pass
+        return calibrate_run.RowResult("ok")
+
+    monkeypatch.setattr(calibrate_run, "run_row", row_that_swallows_the_stop)
+    points = _csv(tmp_path, HEADER + "\n" + "".join(ROW.format(i) + "\n" for i in range(3)))
+    out = tmp_path / "out"
+    code = agentsweep_main(["calibrate", "--points", str(points), "--out", str(out), "--seconds", "2"])
+    assert code == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM after 0 of 3 rows" in capsys.readouterr().err
+    assert len((out / "calibration.csv").read_text().splitlines()) == 1  # the header alone

@@ -126,11 +126,24 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
+# The signal received, kept beside the exception raised for it: Python drops an exception raised
+# where it cannot propagate (a handler run inside an at-fork callback, as starting a row's replayer
+# does, or a __del__), and the rows loop must stop all the same.
+_RECEIVED: list[int] = []
+
+
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     # Once: a second signal while the row's engine is being stopped must not cut that short.
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
+    _RECEIVED.append(signum)
     raise Stopped(signum)
+
+
+def _raise_if_received() -> None:
+    """Stopped for a signal whose exception was dropped where it was raised."""
+    if _RECEIVED:
+        raise Stopped(_RECEIVED[0])
 
 
 def _run_rows(args: argparse.Namespace, columns: list[str], points: list[Point]) -> int:
@@ -142,6 +155,7 @@ def _run_rows(args: argparse.Namespace, columns: list[str], points: list[Point])
     t0 = time.monotonic()
     results: list[tuple[Point, RowResult]] = []
     out_csv = args.out / "calibration.csv"
+    _RECEIVED.clear()
     previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     try:
         with out_csv.open("w", newline="") as fh, tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
@@ -150,6 +164,7 @@ def _run_rows(args: argparse.Namespace, columns: list[str], points: list[Point])
             fh.flush()
             for i, p in enumerate(points, start=1):
                 res = run_row(p, args.seconds, Path(tmp))
+                _raise_if_received()  # a row a signal reached is not kept, even if it ran on to its end
                 results.append((p, res))
                 w.writerow(_csv_row(columns, p, res))
                 fh.flush()
