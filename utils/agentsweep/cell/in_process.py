@@ -14,6 +14,7 @@ import agentsweep
 from agentsweep.cell.effective import Stated, stated_settings
 from agentsweep.cell.engines import recipe
 from agentsweep.cell.plan import CellPlan
+from agentsweep.cell.replicas import request_figures, router_identity
 from agentsweep.contract.cell import IN_PROCESS_ROUTER
 from agentsweep.contract.resultdir import ROUTER_METRICS_CSV, SERVER_METRICS_CSV, RouterRecord, write_router
 from agentsweep.errors import InputError, ResultFileError
@@ -103,32 +104,18 @@ def execute_in_process(
 def in_process_router_record(plan: CellPlan, run: LocalRun) -> RouterRecord:
     """router.json of a routed cell on the virtual clock: the in-process router's requests per
     replica, as its last row of router_metrics.csv holds them."""
-    assert plan.router is not None and run.router is not None
+    assert run.router is not None
+    figures = router_identity(plan, IN_PROCESS_ROUTER, agentsweep.__version__, plan.cell.router)
     try:
         rows = list(ScrapeReader(run.router.output, figures=None))
     except ResultFileError:
         rows = []
-    last = rows[-1] if rows else None
-    counts = [
-        float(last.values.get(f"requests.{inst.name}") or 0.0) if last is not None else 0.0
-        for inst in plan.instances
-    ]
-    total = sum(counts)
-    figures: dict[str, object] = {
-        "program": IN_PROCESS_ROUTER,
-        "version": agentsweep.__version__,
-        "mode": "dp",
-        "policy": plan.cell.router,
-        "policy_flag": plan.cell.router,
-        "replicas": [inst.url for inst in plan.instances],
-        "requests_by_replica": counts,
-        "busiest_replica_share": max(counts) / total if total else None,
-    }
-    if last is None:
-        figures = {
-            k: v for k, v in figures.items() if k not in ("requests_by_replica", "busiest_replica_share")
-        }
+    if not rows:
         figures["error"] = f"{ROUTER_METRICS_CSV}: no row"
+        return RouterRecord.from_figures(figures)
+    last = rows[-1].values
+    by_url = {inst.url: float(last.get(f"requests.{inst.name}") or 0.0) for inst in plan.instances}
+    figures.update(request_figures(plan, by_url))
     return RouterRecord.from_figures(figures)
 
 

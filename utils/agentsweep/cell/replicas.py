@@ -11,6 +11,7 @@ per-instance request counts go to ``router.json``.
 from __future__ import annotations
 
 import urllib.error
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,14 @@ def router_figures(plan: CellPlan, metrics_text: str) -> dict[str, Any]:
     """
     assert plan.router is not None
     program = router_recipe(plan.router.program)
-    by_worker = program.requests_by_worker(metrics_text)
+    figures = request_figures(plan, program.requests_by_worker(metrics_text))
+    figures.update(program.affinity(metrics_text))
+    return figures
+
+
+def request_figures(plan: CellPlan, by_worker: Mapping[str, float]) -> dict[str, Any]:
+    """router.json's requests per instance of each role (``by_worker``: requests by instance URL) and
+    the busiest instance's share of its role's."""
     figures: dict[str, Any] = {}
     groups = (
         [("prefill", plan.prefill), ("decode", plan.decode)]
@@ -61,7 +69,24 @@ def router_figures(plan: CellPlan, metrics_text: str) -> dict[str, Any]:
         total = sum(counts)
         figures[f"requests_by_{role}"] = counts
         figures[f"busiest_{role}_share"] = max(counts) / total if total else None
-    figures.update(program.affinity(metrics_text))
+    return figures
+
+
+def router_identity(plan: CellPlan, program: str, version: str | None, policy_flag: str) -> dict[str, Any]:
+    """What router.json names: the router program and version, the mode, the cell's policy and the
+    program's name for it, and the instances it routed to by role."""
+    figures: dict[str, Any] = {
+        "program": program,
+        "version": version,
+        "mode": plan.mode,
+        "policy": plan.cell.router,
+        "policy_flag": policy_flag,
+    }
+    if plan.mode == "pd":
+        figures["prefill"] = [r.url for r in plan.prefill]
+        figures["decode"] = [r.url for r in plan.decode]
+    else:
+        figures["replicas"] = [r.url for r in plan.instances]
     return figures
 
 
@@ -90,18 +115,8 @@ def write_router_figures(plan: CellPlan, result_dir: Path, read: RouterRead | No
     router = plan.router
     assert router is not None
     read = read if read is not None else settled_router_metrics(plan)
-    figures: dict[str, Any] = {
-        "program": router.program,
-        "version": router_version(router.program),
-        "mode": plan.mode,
-        "policy": plan.cell.router,
-        "policy_flag": router_recipe(router.program).policy_name(plan.cell.router),
-    }
-    if plan.mode == "pd":
-        figures["prefill"] = [r.url for r in plan.prefill]
-        figures["decode"] = [r.url for r in plan.decode]
-    else:
-        figures["replicas"] = [r.url for r in plan.instances]
+    policy_flag = router_recipe(router.program).policy_name(plan.cell.router)
+    figures = router_identity(plan, router.program, router_version(router.program), policy_flag)
     text = read.text
     if text is None:
         figures["error"] = read.error or f"cannot read {router.metrics_url}"

@@ -62,9 +62,8 @@ class Row:
     result_dir: str | None = None  # None for a MISSING row (the matrix names it, nothing was found)
     step_of: str | None = None  # the capacity cell a step row is of ("" for a cell; None when MISSING)
     cell_fields: Figures = field(default_factory=dict)  # the cell, one level (Cell.flat)
-    labels: dict[str, str] = field(
-        default_factory=dict
-    )  # disaggregation shape, hardware, versions, times, receipt
+    # Disaggregation shape, hardware, versions, times, receipt.
+    labels: dict[str, str] = field(default_factory=dict)
     figures: Figures = field(default_factory=dict)  # what the cell measured, by summary.csv name
     # What the row was read from (None for a MISSING row and one whose files could not be read): its
     # typed parts, for a reader past summary.csv (the export: the cell, its versions, failures by class).

@@ -25,7 +25,17 @@ from agentsweep.engine_sim.server import SimServer
 from agentsweep.engine_sim.sse import SseStream
 
 Clock = Callable[[], float]
-_SEP = b"\0"  # between a header's name and value in a request (``LocalEndpoint.request``)
+_SEP = b"\0"  # between a header's name and value in a request (``encode_request``)
+
+
+def encode_request(body: bytes, headers: Mapping[str, str]) -> list[bytes]:
+    """A request as an in-process endpoint takes it: the body, then one ``name\\0value`` per header."""
+    return [body, *(_SEP.join((name.encode(), value.encode())) for name, value in headers.items())]
+
+
+def request_headers(request: list[bytes]) -> dict[str, str]:
+    """The headers of a request ``encode_request`` made."""
+    return dict(line.decode().split(_SEP.decode(), 1) for line in request[1:])
 
 
 class LocalStream(SseStream):
@@ -87,8 +97,7 @@ class LocalConnection:
         self._clock = clock
 
     async def exchange(self, request: list[bytes], reader: Reader) -> None:
-        body, *lines = request
-        headers = dict(line.decode().split(_SEP.decode(), 1) for line in lines)
+        body, headers = request[0], request_headers(request)
         server, clock = self._server, self._clock
         admitted = server.admit(body, headers, self._chat)
         if isinstance(admitted, web.Response):
@@ -115,7 +124,7 @@ class LocalEndpoint:
         self._clock = clock
 
     def request(self, body: bytes, headers: Mapping[str, str]) -> list[bytes]:
-        return [body, *(_SEP.join((name.encode(), value.encode())) for name, value in headers.items())]
+        return encode_request(body, headers)
 
     async def connection(self, fresh: bool = False) -> Exchanger:
         return LocalConnection(self._server, self._chat, self._clock)
@@ -127,7 +136,6 @@ class LocalEndpoint:
         pass
 
 
-ROUTED_POLICIES = VIRTUAL_ROUTER_POLICIES  # the cell contract's names (docs/scaleout.md)
 RING_POINTS = 160  # points per instance on the consistent-hash ring: shares within a few percent
 
 
@@ -149,8 +157,8 @@ class RoutedEndpoint:
     def __init__(
         self, servers: Sequence[SimServer], policy: str, chat: bool, clock: Clock, seed: int = 0
     ) -> None:
-        if policy not in ROUTED_POLICIES:
-            raise ValueError(f"router policy {policy!r} is not one of {', '.join(ROUTED_POLICIES)}")
+        if policy not in VIRTUAL_ROUTER_POLICIES:
+            raise ValueError(f"router policy {policy!r} is not one of {', '.join(VIRTUAL_ROUTER_POLICIES)}")
         self._servers = list(servers)
         self._policy = policy
         self._chat = chat
@@ -165,7 +173,7 @@ class RoutedEndpoint:
         self.counts = [0] * len(servers)
 
     def request(self, body: bytes, headers: Mapping[str, str]) -> list[bytes]:
-        return [body, *(_SEP.join((name.encode(), value.encode())) for name, value in headers.items())]
+        return encode_request(body, headers)
 
     def pick(self, headers: Mapping[str, str]) -> int:
         """The instance a request with these headers goes to."""
@@ -206,6 +214,5 @@ class _RoutedConnection:
         self._endpoint = endpoint
 
     async def exchange(self, request: list[bytes], reader: Reader) -> None:
-        headers = dict(line.decode().split(_SEP.decode(), 1) for line in request[1:])
         endpoint = self._endpoint
-        await endpoint.exchange_with(endpoint.pick(headers)).exchange(request, reader)
+        await endpoint.exchange_with(endpoint.pick(request_headers(request))).exchange(request, reader)

@@ -37,6 +37,7 @@ from kv_cache_tester.traces.loaders import LoadResult, load_traces
 from kv_cache_tester.traces.model import Trace
 from prometheus_client import CollectorRegistry
 
+from agentsweep.contract.cell import VIRTUAL_ROUTER_POLICIES
 from agentsweep.energy import cli_sampler
 from agentsweep.energy.sampler import Sampler
 from agentsweep.engine_sim import cli as engine_cli
@@ -46,7 +47,7 @@ from agentsweep.metrics import cli as metrics_cli
 from agentsweep.metrics.dialects import Exposition, read_families
 from agentsweep.metrics.scraper import Scraper
 from agentsweep.virtual.clock import LoopClock, VirtualTimeLoop, run_virtual
-from agentsweep.virtual.endpoint import ROUTED_POLICIES, LocalEndpoint, RoutedEndpoint
+from agentsweep.virtual.endpoint import LocalEndpoint, RoutedEndpoint
 from agentsweep.watchdog import STOP_SIGNALS
 
 # Engine flags the in-process engine cannot honour: there is no process to crash or start slowly, and
@@ -77,7 +78,7 @@ class LocalInstance:
 
 @dataclass(frozen=True, slots=True)
 class LocalRouter:
-    """The router in front of several instances: its policy (``endpoint.ROUTED_POLICIES``) and where
+    """The router in front of several instances: its policy (``contract.cell.VIRTUAL_ROUTER_POLICIES``) and where
     its per-instance request counts go (router_metrics.csv), as its collector would write them."""
 
     policy: str
@@ -147,10 +148,10 @@ def _parts(run: LocalRun) -> _Parts:
         raise InputError("virtual clock: a run needs an engine")
     if run.router is None and len(run.instances) > 1:
         raise InputError("virtual clock: several engine instances need a router")
-    if run.router is not None and run.router.policy not in ROUTED_POLICIES:
+    if run.router is not None and run.router.policy not in VIRTUAL_ROUTER_POLICIES:
         raise InputError(
             f"virtual clock: router policy {run.router.policy} keeps the router program's own state (its "
-            f"prefix tree); the in-process router runs {', '.join(ROUTED_POLICIES)}: run this cell with "
+            f"prefix tree); the in-process router runs {', '.join(VIRTUAL_ROUTER_POLICIES)}: run this cell with "
             "clock: wall"
         )
     engines = [_engine(spec) for spec in run.instances]
