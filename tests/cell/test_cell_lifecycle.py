@@ -136,12 +136,46 @@ def test_replayer_failure_is_the_reason(standins, tmp_path):
     assert reason.startswith("replayer exited with status 2; last line of replay.log: replayed ")
 
 
+def test_a_stop_whose_exception_python_dropped_still_ends_the_cell_interrupted(
+    standins, tmp_path, monkeypatch
+):
+    """A stop signal handled where its exception cannot propagate (an at-fork callback while a child
+    starts, a ``__del__``) is lost to Python; the cell's next wait raises it, and the verdict says so."""
+    from agentsweep.cell.engine_process import ManagedProcess
+    from agentsweep.cell.stop import install_signal_handlers
+
+    class SignalledInDel:
+        def __del__(self) -> None:
+            signal.raise_signal(signal.SIGTERM)
+
+    original = ManagedProcess.wait
+    dropped: list[bool] = []
+
+    def wait_dropping_a_stop(self, timeout_s=None):
+        if not dropped:
+            dropped.append(True)
+            SignalledInDel()  # the handler runs in __del__: "Exception ignored", the cell runs on
+        return original(self, timeout_s)
+
+    monkeypatch.setattr(ManagedProcess, "wait", wait_dropping_a_stop)
+    rd = tmp_path / "r"
+    restore = install_signal_handlers()
+    try:
+        status, reason = run_cell(_plan(standins, rd, replay_seconds=3), FAST, log=lambda _: None)
+    finally:
+        restore()
+    assert dropped
+    assert (status, reason) == ("FAILED", "interrupted by SIGTERM")
+    assert (rd / "status.txt").read_text().splitlines() == ["FAILED", "interrupted by SIGTERM"]
+
+
 DRIVER = textwrap.dedent(
     """
     import dataclasses, json, sys
     from pathlib import Path
     from agentsweep.cell.engines import EngineLaunch
-    from agentsweep.cell.lifecycle import install_signal_handlers, run_cell
+    from agentsweep.cell.lifecycle import run_cell
+    from agentsweep.cell.stop import install_signal_handlers
     from agentsweep.cell.plan import CellOptions, plan_cell
     from agentsweep.cell.port_allocation import FreePortAllocator
     from agentsweep.contract.cell import Cell

@@ -34,7 +34,6 @@ from agentsweep.cell.engines import recipe
 from agentsweep.cell.executor import EngineGroup, replay, show_tail
 from agentsweep.cell.in_process import InProcessGroup
 from agentsweep.cell.lifecycle import (
-    CellInterrupted,
     cell_voice,
     check_outputs,
     execute_virtual,
@@ -45,6 +44,7 @@ from agentsweep.cell.lifecycle import (
 )
 from agentsweep.cell.plan import CellOptions, CellPlan
 from agentsweep.cell.step_budget import StepBudget, step_budget
+from agentsweep.cell.stop import CellInterrupted
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.resultdir import (
     SERVER_LOG,

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from agentsweep.cell.stop import raise_if_stopped
 from agentsweep.errors import RunError
 from agentsweep.watchdog import Watchdog, die_with_parent
 
@@ -175,6 +176,7 @@ class EngineProcess(ManagedProcess):
         deadline = start + timeout_s
         last_error = "no answer yet"
         while True:
+            raise_if_stopped()
             code = self.poll()
             if code is not None:
                 raise EngineFailed(

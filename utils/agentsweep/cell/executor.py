@@ -34,6 +34,7 @@ from agentsweep.cell.plan import CellOptions, CellPlan, client_dir
 from agentsweep.cell.replicas import RouterRead, settled_router_metrics, write_router_figures
 from agentsweep.cell.routers import missing_router, router_recipe, router_version
 from agentsweep.cell.settle import SETTLE_TIMEOUT_S, settle_instance_counts
+from agentsweep.cell.stop import raise_if_stopped
 from agentsweep.contract.resultdir import (
     PREFILL_METRICS_CSV,
     ROUTER_METRICS_CSV,
@@ -420,6 +421,7 @@ def _watch_replay(
     died_at = 0.0
     while True:
         code = replayer.wait(0.25)
+        raise_if_stopped()
         if code is not None:
             break
         now = time.monotonic()

@@ -9,10 +9,8 @@ every exit path: success, failure, a bug, SIGTERM/SIGINT.
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from kv_cache_tester.replay import ResultError, load_summary, write_summary
@@ -27,6 +25,7 @@ from agentsweep.cell.executor import execute, show_tail
 from agentsweep.cell.in_process import execute_in_process
 from agentsweep.cell.plan import CellOptions, CellPlan, instance_shapes
 from agentsweep.cell.routers import router_recipe
+from agentsweep.cell.stop import CellInterrupted, raise_if_stopped
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.figures import summary_figures
 from agentsweep.contract.receipt import write_receipt
@@ -46,29 +45,9 @@ from agentsweep.energy.summary import cell_power_summary
 from agentsweep.errors import AgentsweepError, InputError
 from agentsweep.images.local import image_record
 from agentsweep.validity import evaluate
-from agentsweep.watchdog import STOP_SIGNALS, Watchdog
+from agentsweep.watchdog import Watchdog
 
 RESULT_FILES = (CELL_JSON, STATUS_TXT, REQUESTS_JSONL, SUMMARY_JSON, CAPACITY_JSON, RECEIPT_JSON)
-
-
-# How a verdict a stop signal ended begins: "interrupted by SIGTERM".
-INTERRUPTED_BY = "interrupted by "
-
-
-class CellInterrupted(Exception):
-    """SIGTERM, SIGINT or SIGHUP reached the cell; unwinding stops every child and still writes the verdict."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(f"{INTERRUPTED_BY}{signal.Signals(signum).name}")
-
-
-def interrupted_by(reason: str | None) -> int | None:
-    """The signal a verdict's reason says stopped the cell (``CellInterrupted``'s text), else None."""
-    if reason is None or not reason.startswith(INTERRUPTED_BY):
-        return None
-    name = reason.removeprefix(INTERRUPTED_BY).split(maxsplit=1)[0]
-    return signal.Signals[name] if name in signal.Signals.__members__ else None
 
 
 def check_result_dir(result_dir: Path) -> None:
@@ -111,23 +90,6 @@ def _typed_or_raw(raw: dict[str, object]) -> Cell | dict[str, object]:
         return Cell.parse(raw)
     except AgentsweepError:
         return raw
-
-
-def install_signal_handlers() -> Callable[[], None]:
-    """SIGTERM/SIGINT/SIGHUP raise CellInterrupted once; later ones are ignored so cleanup can finish."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
-        raise CellInterrupted(signum)
-
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
-
-    def restore() -> None:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-    return restore
 
 
 def execute_virtual(
@@ -185,6 +147,7 @@ def run_cell(
             reason = execute_virtual(plan, versions, say, stated)
         else:
             reason = execute(plan, options, versions, say, watchdog, stated)
+        raise_if_stopped()  # a stop whose exception was dropped: not judged as a whole run
         reason = reason or check_outputs(plan.result_dir)
         if reason is None:
             reasons = judge(plan, stated)

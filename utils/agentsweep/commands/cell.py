@@ -15,10 +15,11 @@ from pathlib import Path
 
 from agentsweep.capacity.run import check_startable, run_planned
 from agentsweep.cell import record
-from agentsweep.cell.lifecycle import check_result_dir, install_signal_handlers, record_refusal
+from agentsweep.cell.lifecycle import check_result_dir, record_refusal
 from agentsweep.cell.placement import from_environ
 from agentsweep.cell.plan import CellOptions, plan_cell
 from agentsweep.cell.port_allocation import DryRunPortAllocator, FreePortAllocator, PortAllocator
+from agentsweep.cell.stop import install_signal_handlers
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.errors import AgentsweepError, InputError
 from agentsweep.images.local import refuse_other_image

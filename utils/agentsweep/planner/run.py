@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agentsweep.capacity.run import run_capacity_cell
-from agentsweep.cell.lifecycle import CellInterrupted, install_signal_handlers, interrupted_by
 from agentsweep.cell.plan import CellOptions, plan_cell
 from agentsweep.cell.port_allocation import FreePortAllocator
+from agentsweep.cell.stop import CellInterrupted, install_signal_handlers, interrupted_by
 from agentsweep.contract.cell import Cell
 from agentsweep.contract.resultdir import read_capacity, read_status
 

@@ -21,16 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentsweep.capacity.run import check_startable, run_planned
-from agentsweep.cell.lifecycle import (
-    CellInterrupted,
-    check_result_dir,
-    install_signal_handlers,
-    interrupted_by,
-    record_refusal,
-)
+from agentsweep.cell.lifecycle import check_result_dir, record_refusal
 from agentsweep.cell.plan import CellOptions, plan_cell
 from agentsweep.cell.port_allocation import DryRunPortAllocator, FreePortAllocator
 from agentsweep.cell.record import mask_cell, mask_text
+from agentsweep.cell.stop import CellInterrupted, install_signal_handlers, interrupted_by
 from agentsweep.collect.output import replace_folder
 from agentsweep.contract.cell import CELL_ENV_VAR, Cell
 from agentsweep.contract.resultdir import read_status
