@@ -5,6 +5,7 @@ input is one line and exit status 2."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -71,6 +72,8 @@ def test_a_plan_answers_per_tier_and_hardware_and_keeps_finished_searches(
     [
         (["--hardware", "h200,h300"], "--hardware h300: no simulated profile of it"),
         (["--tp", "two"], "--tp: 'two' is not a positive integer"),
+        (["--replicas", "0"], "--replicas 0: expected a positive number of engines"),
+        (["--replicas", "2", "--router", "cache_aware"], "--router cache_aware: the virtual clock routes by"),
         (
             ["--search", "1:64", "--budget-min", "0.1"],
             "--budget-min 0.1: 5 searches of 1..64 users take about",
@@ -87,6 +90,27 @@ def test_bad_input_is_one_line_and_exit_2(
     assert not (tmp_path / "p").exists()
 
 
+def test_a_plan_of_replicas_behind_a_router_counts_every_gpu(repo_root: Path, tmp_path: Path) -> None:
+    """A rack-shaped plan: each search runs its engines behind the in-process router (session
+    affinity by default), and agents per GPU count the GPUs of every replica."""
+    out = tmp_path / "plan"
+    args = ["--hardware", "gb300", "--replicas", "2", "--search", "2:8", "--duration", "6"]
+    done = plan(
+        repo_root, *args, "--max-context", "24576", "--slo", "loose: ttft p90 <= 60 s", "-o", str(out)
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = list(csv.DictReader((out / "plan.csv").open(newline="")))
+    assert (row["hardware"], row["tp"], row["replicas"]) == ("simulated GB300", "1", "2")
+    (search,) = (out / "cells").iterdir()
+    assert search.name.endswith("-r2-consistent_hash")
+    capacity = json.loads((search / "capacity.json").read_text())
+    (tier,) = capacity["tiers"]
+    assert float(row["agents_per_gpu"]) == tier["boundary_users"] / 2  # two engines of one GPU each
+    routed = [json.loads(p.read_text()) for p in search.glob("steps/*/router.json")]
+    assert routed and all(r["program"] == "in-process" and r["policy"] == "consistent_hash" for r in routed)
+    assert "simulated GB300 2 x TP 1 (2 GPUs) offload off, tier loose:" in done.stdout
+
+
 @pytest.mark.chromium
 def test_the_plan_page_opens_offline_with_its_figure_and_table(tmp_path: Path) -> None:
     from agentsweep.planner.report import PlanRow, write_plan
@@ -94,7 +118,7 @@ def test_the_plan_page_opens_offline_with_its_figure_and_table(tmp_path: Path) -
     from tests.dashboard.browser import offline_page
 
     rows = [
-        PlanRow(hardware=f"simulated {h}", tp=1, offload="off", tier=t, tier_description=t, agents_per_gpu=a,
+        PlanRow(hardware=f"simulated {h}", tp=1, replicas=1, offload="off", tier=t, tier_description=t, agents_per_gpu=a,
                 agents_per_mw=a * 2000 if a else None, boundary_type="exact", binding="TTFT p90",
                 past_kv_cliff=h == "H200", output_tok_per_s_per_gpu=10.0 * a, total_tok_per_s_per_gpu=900.0,
                 band=0.05, calibration=f"calibration {h.lower()}/fp8: fitted to 5 published points",
@@ -110,11 +134,11 @@ def test_the_plan_page_opens_offline_with_its_figure_and_table(tmp_path: Path) -
         )
         assert errors == [] and network == []
     assert width > 600  # the inlined figure decoded
-    assert [c[:2] + c[3:5] for c in cells] == [
-        ["simulated H200", "1", "interactive", "2.0"], ["simulated H200", "1", "fast", "1.0"],
-        ["simulated B300", "1", "interactive", "6.0"], ["simulated B300", "1", "fast", "3.0"],
+    assert [c[:3] + c[4:6] for c in cells] == [  # hardware, TP, replicas, tier, agents per GPU
+        ["simulated H200", "1", "1", "interactive", "2.0"], ["simulated H200", "1", "1", "fast", "1.0"],
+        ["simulated B300", "1", "1", "interactive", "6.0"], ["simulated B300", "1", "1", "fast", "3.0"],
     ]  # fmt: skip
-    assert cells[0][7] == "past it" and cells[0][10] == "±5%"
+    assert cells[0][8] == "past it" and cells[0][11] == "±5%"
 
 
 def test_an_interrupted_plan_keeps_every_finished_search(repo_root: Path, tmp_path: Path) -> None:

@@ -30,6 +30,14 @@ class PlanSpec:
     speed: float
     max_context: int
     engine_args: str = ""
+    # Data-parallel engines of ``tp`` GPUs each behind an in-process router (a rack: 9 x TP 8 = 72 GPUs);
+    # agents per GPU count all of them.
+    replicas: int = 1
+    router: str = ""
+
+
+# Replicas keep each agent's session on one engine, its prefix in that engine's cache.
+DEFAULT_ROUTER = "consistent_hash"
 
 
 def runner_key(hardware: str) -> str:
@@ -62,6 +70,9 @@ def _entry(spec: PlanSpec, hardware: str) -> dict[str, Any]:
         "users": {"search": [low, high]},
         "offload": list(spec.offloads),
     }
+    if spec.replicas > 1 or spec.router:
+        point["replicas"] = spec.replicas
+        point["router"] = [spec.router or DEFAULT_ROUTER]
     entry: dict[str, Any] = {
         "description": f"agentsweep plan: {spec.model} on simulated {hardware}",
         "runner": runner_key(hardware),

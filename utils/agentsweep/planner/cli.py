@@ -15,10 +15,10 @@ from pathlib import Path
 
 from agentsweep.cell.clients.replay import REPLAY_PLOT_VAR
 from agentsweep.config import overrides
-from agentsweep.contract.cell import HARDWARE, OFFLOAD_MODES
+from agentsweep.contract.cell import HARDWARE, OFFLOAD_MODES, VIRTUAL_ROUTER_POLICIES
 from agentsweep.contract.slo import UserSearch
 from agentsweep.errors import InputError
-from agentsweep.planner.cells import PlanSpec, plan_cells
+from agentsweep.planner.cells import DEFAULT_ROUTER, PlanSpec, plan_cells
 from agentsweep.planner.report import plan_rows, table_lines, write_plan
 from agentsweep.planner.run import PlanInterrupted, run_searches
 
@@ -42,6 +42,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--speed", type=float, default=50.0, help="engine seconds per cell second (default 50: 600 s a step)"
+    )
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="engines of TP GPUs each per search, behind an in-process router (a rack: --tp 8 --replicas 9)",
+    )
+    parser.add_argument(
+        "--router",
+        default="",
+        help=f"the router policy in front of the replicas ({', '.join(VIRTUAL_ROUTER_POLICIES)}; "
+        f"default {DEFAULT_ROUTER})",
     )
     parser.add_argument("--max-context", type=int, default=65536, help="cut traces at this context (tokens)")
     parser.add_argument("--engine-args", default="", help="extra engine-sim flags for every search")
@@ -68,7 +80,24 @@ def spec_of(args: argparse.Namespace) -> PlanSpec:
         speed=args.speed,
         max_context=args.max_context,
         engine_args=args.engine_args,
+        replicas=_replicas(args.replicas),
+        router=_router(args.router),
     )
+
+
+def _replicas(value: int) -> int:
+    if value < 1:
+        raise InputError(f"--replicas {value}: expected a positive number of engines")
+    return value
+
+
+def _router(word: str) -> str:
+    if word and word not in VIRTUAL_ROUTER_POLICIES:
+        raise InputError(
+            f"--router {word}: the virtual clock routes by {', '.join(VIRTUAL_ROUTER_POLICIES)}"
+            " (cache_aware is the router program's own and needs clock: wall)"
+        )
+    return word
 
 
 def _word(_flag: str, word: str) -> str:
@@ -87,10 +116,11 @@ STEP_S_ESTIMATE = 1.5
 
 
 def estimate_s(n_searches: int, search: UserSearch) -> float:
-    """A rough upper estimate of the plan's wall time: bracketing then bisecting ``search``."""
+    """A rough upper estimate of the plan's wall time: bracketing then bisecting ``search``. A step's
+    cost grows with its agents (a 72-GPU rack with 4,096 agents: about 3.5 min for 600 engine seconds)."""
     low, high = search.search
     steps = 2 * max(1, (high // max(1, low)).bit_length()) + 2
-    return n_searches * steps * STEP_S_ESTIMATE
+    return n_searches * steps * STEP_S_ESTIMATE * max(1.0, high / 16)
 
 
 def run(args: argparse.Namespace) -> int:

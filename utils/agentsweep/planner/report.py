@@ -27,6 +27,7 @@ PLAN_CSV, PLAN_PNG, PLAN_HTML = "plan.csv", "plan.png", "plan.html"
 class PlanRow:
     hardware: str  # simulated B300
     tp: int
+    replicas: int  # engines of tp GPUs each (1: one engine, no router)
     offload: str
     tier: str
     tier_description: str
@@ -57,6 +58,7 @@ def plan_rows(cells: list[Cell], root: Path) -> list[PlanRow]:
                 PlanRow(
                     hardware=hardware_label(True, cell.node.hardware),
                     tp=cell.tp,
+                    replicas=cell.replicas,
                     offload=cell.offload,
                     tier=tier.tier,
                     tier_description=tier.description,
@@ -100,7 +102,10 @@ def _figure(df: pd.DataFrame, path: Path, title: str) -> Path:
 
     tiers = list(dict.fromkeys(df["tier"]))
     df = df.assign(
-        label=[f"{h}\nTP {tp} · {o}" for h, tp, o in zip(df.hardware, df.tp, df.offload, strict=True)]
+        label=[
+            f"{h}\n{_shape(tp, n)} · {o}"
+            for h, tp, n, o in zip(df.hardware, df.tp, df.replicas, df.offload, strict=True)
+        ]
     )
     labels = list(dict.fromkeys(df["label"]))
     fig, axes = plt.subplots(1, 2, figsize=(max(8.0, 1.6 * len(labels) + 3), 4.6))
@@ -130,7 +135,7 @@ def _figure(df: pd.DataFrame, path: Path, title: str) -> Path:
 
 
 COLUMNS = (
-    ("hardware", "Hardware"), ("tp", "TP"), ("offload", "Offload"), ("tier", "Tier"),
+    ("hardware", "Hardware"), ("tp", "TP"), ("replicas", "Replicas"), ("offload", "Offload"), ("tier", "Tier"),
     ("agents_per_gpu", "Agents / GPU"), ("agents_per_mw", "Agents / MW"), ("binding", "Bound by"),
     ("past_kv_cliff", "KV cliff"), ("output_tok_per_s_per_gpu", "Output tok/s / GPU"),
     ("total_tok_per_s_per_gpu", "Total tok/s / GPU"), ("band", "± (held-out error)"),
@@ -149,6 +154,11 @@ def cell_text(column: str, value: object) -> str:
     return str(value)
 
 
+def _shape(tp: int, replicas: int) -> str:
+    """``TP 8``, or for replicas ``9 x TP 8`` (72 GPUs)."""
+    return f"TP {tp}" if replicas <= 1 else f"{replicas} x TP {tp} ({replicas * tp} GPUs)"
+
+
 def table_lines(rows: list[PlanRow]) -> list[str]:
     """The plan as plain lines, one per hardware and tier."""
     out = []
@@ -157,7 +167,7 @@ def table_lines(rows: list[PlanRow]) -> list[str]:
         band = f" (±{r.band:.0%})" if r.band else ""
         cliff = ", past the KV cliff" if r.past_kv_cliff else ""
         out.append(
-            f"{r.hardware} TP {r.tp} offload {r.offload}, tier {r.tier}: "
+            f"{r.hardware} {_shape(r.tp, r.replicas)} offload {r.offload}, tier {r.tier}: "
             f"{cell_text('agents_per_gpu', r.agents_per_gpu)} agents per GPU{band}{per_mw}, bound by "
             f"{r.binding or '–'}{cliff}; {cell_text('output_tok_per_s_per_gpu', r.output_tok_per_s_per_gpu)} "
             "output tok/s per GPU there"
