@@ -49,8 +49,8 @@ def test_shipped_points_read_with_provenance() -> None:
     assert {p.group for p in points} == {
         "b200/fp4",
         "b200/fp8",
-        "b200/fp4@pre-v0.5.12",
-        "b200/fp8@pre-v0.5.12",
+        "b200/fp4@pre-v0.5.9",
+        "b200/fp8@pre-v0.5.9",
         "h200/fp8",
         "mi355x/fp4",
         "mi355x/fp4@pre-v0.5.9",
@@ -68,13 +68,13 @@ def test_shipped_points_read_with_provenance() -> None:
 
 
 def test_points_are_grouped_by_software_generation(tmp_path: Path) -> None:
-    """B200 rows from images before SGLang v0.5.12 (or naming none) get their own coefficients, MI355X
-    rows before v0.5.9 theirs; the other hardware keeps one group per precision whatever the image."""
+    """B200 and MI355X rows from images before SGLang v0.5.9 (or naming none: the runs of 2025) get their
+    own coefficients; the other hardware keeps one group per precision whatever the image."""
     points = _imaged_points(
         tmp_path,
         "b200,fp4,1024,1024,8,8,64,1,1,1,lmsysorg/sglang:v0.5.12-cu130",
         "b200,fp4,1024,1024,8,8,64,1,1,1,lmsysorg/sglang:v0.5.13-cu130",
-        "b200,fp8,1024,1024,8,8,64,1,1,1,lmsysorg/sglang:v0.5.9-cu130",
+        "b200,fp8,1024,1024,8,8,64,1,1,1,lmsysorg/sglang:v0.5.6-cu129-amd64",
         "b200,fp8,1024,1024,8,8,64,1,1,1,",
         "h200,fp8,1024,1024,8,1,64,1,1,1,lmsysorg/sglang:v0.5.9-cu130",
         "mi355x,fp8,1024,1024,8,1,64,1,1,1,lmsysorg/sglang:v0.5.9-rocm700-mi35x",
@@ -83,13 +83,13 @@ def test_points_are_grouped_by_software_generation(tmp_path: Path) -> None:
     assert [p.group for p in points] == [
         "b200/fp4",
         "b200/fp4",
-        "b200/fp8@pre-v0.5.12",
-        "b200/fp8@pre-v0.5.12",
+        "b200/fp8@pre-v0.5.9",
+        "b200/fp8@pre-v0.5.9",
         "h200/fp8",
         "mi355x/fp8",
         "mi355x/fp4@pre-v0.5.9",
     ]
-    assert points[2].label.endswith("(pre-v0.5.12)") and points[4].generation == ""
+    assert points[2].label.endswith("(pre-v0.5.9)") and points[4].generation == ""
 
 
 @pytest.mark.integration
@@ -132,7 +132,7 @@ def test_the_error_table_has_a_line_per_hardware_and_precision_with_its_versions
     points = _imaged_points(
         tmp_path,
         "b200,fp4,1024,1024,8,8,64,100,10,1,lmsysorg/sglang:v0.5.12-cu130",
-        "b200,fp4,1024,1024,8,8,64,100,10,1,lmsysorg/sglang:v0.5.9-cu130",
+        "b200,fp4,1024,1024,8,8,64,100,10,1,lmsysorg/sglang:v0.5.6-cu129-amd64",
         "b200,fp8,1024,1024,8,8,64,100,10,1,lmsysorg/sglang:v0.5.12-cu130",
         "h200,fp8,1024,1024,8,1,64,100,10,1,lmsysorg/sglang:v0.5.9-cu130",
     )
@@ -147,6 +147,21 @@ def test_the_error_table_has_a_line_per_hardware_and_precision_with_its_versions
     assert "TTFT  50.0%" in by_key["b200/fp8"] and "TTFT   0.0%" in by_key["h200/fp8"]
     assert "  3 points  " in by_key["b200"] and "TTFT  30.0%" in by_key["b200"]
     assert "  4 points  " in by_key["all"] and "TTFT  20.0%" in by_key["all"]
+
+
+def test_the_error_table_has_a_line_for_single_user_points_where_there_are_some(tmp_path: Path) -> None:
+    """A single user's TTFT is prefill latency alone: the table says how the points at one user fare."""
+    points = _imaged_points(
+        tmp_path,
+        "b200,fp8,8192,1024,8,1,1,100,10,1,lmsysorg/sglang:v0.5.12-cu130",
+        "b200,fp8,1024,1024,8,1,1,100,10,1,lmsysorg/sglang:v0.5.12-cu130",
+        "b200,fp8,1024,1024,8,1,64,100,10,1,lmsysorg/sglang:v0.5.12-cu130",
+    )
+    table = error_table([(p, [100 * f, 10 * f, f]) for p, f in zip(points, [1.2, 1.4, 2.0], strict=True)])
+    by_key = {line.split()[0]: line for line in table}
+    assert list(by_key) == ["b200/fp8", "b200", "1-user", "all"]
+    assert "  2 points  " in by_key["1-user"] and "TTFT  30.0%" in by_key["1-user"]
+    assert "1-user" not in {line.split()[0] for line in error_table([(points[2], [100, 10, 1])])}
 
 
 def test_stand_in_reacts_to_the_coefficients_as_physics_says() -> None:
@@ -212,6 +227,42 @@ def test_leave_one_out_predicts_a_lone_older_point_from_its_current_generation(t
     assert loo == F.predict(point, current, F.DEFAULT_SHARED)
     assert progress == [f"leave-one-out 1/1: {point.group}"]  # a fit of minutes says where it is
     assert loo != F.predict(point, F.DEFAULT_EFFICIENCY, F.DEFAULT_SHARED)
+
+
+def test_the_precisions_of_a_current_serving_generation_share_their_fixed_latencies(tmp_path: Path) -> None:
+    """The request overhead and the prefill-step overhead are the serving software's and the host's:
+    fitted once for B200 FP4 and FP8 on the same image (the FP8 single-user row pins what the FP4 rows,
+    all under load, cannot tell from queueing); an older generation's groups keep their own."""
+    points = _imaged_points(
+        tmp_path,
+        "b200,fp4,1024,1024,8,8,64,901.2,61.6,0.402,lmsysorg/sglang:v0.5.12-cu130",
+        "b200,fp8,8192,1024,8,1,1,1300,135,0.314,lmsysorg/sglang:v0.5.12-cu130",
+        "b200,fp8,1024,1024,8,1,64,678.1,45.9,0.545,lmsysorg/sglang:v0.5.12-cu130",
+        "b200,fp4,1024,1024,4,1,8,294.2,78.9,0.53,",
+        "b200,fp8,1024,1024,8,8,4,95.1,97.4,0.163,",
+        "h200,fp8,1024,1024,8,1,4,120,103,0.085,lmsysorg/sglang:v0.5.12-cu130",
+    )
+    assert [p.latency_family for p in points] == [
+        "b200",
+        "b200",
+        "b200",
+        "b200/fp4@pre-v0.5.9",
+        "b200/fp8@pre-v0.5.9",
+        "h200",
+    ]
+    fam = {"b200/fp4": points[:1], "b200/fp8": points[1:3]}
+    starts = {
+        "b200/fp4": Efficiency(3e-3, 0.7, 0.4, 0.11, 0.14),
+        "b200/fp8": Efficiency(5e-3, 0.8, 0.2, 0.1, 0.07),
+    }
+    fitted = F.fit_family(fam, F.DEFAULT_SHARED, starts, passes=((0.5, 12),))
+    fp4, fp8 = fitted["b200/fp4"], fitted["b200/fp8"]
+    assert fp4.prefill_overhead_s == fp8.prefill_overhead_s
+    assert fp4.request_overhead_s == fp8.request_overhead_s
+    assert (fp4.step_overhead_s, fp4.hbm_eff, fp4.mfu) != (fp8.step_overhead_s, fp8.hbm_eff, fp8.mfu)
+    # A family of one group is that group's own fit.
+    alone = F.fit_family({"h200/fp8": points[5:]}, F.DEFAULT_SHARED, {"h200/fp8": F.DEFAULT_EFFICIENCY})
+    assert set(alone) == {"h200/fp8"}
 
 
 def test_shared_coefficients_round_trip_and_older_files_read_with_defaults() -> None:
@@ -317,16 +368,16 @@ def test_startup_log_names_the_software_generation() -> None:
     argv = ["nvidia/DeepSeek-R1-0528-FP4-V2", "--tp", "8", "--ep-size", "8", "--hardware", "b200"]
     current = _startup([*argv, "--quantization", "fp4"])
     line = next(ln for ln in current if "calibration b200/fp4" in ln)
-    assert "calibration b200/fp4: fitted to 2 published" in line and "sglang:v0.5.12" in line
-    older = _startup([*argv, "--quantization", "fp4", "--calibration-generation", "pre-v0.5.12"])
-    line = next(ln for ln in older if "calibration b200/fp4@pre-v0.5.12" in ln)
-    assert "fitted to 4 published" in line
-    assert "images: lmsysorg/sglang:v0.5.9-cu130, unstated (2025))" in line
+    assert "calibration b200/fp4: fitted to 3 published" in line
+    assert "images: lmsysorg/sglang:v0.5.12-cu130, lmsysorg/sglang:v0.5.9-cu130)" in line
+    older = _startup([*argv, "--quantization", "fp4", "--calibration-generation", "pre-v0.5.9"])
+    line = next(ln for ln in older if "calibration b200/fp4@pre-v0.5.9" in ln)
+    assert "fitted to 3 published" in line and "images: unstated (2025))" in line
     cals = load_calibrations()
     assert _cost(current) != _cost(older)
     r_ms = cals["b200/fp4"].efficiency.request_overhead_s * 1e3
     assert f"each request waits {r_ms:.3f} ms before the scheduler can take it" in _cost(current)
-    assert cals["b200/fp4"].efficiency != cals["b200/fp4@pre-v0.5.12"].efficiency
+    assert cals["b200/fp4"].efficiency != cals["b200/fp4@pre-v0.5.9"].efficiency
 
 
 def _cost(lines: list[str]) -> str:

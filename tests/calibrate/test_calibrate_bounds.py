@@ -141,3 +141,50 @@ def test_a_signal_whose_exception_python_dropped_still_stops_the_rows(
     assert code == 128 + signal.SIGTERM
     assert "stopped by SIGTERM after 0 of 3 rows" in capsys.readouterr().err
     assert len((out / "calibration.csv").read_text().splitlines()) == 1  # the header alone
+
+
+SHIPPED = Path(__file__).resolve().parents[2] / "utils/agentsweep/calibrate/data/inferencex_dsr1_sglang.csv"
+
+
+@pytest.mark.integration
+def test_ctrl_c_stops_a_fit_and_its_worker_processes_quietly(tmp_path: Path) -> None:
+    """The fit's refits run one process per core; Ctrl-C (SIGINT to the whole process group, as a
+    terminal sends it) stops them with the fit: exit 130, one line, no worker's traceback, nothing left
+    running, no calibration file written."""
+    lines = SHIPPED.read_text().splitlines()
+    rows = [line for line in lines[1:] if line.startswith(("h200,", "b200,sglang,fp4"))]
+    points = _csv(tmp_path, "\n".join([lines[0], *rows]) + "\n")
+    target = tmp_path / "calibration.json"
+    cmd = [sys.executable, "-m", "agentsweep.cli", "calibrate", "--fit", "--points", str(points)]
+    proc = subprocess.Popen(
+        [*cmd, "--write", str(target), "-o", str(tmp_path / "out")],
+        start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(_children(proc.pid)) < 2:
+            time.sleep(0.1)
+        assert len(_children(proc.pid)) == 2, "the fit did not start its workers"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.rstrip().endswith("interrupted"), err
+    assert not target.exists()
+    gone = time.monotonic() + 10
+    while _session(proc.pid) and time.monotonic() < gone:
+        time.sleep(0.05)
+    assert _session(proc.pid) == []
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def _session(sid: int) -> list[int]:
+    """Processes of the session the fit started (its workers included)."""
+    out = subprocess.run(["ps", "-e", "-o", "pid=,sid="], capture_output=True, text=True).stdout
+    return [int(p) for p, s in (line.split() for line in out.splitlines()) if int(s) == sid]

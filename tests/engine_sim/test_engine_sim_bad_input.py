@@ -40,8 +40,8 @@ from agentsweep.engine_sim import cli
         ),
         (["--port", "70000"], "--port: must be in 0..65535, got 70000"),
         (
-            ["--calibration-generation", "pre-v0.5.12"],
-            "--calibration-generation: no calibration h200/bf16@pre-v0.5.12 (older generations of "
+            ["--calibration-generation", "pre-v0.5.9"],
+            "--calibration-generation: no calibration h200/bf16@pre-v0.5.9 (older generations of "
             "h200/bf16: none)",
         ),
         (

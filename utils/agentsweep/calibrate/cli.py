@@ -64,18 +64,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-loo", action="store_true", help="with --fit: skip the leave-one-out refits")
 
 
+SINGLE_USER = "1-user"  # the error table's line of the points served to one user
+
+
 def _medians(rows: Sequence[tuple[Point, Sequence[float]]]) -> list[float]:
     return profiles.median_errors((pred, [getattr(p, col) for col, _ in MEASURES]) for p, pred in rows)
 
 
 def error_table(rows: Sequence[tuple[Point, Sequence[float]]]) -> list[str]:
     """Median absolute error per measure, as printable lines: per hardware and precision (the engine
-    versions of one together), per hardware, then over all."""
+    versions of one together), per hardware, the single-user points (their TTFT is prefill latency
+    alone, no queue) where there are some, then over all."""
     lines = []
     pairs = sorted({(p.hardware, p.precision) for p, _ in rows})
     hardware = sorted({hw for hw, _ in pairs})
-    for key in [*(f"{hw}/{prec}" for hw, prec in pairs), *hardware, "all"]:
-        sel = [(p, v) for p, v in rows if key in ("all", p.hardware, f"{p.hardware}/{p.precision}")]
+    single = [SINGLE_USER] if any(p.conc == 1 for p, _ in rows) else []
+    for key in [*(f"{hw}/{prec}" for hw, prec in pairs), *hardware, *single, "all"]:
+        sel = [
+            (p, v)
+            for p, v in rows
+            if key in ("all", p.hardware, f"{p.hardware}/{p.precision}")
+            or (key == SINGLE_USER and p.conc == 1)
+        ]
         med = _medians(sel)
         lines.append(
             f"  {key:<11} {len(sel):>3} points  "

@@ -1,9 +1,11 @@
 """Fitting the step model's coefficients to published points (``agentsweep calibrate --fit``).
 
-Per hardware x precision (B200 and MI355X: also per serving-software generation, ``Point.group``) five
-coefficients (step overhead, achieved HBM fraction, MFU, prefill-step overhead, request overhead before
-the scheduler takes a request); over all hardware three (per-sequence bookkeeping, expert-parallel cost
-per MoE layer, all-reduce cost per peer rank). The
+Per hardware x precision (B200 and MI355X: also per serving-software generation, ``Point.group``) three
+coefficients (step overhead, achieved HBM fraction, MFU); per hardware's current serving software two
+fixed latencies shared by its precisions (prefill-step overhead, request overhead before the scheduler
+takes a request: ``Point.latency_family``; an older generation's groups keep their own); over all
+hardware three (per-sequence bookkeeping, expert-parallel cost per MoE layer, all-reduce cost per peer
+rank). The
 objective is the mean absolute log error of the three measures (throughput per GPU, median
 interactivity, median TTFT) over the points, as predicted by the closed-loop stand-in
 (:mod:`agentsweep.calibrate.steady`), plus a weak pull of each coefficient toward the defaults so a
@@ -14,8 +16,12 @@ every coefficient in its physical range.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -29,7 +35,9 @@ from agentsweep.engine_sim.profiles import (
     Shared,
     deploy,
 )
+from agentsweep.watchdog import set_parent_death_signal
 
+_T = TypeVar("_T")
 PRIOR_WEIGHT = 0.02  # per coefficient, on its log distance from the default (a weak pull)
 ROUNDS = 2  # alternations between the per-hardware and the shared coefficients
 # The request overhead is fitted on a linear scale in units of this (its prior pulls toward 0, not a log).
@@ -187,6 +195,90 @@ def _minimize_over(
     return out
 
 
+# A group's coordinates (``eff_to_x``) of its own, and those its latency family shares: the prefill-step
+# overhead and the request overhead.
+_OWN_DIMS = [0, 1, 2]
+_TIED_DIMS = [3, 4]
+# Nelder-Mead passes of a family's joint fit (3 coordinates per group and 2 shared: more than one group's 5)
+FAMILY_PASSES = ((1.0, 400), (0.3, 200))
+
+
+def fit_family(
+    by_group: Mapping[str, Sequence[Point]],
+    shared: Shared,
+    starts: Mapping[str, Efficiency],
+    passes: Sequence[tuple[float, int]] = FAMILY_PASSES,
+) -> dict[str, Efficiency]:
+    """The coefficients of the groups of one latency family, fitted together: each group its step
+    overhead, HBM fraction and MFU, all of them one prefill-step overhead and one request overhead.
+
+    Why shared: what a TTFT holds beyond the step model (the request's wait before the scheduler takes
+    it, a prefill step's fixed cost) is the serving software's and the host's, not the weights'. Fitted
+    per precision, a group whose points all ran under load (B200 FP4 of 2026: 16 to 128 users, the
+    recipe taking requests in every 30 steps) put a quarter second into them that no point of its own
+    could tell from queueing, and read single-user TTFTs far too high; its FP8 sibling's one-user row
+    pins them."""
+    names = list(by_group)
+    if len(names) == 1:
+        return {names[0]: fit_group(by_group[names[0]], shared, starts[names[0]])}
+    points = [p for g in names for p in by_group[g]]
+
+    def unpack(x: np.ndarray) -> dict[str, Efficiency]:
+        tied = x[3 * len(names) :]
+        return {g: x_to_eff(np.concatenate([x[3 * i : 3 * i + 3], tied])) for i, g in enumerate(names)}
+
+    def objective(x: np.ndarray) -> float:
+        effs = unpack(x)
+        pull = sum(float(np.sum((eff_to_x(e) - _PRIOR_X) ** 2)) for e in effs.values()) / len(effs)
+        return _loss(points, lambda p: effs[p.group], shared) + PRIOR_WEIGHT * pull
+
+    xs = [eff_to_x(starts[g]) for g in names]
+    x = np.concatenate([*(v[_OWN_DIMS] for v in xs), np.mean([v[_TIED_DIMS] for v in xs], axis=0)])
+    for step, iters in passes:
+        x = nelder_mead(objective, x, step=step, iters=iters)
+    return unpack(x)
+
+
+def _families(points: Sequence[Point]) -> dict[str, dict[str, list[Point]]]:
+    """Latency family -> group -> its points, in the points' order."""
+    out: dict[str, dict[str, list[Point]]] = {}
+    for p in points:
+        out.setdefault(p.latency_family, {}).setdefault(p.group, []).append(p)
+    return out
+
+
+def _in_parallel(calls: Sequence[tuple[Callable[..., _T], tuple[Any, ...]]]) -> Iterator[tuple[int, _T]]:
+    """(index, result) of each call as it finishes: the fit's refits are independent CPU-bound Python,
+    so one process per core runs them; on one core (or for one call) they run here, in order.
+
+    The workers leave Ctrl-C to this process (which stops them: no traceback of theirs) and die with
+    it should it be killed outright."""
+    workers = min(len(calls), os.cpu_count() or 1)
+    if workers <= 1:
+        for i, (fn, args) in enumerate(calls):
+            yield i, fn(*args)
+        return
+    pool = multiprocessing.get_context("fork").Pool(
+        workers, initializer=_worker_start, initargs=(os.getpid(),)
+    )
+    try:
+        yield from pool.imap_unordered(_indexed_call, list(enumerate(calls)))
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def _worker_start(parent: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    set_parent_death_signal(signal.SIGTERM, parent)
+
+
+def _indexed_call(item: tuple[int, tuple[Callable[..., _T], tuple[Any, ...]]]) -> tuple[int, _T]:
+    i, (fn, args) = item
+    return i, fn(*args)
+
+
 @dataclass(slots=True)
 class FitResult:
     groups: dict[str, Efficiency]
@@ -199,19 +291,21 @@ def fit(
     shared_fixed: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> FitResult:
-    """Every group's coefficients and the shared ones; ``progress`` gets a line per group fitted (a
+    """Every group's coefficients and the shared ones; ``progress`` gets a line per family fitted (a
     fit takes minutes)."""
-    by_group: dict[str, list[Point]] = {}
-    for p in points:
-        by_group.setdefault(p.group, []).append(p)
-    groups = {g: _start_of(g, start) for g in by_group}
+    families = _families(points)
+    groups = {g: _start_of(g, start) for fam in families.values() for g in fam}
     shared = start.shared if start else DEFAULT_SHARED
     rounds = 1 if shared_fixed else ROUNDS
     for r in range(rounds):
-        for k, (g, pts) in enumerate(by_group.items(), 1):
+        names = list(families)
+        calls = [(fit_family, (families[f], shared, {g: groups[g] for g in families[f]})) for f in names]
+        for k, (i, fitted) in enumerate(_in_parallel(calls), 1):
+            groups.update(fitted)
             if progress is not None:
-                progress(f"round {r + 1}/{rounds}: group {k}/{len(by_group)} {g} ({len(pts)} points)")
-            groups[g] = fit_group(pts, shared, groups[g])
+                fam = families[names[i]]
+                n = sum(len(v) for v in fam.values())
+                progress(f"round {r + 1}/{rounds}: family {k}/{len(families)} {' + '.join(fam)} ({n} points)")
         if shared_fixed:
             break
         if progress is not None:
@@ -236,17 +330,25 @@ def _start_of(group: str, start: FitResult | None) -> Efficiency:
 def leave_one_out(
     points: Sequence[Point], full: FitResult, progress: Callable[[str], None] | None = None
 ) -> list[tuple[Point, Prediction]]:
-    """Each point predicted by its group's coefficients refitted without it (shared ones kept). The
-    only point of its group (an older software generation's) is predicted by its hardware/precision's
-    current coefficients, the nearest the remaining data come to it."""
-    out = []
-    for i, p in enumerate(points):
+    """Each point predicted by its group's coefficients refitted without it, with the rest of its
+    latency family (shared ones kept). The only point of its group (an older software generation's) is
+    predicted by its hardware/precision's current coefficients, the nearest the remaining data come
+    to it. The refits run in parallel, one process per core."""
+    out: list[tuple[Point, Prediction] | None] = [None] * len(points)
+    calls = [(_predict_without, (points, i, full)) for i in range(len(points))]
+    for k, (i, pred) in enumerate(_in_parallel(calls), 1):
+        out[i] = (points[i], pred)
         if progress is not None:
-            progress(f"leave-one-out {i + 1}/{len(points)}: {p.group}")
-        rest = [q for j, q in enumerate(points) if j != i and q.group == p.group]
-        if rest:
-            eff = fit_group(rest, full.shared, full.groups[p.group])
-        else:
-            eff = full.groups.get(p.group.split("@")[0], DEFAULT_EFFICIENCY)
-        out.append((p, predict(p, eff, full.shared)))
-    return out
+            progress(f"leave-one-out {k}/{len(points)}: {points[i].group}")
+    return [pair for pair in out if pair is not None]
+
+
+def _predict_without(points: Sequence[Point], i: int, full: FitResult) -> Prediction:
+    p = points[i]
+    rest = [q for j, q in enumerate(points) if j != i and q.latency_family == p.latency_family]
+    if any(q.group == p.group for q in rest):
+        fam = _families(rest)[p.latency_family]
+        eff = fit_family(fam, full.shared, {g: full.groups[g] for g in fam})[p.group]
+    else:
+        eff = full.groups.get(p.group.split("@")[0], DEFAULT_EFFICIENCY)
+    return predict(p, eff, full.shared)

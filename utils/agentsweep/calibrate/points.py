@@ -38,12 +38,12 @@ BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "n
 FP4_CHECKPOINTS = {"mi355x": "amd/DeepSeek-R1-0528-MXFP4-Preview"}
 FP4_CHECKPOINT_NVIDIA = "nvidia/DeepSeek-R1-0528-FP4-V2"
 # Hardware whose points are fitted per serving-software generation, with the first SGLang image of the
-# current one: B200's SGLang (Blackwell kernels) changed so much between the images of the data set
-# that one set of coefficients cannot describe both, and MI355X's 2025 run (no image stated) decodes at
-# half the rate its 2026 runs reach at the same TP and concurrency (docs/engine-sim.md, "Calibration").
-# Points from images before the cut (or with no image stated: runs of 2025) form their own group,
-# ``<hardware>/<precision>@pre-v<cut>``.
-CURRENT_GENERATION_FROM = {"b200": (0, 5, 12), "mi355x": (0, 5, 9)}
+# current one (the images of 2026): B200's runs of 2025 (v0.5.5-v0.5.6, most naming no image) took 0.53-0.72 s
+# to a first token at 8-64 users with FP4 where its 2026 runs take 0.40-0.58 s at 16-128, and
+# MI355X's 2025 run (no image stated) decodes at half the rate its 2026 runs reach at the same TP and
+# concurrency (docs/engine-sim.md, "Calibration"). Points from images before the cut (or with no image
+# stated) form their own group, ``<hardware>/<precision>@pre-v<cut>``.
+CURRENT_GENERATION_FROM = {"b200": (0, 5, 9), "mi355x": (0, 5, 9)}
 _SGLANG_IMAGE = re.compile(r"sglang:v(\d+)\.(\d+)\.(\d+)")
 
 
@@ -79,6 +79,16 @@ class Point:
     def group(self) -> str:
         base = f"{self.hardware}/{self.precision}"
         return f"{base}@{self.generation}" if self.generation else base
+
+    @property
+    def latency_family(self) -> str:
+        """The groups whose fixed latencies (request overhead, prefill-step overhead) are fitted as one:
+        the precisions of one hardware's current serving software share them (the same pinned images,
+        host and scheduler; what a request waits before its prefill and what a prefill step adds do not
+        depend on the weights' precision). An older generation's points span several images and
+        unstated 2025 runs whose recipes differed (B200 FP4 of 2025-11-10: 0.53 s TTFT at 8 users; FP8
+        a week later: 0.165 s), so each of its groups keeps its own."""
+        return self.hardware if not self.generation else self.group
 
     @property
     def model(self) -> str:

@@ -117,7 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--calibration-generation",
         default="",
         help="step-model coefficients fitted to an older serving-software generation of this hardware "
-        "(pre-v0.5.12 on b200, pre-v0.5.9 on mi355x; default: the current one)",
+        "(pre-v0.5.9 on b200 and mi355x: the runs of 2025; default: the current one)",
     )
     p.add_argument(
         "--kv-offloading-size", type=float, default=0.0, help="CPU offload tier, GiB over all ranks"

@@ -27,7 +27,7 @@ tokenization and the hand-off to the scheduler; in its TTFT, but no step's cost)
 The achieved fractions (HBM bandwidth, MFU) and the two overheads are fitted per hardware x
 precision to published serving measurements (``calibration.json`` beside this file, written by
 ``agentsweep calibrate --fit``; ``docs/engine-sim.md`` shows the fit and its error); B200's and
-MI355X's older serving-software generations have their own groups (``b200/fp4@pre-v0.5.12``,
+MI355X's older serving-software generations have their own groups (``b200/fp4@pre-v0.5.9``,
 ``mi355x/fp4@pre-v0.5.9``), used only when asked for
 (``engine-sim --calibration-generation``). A hardware x precision without published points uses the
 defaults and says so at startup.
