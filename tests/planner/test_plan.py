@@ -73,6 +73,11 @@ def test_a_plan_answers_per_tier_and_hardware_and_keeps_finished_searches(
         (["--hardware", "h200,h300"], "--hardware h300: no simulated profile of it"),
         (["--tp", "two"], "--tp: 'two' is not a positive integer"),
         (["--replicas", "0"], "--replicas 0: expected a positive number of engines"),
+        (
+            ["--search", "64:128"],
+            "--search 64:128: kv-cache-tester/sample_traces gives 17 traces at --max-context 65536, and a "
+            "trace is never live in two lanes",
+        ),
         (["--replicas", "2", "--router", "cache_aware"], "--router cache_aware: the virtual clock routes by"),
         (
             ["--search", "1:64", "--budget-min", "0.1"],

@@ -7,6 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kv_cache_tester.replay.memory import MAX_PROMPT_TOKENS
+from kv_cache_tester.traces.loaders import load_traces
+
 from agentsweep.config.loader import load_runners, parse_entry
 from agentsweep.config.matrix import expand
 from agentsweep.contract.cell import HARDWARE, Cell
@@ -90,3 +93,16 @@ def _entry(spec: PlanSpec, hardware: str) -> dict[str, Any]:
     if spec.engine_args:
         entry["engine_args"] = spec.engine_args
     return entry
+
+
+def playable_traces(spec: PlanSpec) -> int:
+    """How many traces each step's replay keeps (cut at ``max_context`` as the replayer cuts them). The
+    replayer never plays one trace in two lanes at once: a step with more agents than this leaves the
+    rest idle, and is judged INVALID for it."""
+    kept = load_traces(
+        spec.traces,
+        max_context=spec.max_context or MAX_PROMPT_TOKENS,
+        max_context_mode="truncate",
+        min_requests=1,
+    )
+    return len(kept.traces)

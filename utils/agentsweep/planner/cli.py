@@ -18,7 +18,7 @@ from agentsweep.config import overrides
 from agentsweep.contract.cell import HARDWARE, OFFLOAD_MODES, VIRTUAL_ROUTER_POLICIES
 from agentsweep.contract.slo import UserSearch
 from agentsweep.errors import InputError
-from agentsweep.planner.cells import DEFAULT_ROUTER, PlanSpec, plan_cells
+from agentsweep.planner.cells import DEFAULT_ROUTER, PlanSpec, plan_cells, playable_traces
 from agentsweep.planner.report import plan_rows, table_lines, write_plan
 from agentsweep.planner.run import PlanInterrupted, run_searches
 
@@ -128,6 +128,14 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault(REPLAY_PLOT_VAR, "off")
     spec = spec_of(args)
     cells = plan_cells(spec)
+    playable = playable_traces(spec)
+    low, high = spec.search.search
+    if playable < low:
+        raise InputError(
+            f"--search {low}:{high}: {spec.traces} gives {playable} traces at --max-context {spec.max_context}, "
+            f"and a trace is never live in two lanes: at most {playable} agents at once; give --traces a "
+            f"set of at least {low} traces, or search lower"
+        )
     estimate = estimate_s(len(cells), spec.search)
     if args.budget_min is not None and estimate > args.budget_min * 60:
         raise InputError(
@@ -142,6 +150,11 @@ def run(args: argparse.Namespace) -> int:
     say(
         f"{len(cells)} capacity searches on the virtual clock (at most about {estimate / 60:.0f} min) -> {args.output}"
     )
+    if playable < high:
+        say(
+            f"{spec.traces} gives {playable} traces: a step of more agents leaves lanes idle and is judged "
+            "INVALID (a trace is never live in two lanes)"
+        )
     start = time.monotonic()
     cells_dir = args.output / "cells"
     code = 0
