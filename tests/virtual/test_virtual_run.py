@@ -183,3 +183,28 @@ def test_a_power_sampler_that_cannot_write_is_named_as_the_sampler(tmp_path: Pat
         assert outcome.reason.startswith("power sampler (in process): "), outcome.reason
         assert "no space left on device" in outcome.reason and "\n" not in outcome.reason
         assert (run.instances[0].server_log.parent / "summary.json").exists()
+
+
+def test_a_stop_signal_that_lands_as_the_replay_ends_still_stops_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal whose stop the loop no longer runs (the replay had returned, the engines were settling)
+    is kept as it arrives: the run ends as stopped by it, not as a whole run (a plan or a capacity search
+    would otherwise go on past Ctrl-C)."""
+    import os
+    import signal
+
+    from agentsweep.virtual import run as virtual_run
+
+    settle = virtual_run._settle
+
+    async def settle_then_signalled(servers: list) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # the replay has returned its meta already
+        await settle(servers)
+
+    monkeypatch.setattr(virtual_run, "_settle", settle_then_signalled)
+    before = signal.getsignal(signal.SIGTERM)
+    outcome = run_local(local_run(tmp_path, duration=4), print)
+    assert outcome.signum == signal.SIGTERM
+    assert outcome.reason == f"stopped by signal {int(signal.SIGTERM)}"
+    assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back

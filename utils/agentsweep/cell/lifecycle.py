@@ -103,6 +103,7 @@ def execute_virtual(
     outcome = execute_in_process(plan, versions, say, stated)
     if outcome.signum is not None:
         raise CellInterrupted(outcome.signum)
+    raise_if_stopped()  # one whose exception the event loop swallowed (raised inside a callback)
     return outcome.reason
 
 

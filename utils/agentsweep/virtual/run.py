@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any, TextIO
 
 from kv_cache_tester.errors import KVTesterError
@@ -275,10 +276,15 @@ async def _run(
         endpoint=endpoint,
     )
     # While the loop runs, a stop signal stops the replay as its own process would; then the
-    # handlers the caller had are back.
-    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
-    for sig in STOP_SIGNALS:
-        loop.add_signal_handler(sig, replayer.on_signal, sig)
+    # handlers the caller had are back. The signal is kept as it arrives: one that lands as the replay
+    # ends (its stop scheduled on a loop that no longer runs it) still ends the run as stopped.
+    received: list[int] = []
+
+    def on_stop(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        loop.call_soon_threadsafe(replayer.on_signal, signum)
+
+    previous = {sig: signal.signal(sig, on_stop) for sig in STOP_SIGNALS}
     ticker = loop.create_task(_progress(loop, replayer, cfg, say))
     problem: str | None = None
     try:
@@ -290,7 +296,6 @@ async def _run(
         ticker.cancel()
         replayer.recorder.close()
         for sig, handler in previous.items():
-            loop.remove_signal_handler(sig)
             signal.signal(sig, handler)
         try:
             problem = await sampling.stop()
@@ -299,6 +304,8 @@ async def _run(
         finally:
             for fh in opened.values():
                 fh.close()
+    if received and not meta.signum:
+        meta.signum = received[0]
     return meta, problem
 
 
