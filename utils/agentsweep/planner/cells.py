@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kv_cache_tester.replay.memory import MAX_PROMPT_TOKENS
-from kv_cache_tester.traces.loaders import load_traces
 
 from agentsweep.config.loader import load_runners, parse_entry
 from agentsweep.config.matrix import expand
 from agentsweep.contract.cell import HARDWARE, Cell
 from agentsweep.contract.slo import SloTier, UserSearch
 from agentsweep.errors import InputError
+from agentsweep.virtual.run import kept_traces
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +98,9 @@ def _entry(spec: PlanSpec, hardware: str) -> dict[str, Any]:
 def playable_traces(spec: PlanSpec) -> int:
     """How many traces each step's replay keeps (cut at ``max_context`` as the replayer cuts them). The
     replayer never plays one trace in two lanes at once: a step with more agents than this leaves the
-    rest idle, and is judged INVALID for it."""
-    kept = load_traces(
+    rest idle, and is judged INVALID for it. Loaded as the replay loads them and kept: the first step
+    does not parse them again."""
+    kept = kept_traces(
         spec.traces,
         max_context=spec.max_context or MAX_PROMPT_TOKENS,
         max_context_mode="truncate",

@@ -187,7 +187,7 @@ def run_local(run: LocalRun, say: Callable[[str], None]) -> LocalOutcome:
     _write_startup(run, parts)
     with _stderr_to(run.replay_log):
         try:
-            traces = load(parts.replay, _kept_traces)
+            traces = load(parts.replay, kept_traces)
             check_prompt_memory(
                 traces, parts.replay.users, parts.replay.prompt_mode, parts.replay.max_prompt_memory
             )
@@ -210,7 +210,7 @@ def run_local(run: LocalRun, say: Callable[[str], None]) -> LocalOutcome:
 _KEPT: dict[tuple[object, ...], LoadResult] = {}
 
 
-def _kept_traces(source: str | Path, **options: Any) -> LoadResult:
+def kept_traces(source: str | Path, **options: Any) -> LoadResult:
     """``load_traces``, kept while the trace files stand unchanged (their names, sizes and times)."""
     path = Path(source)
     if not path.exists():  # a dataset: loaded as it is
